@@ -1,0 +1,95 @@
+"""Typed errors of the ops core and the exit code each maps to.
+
+The core raises these; the CLI's single top-level handler prints ``str(error)`` as one line and exits
+with ``error.exit_code``. Messages are written for people: what is wrong and what to do about it.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FAILURE = 1  # the job or remote command itself failed
+    USAGE = 2  # bad input: unknown recipe, bad --set, invalid name
+    UNKNOWN_HOST = 3
+    UNREACHABLE = 4
+    AUTH = 5
+    HOST_KEY = 6
+    MISSING_TOOL = 7  # tmux / nvidia-smi / python missing on the host
+    CONFLICT = 8  # duplicate session, ambiguous session
+    NOT_FOUND = 9  # no such session / run
+    INTERRUPTED = 130
+
+
+class PippaError(Exception):
+    """Base of every error the CLI turns into one line and an exit code."""
+
+    exit_code: ExitCode = ExitCode.FAILURE
+
+
+class UsageError(PippaError):
+    exit_code = ExitCode.USAGE
+
+
+class InvalidName(UsageError):
+    """A session, run or recipe name that does not match the strict pattern (never reaches a shell)."""
+
+
+class UnknownRecipe(UsageError):
+    pass
+
+
+class BadSetting(UsageError):
+    """A ``--set key=value`` that is malformed or names an unknown key."""
+
+
+class UnknownHost(PippaError):
+    exit_code = ExitCode.UNKNOWN_HOST
+
+
+class HostUnreachable(PippaError):
+    exit_code = ExitCode.UNREACHABLE
+
+
+class AuthFailed(PippaError):
+    exit_code = ExitCode.AUTH
+
+
+class HostKeyRejected(PippaError):
+    """Base for host-key refusals: unknown (can be accepted) or changed (always refused)."""
+
+    exit_code = ExitCode.HOST_KEY
+
+
+class HostKeyUnknown(HostKeyRejected):
+    pass
+
+
+class HostKeyChanged(HostKeyRejected):
+    pass
+
+
+class ToolMissing(PippaError):
+    exit_code = ExitCode.MISSING_TOOL
+
+
+class SessionExists(PippaError):
+    exit_code = ExitCode.CONFLICT
+
+
+class AmbiguousSession(PippaError):
+    exit_code = ExitCode.CONFLICT
+
+
+class SessionNotFound(PippaError):
+    exit_code = ExitCode.NOT_FOUND
+
+
+class RunNotFound(PippaError):
+    exit_code = ExitCode.NOT_FOUND
+
+
+class RemoteCommandFailed(PippaError):
+    exit_code = ExitCode.FAILURE

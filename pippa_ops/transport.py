@@ -1,0 +1,240 @@
+"""One interface for running commands on a host, whether over SSH or on this machine.
+
+Everything above the transport (sync, tmux, runs, gpus, the dashboard) talks to a ``Transport`` and
+never knows which one it has; the host ``local`` gets ``LocalTransport``, every other host the
+paramiko-backed ``SSHTransport`` in ``pippa_ops.ssh``.
+
+Results are values (``CommandResult``); raising on a non-zero exit is the caller's choice (``check``).
+A command given as a string is a shell line the caller built with ``pippa_ops.shell``; a sequence is
+an argument list quoted here, once.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import IO, cast
+
+from pippa_ops.errors import RemoteCommandFailed
+from pippa_ops.shell import join
+
+Command = str | Sequence[str]
+
+
+def as_shell_line(command: Command) -> str:
+    return command if isinstance(command, str) else join(command)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one command did on one host."""
+
+    host: str
+    command: str  # the shell line as sent
+    exit_status: int
+    stdout: str
+    stderr: str
+    elapsed_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
+
+    def check(self) -> CommandResult:
+        if not self.ok:
+            detail = (self.stderr.strip() or self.stdout.strip()).splitlines()
+            last = detail[-1] if detail else "no output"
+            raise RemoteCommandFailed(
+                f"{self.host}: command failed with exit status {self.exit_status}: {last}"
+            )
+        return self
+
+
+class Process(abc.ABC):
+    """A command started on a host whose stdout streams back (tar for sync, nvidia-smi -l, tail -f)."""
+
+    @abc.abstractmethod
+    def read(self, n: int = 65536) -> bytes:
+        """Up to ``n`` bytes of stdout; ``b""`` at end of stream."""
+
+    @abc.abstractmethod
+    def write(self, data: bytes) -> None:
+        """Send bytes to the command's stdin."""
+
+    @abc.abstractmethod
+    def close_stdin(self) -> None: ...
+
+    @abc.abstractmethod
+    def wait(self, timeout: float | None = None) -> int:
+        """Exit status; raises TimeoutError when ``timeout`` passes first."""
+
+    @abc.abstractmethod
+    def stderr_text(self) -> str:
+        """What the command wrote to stderr (call after ``wait``)."""
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """Stop the command (idempotent)."""
+
+    def readline(self) -> bytes:
+        """One line of stdout including its newline; ``b""`` at end of stream."""
+        buf = bytearray()
+        while True:
+            ch = self.read(1)
+            if not ch:
+                return bytes(buf)
+            buf += ch
+            if ch == b"\n":
+                return bytes(buf)
+
+    def __enter__(self) -> Process:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+class Transport(abc.ABC):
+    """Runs commands on one host. Connections open lazily and close idempotently."""
+
+    name: str
+    is_local: bool = False
+
+    @abc.abstractmethod
+    def run(
+        self,
+        command: Command,
+        *,
+        input: bytes | None = None,
+        timeout: float | None = None,
+        check: bool = False,
+    ) -> CommandResult: ...
+
+    @abc.abstractmethod
+    def start(self, command: Command) -> Process:
+        """Start a command whose stdout is read as it comes (and whose stdin may be written)."""
+
+    @abc.abstractmethod
+    def home(self) -> str:
+        """The absolute home directory of the user on the host (cached)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def expand(self, path: str) -> str:
+        """Turn ``~/x`` into an absolute path on the host (remote paths are then quoted safely)."""
+        if path == "~":
+            return self.home()
+        if path.startswith("~/"):
+            return self.home().rstrip("/") + "/" + path[2:]
+        return path
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class _LocalProcess(Process):
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._p = popen
+        self._stderr = b""
+
+    def read(self, n: int = 65536) -> bytes:
+        assert self._p.stdout is not None
+        return cast(IO[bytes], self._p.stdout).read1(n)  # type: ignore[attr-defined,no-any-return]
+
+    def write(self, data: bytes) -> None:
+        assert self._p.stdin is not None
+        self._p.stdin.write(data)
+
+    def close_stdin(self) -> None:
+        if self._p.stdin is not None and not self._p.stdin.closed:
+            self._p.stdin.close()
+
+    def wait(self, timeout: float | None = None) -> int:
+        try:
+            code = self._p.wait(timeout)
+        except subprocess.TimeoutExpired as e:
+            raise TimeoutError(str(e)) from e
+        if self._p.stderr is not None and not self._p.stderr.closed:
+            self._stderr = self._p.stderr.read()
+        return code
+
+    def stderr_text(self) -> str:
+        return self._stderr.decode(errors="replace")
+
+    def kill(self) -> None:
+        if self._p.poll() is None:
+            self._p.kill()
+            self._p.wait()
+        for f in (self._p.stdin, self._p.stdout, self._p.stderr):
+            if f is not None and not f.closed:
+                f.close()
+
+
+class LocalTransport(Transport):
+    """The host ``local``: the same commands, run on this machine through ``sh -c``."""
+
+    is_local = True
+
+    def __init__(self, name: str = "local") -> None:
+        self.name = name
+
+    def run(
+        self,
+        command: Command,
+        *,
+        input: bytes | None = None,
+        timeout: float | None = None,
+        check: bool = False,
+    ) -> CommandResult:
+        line = as_shell_line(command)
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(
+                ["sh", "-c", line],
+                input=input,
+                capture_output=True,
+                timeout=timeout,
+                cwd=self.home(),
+                stdin=None if input is not None else subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise TimeoutError(f"{self.name}: command timed out after {timeout}s") from e
+        result = CommandResult(
+            host=self.name,
+            command=line,
+            exit_status=p.returncode,
+            stdout=p.stdout.decode(errors="replace"),
+            stderr=p.stderr.decode(errors="replace"),
+            elapsed_s=time.monotonic() - t0,
+        )
+        return result.check() if check else result
+
+    def start(self, command: Command) -> Process:
+        popen = subprocess.Popen(
+            ["sh", "-c", as_shell_line(command)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=self.home(),
+        )
+        return _LocalProcess(popen)
+
+    def home(self) -> str:
+        return os.path.expanduser("~")
+
+    def close(self) -> None:
+        pass
