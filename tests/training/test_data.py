@@ -1,0 +1,79 @@
+"""Data loaders: GSM8K answers from real-format rows, seeded synthetic arithmetic, long-prompt filter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from training_core.config import DataConfig
+from training_core.data import DATASETS, build_dataset, gsm8k_answer, load_rows
+from training_core.errors import UnknownName
+
+# Two rows in the real openai/gsm8k "main" format (question / answer with <<calc>> and "#### N").
+GSM8K_ROWS = [
+    {
+        "question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many "
+        "clips in May. How many clips did Natalia sell altogether in April and May?",
+        "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
+        "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72",
+    },
+    {
+        "question": "A farm has 1,200 cows and buys 34 more. How many cows?",
+        "answer": "1,200 + 34 = <<1200+34=1234>>1,234\n#### 1,234",
+    },
+]
+
+
+class CharTok:
+    """Counts characters as tokens: enough to exercise the length filter without a model."""
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": [ord(c) for c in text]}
+
+
+def test_gsm8k_answer_after_hashes() -> None:
+    assert gsm8k_answer(GSM8K_ROWS[0]["answer"]) == "72"
+    assert gsm8k_answer(GSM8K_ROWS[1]["answer"]) == "1234"
+
+
+def test_gsm8k_loader_reads_real_format_rows(tmp_path: Path) -> None:
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in GSM8K_ROWS))
+    rows = load_rows(DataConfig(dataset="gsm8k", n_rows=1, params={"data_files": str(path)}), seed=42)
+    assert rows == [{"prompt": GSM8K_ROWS[0]["question"], "answer": "72"}]
+
+
+def test_synthetic_arithmetic_is_seeded() -> None:
+    cfg = DataConfig(dataset="synthetic_arithmetic", params={"n": 50, "max_operand": 4})
+    a, b = load_rows(cfg, seed=1), load_rows(cfg, seed=1)
+    assert a == b and a != load_rows(cfg, seed=2) and len(a) == 50
+    assert all(int(r["answer"]) == eval(r["prompt"].rstrip("=")) for r in a)
+    assert load_rows(cfg, seed=1, split="test") != a
+
+
+def test_fixed_arithmetic_has_twelve_questions() -> None:
+    rows = load_rows(DataConfig(), seed=42)
+    assert len(rows) == 12 and {"prompt", "answer"} <= set(rows[0])
+
+
+def test_long_prompts_are_dropped_with_a_count(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "x" * 100, "answer": "0"}]
+    out = build_dataset(rows, DataConfig(prompt_style="plain", max_prompt_length=10), CharTok())
+    assert [r["prompt"] for r in out] == ["1+1="]
+    assert "dropped 1 of 2 prompts longer than 10 tokens" in capsys.readouterr().out
+
+
+def test_chat_style_wraps_prompts_as_messages() -> None:
+    class ChatTok(CharTok):
+        def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=True):  # type: ignore[no-untyped-def]
+            return [0] * sum(len(m["content"]) for m in messages)
+
+    out = build_dataset([{"prompt": "hi", "answer": "1"}], DataConfig(system_prompt="be brief"), ChatTok())
+    assert out[0]["prompt"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+
+
+def test_unknown_dataset_lists_known_names() -> None:
+    with pytest.raises(UnknownName, match="gsm8k"):
+        DATASETS.get("gsm9k")

@@ -1,0 +1,192 @@
+"""The run configuration: dataclasses whose defaults are the documented base of every recipe.
+
+Recipes (``recipes/*.toml``) and ``--set key=value`` override these fields by dotted key
+(``train.learning_rate``); ``training_core.recipes`` does the merging and type checking. This module
+imports no torch, trl or transformers so ``--dry-run`` and the laptop's tooling stay light.
+
+Dr GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical Perspective") is the
+default and every shipped recipe keeps it: ``loss_type="dr_grpo"`` (sum the per-token loss and
+divide by the constant ``max_completion_length``), ``scale_rewards="none"`` (advantage = reward -
+group mean, no division by the group's std) and ``beta=0.0`` (no KL penalty, no reference model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Precision = Literal["auto", "bf16", "fp16", "fp32"]
+
+
+@dataclass
+class ModelConfig:
+    # HF hub id, local directory, or "tiny" (built in code by training_core.tiny). Default: the team's model.
+    name: str = "Qwen/Qwen2-0.5B-Instruct"
+    # Weights/compute dtype. "auto": bf16 where the GPU supports it, fp16 on V100, fp32 on CPU (REFERENCE §4).
+    precision: Precision = "auto"
+    # Recompute activations in backward to fit bigger batches (A100/H100 presets turn it on). Default off.
+    gradient_checkpointing: bool = False
+    # LoRA rank; 0 = full fine-tuning (default). The code recipes use r=16, alpha=32 (REFERENCE §5).
+    lora_r: int = 0
+    # LoRA scaling alpha (unused when lora_r = 0). Default 32.
+    lora_alpha: int = 32
+    # LoRA dropout probability (unused when lora_r = 0). Default 0.05.
+    lora_dropout: float = 0.05
+
+
+@dataclass
+class DataConfig:
+    # Registered dataset name (training_core.data.DATASETS). Default: the 12 fixed arithmetic questions.
+    dataset: str = "arithmetic_fixed"
+    # Split passed to the loader (GSM8K: "train" / "test"). Default "train".
+    split: str = "train"
+    # Keep only the first N rows; 0 = all rows (the overfit recipes use the first 20-100 GSM8K rows).
+    n_rows: int = 0
+    # "chat": prompts are message lists rendered with the tokenizer's chat template (instruct models);
+    # "plain": raw text (the tiny model has no chat template). Default "chat".
+    prompt_style: Literal["chat", "plain"] = "chat"
+    # System message prepended in chat style; "" = none. Default "".
+    system_prompt: str = ""
+    # Prompt length limit in tokens; longer prompts are dropped with a count reported (TRL 1.x removed
+    # max_prompt_length, so we filter ourselves). Default 64 (the baseline's value).
+    max_prompt_length: int = 64
+    # Extra keyword arguments for the dataset loader (e.g. synthetic arithmetic: n, seed, max_operand).
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RewardSpec:
+    # Registered reward name (training_core.rewards.registry).
+    name: str = ""
+    # Weight in TRL's weighted sum of rewards. Default 1.0.
+    weight: float = 1.0
+    # Keyword arguments bound to the reward function (or passed to a reward factory).
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CallbackSpec:
+    # Registered callback name (training_core.callbacks.CALLBACKS), e.g. an extra eval.
+    name: str = ""
+    # Keyword arguments for the callback factory.
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TrainConfig:
+    # TRL loss aggregation. "dr_grpo": sum over tokens / max_completion_length (Liu et al. 2025). TRL's
+    # own default is "dapo", which is why the team's earlier script silently ran the wrong loss.
+    loss_type: Literal["dr_grpo", "grpo", "bnpo", "dapo", "cispo", "sapo", "luspo", "vespo"] = "dr_grpo"
+    # Reward scaling in the advantage. "none": A = r - mean(group), no std division (Liu et al. 2025).
+    scale_rewards: Literal["none", "group", "batch"] = "none"
+    # KL penalty coefficient; 0 = no reference model (Dr GRPO and the team's recipes). Default 0.0.
+    beta: float = 0.0
+    # Passes over the prompt set. Default 3 (baseline). Ignored when max_steps > 0.
+    num_train_epochs: float = 3.0
+    # Optimizer steps to run; -1 = derived from epochs. Default -1.
+    max_steps: int = -1
+    # Peak learning rate (AdamW). Default 5e-6 (baseline).
+    learning_rate: float = 5e-6
+    # Fraction of steps of linear warmup. Default 0.1 (baseline).
+    warmup_ratio: float = 0.1
+    # AdamW weight decay. Default 0.0 (baseline).
+    weight_decay: float = 0.0
+    # transformers scheduler name. Default "linear".
+    lr_scheduler_type: str = "linear"
+    # Gradient clipping norm. Default 1.0.
+    max_grad_norm: float = 1.0
+    # transformers optimizer name ("adamw_torch", "adamw_bnb_8bit" for 8-bit AdamW). Default "adamw_torch".
+    optim: str = "adamw_torch"
+    # Completions per device per micro-step (TRL counts completions, not prompts). Default 2 (baseline).
+    per_device_train_batch_size: int = 2
+    # Micro-steps per optimizer step. Default 4 (baseline).
+    gradient_accumulation_steps: int = 4
+    # Completions per prompt (the GRPO group size G). Default 4 (baseline).
+    num_generations: int = 4
+    # Completions generated at once; 0 = TRL default (batch x grad acc). Must be a multiple of
+    # num_generations; overfit_ultra_small needs 8 because its batch (4) is smaller than its group (8).
+    generation_batch_size: int = 0
+    # Completion length cap in tokens. Pinned: Dr GRPO divides the loss by this constant. Default 50.
+    max_completion_length: int = 50
+    # Sampling temperature. 0.7 keeps reward spread inside a group; too low gives no learning signal.
+    temperature: float = 0.7
+    # Nucleus sampling. Default 1.0 (off).
+    top_p: float = 1.0
+    # PPO-style clip range epsilon. Default 0.2 (TRL's).
+    epsilon: float = 0.2
+    # Policy updates per generation batch (mu in the GRPO paper). Default 1.
+    num_iterations: int = 1
+    # Generate with vLLM. "auto": on when vLLM is importable and a GPU is present. Default "auto".
+    use_vllm: bool | Literal["auto"] = "auto"
+    # vLLM placement: "colocate" shares the training GPU (one-GPU hosts), "server" uses `trl vllm-serve`.
+    vllm_mode: Literal["colocate", "server"] = "colocate"
+    # Fraction of GPU memory vLLM may take in colocate mode. Default 0.3.
+    vllm_gpu_memory_utilization: float = 0.3
+    # Zero truncated completions' loss. Default False.
+    mask_truncated_completions: bool = False
+    # DataLoader workers. Must stay 0: worker processes break TRL's generation batching (REFERENCE §1).
+    dataloader_num_workers: int = 0
+    # Log (metrics.jsonl, W&B, stdout) every N optimizer steps. Default 1.
+    logging_steps: int = 1
+
+
+@dataclass
+class EvalConfig:
+    # Registered eval task (training_core.evaluation.EVAL_TASKS) or "none". Default "arithmetic".
+    task: str = "arithmetic"
+    # Evaluate every N optimizer steps; 0 = only at start and end. Default 25.
+    interval: int = 25
+    # Held-out problems per evaluation. Default 12.
+    n: int = 12
+    # Greedy generation cap; 0 = train.max_completion_length. Default 0.
+    max_new_tokens: int = 0
+    # Evaluate before the first step (the baseline to compare against). Default True.
+    at_start: bool = True
+    # Evaluate after the last step. Default True.
+    at_end: bool = True
+    # Extra keyword arguments for the eval task (e.g. seed, split).
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CheckpointConfig:
+    # Save every N optimizer steps into <run-dir>/checkpoints; 0 = never. A kill loses at most N steps.
+    every: int = 50
+    # Checkpoints kept (oldest removed first). Default 2.
+    keep: int = 2
+
+
+@dataclass
+class LoggingConfig:
+    # W&B project; "" = $WANDB_PROJECT or "pippa". W&B is online with WANDB_API_KEY, offline with
+    # WANDB_MODE=offline, off otherwise.
+    wandb_project: str = ""
+    # W&B entity; "" = $WANDB_ENTITY or the key's default.
+    wandb_entity: str = ""
+    # Print one progress line per logged step to stdout (what `pippa logs -f` shows). Default True.
+    progress: bool = True
+
+
+@dataclass
+class RunConfig:
+    # One line shown by `pippa recipes`.
+    description: str = ""
+    # Seed for data shuffling, sampling and init. Default 42 (the team's).
+    seed: int = 42
+    # Extra modules imported before resolving names (they register datasets, rewards, evals, callbacks).
+    plugins: list[str] = field(default_factory=list)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    # Reward functions with weights (TRL sums them weighted). Default: the baseline's two.
+    rewards: list[RewardSpec] = field(
+        default_factory=lambda: [
+            RewardSpec("baseline_correctness", 1.0),
+            RewardSpec("baseline_length_penalty", 0.3),
+        ]
+    )
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    # Extra trainer callbacks by registered name (e.g. the MBPP eval of the code recipes).
+    callbacks: list[CallbackSpec] = field(default_factory=list)

@@ -1,0 +1,56 @@
+"""Held-out evaluation tasks by name ("arithmetic", "gsm8k"); torch-free.
+
+Extension point: ``EVAL_TASKS.register("name")(EvalTask(load=..., score=...))`` where
+``load(n, seed, data, **params) -> rows`` gives rows with a ``prompt`` (user text) and an ``answer``,
+and ``score(completion_text, answer) -> bool`` says whether one greedy completion is right. The interval
+eval (training_core.evaluation) and ``python -m training_core.eval`` both use this table. Tasks that
+need more than one greedy completion per prompt (MBPP with pass@k) are better written as a trainer
+callback (training_core.callbacks) that logs its own ``<task>_eval/...`` keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from training_core.config import DataConfig
+from training_core.data import gsm8k, synthetic_problems
+from training_core.registry import Registry
+from training_core.rewards.text import numbers, parse_number, same_number
+
+
+@dataclass(frozen=True)
+class EvalTask:
+    load: Callable[..., list[dict[str, Any]]]
+    score: Callable[[str, str], bool]
+
+
+EVAL_TASKS: Registry[EvalTask] = Registry("eval task", ["training_core.eval_tasks", "training_core.code"])
+
+
+def _last_number_right(completion: str, answer: str) -> bool:
+    found, want = numbers(completion), parse_number(answer)
+    return bool(found) and want is not None and same_number(found[-1], want)
+
+
+def _arithmetic(n: int, seed: int, data: DataConfig | None = None, **params: Any) -> list[dict[str, Any]]:
+    """Fresh synthetic problems (seed offset from training) in the training data's template."""
+    merged = dict(data.params) if data is not None and data.dataset == "synthetic_arithmetic" else {}
+    merged.pop("n", None)
+    merged.update(params)
+    if "template" not in merged and (data is None or data.prompt_style == "chat"):
+        merged["template"] = "What is {a} {op} {b}?"
+    return synthetic_problems(n, seed + 104729, **merged)
+
+
+def _gsm8k(
+    n: int, seed: int, data: DataConfig | None = None, split: str = "test", **params: Any
+) -> list[dict[str, Any]]:
+    if data is not None and data.dataset == "gsm8k":
+        params = {**{k: v for k, v in data.params.items() if k == "instruction"}, **params}
+    return gsm8k(split=split, n_rows=n, seed=seed, **params)
+
+
+EVAL_TASKS.register("arithmetic")(EvalTask(load=_arithmetic, score=_last_number_right))
+EVAL_TASKS.register("gsm8k")(EvalTask(load=_gsm8k, score=_last_number_right))

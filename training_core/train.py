@@ -1,0 +1,80 @@
+"""``python -m training_core.train RECIPE [--set key=value ...] [--run-dir DIR] [--resume] [--dry-run]``.
+
+RECIPE is a name in recipes/ or a path to a .toml file. ``--dry-run`` prints the fully resolved
+configuration as JSON (Dr GRPO settings, rewards with weights, the platform preset and what it
+changed) and exits without importing torch or TRL. Bad input prints one line and exits 2.
+The run directory defaults to runs/<run-id> under the current directory; the run id is its name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import time
+from pathlib import Path
+
+from training_core.errors import TrainingError, UsageError
+from training_core.platform import PlatformFacts, detect
+from training_core.recipes import Resolved, resolve
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m training_core.train", description=__doc__.split("\n\n")[0])
+    p.add_argument("recipe", help="recipe name in recipes/ or a path to a .toml file")
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting, e.g. --set train.learning_rate=1e-5 (repeatable)",
+    )
+    p.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/<run-id>)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in the run dir")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved config as JSON and exit")
+    return p
+
+
+def new_run_id(recipe: str) -> str:
+    stem = "".join(c if c.isalnum() or c in "_.-" else "-" for c in Path(recipe).stem)[:32] or "run"
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}-{secrets.token_hex(2)}"
+
+
+def check_names(res: Resolved) -> None:
+    """Every dataset / reward / eval task the config names exists (without importing torch)."""
+    from training_core.data import DATASETS
+    from training_core.eval_tasks import EVAL_TASKS
+    from training_core.registry import check_names as check
+    from training_core.rewards import registry
+
+    cfg = res.config
+    DATASETS.get(cfg.data.dataset, cfg.plugins)
+    if cfg.eval.task != "none":
+        EVAL_TASKS.get(cfg.eval.task, cfg.plugins)
+    registry.load_all(cfg.plugins)
+    check("reward", [r.name for r in cfg.rewards], [*registry.REWARDS, *registry.FACTORIES])
+
+
+def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        res = resolve(args.recipe, args.sets, facts or detect())
+        check_names(res)
+        if args.dry_run:
+            print(json.dumps(res.as_dict(), indent=2))
+            return 0
+        run_dir = args.run_dir or Path("runs") / new_run_id(args.recipe)
+        if args.resume and not run_dir.is_dir():
+            raise UsageError(f"--resume: no run directory {run_dir}")
+        from training_core.runner import run
+
+        return run(res, run_dir.resolve(), resume=args.resume)
+    except TrainingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
