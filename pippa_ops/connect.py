@@ -1,0 +1,56 @@
+"""From a host name to something that runs commands there, and to an OpenSSH command line.
+
+``open_transport`` is the one door the core uses: LocalTransport for ``local``, SSHTransport
+otherwise (connecting lazily). ``ssh_argv`` builds the equivalent ``ssh`` command for what paramiko
+cannot do well: a real interactive terminal (``pippa attach``). It uses the same endpoint and the same
+known_hosts with strict checking, so both paths trust exactly the same keys.
+"""
+
+from __future__ import annotations
+
+from pippa_ops.inventory import HostSpec, known_hosts_path, resolve, ssh_config_path
+from pippa_ops.ssh import SSHTransport, endpoint
+from pippa_ops.transport import LocalTransport, Transport
+
+__all__ = ["connect", "open_transport", "resolve", "ssh_argv"]
+
+
+def open_transport(spec: HostSpec, *, accept_new: bool = False) -> Transport:
+    """A transport for ``spec``; nothing connects until the first command."""
+    if spec.is_local:
+        return LocalTransport(spec.name)
+    return SSHTransport(spec, accept_new=accept_new)
+
+
+def connect(name: str, *, accept_new: bool = False) -> tuple[HostSpec, Transport]:
+    """Resolve ``name`` and open its transport (lazily)."""
+    spec = resolve(name)
+    return spec, open_transport(spec, accept_new=accept_new)
+
+
+def ssh_argv(spec: HostSpec, *, tty: bool = True) -> list[str]:
+    """``ssh`` options and destination for ``spec`` (append the remote command, already quoted).
+
+    Example: ``[*ssh_argv(spec), shell.join(["tmux", "attach", "-t", "training"])]``.
+    """
+    if spec.is_local:
+        raise ValueError("the host 'local' needs no ssh")
+    ep = endpoint(spec)
+    argv = ["ssh"]
+    if ssh_config_path().is_file():
+        argv += ["-F", str(ssh_config_path())]
+    argv += [
+        "-o", "StrictHostKeyChecking=yes",
+        "-o", f"UserKnownHostsFile={known_hosts_path()}",
+        "-p", str(ep.port),
+    ]  # fmt: skip
+    if ep.user:
+        argv += ["-l", ep.user]
+    for identity in ep.identity_files:
+        argv += ["-i", identity]
+    if ep.proxy_jump:
+        argv += ["-J", ep.proxy_jump]
+    if tty:
+        argv.append("-t")
+    argv += ["--", ep.hostname]
+    return argv

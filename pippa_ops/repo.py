@@ -1,0 +1,34 @@
+"""Where the project lives on this machine: the repo pippa syncs and whose pippa.toml it reads.
+
+The git toplevel of the working directory when that is a git checkout (so `pippa` run inside any
+clone syncs that clone), else the checkout this package was installed from.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+_PACKAGE_CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def git_toplevel(cwd: Path | None = None) -> Path | None:
+    """The git toplevel of ``cwd`` (default: the working directory), or None outside a checkout."""
+    try:
+        p = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if p.returncode != 0 or not p.stdout.strip():
+        return None
+    return Path(p.stdout.strip())
+
+
+def repo_root(cwd: Path | None = None) -> Path:
+    """The project root: git toplevel of ``cwd``, else the package's own checkout."""
+    return git_toplevel(cwd) or _PACKAGE_CHECKOUT

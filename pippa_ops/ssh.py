@@ -1,0 +1,357 @@
+"""The SSH transport: one paramiko connection per host, shared by every channel of a command.
+
+Why paramiko and one connection: a command (sync, up, the dashboard's pollers, fan-out) opens many
+channels to one host; one TCP+SSH handshake serves them all, from any thread. The connection opens
+on first use and closes idempotently.
+
+Host keys are checked against ~/.ssh/known_hosts, like OpenSSH with ``StrictHostKeyChecking=yes``:
+an unknown key is refused with its SHA256 fingerprint unless ``accept_new`` (then it is recorded, like
+OpenSSH's ``accept-new``); a changed key is always refused. Connection failures become one-line
+typed errors (unreachable, auth, host key).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+from paramiko.common import cMSG_CHANNEL_REQUEST
+from paramiko.message import Message
+
+from pippa_ops.errors import AuthFailed, HostKeyChanged, HostKeyUnknown, HostUnreachable, UnknownHost
+from pippa_ops.inventory import HostSpec, known_hosts_path, load_ssh_config, resolve
+from pippa_ops.transport import Command, CommandResult, Process, Transport, as_shell_line
+
+CONNECT_TIMEOUT_S = 10.0
+KEEPALIVE_S = 15
+_known_hosts_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and as whom to connect: the HostSpec completed from ~/.ssh/config (spec fields win)."""
+
+    hostname: str
+    port: int
+    user: str | None
+    identity_files: tuple[str, ...]
+    proxy_jump: str | None
+
+    @property
+    def known_hosts_name(self) -> str:
+        """The name OpenSSH files the key under: ``host`` on port 22, else ``[host]:port``."""
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+
+def endpoint(spec: HostSpec) -> Endpoint:
+    """Complete ``spec`` with what ~/.ssh/config says about its address (HostName, User, Port, ...)."""
+    if spec.address is None:
+        raise UnknownHost(f"host {spec.name!r} has no address")
+    found = load_ssh_config().lookup(spec.address)
+    identities = [spec.identity_file] if spec.identity_file else list(found.get("identityfile", []))
+    port = spec.port or int(found.get("port", 22))
+    proxy = spec.proxy_jump or found.get("proxyjump")
+    return Endpoint(
+        hostname=found.get("hostname", spec.address),
+        port=port,
+        user=spec.user or found.get("user"),
+        identity_files=tuple(str(Path(p).expanduser()) for p in identities),
+        proxy_jump=None if proxy in (None, "none") else proxy,
+    )
+
+
+class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
+    """Called only for a host absent from known_hosts: refuse, or record it (accept-new)."""
+
+    def __init__(self, host: str, accept_new: bool) -> None:
+        self._host = host
+        self._accept_new = accept_new
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        if not self._accept_new:
+            raise HostKeyUnknown(
+                f"{self._host}: host key not in ~/.ssh/known_hosts ({hostname} {key.get_name()} "
+                f"{key.fingerprint}); check it, then re-run with --accept-new to record it"
+            )
+        record_host_key(hostname, key)
+
+
+def record_host_key(known_name: str, key: paramiko.PKey) -> None:
+    """Append ``known_name keytype base64`` to ~/.ssh/known_hosts (created 0600 in a 0700 ~/.ssh)."""
+    path = known_hosts_path()
+    with _known_hosts_lock:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        existing = path.read_text() if path.exists() else ""
+        line = f"{known_name} {key.get_name()} {key.get_base64()}\n"
+        with open(path, "a", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
+            if existing and not existing.endswith("\n"):
+                fh.write("\n")
+            fh.write(line)
+
+
+def _unreachable(name: str, ep: Endpoint, why: str) -> HostUnreachable:
+    return HostUnreachable(f"{name}: cannot reach {ep.hostname}:{ep.port}: {why}")
+
+
+def _open_socket(name: str, ep: Endpoint, timeout: float) -> socket.socket:
+    try:
+        return socket.create_connection((ep.hostname, ep.port), timeout=timeout)
+    except socket.gaierror as e:
+        raise _unreachable(name, ep, f"address does not resolve ({e.strerror})") from e
+    except ConnectionRefusedError as e:
+        raise _unreachable(name, ep, "connection refused (is sshd running?)") from e
+    except TimeoutError as e:
+        raise _unreachable(name, ep, f"no answer within {timeout:.0f}s") from e
+    except OSError as e:
+        raise _unreachable(name, ep, e.strerror or str(e)) from e
+
+
+class SSHTransport(Transport):
+    """Commands on one host over one lazily opened, shared, keepalive'd paramiko connection."""
+
+    def __init__(
+        self, spec: HostSpec, *, accept_new: bool = False, timeout: float = CONNECT_TIMEOUT_S
+    ) -> None:
+        self.name = spec.name
+        self.spec = spec
+        self._accept_new = accept_new
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._client: paramiko.SSHClient | None = None
+        self._jump: SSHTransport | None = None
+        self._home: str | None = None
+
+    # -- connection ---------------------------------------------------------------------------
+    def connection(self) -> paramiko.Transport:
+        """The live paramiko transport, connecting on first use (thread-safe)."""
+        with self._lock:
+            if self._client is not None:
+                t = self._client.get_transport()
+                if t is not None and t.is_active():
+                    return t
+                self._client.close()
+                self._client = None
+            self._client = self._connect()
+            t = self._client.get_transport()
+            assert t is not None
+            return t
+
+    def _connect(self) -> paramiko.SSHClient:
+        ep = endpoint(self.spec)
+        if ep.proxy_jump:
+            jump_name = ep.proxy_jump.split(",")[0]
+            self._jump = SSHTransport(resolve(jump_name), accept_new=self._accept_new, timeout=self._timeout)
+            try:
+                sock: socket.socket | paramiko.Channel = self._jump.connection().open_channel(
+                    "direct-tcpip", (ep.hostname, ep.port), ("127.0.0.1", 0), timeout=self._timeout
+                )
+            except paramiko.SSHException as e:
+                raise _unreachable(self.name, ep, f"via {jump_name}: {e}") from e
+        else:
+            sock = _open_socket(self.name, ep, self._timeout)
+        client = paramiko.SSHClient()
+        kh = known_hosts_path()
+        if kh.is_file():
+            client.load_host_keys(str(kh))
+        client.set_missing_host_key_policy(_KnownHostsPolicy(self.name, self._accept_new))
+        who = f"{ep.user}@{ep.hostname}" if ep.user else ep.hostname
+        try:
+            client.connect(
+                ep.hostname,
+                port=ep.port,
+                username=ep.user,
+                key_filename=list(ep.identity_files) or None,  # type: ignore[arg-type]
+                timeout=self._timeout,
+                banner_timeout=self._timeout,
+                auth_timeout=self._timeout,
+                channel_timeout=self._timeout,
+                allow_agent=True,
+                look_for_keys=True,
+                sock=sock,
+            )
+        except HostKeyUnknown:
+            client.close()
+            raise
+        except paramiko.BadHostKeyException as e:
+            client.close()
+            raise HostKeyChanged(
+                f"{self.name}: HOST KEY CHANGED for {ep.known_hosts_name}: it now offers "
+                f"{e.key.get_name()} {e.key.fingerprint}, known_hosts has {e.expected_key.fingerprint}; "
+                "refusing to connect (possible man-in-the-middle). If the host was reinstalled, "
+                f"remove the old key: ssh-keygen -R '{ep.known_hosts_name}'"
+            ) from e
+        except paramiko.AuthenticationException as e:
+            client.close()
+            raise AuthFailed(
+                f"{self.name}: authentication failed for {who} (no key accepted from the agent, "
+                f"{', '.join(ep.identity_files) or '~/.ssh/id_*'}): {e}"
+            ) from e
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            client.close()
+            raise _unreachable(self.name, ep, f"SSH handshake failed: {e or type(e).__name__}") from e
+        t = client.get_transport()
+        assert t is not None
+        t.set_keepalive(KEEPALIVE_S)
+        return client
+
+    def channel(self) -> paramiko.Channel:
+        """A new session channel on the shared connection."""
+        t = self.connection()
+        try:
+            return t.open_session(timeout=self._timeout)
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise HostUnreachable(f"{self.name}: lost the SSH connection: {e}") from e
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+            if self._jump is not None:
+                self._jump.close()
+                self._jump = None
+
+    # -- commands -----------------------------------------------------------------------------
+    def run(
+        self,
+        command: Command,
+        *,
+        input: bytes | None = None,
+        timeout: float | None = None,
+        check: bool = False,
+    ) -> CommandResult:
+        line = as_shell_line(command)
+        t0 = time.monotonic()
+        proc = self.start(line)
+        try:
+            if input:
+                writer = threading.Thread(target=_feed, args=(proc, input), daemon=True)
+                writer.start()
+            else:
+                proc.close_stdin()
+            out = bytearray()
+            deadline = None if timeout is None else t0 + timeout
+            while True:
+                proc.set_deadline(deadline)
+                chunk = proc.read()
+                if not chunk:
+                    break
+                out += chunk
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            status = proc.wait(remaining)
+        except TimeoutError as e:
+            proc.kill()
+            raise TimeoutError(f"{self.name}: command timed out after {timeout}s") from e
+        finally:
+            proc.close()
+        result = CommandResult(
+            host=self.name,
+            command=line,
+            exit_status=status,
+            stdout=out.decode(errors="replace"),
+            stderr=proc.stderr_text(),
+            elapsed_s=time.monotonic() - t0,
+        )
+        return result.check() if check else result
+
+    def start(self, command: Command) -> SSHProcess:
+        chan = self.channel()
+        try:
+            chan.exec_command(as_shell_line(command))
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            chan.close()
+            raise HostUnreachable(f"{self.name}: could not start a command: {e}") from e
+        return SSHProcess(chan)
+
+    def home(self) -> str:
+        if self._home is None:
+            r = self.run('printf %s "$HOME"', timeout=self._timeout * 3, check=True)
+            self._home = r.stdout.strip()
+        return self._home
+
+
+def _feed(proc: SSHProcess, data: bytes) -> None:
+    try:
+        proc.write(data)
+        proc.close_stdin()
+    except OSError:
+        pass  # the command ended without reading all its input; its exit status tells
+
+
+class SSHProcess(Process):
+    """A command on a channel: stdout streamed, stderr collected in the background (so it never stalls)."""
+
+    def __init__(self, chan: paramiko.Channel) -> None:
+        self._chan = chan
+        self._err = bytearray()
+        self._err_thread = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._err_thread.start()
+
+    def _drain_stderr(self) -> None:
+        try:
+            while True:
+                chunk = self._chan.recv_stderr(65536)
+                if not chunk:
+                    return
+                self._err += chunk
+        except (TimeoutError, OSError, EOFError):
+            return
+
+    def set_deadline(self, deadline: float | None) -> None:
+        """Make the next ``read`` raise TimeoutError when ``deadline`` (monotonic) passes first."""
+        self._chan.settimeout(None if deadline is None else max(0.001, deadline - time.monotonic()))
+
+    def read(self, n: int = 65536) -> bytes:
+        try:
+            return self._chan.recv(n)
+        except TimeoutError as e:
+            raise TimeoutError("read timed out") from e
+
+    def write(self, data: bytes) -> None:
+        self._chan.sendall(data)
+
+    def close_stdin(self) -> None:
+        if not self._chan.closed:
+            self._chan.shutdown_write()
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._chan.status_event.wait(timeout):
+            raise TimeoutError("command still running")
+        self._err_thread.join(timeout=5)
+        return self._chan.recv_exit_status()
+
+    def stderr_text(self) -> str:
+        return bytes(self._err).decode(errors="replace")
+
+    def kill(self) -> None:
+        """Ask sshd to KILL the command (OpenSSH ≥ 7.9 honours the signal request), then close.
+
+        Sent again a few times: right after exec the session's process group may not exist yet.
+        """
+        chan = self._chan
+        for _ in range(5):
+            if chan.closed or chan.exit_status_ready() or not self._send_signal("KILL"):
+                break
+            chan.status_event.wait(0.2)
+        self.close()
+
+    def _send_signal(self, name: str) -> bool:
+        try:
+            m = Message()
+            m.add_byte(cMSG_CHANNEL_REQUEST)
+            m.add_int(self._chan.remote_chanid)
+            m.add_string("signal")
+            m.add_boolean(False)
+            m.add_string(name)
+            self._chan.transport._send_user_message(m)  # type: ignore[union-attr]
+        except (paramiko.SSHException, OSError, EOFError, AttributeError):
+            return False
+        return True
+
+    def close(self) -> None:
+        self._chan.close()

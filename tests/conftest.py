@@ -1,0 +1,115 @@
+"""Shared fixtures: real OpenSSH hosts on loopback (tests/sshd.py) and a client environment for pippa.
+
+Fixture API
+-----------
+``ssh_world`` (session): the ``sshd.World`` (module tests/sshd.py, importable as ``sshd``): four
+hosts, started once per session.
+
+``ssh_hosts`` (function): ``list[SSHHost]`` of that world, every one started (a test that stopped a
+host gets it back). Per host:
+  - ``name``: ``"t1"``..``"t4"``, the entry of the generated inventory (address, port, user,
+    identity_file and ``python`` = the tests' venv python): pass it to pippa (``--host t1``).
+  - ``ssh_alias``: ``"ssh-t1"``.., a ~/.ssh/config alias of the same host (no python set).
+  - ``address`` (127.0.x.y), ``port``, ``user`` (a throw-away Unix user), ``home`` (Path, its HOME;
+    its tmux server is its own), ``python``, ``host_key_line`` (its known_hosts line).
+  - ``stop()`` / ``start()``: stop the listener (new connections refused) and start it again.
+  - ``install_bin(name, text)``: an executable in ``~/bin``, first on the PATH of non-interactive ssh
+    commands (sshd ``SetEnv PATH=~/bin:/usr/local/bin:/usr/bin:/bin``; ``~/.local/bin`` is NOT on it,
+    as on a real host).
+  - ``run_as_user(argv)``: run a command as that user without SSH, to set up or inspect.
+
+``client_env`` (function): a fresh copy of the client directory for this test (edit its known_hosts
+freely), as a ``ClientEnv``:
+  - ``home``: the client HOME (``.ssh/{config,known_hosts,id_ed25519}``, ``.config/pippa/hosts.toml``).
+  - ``vars``: HOME, XDG_CONFIG_HOME and ``PIPPA_INVENTORY`` (team inventory file, replaces the repo's
+    pippa.toml; empty). ``SSH_AUTH_SOCK`` is removed.
+  - ``env``: ``os.environ`` plus ``vars``, for ``subprocess.run([PIPPA, ...], env=client_env.env)``.
+  - ``apply(monkeypatch)``: the same for in-process calls.
+  - ``known_hosts``, ``personal_inventory``, ``team_inventory``: paths.
+
+``ssh_env`` (function): ``client_env`` already applied to this process with monkeypatch.
+
+``PIPPA``: path of the ``pippa`` script in the venv running the tests.
+
+Tests using these carry ``@pytest.mark.ssh``; they are skipped (with the reason) only when not root or
+sshd is missing. .ci/run installs openssh-server and CI runs as root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/sshd.py, also for the benchmarks
+import sshd
+
+PIPPA = str(Path(sys.prefix) / "bin" / "pippa")
+
+
+@dataclass
+class ClientEnv:
+    home: Path
+
+    @property
+    def vars(self) -> dict[str, str]:
+        return sshd.client_vars(self.home)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return sshd.client_subprocess_env(self.home)
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.home / ".ssh" / "known_hosts"
+
+    @property
+    def personal_inventory(self) -> Path:
+        return self.home / ".config" / "pippa" / "hosts.toml"
+
+    @property
+    def team_inventory(self) -> Path:
+        return Path(self.vars["PIPPA_INVENTORY"])
+
+    def apply(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        for key, value in self.vars.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+
+
+@pytest.fixture(scope="session")
+def ssh_world() -> Iterator[sshd.World]:
+    reason = sshd.why_unavailable()
+    if reason:
+        pytest.skip(reason)
+    world = sshd.start_world(4)
+    try:
+        yield world
+    finally:
+        world.close()
+
+
+@pytest.fixture
+def ssh_hosts(ssh_world: sshd.World) -> list[sshd.SSHHost]:
+    for h in ssh_world.hosts:
+        h.start()
+    return ssh_world.hosts
+
+
+@pytest.fixture
+def client_env(ssh_world: sshd.World, tmp_path: Path) -> ClientEnv:
+    home = tmp_path / "client-home"
+    shutil.copytree(ssh_world.client_template, home)
+    os.chmod(home / ".ssh" / "id_ed25519", 0o600)
+    return ClientEnv(home)
+
+
+@pytest.fixture
+def ssh_env(client_env: ClientEnv, monkeypatch: pytest.MonkeyPatch) -> ClientEnv:
+    client_env.apply(monkeypatch)
+    return client_env

@@ -1,0 +1,88 @@
+"""Inventory loading and host-name resolution (no SSH needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pippa_ops.errors import UnknownHost, UsageError
+from pippa_ops.inventory import DEFAULT_REMOTE_DIR, DEFAULT_SECRETS, load_inventory, resolve
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    team = tmp_path / "team.toml"
+    team.write_text(
+        '[hosts.h100-a]\naddress = "192.222.52.59"\nuser = "ubuntu"\nsetup = "make"\n'
+        '[hosts.h100-b]\naddress = "10.0.0.2"\nremote_dir = "/data/pippa"\nenv = {HF_HOME = "/data/hf"}\n'
+    )
+    monkeypatch.setenv("PIPPA_INVENTORY", str(team))
+    (tmp_path / ".config" / "pippa").mkdir(parents=True)
+    (tmp_path / ".config" / "pippa" / "hosts.toml").write_text(
+        '[hosts.h100-a]\nidentity_file = "~/.ssh/lab"\nsecrets = ["HF_TOKEN"]\n'
+    )
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text(
+        "Host box\n  HostName 10.1.2.3\n  User alice\n  Port 2200\n  IdentityFile ~/.ssh/box\n"
+        "  ProxyJump bastion\n\nHost *.lab\n  User bob\n"
+    )
+    return tmp_path
+
+
+def test_personal_inventory_wins_field_by_field_over_team(home: Path) -> None:
+    a = resolve("h100-a")
+    assert (a.address, a.user, a.identity_file, a.secrets, a.setup) == (
+        "192.222.52.59",
+        "ubuntu",
+        "~/.ssh/lab",
+        ("HF_TOKEN",),
+        ("make",),
+    )
+    b = load_inventory()["h100-b"]
+    assert (b.remote_dir, b.env, b.secrets, b.python) == (
+        "/data/pippa",
+        {"HF_HOME": "/data/hf"},
+        DEFAULT_SECRETS,
+        None,
+    )
+
+
+def test_ssh_config_alias_brings_hostname_user_port_identity_and_jump(home: Path) -> None:
+    s = resolve("box")
+    assert (s.address, s.user, s.port, s.proxy_jump, s.source) == (
+        "10.1.2.3",
+        "alice",
+        2200,
+        "bastion",
+        "ssh_config",
+    )
+    assert s.identity_file is not None and s.identity_file.endswith("/.ssh/box")
+    assert s.remote_dir == DEFAULT_REMOTE_DIR
+
+
+def test_bare_address_and_user_at_address(home: Path) -> None:
+    assert (resolve("192.222.52.60").address, resolve("192.222.52.60").user) == ("192.222.52.60", None)
+    s = resolve("ubuntu@gpu.example.com")
+    assert (s.address, s.user, s.source) == ("gpu.example.com", "ubuntu", "address")
+
+
+def test_local_uses_the_repo_root_as_remote_dir(home: Path) -> None:
+    s = resolve("local")
+    assert s.is_local and (Path(s.remote_dir) / "pyproject.toml").is_file()
+
+
+@pytest.mark.parametrize("name", ["nope", "x;touch /tmp/pwned", "a@b c"])
+def test_unknown_or_hostile_names_are_refused_listing_known_hosts(home: Path, name: str) -> None:
+    with pytest.raises(UnknownHost, match="known: local, h100-a, h100-b, box"):
+        resolve(name)
+
+
+def test_unknown_inventory_key_is_one_clear_error(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = home / "bad.toml"
+    bad.write_text('[hosts.x]\naddres = "1.2.3.4"\n')
+    monkeypatch.setenv("PIPPA_INVENTORY", str(bad))
+    with pytest.raises(UsageError, match="unknown key 'addres'"):
+        resolve("x")

@@ -1,0 +1,150 @@
+"""SSHTransport and connect against real loopback sshd hosts: keys, errors, shared connection, streaming."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+
+import pytest
+
+from pippa_ops.connect import connect, open_transport, ssh_argv
+from pippa_ops.errors import AuthFailed, HostKeyChanged, HostKeyUnknown, HostUnreachable
+from pippa_ops.inventory import resolve
+from pippa_ops.ssh import SSHTransport
+from pippa_ops.transport import LocalTransport
+
+pytestmark = pytest.mark.ssh
+
+
+def _fingerprint(host) -> str:
+    out = subprocess.run(
+        ["ssh-keygen", "-lf", str(host.state_dir / "host_key.pub")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.split()[1]
+
+
+def test_inventory_host_runs_commands_as_its_user(ssh_env, ssh_hosts):
+    h = ssh_hosts[0]
+    with connect(h.name)[1] as t:
+        r = t.run(["whoami"], check=True)
+        assert r.stdout.strip() == h.user
+        assert t.home() == str(h.home)
+        assert t.expand("~/pippa") == f"{h.home}/pippa"
+
+
+def test_ssh_config_alias_resolves_hostname_port_user_identity(ssh_env, ssh_hosts):
+    h = ssh_hosts[1]
+    spec = resolve(h.ssh_alias)
+    assert (spec.address, spec.port, spec.user, spec.source) == (h.address, h.port, h.user, "ssh_config")
+    with open_transport(spec) as t:
+        assert t.run("echo $USER", check=True).stdout.strip() == h.user
+
+
+def test_channels_from_many_threads_share_one_connection(ssh_env, ssh_hosts):
+    t = SSHTransport(resolve(ssh_hosts[0].name))
+    seen: list[object] = []
+    outs: list[str] = []
+
+    def work(i: int) -> None:
+        seen.append(t.connection())
+        outs.append(t.run(f"echo {i}", check=True).stdout.strip())
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert sorted(outs, key=int) == [str(i) for i in range(8)]
+    assert len({id(c) for c in seen}) == 1
+    t.close()
+    t.close()  # idempotent
+
+
+def test_run_feeds_stdin_and_separates_stderr_and_exit_status(ssh_env, ssh_hosts):
+    with connect(ssh_hosts[0].name)[1] as t:
+        big = b"x" * 3_000_000
+        r = t.run("wc -c; echo oops >&2; exit 3", input=big)
+        assert (r.stdout.strip(), r.stderr.strip(), r.exit_status) == (str(len(big)), "oops", 3)
+        with pytest.raises(TimeoutError):
+            t.run("sleep 5", timeout=0.5)
+
+
+def test_started_process_streams_both_ways_and_can_be_killed(ssh_env, ssh_hosts):
+    with connect(ssh_hosts[0].name)[1] as t:
+        p = t.start("cat")
+        p.write(b"hello\n")
+        assert p.readline() == b"hello\n"
+        p.close_stdin()
+        assert p.read() == b""
+        assert p.wait(5) == 0
+        p2 = t.start("sleep 31")
+        p2.kill()
+        left = t.run(
+            'for i in $(seq 40); do pgrep -u "$USER" -f "slee[p] 31" || exit 0; sleep 0.05; done; exit 1'
+        )
+        assert left.exit_status == 0, f"sleep still running: {left.stdout}"
+
+
+def test_unknown_host_key_refused_with_fingerprint_then_accept_new_records_it(ssh_env, ssh_hosts):
+    h = ssh_hosts[2]
+    kh = ssh_env.known_hosts
+    kh.write_text("".join(line + "\n" for line in kh.read_text().splitlines() if h.address not in line))
+    with pytest.raises(HostKeyUnknown) as err, connect(h.name)[1] as t:
+        t.run("true")
+    assert _fingerprint(h) in str(err.value)
+    assert "--accept-new" in str(err.value)
+    with connect(h.name, accept_new=True)[1] as t:
+        t.run("true", check=True)
+    assert f"[{h.address}]:{h.port} ssh-ed25519 " in kh.read_text()
+    with connect(h.name)[1] as t:  # now known: no flag needed
+        t.run("true", check=True)
+
+
+def test_changed_host_key_always_refused(ssh_env, ssh_hosts, tmp_path):
+    h = ssh_hosts[3]
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
+    other = (tmp_path / "other.pub").read_text().split()
+    kh = ssh_env.known_hosts
+    lines = [
+        f"[{h.address}]:{h.port} {other[0]} {other[1]}" if h.address in line else line
+        for line in kh.read_text().splitlines()
+    ]
+    kh.write_text("\n".join(lines) + "\n")
+    for accept_new in (False, True):
+        with pytest.raises(HostKeyChanged, match="CHANGED"), connect(h.name, accept_new=accept_new)[1] as t:
+            t.run("true")
+
+
+def test_wrong_key_is_an_auth_failure(ssh_env, ssh_hosts):
+    key = ssh_env.home / ".ssh" / "id_ed25519"
+    key.unlink()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    with pytest.raises(AuthFailed, match="authentication failed"), connect(ssh_hosts[0].name)[1] as t:
+        t.run("true")
+
+
+def test_stopped_host_is_unreachable_and_back_after_restart(ssh_env, ssh_hosts):
+    h = ssh_hosts[1]
+    h.stop()
+    with pytest.raises(HostUnreachable, match="connection refused"), connect(h.name)[1] as t:
+        t.run("true")
+    h.start()
+    with connect(h.name)[1] as t:
+        t.run("true", check=True)
+
+
+def test_ssh_argv_reaches_the_same_host_with_strict_keys(ssh_env, ssh_hosts):
+    h = ssh_hosts[0]
+    argv = ssh_argv(resolve(h.name), tty=False)
+    assert "StrictHostKeyChecking=yes" in argv
+    r = subprocess.run([*argv, "whoami"], capture_output=True, text=True, timeout=20, env=ssh_env.env)
+    assert r.stdout.strip() == h.user, r.stderr
+
+
+def test_local_host_gets_the_local_transport(ssh_env):
+    t = open_transport(resolve("local"))
+    assert isinstance(t, LocalTransport)
+    assert t.run(["echo", "hi"]).stdout == "hi\n"
