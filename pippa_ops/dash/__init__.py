@@ -1,0 +1,5 @@
+"""``pippa dash``: the Textual dashboard (TUI layer on top of ``pippa_ops.monitor``)."""
+
+from pippa_ops.dash.app import DashApp, create_app
+
+__all__ = ["DashApp", "create_app"]

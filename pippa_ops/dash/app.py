@@ -1,0 +1,246 @@
+"""The ``pippa dash`` app and its factory (shared by the CLI and the tests).
+
+Attributes flow down, messages flow up: thread workers run the blocking ``HostMonitor`` loops and
+post ``MonitorUpdate`` messages; the app folds them into ``HostState`` values with ``monitor.apply`` and
+hands each panel its state. Widgets never touch the network, so a dead host can only ever make its
+own panel say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from typing import ClassVar
+
+from textual import events, on
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Header
+
+from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen
+from pippa_ops.dash.widgets import HostPanel, RunsTable, RunView
+from pippa_ops.monitor import (
+    GpuSampled,
+    HostEvent,
+    HostState,
+    Monitor,
+    RunDetail,
+    RunRow,
+    RunUpdated,
+    apply,
+)
+
+Attach = Callable[[str, str], object]  # (host, tmux session) -> runs the same attach as `pippa attach`
+
+
+class MonitorUpdate(Message):
+    """One event from a host monitor, posted from a worker thread."""
+
+    def __init__(self, event: HostEvent | RunUpdated) -> None:
+        super().__init__()
+        self.event = event
+
+    def can_replace(self, message: Message) -> bool:
+        # A burst of GPU samples from one host: only the newest needs drawing.
+        return (
+            isinstance(message, MonitorUpdate)
+            and isinstance(self.event, GpuSampled)
+            and isinstance(message.event, GpuSampled)
+            and message.event.host == self.event.host
+        )
+
+
+class DashApp(App[None]):
+    CSS_PATH = Path(__file__).with_name("dash.tcss")
+    TITLE = "pippa dash"
+    # Below 120 columns the run view goes under the hosts instead of beside them (see dash.tcss).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012 - Textual declares it so
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("a", "attach", "attach"),
+        Binding("l", "log", "full log"),
+        Binding("s", "stop", "stop"),
+        Binding("r", "reconnect", "reconnect"),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(
+        self,
+        hosts: Sequence[str],
+        monitors: Mapping[str, Monitor] | None = None,
+        *,
+        states: Mapping[str, HostState] | None = None,
+        detail: RunDetail | None = None,
+        attach: Attach | None = None,
+    ) -> None:
+        super().__init__()
+        self.hosts = tuple(hosts)
+        self.monitors = dict(monitors or {})
+        self.states = {h: (states or {}).get(h, HostState(h)) for h in self.hosts}
+        self.detail = detail
+        self.selected: tuple[str, str] | None = (detail.host, detail.run_id) if detail else None
+        self._attacher = attach
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        with Horizontal(id="main"):
+            with VerticalScroll(id="hosts"):
+                for i, host in enumerate(self.hosts):
+                    yield HostPanel(host, i)
+            yield RunView(id="run")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for host in self.hosts:
+            self._draw_host(host)
+        self._draw_run()
+        for host, mon in self.monitors.items():
+            self.run_worker(
+                partial(mon.stream_gpus, self._emit), thread=True, exclusive=True, group=f"gpu:{host}",
+                name=f"gpu:{host}",
+            )
+            self.run_worker(
+                partial(mon.poll, self._emit), thread=True, exclusive=True, group=f"poll:{host}",
+                name=f"poll:{host}",
+            )
+        tables = self.query(RunsTable)
+        if tables:
+            tables.first().focus()
+
+    def on_unmount(self) -> None:
+        for mon in self.monitors.values():
+            mon.close()
+
+    # ----------------------------------------------------------------------------- state from workers
+    def _emit(self, event: HostEvent | RunUpdated) -> None:
+        self.post_message(MonitorUpdate(event))
+
+    @on(MonitorUpdate)
+    def _handle_update(self, message: MonitorUpdate) -> None:
+        event = message.event
+        if isinstance(event, RunUpdated):
+            d = event.detail
+            if self.selected == (d.host, d.run_id):
+                self.detail = d
+                self._draw_run()
+            return
+        host = event.host
+        if host not in self.states:
+            return
+        self.states[host] = apply(self.states[host], event)
+        self._draw_host(host)
+        if self.selected and self.selected[0] == host:
+            self._draw_run()
+
+    def _draw_host(self, host: str) -> None:
+        self.query_one(f"#host-{self.hosts.index(host)}", HostPanel).show(self.states[host])
+
+    def _draw_run(self) -> None:
+        self.query_one(RunView).show(self.detail, self.selected_row())
+
+    # -------------------------------------------------------------------------------------- selection
+    def selected_row(self) -> RunRow | None:
+        if self.selected is None:
+            return None
+        host, run_id = self.selected
+        return next((r for r in self.states[host].runs if r.run_id == run_id), None)
+
+    def select(self, host: str, run_id: str | None) -> None:
+        """Follow this run's metrics and log (and stop following the previous one)."""
+        new = (host, run_id) if run_id else None
+        if new == self.selected:
+            return
+        self.selected = new
+        for h, mon in self.monitors.items():
+            mon.select(run_id if h == host else None)
+        self.detail = RunDetail(host, run_id) if run_id else None
+        self._draw_run()
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        table = event.data_table
+        if isinstance(table, RunsTable):
+            self.select(table.host, table.selected_run())
+
+    @on(events.DescendantFocus)
+    def _table_focused(self, event: events.DescendantFocus) -> None:
+        if isinstance(event.widget, RunsTable) and event.widget.row_count:
+            self.select(event.widget.host, event.widget.selected_run())
+
+    @on(DataTable.RowHighlighted)
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        table = event.data_table
+        if isinstance(table, RunsTable) and table.has_focus:
+            self.select(table.host, table.selected_run())
+
+    # ---------------------------------------------------------------------------------------- actions
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_reconnect(self) -> None:
+        for mon in self.monitors.values():
+            mon.reconnect_now()
+        self.notify("reconnecting unreachable hosts now")
+
+    def action_attach(self) -> None:
+        row = self.selected_row()
+        if self.selected is None or row is None:
+            self.notify("select a run first", severity="warning")
+            return
+        if not row.session or row.state != "running":
+            self.notify(f"{row.run_id} has no live tmux session", severity="warning")
+            return
+        if self._attacher is None:
+            self.notify("attach is not available here", severity="error")
+            return
+        host = self.selected[0]
+        with self.suspend():
+            self._attacher(host, row.session)
+
+    def action_log(self) -> None:
+        if self.selected is None:
+            self.notify("select a run first", severity="warning")
+            return
+        host, run_id = self.selected
+        mon = self.monitors.get(host)
+        follow = partial(mon.follow_log, run_id) if mon else None
+        self.push_screen(LogScreen(host, run_id, follow))
+
+    def action_stop(self) -> None:
+        row = self.selected_row()
+        if self.selected is None or row is None:
+            self.notify("select a run first", severity="warning")
+            return
+        host = self.selected[0]
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._stop(host, row.run_id)
+
+        self.push_screen(ConfirmStop(host, row.run_id), answered)
+
+    def _stop(self, host: str, run_id: str) -> None:
+        mon = self.monitors.get(host)
+        if mon is None:
+            return
+
+        def work() -> None:
+            message = mon.stop_run(run_id)
+            self.call_from_thread(self.notify, message)
+
+        self.run_worker(work, thread=True, group=f"stop:{host}", name=f"stop:{run_id}")
+
+
+def create_app(
+    hosts: Sequence[str],
+    monitors: Mapping[str, Monitor] | None = None,
+    *,
+    states: Mapping[str, HostState] | None = None,
+    detail: RunDetail | None = None,
+    attach: Attach | None = None,
+) -> DashApp:
+    """The one way to build the dashboard: the CLI passes live monitors, the tests pass state."""
+    return DashApp(hosts, monitors, states=states, detail=detail, attach=attach)

@@ -1,0 +1,224 @@
+"""Widgets of ``pippa dash``: they draw state handed down by the app and never touch the network."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Grid, Vertical
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+from textual_plotext import PlotextPlot
+
+from pippa_ops.monitor import PLOTTED, GpuState, HostState, RunDetail, RunRow
+
+Points = tuple[tuple[int, float], ...]
+BARS = "▁▂▃▄▅▆▇█"
+SPARK = 12  # samples shown per sparkline
+TITLES = {
+    "reward/mean": "reward",
+    "loss/total": "loss",
+    "completions/mean_length": "completion length",
+    "grad/norm": "grad norm",
+}
+
+
+def sparkline(values: tuple[float, ...], width: int = SPARK, top: float = 100.0) -> str:
+    """Block characters for the last ``width`` values on a 0..top scale, padded on the left."""
+    shown = values[-width:]
+    cells = [BARS[min(len(BARS) - 1, max(0, int(v / top * len(BARS))))] for v in shown]
+    return " " * (width - len(cells)) + "".join(cells)
+
+
+def _num(v: float | None, fmt: str, unit: str = "") -> str:
+    return "n/a" if v is None else f"{v:{fmt}}{unit}"
+
+
+def gpu_line(g: GpuState) -> Text:
+    """One GPU: util %, util sparkline, memory used/total, memory sparkline, temperature, power."""
+    r = g.reading
+    name = r.name.removeprefix("NVIDIA ")[:14]
+    mem = (
+        f"{r.mem_used_mib / 1024:4.1f}/{r.mem_total_mib / 1024:.0f}G"
+        if r.mem_used_mib is not None and r.mem_total_mib is not None
+        else "n/a"
+    )
+    line = Text()
+    line.append(f"{r.index} {name:<14} ", style="bold")
+    line.append(f"{_num(r.util_pct, '3.0f', '%'):>4} ")
+    line.append(sparkline(g.util_history), style="green")
+    line.append(f" {mem:>10} ")
+    line.append(sparkline(g.mem_history), style="cyan")
+    line.append(f" {_num(r.temp_c, '.0f', '°C'):>4} {_num(r.power_w, '.0f', 'W'):>4}")
+    return line
+
+
+def status_line(h: HostState) -> Text:
+    """Reachable or not, and why; plainly."""
+    if h.link == "down":
+        retry = f", retrying in {h.retry_in_s:.0f}s" if h.retry_in_s is not None else ""
+        return Text(f"✗ unreachable ({h.reason or 'unknown'}){retry}", style="bold red")
+    if h.link == "connecting":
+        return Text("… connecting", style="yellow")
+    if h.gpus is None:
+        return Text("● up, waiting for nvidia-smi", style="green")
+    if not h.gpus:
+        return Text(f"● up, {h.gpu_note or 'no GPU'}", style="green")
+    return Text(f"● up, {len(h.gpus)} GPU{'s' if len(h.gpus) > 1 else ''}", style="green")
+
+
+def _fmt_elapsed(s: float | None) -> str:
+    if s is None:
+        return ""
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class RunsTable(DataTable[str]):
+    """A host's runs; arrows past the last (first) row move on to the next (previous) host's table."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, classes="runs")
+        self.host = host
+        self._shown: tuple[RunRow, ...] | None = None
+
+    def on_mount(self) -> None:
+        self.add_columns("run", "recipe/cmd", "state", "step", "reward", "elapsed")
+
+    def show(self, runs: tuple[RunRow, ...]) -> None:
+        if runs == self._shown:
+            return
+        selected = self.selected_run()
+        self._shown = runs
+        self.clear()
+        for r in runs:
+            reward = "" if r.last_reward is None else f"{r.last_reward:.3f}"
+            step = "" if r.step is None else str(r.step)
+            self.add_row(r.run_id, r.what, r.state, step, reward, _fmt_elapsed(r.elapsed_s), key=r.run_id)
+        ids = [r.run_id for r in runs]
+        if selected in ids:
+            self.move_cursor(row=ids.index(selected), animate=False)
+
+    def selected_run(self) -> str | None:
+        if not self._shown or self.cursor_row < 0 or self.cursor_row >= len(self._shown):
+            return None
+        return self._shown[self.cursor_row].run_id
+
+    def _hop(self, step: int) -> None:
+        """Focus the next (step 1) or previous (step -1) host's table that has runs."""
+        tables = [t for t in self.screen.query(RunsTable) if t is self or t.row_count]
+        i = tables.index(self) + step
+        if 0 <= i < len(tables):
+            target = tables[i]
+            target.focus()
+            target.move_cursor(row=0 if step > 0 else target.row_count - 1, animate=False)
+
+    def action_cursor_down(self) -> None:
+        if self.cursor_row >= self.row_count - 1:
+            self._hop(1)
+        else:
+            super().action_cursor_down()
+
+    def action_cursor_up(self) -> None:
+        if self.cursor_row <= 0:
+            self._hop(-1)
+        else:
+            super().action_cursor_up()
+
+
+class HostPanel(Vertical):
+    """One host: link status, a line per GPU, its runs."""
+
+    def __init__(self, host: str, index: int) -> None:
+        # Host names may hold dots (addresses), which DOM ids may not: the id is the position.
+        super().__init__(id=f"host-{index}", classes="host")
+        self.host = host
+        self.border_title = host
+        self._state: HostState | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(classes="status")
+        yield Static(classes="gpus")
+        yield RunsTable(self.host)
+
+    def show(self, state: HostState) -> None:
+        if state == self._state:
+            return
+        self._state = state
+        self.query_one(".status", Static).update(status_line(state))
+        gpus = self.query_one(".gpus", Static)
+        gpus.display = bool(state.gpus)
+        if state.gpus:
+            gpus.update(Text("\n").join(gpu_line(g) for g in state.gpus))
+        self.set_class(state.link == "down", "down")
+        self.query_one(RunsTable).show(state.runs)
+
+
+class MetricPlot(PlotextPlot):
+    """One curve against step, with eval points when the key has them."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(id="plot-" + key.replace("/", "-"), classes="plot")
+        self.key = key
+        self._points: Points | None = None
+
+    def show(self, points: Points, evals: dict[str, Points]) -> None:
+        if points == self._points and not evals:
+            return
+        self._points = points
+        plt = self.plt
+        plt.clear_data()
+        plt.title(TITLES[self.key])
+        if points:
+            plt.plot([p[0] for p in points], [p[1] for p in points], marker="braille")
+        if self.key == "reward/mean":
+            for key, pts in evals.items():
+                plt.scatter([p[0] for p in pts], [p[1] for p in pts], marker="●", label=key)
+        self.refresh()
+
+
+class LogTailView(Widget):
+    """The newest lines of the log that fit: cut at render time, so it is right at any height."""
+
+    lines: reactive[tuple[str, ...]] = reactive(())
+
+    def render(self) -> Text:
+        return Text.from_ansi("\n".join(self.lines[-max(1, self.size.height) :]), no_wrap=True)
+
+
+class RunView(Vertical):
+    """The selected run: title line with the W&B link, four curves, the tail of its log."""
+
+    def compose(self) -> ComposeResult:
+        yield Static("No run selected: move to a run with ↑/↓ and press enter.", id="run-title")
+        with Grid(id="plots"):
+            for key in PLOTTED:
+                yield MetricPlot(key)
+        yield LogTailView(id="log-tail")
+
+    def show(self, detail: RunDetail | None, row: RunRow | None) -> None:
+        title = self.query_one("#run-title", Static)
+        plots = self.query_one("#plots", Grid)
+        log = self.query_one(LogTailView)
+        if detail is None:
+            title.update("No run selected: move to a run with ↑/↓ and press enter.")
+            plots.display = False
+            log.lines = ()
+            return
+        head = Text()
+        head.append(detail.run_id, style="bold")
+        head.append(f" on {detail.host}")
+        state = detail.end_status or (row.state if row else None)
+        if state:
+            head.append(f" · {state}")
+        if detail.wandb_url:
+            head.append(" · W&B: ")
+            head.append(detail.wandb_url, style=f"underline link {detail.wandb_url}")
+        if not detail.has_metrics:
+            head.append("\nno metrics file (plain command or not started): log only", style="dim")
+        title.update(head)
+        plots.display = detail.has_metrics
+        if detail.has_metrics:
+            for plot in self.query(MetricPlot):
+                plot.show(detail.series.get(plot.key, ()), detail.evals)
+        log.lines = detail.log_tail

@@ -1,0 +1,122 @@
+"""Pilot tests of the dashboard fed with deterministic state through the app factory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import dash_state as S
+import pytest
+
+from pippa_ops.dash import create_app
+from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen
+from pippa_ops.dash.widgets import HostPanel, MetricPlot, RunsTable, sparkline
+from pippa_ops.monitor import GpuReading, GpuSampled, LinkChanged, RunDetail, RunUpdated
+
+pytestmark = pytest.mark.anyio
+
+
+def _text(app, selector: str) -> str:
+    return str(app.query_one(selector).render())
+
+
+async def test_each_host_has_a_panel_with_status_gpus_and_runs() -> None:
+    app = create_app(S.HOSTS, states=S.states())
+    async with app.run_test(size=(160, 48)):
+        panels = list(app.query(HostPanel))
+        assert [p.host for p in panels] == list(S.HOSTS)
+        a = app.query_one("#host-0")
+        assert "up, 2 GPUs" in str(a.query_one(".status").render())
+        gpus = str(a.query_one(".gpus").render())
+        assert "H100 80GB HBM3" in gpus and "°C" in gpus and "/80G" in gpus
+        assert a.query_one(RunsTable).row_count == 3
+        assert "unreachable (connection refused), retrying in 8s" in str(
+            app.query_one("#host-1 .status").render()
+        )
+        assert "no GPU" in str(app.query_one("#host-2 .status").render())
+
+
+async def test_gpu_samples_from_a_worker_update_the_panel_and_history() -> None:
+    app = create_app(["gpu-a"])
+    async with app.run_test() as pilot:
+        for u in (10.0, 50.0, 90.0):
+            reading = GpuReading(0, "NVIDIA A100", u, 1000.0, 40000.0, 50.0, 200.0)
+            app._emit(GpuSampled("gpu-a", (reading,), 1.0))
+            await pilot.pause()
+        g = app.states["gpu-a"].gpus
+        assert g is not None and g[0].reading.util_pct == 90.0
+        assert len(g[0].util_history) >= 1
+        assert " 90%" in str(app.query_one("#host-0 .gpus").render())
+        app._emit(LinkChanged("gpu-a", "down", "timed out", 4.0))
+        await pilot.pause()
+        assert "unreachable (timed out), retrying in 4s" in str(app.query_one("#host-0 .status").render())
+        assert app.query_one("#host-0").has_class("down")
+
+
+async def test_selecting_a_run_shows_its_curves_link_and_log() -> None:
+    app = create_app(S.HOSTS, states=S.states())
+    async with app.run_test(size=(160, 48)) as pilot:
+        # The first host's table has focus, so its first run is selected from the start.
+        await pilot.press("enter")
+        assert app.selected == ("gpu-a", "20260101-120000-tiny-ab12")
+        app._emit(RunUpdated(S.detail()))
+        await pilot.pause()
+        title = str(app.query_one("#run-title").render())
+        assert "https://wandb.ai/team/pippa/runs/ab12" in title
+        reward = app.query_one("#plot-reward-mean", MetricPlot)
+        assert reward._points is not None and len(reward._points) == 42
+        assert "step 42" in str(app.query_one("#log-tail").render())
+        await pilot.press("down")  # highlight moves: the next run is selected
+        assert app.selected == ("gpu-a", "20260101-110000-cmd-cd34")
+
+
+async def test_a_run_without_metrics_still_shows_its_log() -> None:
+    d = RunDetail("gpu-a", "20260101-110000-cmd-cd34", log_tail=("hello",))
+    app = create_app(S.HOSTS, states=S.states(), detail=d)
+    async with app.run_test(size=(160, 48)):
+        assert not app.query_one("#plots").display
+        assert "log only" in str(app.query_one("#run-title").render())
+        assert "hello" in str(app.query_one("#log-tail").render())
+
+
+async def test_arrows_move_from_one_hosts_runs_to_the_next() -> None:
+    states = S.states()
+    states["local"] = S.apply(states["local"], S.runs_listed("local"))
+    app = create_app(S.HOSTS, states=states)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("down", "down", "down")
+        assert isinstance(app.focused, RunsTable) and app.focused.host == "local"
+        assert app.selected is not None and app.selected[0] == "local"
+
+
+async def test_keys_help_stop_confirm_and_log_screens() -> None:
+    app = create_app(S.HOSTS, states=S.states())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.press("enter", "s")
+        assert isinstance(app.screen, ConfirmStop)
+        await pilot.press("n")  # answered no: nothing is stopped, back on the main screen
+        assert not isinstance(app.screen, ConfirmStop)
+        await pilot.press("l")
+        assert isinstance(app.screen, LogScreen)
+        await pilot.press("escape")
+        footer = app.screen.query_one("Footer")
+        assert footer is not None
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+def test_sparkline_scales_and_pads() -> None:
+    assert sparkline((0.0, 100.0), width=4) == "  ▁█"
+
+
+def test_monitor_core_imports_no_tui() -> None:
+    """The core stays importable without textual/rich/typer (harlequin's habit)."""
+    code = (
+        "import sys, pippa_ops.monitor; "
+        "bad = [m for m in ('textual', 'rich', 'typer') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
