@@ -1,0 +1,221 @@
+"""Runs: launch recipes or commands in a named tmux session on a host, and stop them.
+
+A launch is (sync, when the host is not ``local``) then ONE remote command that checks tmux,
+refuses or replaces the session, writes ``runs/<id>/{run.json,cmd.sh}`` and starts the session.
+Listing and state live in ``runs_list``; the script builders in ``runs_script``; this module only
+orders the steps. It imports no typer/rich/textual: the dashboard reuses it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pippa_ops.errors import BadSetting, SessionExists
+from pippa_ops.inventory import HostSpec
+from pippa_ops.recipes import check_recipe
+from pippa_ops.repo import repo_root
+from pippa_ops.runs_list import HostRuns, RunRecord, current_run, list_runs
+from pippa_ops.runs_script import (
+    DEFAULT_GAP_S,
+    DEFAULT_SESSION,
+    SESSION_EXISTS_STATUS,
+    Job,
+    cmd_job,
+    launch_script,
+    new_run_id,
+    parse_sets,
+    recipe_job,
+    render_cmd_sh,
+    run_json,
+    session_argv,
+    sh_path,
+)
+from pippa_ops.shell import validate_session
+from pippa_ops.tmux import check_tool, kill_session_argv, target
+from pippa_ops.transport import Transport
+
+DEFAULT_GRACE_S = 30.0
+SyncInfo = dict[str, object]
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    host: str
+    session: str
+    run_ids: tuple[str, ...]
+    sync: SyncInfo | None
+
+    def attach_hint(self) -> str:
+        return f"pippa attach {self.session} --host {self.host}"
+
+    def logs_hint(self) -> str:
+        return f"pippa logs {self.run_ids[0]} --host {self.host} -f"
+
+
+def local_python(root: Path) -> str:
+    """The host ``local`` runs training with the repo's .venv python, else this interpreter."""
+    venv = root / ".venv" / "bin" / "python"
+    if venv.exists():
+        return str(venv)
+    import sys
+
+    return sys.executable
+
+
+def local_git_state(root: Path) -> SyncInfo | None:
+    """Commit and dirtiness of the local checkout (what ``ps`` shows for runs on ``local``)."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        )
+        status = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if head.returncode != 0:
+        return None
+    return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def default_sync(spec: HostSpec, transport: Transport) -> SyncInfo | None:
+    """Sync the repo to ``spec`` with the sync module (owned by the sync work; not reimplemented here)."""
+    if spec.is_local:
+        return local_git_state(repo_root())
+    import importlib
+
+    sync_module: Any = importlib.import_module("pippa_ops.sync")  # lazily: local runs never need it
+    result = sync_module.sync(spec, transport)
+    commit = getattr(result, "commit", None)
+    dirty = getattr(result, "dirty", None)
+    return {"commit": commit, "dirty": dirty}
+
+
+def plan_jobs(
+    spec: HostSpec,
+    remote_dir: str,
+    recipes: Sequence[str],
+    command: str | None,
+    sets: Sequence[str],
+    now: float,
+) -> list[Job]:
+    """Validate everything (names, --set keys, recipes) and build the jobs; nothing touches a host."""
+    parsed = parse_sets(sets)
+    if command is not None:
+        if recipes:
+            raise BadSetting("give recipes or --cmd, not both")
+        if parsed:
+            raise BadSetting("--set applies to recipes, not to --cmd")
+        return [cmd_job(new_run_id("cmd", now), command)]
+    for name in recipes:
+        check_recipe(name)
+    python = spec.python
+    if spec.is_local and python is None:
+        python = local_python(Path(remote_dir))
+    return [recipe_job(new_run_id(name, now), name, python, remote_dir, parsed) for name in recipes]
+
+
+def launch(
+    spec: HostSpec,
+    transport: Transport,
+    *,
+    recipes: Sequence[str] = (),
+    command: str | None = None,
+    session: str = DEFAULT_SESSION,
+    sets: Sequence[str] = (),
+    replace: bool = False,
+    gap_s: float = DEFAULT_GAP_S,
+    sync: Callable[[HostSpec, Transport], SyncInfo | None] = default_sync,
+) -> LaunchResult:
+    """Start ``recipes`` (one after another) or ``command`` in tmux ``session`` on the host."""
+    validate_session(session)
+    now = time.time()
+    remote_dir = spec.remote_dir
+    jobs = plan_jobs(spec, remote_dir, recipes, command, sets, now)
+    sync_info = sync(spec, transport)
+    files = [
+        (
+            job.run_id,
+            run_json(
+                job,
+                session=session,
+                host=spec.name,
+                started=now,
+                sync=sync_info,
+                sweep_index=i,
+                sweep_size=len(jobs),
+            ),
+            render_cmd_sh(job, remote_dir, spec.env),
+        )
+        for i, job in enumerate(jobs)
+    ]
+    script = launch_script(
+        session=session,
+        remote_dir=remote_dir,
+        files=files,
+        tmux_argv=_tmux_new(session, remote_dir, [j.run_id for j in jobs], gap_s),
+        replace=replace,
+        stamp=now,
+    )
+    result = check_tool(transport.run(script, timeout=60))
+    if result.exit_status == SESSION_EXISTS_STATUS:
+        raise SessionExists(
+            f"{spec.name}: tmux session {session!r} is running; stop it, pick another --name, or --replace"
+        )
+    result.check()
+    return LaunchResult(spec.name, session, tuple(j.run_id for j in jobs), sync_info)
+
+
+def _tmux_new(session: str, remote_dir: str, run_ids: Sequence[str], gap_s: float) -> list[str]:
+    from pippa_ops.tmux import new_session_argv
+
+    return new_session_argv(session, session_argv(remote_dir, run_ids, gap_s))
+
+
+@dataclass(frozen=True)
+class StopResult:
+    host: str
+    session: str
+    before: RunRecord
+    after: RunRecord | None
+    killed_session: bool
+
+
+def stop_script(session: str, run_dirs: Sequence[str], grace_s: float, stamp: float, watch_dir: str) -> str:
+    """ONE remote command: mark runs stop_requested, Ctrl-C, wait for the exit code up to the grace
+    period, then kill the session (ends a sweep's remaining runs; kills a job that ignored Ctrl-C)."""
+    marks = "; ".join(f"echo {int(stamp)} > {d}/stop_requested" for d in run_dirs) or ":"
+    ticks = max(1, int(grace_s * 4))
+    return (
+        f"{marks}\n"
+        f"{shlex.join(['tmux', 'send-keys', '-t', target(session, pane=True), 'C-c'])} 2>/dev/null || true\n"
+        f"i=0; while [ $i -lt {ticks} ]; do [ -e {watch_dir}/exit_code ] && break; "
+        f"tmux has-session -t {target(session)} 2>/dev/null || break; sleep 0.25; i=$((i+1)); done\n"
+        f"if {shlex.join(kill_session_argv(session))} 2>/dev/null; then echo killed-session; fi\n"
+        "exit 0"
+    )
+
+
+def stop(spec: HostSpec, transport: Transport, name: str, *, grace_s: float = DEFAULT_GRACE_S) -> StopResult:
+    """Interrupt the run ``name`` (run id or session) so it can save, kill after ``grace_s``."""
+    host_runs = list_runs(transport, spec.remote_dir)
+    run = current_run(host_runs, name)
+    if not run.active:
+        return StopResult(spec.name, run.session, run, run, False)
+    session_runs = [r for r in host_runs.runs if r.session == run.session and r.active]
+    base = spec.remote_dir.rstrip("/") + "/runs/"
+    dirs = [sh_path(base + r.run_id) for r in session_runs]
+    script = stop_script(run.session, dirs, grace_s, time.time(), sh_path(base + run.run_id))
+    result = transport.run(script, timeout=grace_s + 60).check()
+    after = _find(list_runs(transport, spec.remote_dir), run.run_id)
+    return StopResult(spec.name, run.session, run, after, "killed-session" in result.stdout)
+
+
+def _find(host_runs: HostRuns, run_id: str) -> RunRecord | None:
+    return next((r for r in host_runs.runs if r.run_id == run_id), None)

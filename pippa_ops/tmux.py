@@ -1,0 +1,147 @@
+"""One tmux layer for the local tmux server and a host's own server, over any Transport.
+
+libtmux only drives a local server; pippa's sessions live on the GPU host's server, reached over SSH.
+So every tmux command here is an argument list built by a small pure function (unit-tested without
+tmux) and run through a ``Transport``: ``LocalTransport`` for the host ``local``, SSH for the rest.
+Session names are validated before they reach any shell; targets use tmux's ``=name`` exact match
+so ``train`` never silently resolves to ``training``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pippa_ops.errors import SessionExists, SessionNotFound, ToolMissing
+from pippa_ops.shell import join, validate_session
+from pippa_ops.transport import CommandResult, Transport
+
+TMUX = "tmux"
+# Exit status a shell gives for "command not found"; how we learn tmux is missing on a host.
+NOT_FOUND_STATUS = 127
+_NO_SERVER = ("no server running", "error connecting to", "no sessions")
+LIST_FORMAT = "#{session_name}\t#{session_created}\t#{session_attached}\t#{session_windows}"
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One tmux session on a host's server."""
+
+    name: str
+    created: float  # unix time on the host
+    attached: int  # number of clients attached
+    windows: int
+
+
+def target(session: str, pane: bool = False) -> str:
+    """Exact-match target for ``session`` (``=name``); ``=name:`` names its current pane."""
+    validate_session(session)
+    return f"={session}:" if pane else f"={session}"
+
+
+def new_session_argv(session: str, argv: Sequence[str], width: int = 200, height: int = 50) -> list[str]:
+    """Detached session running ``argv`` directly (several arguments: tmux execs them, no shell)."""
+    validate_session(session)
+    if len(argv) < 2:
+        raise ValueError("give the command as an argument list of at least two items (tmux execs it)")
+    return [TMUX, "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height), *argv]
+
+
+def has_session_argv(session: str) -> list[str]:
+    return [TMUX, "has-session", "-t", target(session)]
+
+
+def list_sessions_argv() -> list[str]:
+    return [TMUX, "list-sessions", "-F", LIST_FORMAT]
+
+
+def interrupt_argv(session: str) -> list[str]:
+    """Ctrl-C to the session's active pane, as a person would type it (a trainer can save)."""
+    return [TMUX, "send-keys", "-t", target(session, pane=True), "C-c"]
+
+
+def kill_session_argv(session: str) -> list[str]:
+    return [TMUX, "kill-session", "-t", target(session)]
+
+
+def capture_pane_argv(session: str, lines: int = 50) -> list[str]:
+    """The pane's visible screen plus ``lines`` of scrollback, as plain text."""
+    return [TMUX, "capture-pane", "-p", "-t", target(session, pane=True), "-S", f"-{int(lines)}"]
+
+
+def attach_argv(session: str) -> list[str]:
+    return [TMUX, "attach-session", "-t", target(session)]
+
+
+def parse_sessions(text: str) -> list[SessionInfo]:
+    """Parse ``list-sessions -F LIST_FORMAT`` output; malformed lines are skipped."""
+    out: list[SessionInfo] = []
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) != 4:
+            continue
+        name, created, attached, windows = parts
+        try:
+            out.append(SessionInfo(name, float(created), int(attached), int(windows)))
+        except ValueError:
+            continue
+    return out
+
+
+def is_no_server(result: CommandResult) -> bool:
+    """tmux exits non-zero with this text when the host's server has no sessions at all."""
+    return any(s in result.stderr for s in _NO_SERVER)
+
+
+def check_tool(result: CommandResult, tool: str = TMUX) -> CommandResult:
+    """Raise ToolMissing when the host's shell could not find ``tool``."""
+    if result.exit_status == NOT_FOUND_STATUS and "not found" in (result.stderr + result.stdout):
+        raise ToolMissing(
+            f"{result.host}: {tool} is not installed (install it, e.g. `sudo apt-get install {tool}`)"
+        )
+    return result
+
+
+class Tmux:
+    """tmux on one host. Stateless besides the transport; every method is one remote command."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    def _run(self, argv: Sequence[str], timeout: float = 30) -> CommandResult:
+        return check_tool(self.transport.run(join(argv), timeout=timeout))
+
+    def has_session(self, session: str) -> bool:
+        return self._run(has_session_argv(session)).ok
+
+    def list_sessions(self) -> list[SessionInfo]:
+        result = self._run(list_sessions_argv())
+        if not result.ok:
+            if is_no_server(result):
+                return []
+            result.check()
+        return parse_sessions(result.stdout)
+
+    def new_session(self, session: str, argv: Sequence[str]) -> None:
+        result = self._run(new_session_argv(session, argv))
+        if not result.ok and "duplicate session" in result.stderr:
+            raise SessionExists(f"{self.transport.name}: tmux session {session!r} already exists")
+        result.check()
+
+    def interrupt(self, session: str) -> None:
+        self._require(self._run(interrupt_argv(session)), session)
+
+    def kill(self, session: str) -> bool:
+        """Kill ``session``; False when it was already gone."""
+        return self._run(kill_session_argv(session)).ok
+
+    def capture(self, session: str, lines: int = 50) -> str:
+        result = self._run(capture_pane_argv(session, lines))
+        self._require(result, session)
+        return result.stdout
+
+    def _require(self, result: CommandResult, session: str) -> None:
+        if not result.ok:
+            if "can't find" in result.stderr or is_no_server(result):
+                raise SessionNotFound(f"{self.transport.name}: no tmux session {session!r}")
+            result.check()
