@@ -1,0 +1,379 @@
+"""Copy the working tree to a host: only changed files, in one stream, never a half-written file.
+
+The file set is what git tracks plus untracked files git does not ignore, minus ``.env`` files and
+what ``.pippaignore`` lists (gitignore syntax, applied by git itself). The host is listed in ONE
+command (size + mtime of every file), changed files travel as ONE gzip'd tar stream over one channel
+into a staging directory under ``<remote_dir>/.pippa/``, and a generated script then renames each
+file into place (rename is atomic, so an interrupted sync leaves every file either old or new; the
+stage is removed when the host-side shell exits). ``.pippa/``, ``runs/`` and ``.venv/`` at the top
+of the host's tree are never listed, sent, changed or deleted. Deletions happen only with
+``delete=True`` and spare host files that git would ignore (caches, wandb/, ...), like rsync's
+excludes. Afterwards the host records ``.pippa/sync.json`` (docs/CONTRACTS.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import secrets
+import shlex
+import subprocess
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from pippa_ops.errors import RemoteCommandFailed, UsageError
+from pippa_ops.inventory import HostSpec
+from pippa_ops.transport import Transport
+
+PROTECTED_TOP = (".pippa", "runs", ".venv")  # never sent, changed or deleted on the host
+IGNORE_FILE = ".pippaignore"
+MARKER = ".pippa/sync.json"
+_ARG_CHUNK = 64_000  # bytes of quoted paths per generated mv/rm line
+
+Progress = Callable[[int], None]  # called with the bytes sent so far
+
+
+@dataclass(frozen=True)
+class FileStat:
+    size: int
+    mtime: int  # whole seconds: what survives tar on any host
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What a sync did (or, with dry_run, would do)."""
+
+    host: str
+    remote_dir: str
+    files: int  # size of the local file set
+    sent: tuple[str, ...]
+    deleted: tuple[str, ...]
+    bytes_sent: int  # on the wire (compressed tar), 0 for a dry run
+    commit: str | None
+    dirty: bool
+    dry_run: bool
+    elapsed_s: float
+    local: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "host": self.host,
+            "remote_dir": self.remote_dir,
+            "files": self.files,
+            "sent": list(self.sent),
+            "deleted": list(self.deleted),
+            "bytes_sent": self.bytes_sent,
+            "commit": self.commit,
+            "dirty": self.dirty,
+            "dry_run": self.dry_run,
+            "elapsed_s": round(self.elapsed_s, 3),
+        }
+
+
+@dataclass
+class Plan:
+    send: list[str] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)
+
+
+# -- the local side --------------------------------------------------------------------------------
+def _git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    try:
+        p = subprocess.run(["git", *args], cwd=repo, input=stdin, capture_output=True, timeout=60)
+    except OSError as e:
+        raise UsageError(f"sync needs git: {e}") from e
+    if p.returncode not in (0, 1):
+        raise UsageError(f"{repo} is not a usable git checkout: {p.stderr.decode(errors='replace').strip()}")
+    return p.stdout
+
+
+def _excluded(path: str) -> bool:
+    return path.split("/", 1)[0] in PROTECTED_TOP or os.path.basename(path) == ".env"
+
+
+def local_files(repo: Path) -> dict[str, FileStat]:
+    """The file set to sync: tracked + untracked-not-ignored, minus .env and .pippaignore patterns."""
+    ignore = repo / IGNORE_FILE
+    extra = ["-X", str(ignore)] if ignore.is_file() else []
+    names = set(_git(repo, "ls-files", "-z", "-co", "--exclude-standard", *extra).split(b"\0"))
+    if extra:  # tracked files matching .pippaignore (-X alone only filters untracked ones)
+        names -= set(_git(repo, "ls-files", "-z", "-ci", *extra).split(b"\0"))
+    out: dict[str, FileStat] = {}
+    for raw in names:
+        name = raw.decode(errors="surrogateescape")
+        if not name or _excluded(name):
+            continue
+        try:
+            st = os.lstat(repo / name)
+        except FileNotFoundError:
+            continue  # tracked but deleted in the working tree
+        if os.path.isdir(repo / name) and not os.path.islink(repo / name):
+            continue  # a submodule
+        out[name] = FileStat(st.st_size, int(st.st_mtime))
+    return out
+
+
+def tree_state(repo: Path) -> tuple[str | None, bool]:
+    """(HEAD commit or None, whether the working tree differs from it, untracked files included)."""
+    head = _git(repo, "rev-parse", "--verify", "-q", "HEAD").decode().strip() or None
+    dirty = bool(_git(repo, "status", "--porcelain", "-z").strip())
+    return head, dirty
+
+
+def ignored_by_git(repo: Path, paths: Iterable[str]) -> set[str]:
+    """Which of ``paths`` (that need not exist here) git or .pippaignore would ignore."""
+    paths = list(paths)
+    if not paths:
+        return set()
+    ignore = repo / IGNORE_FILE
+    extra = ["-c", f"core.excludesFile={ignore}"] if ignore.is_file() else []
+    out = _git(repo, *extra, "check-ignore", "--no-index", "--stdin", "-z", stdin="\0".join(paths).encode())
+    return {p.decode(errors="surrogateescape") for p in out.split(b"\0") if p}
+
+
+# -- the host side ---------------------------------------------------------------------------------
+def remote_dir_expr(remote_dir: str) -> str:
+    """A shell word for ``remote_dir``: ``~/x`` becomes ``"$HOME"/x`` (no round trip to learn HOME)."""
+    if "\n" in remote_dir or "\0" in remote_dir:
+        raise UsageError(f"invalid remote_dir {remote_dir!r}")
+    if remote_dir == "~":
+        return '"$HOME"'
+    if remote_dir.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(remote_dir[2:])
+    if not remote_dir.startswith("/"):
+        raise UsageError(f"remote_dir must be absolute or start with ~/: {remote_dir!r}")
+    return shlex.quote(remote_dir)
+
+
+def listing_command(dir_expr: str) -> str:
+    prune = " -o ".join(f"-path ./{p}" for p in PROTECTED_TOP)
+    return (
+        f"cd {dir_expr} 2>/dev/null || exit 0; "
+        f"find . \\( {prune} \\) -prune -o \\( -type f -o -type l \\) -printf '%s %T@ %P\\0'"
+    )
+
+
+def parse_listing(raw: bytes) -> dict[str, FileStat]:
+    out: dict[str, FileStat] = {}
+    for entry in raw.split(b"\0"):
+        if not entry:
+            continue
+        size, mtime, name = entry.split(b" ", 2)
+        out[name.decode(errors="surrogateescape")] = FileStat(int(size), int(float(mtime)))
+    return out
+
+
+def remote_files(transport: Transport, dir_expr: str) -> dict[str, FileStat]:
+    proc = transport.start(listing_command(dir_expr))
+    with proc:
+        proc.close_stdin()
+        chunks = []
+        while chunk := proc.read():
+            chunks.append(chunk)
+        if proc.wait(60) != 0:
+            raise RemoteCommandFailed(
+                f"{transport.name}: listing the remote dir failed: {proc.stderr_text()}"
+            )
+    return parse_listing(b"".join(chunks))
+
+
+def plan(local: dict[str, FileStat], remote: dict[str, FileStat], deletable: set[str] | None) -> Plan:
+    """Changed files (size or whole-second mtime differ) and, with ``deletable``, files to remove."""
+    p = Plan(send=sorted(n for n, st in local.items() if remote.get(n) != st))
+    if deletable is not None:
+        p.delete = sorted(deletable)
+    return p
+
+
+def _chunked(words: list[str]) -> Iterable[list[str]]:
+    batch: list[str] = []
+    size = 0
+    for w in words:
+        if batch and size + len(w) > _ARG_CHUNK:
+            yield batch
+            batch, size = [], 0
+        batch.append(w)
+        size += len(w) + 1
+    if batch:
+        yield batch
+
+
+def apply_script(send: list[str], delete: list[str], marker: dict[str, object]) -> str:
+    """The host-side script, run as ``sh apply.sh DEST STAGE``: rename staged files into place,
+    delete, then write the marker (tmp + rename). Every path is quoted here, once."""
+    lines = ["set -e", 'D="$1"', 'S="$2/files"', 'cd "$D"']
+    by_dir: dict[str, list[str]] = {}
+    for name in send:
+        by_dir.setdefault(os.path.dirname(name) or ".", []).append(name)
+    for d, names in sorted(by_dir.items()):
+        if d != ".":
+            lines.append(f"mkdir -p -- {shlex.quote(d)}")
+        for batch in _chunked([shlex.quote(n) for n in names]):
+            lines.append(f'(cd "$S" && exec mv -f -t "$D"/{shlex.quote(d)} -- {" ".join(batch)})')
+    for batch in _chunked([shlex.quote(n) for n in delete]):
+        lines.append(f"rm -f -- {' '.join(batch)}")
+    lines += marker_lines(marker)
+    return "\n".join(lines) + "\n"
+
+
+def marker_lines(marker: dict[str, object]) -> list[str]:
+    """Shell lines (run in the remote dir) that write .pippa/sync.json atomically."""
+    body = shlex.quote(json.dumps(marker))
+    return [
+        "mkdir -p .pippa",
+        f"printf '%s\\n' {body} > .pippa/sync.json.tmp",
+        "mv -f .pippa/sync.json.tmp .pippa/sync.json",
+    ]
+
+
+def receive_command(dir_expr: str, stage_id: str) -> str:
+    """Unpack the stream into a private stage, run its apply.sh; the stage goes when the shell exits."""
+    return (
+        f'set -e; D={dir_expr}; mkdir -p "$D/.pippa"; S="$D/.pippa/stage-{stage_id}"; '
+        'trap \'rm -rf "$S"\' EXIT; mkdir "$S"; '
+        'find "$D/.pippa" -maxdepth 1 -name "stage-*" -mmin +1440 -exec rm -rf {} + 2>/dev/null || true; '
+        'tar -xzpf - --no-same-owner -C "$S"; sh "$S/apply.sh" "$D" "$S"'
+    )
+
+
+class _ChannelWriter:
+    """File-like sink for gzip: counts bytes and reports progress (which may raise to interrupt)."""
+
+    def __init__(self, write: Callable[[bytes], None], progress: Progress | None) -> None:
+        self._write = write
+        self._progress = progress
+        self.count = 0
+
+    def write(self, data: bytes) -> int:
+        self._write(bytes(data))
+        self.count += len(data)
+        if self._progress is not None:
+            self._progress(self.count)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def _stream(repo: Path, send: list[str], script: str, sink: _ChannelWriter) -> None:
+    with (
+        gzip.GzipFile(fileobj=sink, mode="wb", compresslevel=1, mtime=0) as gz,  # type: ignore[arg-type]
+        tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for name in send:
+            info = tar.gettarinfo(str(repo / name), arcname=f"files/{name}")
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            if info.isreg():
+                with open(repo / name, "rb") as fh:
+                    tar.addfile(info, fh)
+            else:
+                tar.addfile(info)
+        data = script.encode()
+        info = tarfile.TarInfo("apply.sh")
+        info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+        tar.addfile(info, _BytesReader(data))
+
+
+class _BytesReader:
+    def __init__(self, data: bytes) -> None:
+        self._data, self._pos = data, 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._data) if n < 0 else self._pos + n
+        chunk, self._pos = self._data[self._pos : end], min(end, len(self._data))
+        return chunk
+
+
+def sync(
+    spec: HostSpec,
+    transport: Transport,
+    repo: Path,
+    *,
+    delete: bool = False,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> SyncResult:
+    """Bring ``spec.remote_dir`` on the host up to date with ``repo``; see the module docstring."""
+    t0 = time.monotonic()
+    if transport.is_local:
+        commit, dirty = tree_state(repo)  # the repo is the remote dir: only the marker
+        files = local_files(repo)
+        if not dry_run:
+            _write_local_marker(
+                repo, {"commit": commit, "dirty": dirty, "time": time.time(), "files": len(files)}
+            )
+        return SyncResult(
+            spec.name, str(repo), len(files), (), (), 0, commit, dirty, dry_run, time.monotonic() - t0, True
+        )
+    dir_expr = remote_dir_expr(spec.remote_dir)
+    remote_box: dict[str, dict[str, FileStat] | BaseException] = {}
+
+    def list_remote() -> None:
+        try:
+            remote_box["v"] = remote_files(transport, dir_expr)
+        except BaseException as e:  # re-raised in the caller's thread
+            remote_box["v"] = e
+
+    lister = threading.Thread(target=list_remote, daemon=True)
+    lister.start()  # the SSH handshake and listing overlap with git and stat here
+    commit, dirty = tree_state(repo)
+    local = local_files(repo)
+    lister.join()
+    remote = remote_box["v"]
+    if isinstance(remote, BaseException):
+        raise remote
+    deletable = None
+    if delete:
+        gone = [n for n in remote if n not in local and not _excluded(n)]
+        deletable = set(gone) - ignored_by_git(repo, gone)
+    todo = plan(local, remote, deletable)
+    result = SyncResult(
+        spec.name, spec.remote_dir, len(local), tuple(todo.send), tuple(todo.delete), 0, commit, dirty,
+        dry_run, 0.0,
+    )  # fmt: skip
+    if dry_run:
+        return _finish(result, 0, t0)
+    marker: dict[str, object] = {"commit": commit, "dirty": dirty, "time": time.time(), "files": len(local)}
+    if not todo.send and not todo.delete:  # nothing travels: only the marker, in one small command
+        marker_cmd = "; ".join(["set -e", f"mkdir -p {dir_expr}", f"cd {dir_expr}", *marker_lines(marker)])
+        transport.run(marker_cmd, check=True)
+        return _finish(result, 0, t0)
+    script = apply_script(todo.send, todo.delete, marker)
+    proc = transport.start(receive_command(dir_expr, secrets.token_hex(4)))
+    with proc:
+        sink = _ChannelWriter(proc.write, progress)
+        try:
+            _stream(repo, todo.send, script, sink)
+        except BaseException:
+            # End the stream instead of killing: the host's tar sees a truncated archive and fails,
+            # apply.sh never runs, and the shell's EXIT trap removes the stage.
+            proc.close_stdin()
+            with contextlib.suppress(Exception):
+                proc.wait(5)
+            raise
+        proc.close_stdin()
+        while proc.read():
+            pass
+        status = proc.wait(600)
+        if status != 0:
+            raise RemoteCommandFailed(f"{spec.name}: sync failed on the host: {proc.stderr_text().strip()}")
+    return _finish(result, sink.count, t0)
+
+
+def _finish(result: SyncResult, sent_bytes: int, t0: float) -> SyncResult:
+    return replace(result, bytes_sent=sent_bytes, elapsed_s=time.monotonic() - t0)
+
+
+def _write_local_marker(repo: Path, marker: dict[str, object]) -> None:
+    path = repo / MARKER
+    path.parent.mkdir(exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(marker) + "\n")
+    tmp.replace(path)
