@@ -1,0 +1,124 @@
+"""MBPP loading (both configs), the prompt, pass@k against hand values, scoring; code game logic."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from math import comb
+from pathlib import Path
+
+import pytest
+
+from training_core.code.game import GameStats, parse_prediction, play
+from training_core.code.mbpp import load_mbpp, mbpp_prompt, pass_at_k, score_samples, summary
+from training_core.code.problems import PROBLEMS, problem_prompt
+from training_core.data import DATASETS
+from training_core.rewards import code as rc
+
+FULL_ROWS = [
+    {"task_id": 11,
+     "text": "Write a python function to remove first and last occurrence of a given character.",
+     "code": "def remove_Occ(s, ch):\n    return s.replace(ch, '', 1)[::-1].replace(ch, '', 1)[::-1]",
+     "test_list": ['assert remove_Occ("hello","l") == "heo"', 'assert remove_Occ("abcda","a") == "bcd"',
+                   'assert remove_Occ("PHP","P") == "H"'],
+     "test_setup_code": "", "challenge_test_list": []},
+    {"task_id": 12, "text": "Write a function to add the constant K.",
+     "code": "def add_k(x):\n    return x + K",
+     "test_list": ["assert add_k(1) == 4", "assert add_k(0) == 3", "assert add_k(-3) == 0"],
+     "test_setup_code": "K = 3", "challenge_test_list": []},
+]
+SANITIZED_ROWS = [
+    {"source_file": "x.py", "task_id": 2, "prompt": "Write a function to find the shared elements.",
+     "code": "def similar_elements(a, b):\n    return tuple(set(a) & set(b))",
+     "test_imports": ["import math"],
+     "test_list": ["assert set(similar_elements((3, 4, 5, 6), (5, 7, 4, 10))) == set((4, 5))",
+                   "assert math.isclose(1.0, 1.0)", "assert similar_elements((1,), (2,)) == ()",
+                   "assert similar_elements((), ()) == ()"]},
+]
+
+
+def write_jsonl(path: Path, rows: list[dict[str, object]]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_loader_reads_both_configs_into_one_shape(tmp_path: Path) -> None:
+    full = load_mbpp("full", data_files=write_jsonl(tmp_path / "full.jsonl", FULL_ROWS), limit=0)
+    san = load_mbpp("sanitized", data_files=write_jsonl(tmp_path / "san.jsonl", SANITIZED_ROWS))
+    assert [p.task_id for p in full] == [11, 12] and full[1].setup == "K = 3"
+    assert full[0].text.startswith("Write a python function to remove")
+    assert san[0].text == "Write a function to find the shared elements." and san[0].setup == "import math"
+    assert len(san[0].test_list) == 4
+    with pytest.raises(ValueError, match="config"):
+        load_mbpp("nope")
+
+
+def test_prompt_shows_the_task_and_three_tests(tmp_path: Path) -> None:
+    san = load_mbpp("sanitized", data_files=write_jsonl(tmp_path / "san.jsonl", SANITIZED_ROWS))[0]
+    assert mbpp_prompt(san, hint="") == (
+        "You are an expert Python programmer, and here is your task: Write a function to find the shared "
+        "elements. Your code should pass these tests:\n\n"
+        "assert set(similar_elements((3, 4, 5, 6), (5, 7, 4, 10))) == set((4, 5))\n"
+        "assert math.isclose(1.0, 1.0)\nassert similar_elements((1,), (2,)) == ()\n")
+    assert "similar_elements((), ())" not in mbpp_prompt(san)  # the fourth test stays hidden
+
+
+def test_pass_at_k_matches_hand_computed_values() -> None:
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert pass_at_k(4, 0, 2) == 0.0 and pass_at_k(3, 2, 2) == 1.0 and pass_at_k(1, 1, 1) == 1.0
+    exact = 1 - Fraction(comb(190, 100), comb(200, 100))  # large n: the product form stays accurate
+    assert pass_at_k(200, 10, 100) == pytest.approx(float(exact), rel=1e-12)
+    with pytest.raises(ValueError):
+        pass_at_k(3, 4, 1)
+
+
+def test_scoring_runs_setup_and_counts_first_sample(tmp_path: Path) -> None:
+    problems = load_mbpp("full", data_files=write_jsonl(tmp_path / "full.jsonl", FULL_ROWS), limit=0)
+    samples = [[f"```python\n{problems[0].code}\n```", "def remove_Occ(s, ch):\n    return s"],
+               ["import sys\nsys.exit(0)", f"```python\n{problems[1].code}\n```"]]
+    results = score_samples(problems, samples)
+    assert [(r.correct, r.passed) for r in results] == [(1, True), (1, False)]
+    assert results[1].statuses[0] == "ok"  # exited 0 early: not a pass
+    m = summary(results, eval_time=1.5)
+    assert m["mbpp_eval/pass_rate"] == 0.5 and m["mbpp_eval/problems_passed"] == 1
+    assert m["mbpp_eval/total_problems"] == 2 and m["mbpp_eval/pass_at_1"] == 0.5
+
+
+def test_mbpp_dataset_rows_feed_assert_tests(tmp_path: Path) -> None:
+    rows = DATASETS.get("mbpp")(config="full", data_files=write_jsonl(tmp_path / "f.jsonl", FULL_ROWS))
+    got = rc.assert_tests([f"```python\n{FULL_ROWS[1]['code']}\n```"], test_list=[rows[1]["test_list"]],
+                          test_setup=[rows[1]["test_setup"]])
+    assert got == [1.0] and rows[1]["prompt"].startswith("You are an expert Python programmer")
+
+
+def test_repo_problems_reference_solutions_pass_every_test() -> None:
+    rows = DATASETS.get("code_tests")(reasoning=True)
+    assert len(rows) == len(PROBLEMS) and "<answer>" in rows[0]["prompt"]
+    sols = [f"<answer>{p.solution}</answer>" for p in PROBLEMS]
+    assert rc.test_cases(sols, tests=[r["tests"] for r in rows], answer_tag=True) == [2.0] * len(PROBLEMS)
+    assert "```python" in problem_prompt(PROBLEMS[0])
+
+
+def test_parse_prediction() -> None:
+    assert parse_prediction("I think <answer> -42 </answer>") == -42
+    assert parse_prediction("maybe 3, no 7") == 7
+    assert parse_prediction("no idea") is None
+
+
+def test_code_game_rewards_and_opponent_accuracy() -> None:
+    programs = ["```python\nprint(6 * 7)\n```",  # opponent right -> -1
+                "```python\nprint(sum(range(10)))\n```",  # opponent wrong -> +1
+                "```python\n1/0\n```",  # crash -> -1, and the opponent is never asked
+                "```python\nprint('seven')\n```",  # no integer -> -1
+                "no code at all ```python\nprint(1)\nprint(2)\n```"]  # two lines, not one integer -> -1
+    asked: list[str] = []
+
+    def opponent(prompts: list[str]) -> list[str]:
+        asked.extend(prompts)
+        return ["<answer>42</answer>", "<answer>44</answer>"]
+
+    stats = GameStats()
+    assert play(programs, opponent, stats) == [-1.0, 1.0, -1.0, -1.0, -1.0]
+    assert len(asked) == 2 and "print(6 * 7)" in asked[0]
+    assert stats.metrics()["code_game/opponent_accuracy"] == 0.5 and stats.invalid == 3

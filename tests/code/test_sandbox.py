@@ -1,0 +1,192 @@
+"""Hostile programs are contained and reported with the right status; the test process stays healthy.
+
+Every case runs under small limits so a containment bug cannot take the machine down with it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from training_core.sandbox import SandboxLimits, SandboxPool, Status, detect, run_python
+
+SMALL = SandboxLimits(timeout_s=1.5, memory_mb=256, max_processes=8, max_output_bytes=64 * 1024,
+                      max_file_bytes=1 << 20)
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids whose command line contains ``marker`` (how escaped processes are found)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmd:
+            found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+def marker() -> Iterator[str]:
+    """A unique ``sleep`` argument; any process still carrying it after the run is a survivor."""
+    m = f"{time.time() % 1000 + 1000:.6f}"
+    yield m
+    for pid in processes_with(m):  # clean up if containment failed, so the machine stays healthy
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_isolation_applied_as_root() -> None:
+    """As root (here and in CI) the program gets namespaces and its own uid, and says so."""
+    iso = detect().isolation
+    if os.geteuid() != 0:
+        pytest.skip("the strongest mode needs root")
+    assert (iso.mode, iso.network, iso.pid_namespace, iso.uid_dropped) == ("unshare-root", True, True, True)
+
+
+def test_clean_program_runs_with_output() -> None:
+    r = run_python("print('hello')", SMALL)
+    assert (r.status, r.exit_code, r.stdout, r.stderr, r.completed) == (Status.OK, 0, "hello\n", "", True)
+
+
+def test_syntax_and_indentation_errors_are_told_apart_from_runtime_syntax_error() -> None:
+    assert run_python("def f(:\n  pass", SMALL).status is Status.SYNTAX_ERROR
+    assert run_python("if True:\nprint(1)", SMALL).status is Status.SYNTAX_ERROR
+    # raising SyntaxError at run time is an ordinary runtime error, not a cheaper -0.5
+    assert run_python("raise SyntaxError('x')", SMALL).status is Status.RUNTIME_ERROR
+
+
+def test_infinite_loop_times_out_on_the_wall_clock() -> None:
+    t0 = time.monotonic()
+    r = run_python("while True:\n    pass", SMALL)
+    assert r.status is Status.TIMEOUT
+    assert time.monotonic() - t0 < SMALL.timeout_s + 1.0
+
+
+def test_fork_bomb_is_capped_and_leaves_no_process(marker: str) -> None:
+    code = ("import os\nwhile True:\n    try:\n        if os.fork() == 0:\n"
+            f"            os.execv('/bin/sleep', ['sleep', '{marker}'])\n    except OSError:\n        pass\n")
+    r = run_python(code, SMALL)
+    assert r.status is Status.TIMEOUT
+    assert processes_with(marker) == []
+
+
+def test_uncaught_fork_bomb_dies_at_the_process_limit() -> None:
+    r = run_python("import os, time\nwhile True:\n    os.fork()\n", SMALL)
+    assert r.status is Status.RUNTIME_ERROR
+    assert "BlockingIOError" in r.stderr or "Resource temporarily unavailable" in r.stderr
+
+
+def test_memory_bomb_hits_the_memory_limit() -> None:
+    r = run_python("blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 2**20))", SMALL)
+    assert r.status is Status.MEMORY_LIMIT
+    assert run_python("x = bytearray(10**10)", SMALL).status is Status.MEMORY_LIMIT
+
+
+def test_gigabyte_of_output_is_cut_and_killed_quickly() -> None:
+    t0 = time.monotonic()
+    r = run_python("import sys\nfor _ in range(2**14):\n    sys.stdout.write('x' * 2**16)", SMALL)
+    assert r.status is Status.OUTPUT_LIMIT
+    assert len(r.stdout) == SMALL.max_output_bytes and r.truncated
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_writes_outside_the_temp_dir_are_refused(tmp_path: Path) -> None:
+    target = tmp_path / "evil.txt"
+    r = run_python(f"open({str(target)!r}, 'w').write('pwned')", SMALL)
+    assert r.status is Status.RUNTIME_ERROR and "PermissionError" in r.stderr
+    assert not target.exists()
+    home = Path(os.path.expanduser("~")) / f"pippa-evil-{uuid.uuid4().hex}"
+    r = run_python(f"open({str(home)!r}, 'w').write('pwned')", SMALL)
+    assert r.status is Status.RUNTIME_ERROR and not home.exists()
+    # its own working directory is writable, and it is emptied afterwards
+    r = run_python("open('scratch.txt', 'w').write('ok'); import os; print(os.getcwd())", SMALL)
+    assert r.ok and not Path(r.stdout.strip()).exists()
+
+
+def test_parent_environment_secrets_are_not_visible(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = f"fake-secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("WANDB_API_KEY", secret)
+    code = ("import os\nprint(dict(os.environ))\n"
+            "for p in ('/proc/%d/environ' % PARENT, '/proc/self/environ', '/proc/1/environ'):\n"
+            "    try:\n        print(open(p, 'rb').read())\n"
+            "    except OSError as e:\n        print('denied', p)\n")
+    r = run_python(f"PARENT = {os.getpid()}\n{code}", SMALL)
+    assert r.ok
+    assert secret not in r.stdout + r.stderr
+    assert f"denied /proc/{os.getpid()}/environ" in r.stdout
+    assert "WANDB_API_KEY" not in r.stdout
+    assert f"'HOME': '{os.environ['HOME']}'" not in r.stdout  # not the caller's HOME
+
+
+def test_network_connection_to_a_local_listener_fails() -> None:
+    if not detect().isolation.network:
+        pytest.skip("no network namespace on this machine (reported in Isolation.network)")
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        srv.settimeout(0.3)
+        port = srv.getsockname()[1]
+        r = run_python(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+                       "print('connected')", SMALL)
+        with pytest.raises(socket.timeout):
+            srv.accept()
+    assert r.status is Status.RUNTIME_ERROR and "connected" not in r.stdout
+
+
+def test_killing_the_parent_process_fails() -> None:
+    got: list[int] = []
+    old = signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
+    try:
+        code = (f"import os, signal\nfor pid in ({os.getpid()}, os.getppid()):\n"
+                "    try:\n        os.kill(pid, signal.SIGUSR1)\n        print('sent', pid)\n"
+                "    except OSError as e:\n        print('refused', pid, e.errno)\n"
+                "try:\n    os.killpg(os.getpgid(0), signal.SIGUSR1)\nexcept OSError:\n    pass\n"
+                "os.kill(-1, signal.SIGUSR1)\n")
+        r = run_python(code, SMALL)
+        time.sleep(0.1)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert got == []
+    assert f"sent {os.getpid()}" not in r.stdout
+
+
+def test_setsid_double_fork_leaves_no_survivor(marker: str) -> None:
+    code = ("import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+            f"        os.execv('/bin/sleep', ['sleep', '{marker}'])\n    os._exit(0)\n"
+            "os.wait()\nprint('parent done')\n")
+    r = run_python(code, SMALL)
+    assert r.ok and r.stdout == "parent done\n"
+    time.sleep(0.05)
+    assert processes_with(marker) == []
+
+
+def test_sys_exit_tricks_are_reported_faithfully() -> None:
+    r = run_python("import sys\nprint('a')\nsys.exit(0)\nprint('b')", SMALL)
+    assert (r.status, r.stdout, r.completed) == (Status.OK, "a\n", False)  # exit 0, but did not finish
+    r = run_python("import os\nos._exit(0)\nraise ValueError", SMALL)
+    assert (r.status, r.completed) == (Status.OK, False)
+    assert run_python("import sys; sys.exit(3)", SMALL).exit_code == 3
+    r = run_python("import sys; sys.exit('boom')", SMALL)
+    assert (r.status, r.stderr) == (Status.RUNTIME_ERROR, "boom\n")
+    # an atexit handler cannot turn a crash into a clean exit
+    r = run_python("import atexit, os\natexit.register(lambda: os._exit(0))\n1/0", SMALL)
+    assert r.status is Status.RUNTIME_ERROR
+
+
+def test_pool_runs_in_parallel_and_keeps_order() -> None:
+    with SandboxPool(workers=4, limits=SMALL) as pool:
+        t0 = time.monotonic()
+        results = pool.map([f"import time; time.sleep(0.4); print({i})" for i in range(4)])
+        elapsed = time.monotonic() - t0
+    assert [r.stdout.strip() for r in results] == ["0", "1", "2", "3"]
+    assert elapsed < 1.4  # four 0.4 s sleeps overlapped

@@ -1,0 +1,132 @@
+"""The adversarial code game (REFERENCE §5).
+
+The policy writes a program that prints an integer; an opponent (a frozen copy of the policy, or a
+named model) reads the program and predicts the integer. The true output comes from the sandbox,
+never from running the program in the trainer (the earlier script's bug). Rewards: +1 when the
+opponent is wrong, -1 when it is right, and -1 when the program fails or prints no integer (the
+earlier script rewarded crashing programs with +1: a crash is not a win).
+
+The opponent is any ``predict(prompts) -> texts`` callable, so the game logic is tested without a
+model; ``hf_opponent`` wraps a transformers model.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from training_core.code.extract import extract_code
+from training_core.sandbox import SandboxLimits, SandboxPool, SandboxResult, Status, default_pool
+
+Predictor = Callable[[list[str]], list[str]]
+
+GAME_PROMPT = ("Write a short Python program that prints exactly one integer. Another model will read your "
+               "program and try to predict the integer without running it: make that hard, but the program "
+               "must run without errors within a second. Put the program in one ```python code block.")
+OPPONENT_PROMPT = ("What integer does this Python program print?\n\n```python\n{code}\n```\n\n"
+                   "Answer with the integer only, inside <answer>...</answer>.")
+
+_INT = re.compile(r"[-+]?\d+")
+_ANSWER = re.compile(r"<answer>\s*([-+]?\d+)\s*</answer>")
+
+
+def program_output(result: SandboxResult) -> int | None:
+    """The integer a program printed: a clean run whose whole stripped stdout is one integer."""
+    if result.status is not Status.OK:
+        return None
+    text = result.stdout.strip()
+    if not re.fullmatch(r"[-+]?\d+", text) or len(text) > 4000:
+        return None
+    return int(text)
+
+
+def parse_prediction(text: str) -> int | None:
+    """The opponent's integer: the ``<answer>`` content, else the last integer in its text."""
+    m = _ANSWER.search(text)
+    if m:
+        return int(m.group(1))
+    found = _INT.findall(text)
+    return int(found[-1]) if found else None
+
+
+@dataclass
+class GameStats:
+    """Running opponent accuracy over programs that printed an integer (thread-safe counters)."""
+
+    rounds: int = 0  # valid programs judged
+    opponent_right: int = 0
+    invalid: int = 0  # programs that failed or printed no integer
+    last_accuracy: float = 0.0  # accuracy of the latest batch
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def add(self, right: int, valid: int, invalid: int) -> None:
+        with self._lock:
+            self.rounds += valid
+            self.opponent_right += right
+            self.invalid += invalid
+            self.last_accuracy = right / valid if valid else 0.0
+
+    @property
+    def accuracy(self) -> float:
+        return self.opponent_right / self.rounds if self.rounds else 0.0
+
+    def metrics(self) -> dict[str, float]:
+        return {"code_game/opponent_accuracy": self.last_accuracy,
+                "code_game/opponent_accuracy_total": self.accuracy,
+                "code_game/invalid_programs": float(self.invalid)}
+
+
+def play(completions: Sequence[Any], predict: Predictor, stats: GameStats | None = None,
+         pool: SandboxPool | None = None, limits: SandboxLimits | None = None,
+         win: float = 1.0, lose: float = -1.0, invalid: float = -1.0) -> list[float]:
+    """Score one batch: run every program, ask the opponent about the valid ones, compare."""
+    codes = [extract_code(c) for c in completions]
+    pool = pool or default_pool()
+    limits = limits or SandboxLimits(timeout_s=2.0)
+    ran = iter(pool.map([c for c in codes if c], limits))
+    truths = [program_output(next(ran)) if c else None for c in codes]
+    valid = [i for i, t in enumerate(truths) if t is not None]
+    guesses = predict([OPPONENT_PROMPT.format(code=codes[i]) for i in valid]) if valid else []
+    rewards = [invalid] * len(codes)
+    right = 0
+    for i, text in zip(valid, guesses, strict=True):
+        hit = parse_prediction(text) == truths[i]
+        right += hit
+        rewards[i] = lose if hit else win
+    if stats is not None:
+        stats.add(right, len(valid), len(codes) - len(valid))
+    return rewards
+
+
+def hf_opponent(model: Any, tokenizer: Any, max_new_tokens: int = 24, batch_size: int = 8) -> Predictor:
+    """Greedy predictions from a transformers causal LM (chat template when the tokenizer has one)."""
+    import torch
+
+    def predict(prompts: list[str]) -> list[str]:
+        texts = []
+        for p in prompts:
+            if getattr(tokenizer, "chat_template", None):
+                texts.append(tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                                           add_generation_prompt=True))
+            else:
+                texts.append(p)
+        outs: list[str] = []
+        side = tokenizer.padding_side
+        tokenizer.padding_side = "left"
+        try:
+            for s in range(0, len(texts), batch_size):
+                enc = tokenizer(texts[s:s + batch_size], return_tensors="pt", padding=True).to(model.device)
+                with torch.no_grad():
+                    gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                                         pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
+                outs += tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        finally:
+            tokenizer.padding_side = side
+        return outs
+
+    return predict

@@ -1,0 +1,141 @@
+"""MBPP (Austin et al. 2021): loading both hub configs, the standard prompt, pass@k, scoring.
+
+The hub dataset ``google-research-datasets/mbpp`` has two configs whose columns differ:
+``full`` (text, code, test_list, test_setup_code) and ``sanitized`` (prompt, code, test_list,
+test_imports). ``MbppProblem`` is the one shape the rest of the code sees. Scoring runs every
+program in the sandbox: a problem passes when the code plus all its asserts exits 0 having run to
+its end (REFERENCE §5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from training_core.code.checks import assert_program, asserts_passed
+from training_core.code.extract import extract_code
+from training_core.sandbox import SandboxLimits, SandboxPool, SandboxResult, default_pool
+
+HUB_NAME = "google-research-datasets/mbpp"
+CONFIGS = ("full", "sanitized")
+
+
+@dataclass(frozen=True)
+class MbppProblem:
+    task_id: int
+    text: str  # the task description ("text" in full, "prompt" in sanitized)
+    code: str  # the reference solution
+    test_list: tuple[str, ...]  # assert statements
+    setup: str = ""  # test_setup_code (full) or the test_imports lines joined (sanitized)
+
+
+def problem_from_row(row: dict[str, Any]) -> MbppProblem:
+    """Either config's row as an MbppProblem."""
+    text = row.get("text") if row.get("text") is not None else row.get("prompt", "")
+    if row.get("test_setup_code"):
+        setup = str(row["test_setup_code"])
+    else:
+        setup = "\n".join(str(s) for s in row.get("test_imports") or [])
+    return MbppProblem(task_id=int(row["task_id"]), text=str(text).strip(), code=str(row.get("code", "")),
+                       test_list=tuple(str(t) for t in row["test_list"]), setup=setup)
+
+
+def load_mbpp(config: str = "sanitized", split: str = "test", limit: int = 10,
+              data_files: str | Sequence[str] | None = None) -> list[MbppProblem]:
+    """The first ``limit`` problems (0 = all). ``data_files`` reads local JSON/JSONL rows in either
+    config's format instead of the hub (tests, offline hosts)."""
+    if config not in CONFIGS:
+        raise ValueError(f"MBPP config must be one of {CONFIGS}, not {config!r}")
+    from datasets import load_dataset
+
+    if data_files:
+        files = [data_files] if isinstance(data_files, str) else list(data_files)
+        ds = load_dataset("json", data_files=files, split="train")
+    else:
+        ds = load_dataset(HUB_NAME, config, split=split)
+    rows: Iterable[dict[str, Any]] = ds
+    problems = [problem_from_row(r) for r in rows]
+    return problems[:limit] if limit > 0 else problems
+
+
+PROMPT_TEMPLATE = ("You are an expert Python programmer, and here is your task: {text} "
+                   "Your code should pass these tests:\n\n{tests}\n")
+ANSWER_HINT = "Write the complete function in one ```python code block."
+
+
+def mbpp_prompt(problem: MbppProblem, n_tests: int = 3, hint: str = ANSWER_HINT) -> str:
+    """The MBPP paper's prompt: the task, then (up to) three of its tests, one per line."""
+    tests = "\n".join(problem.test_list[:n_tests])
+    prompt = PROMPT_TEMPLATE.format(text=problem.text, tests=tests)
+    return f"{prompt}{hint}\n" if hint else prompt
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k)/C(n, k), as a stable product."""
+    if not 0 <= c <= n or k < 1 or k > n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+@dataclass(frozen=True)
+class ProblemResult:
+    task_id: int
+    n: int  # samples scored
+    correct: int  # samples whose code passed every assert
+    pass_at_1: float
+    statuses: tuple[str, ...]  # sandbox status per sample
+    completions: tuple[str, ...]  # the samples (for the per-problem JSON)
+
+    @property
+    def passed(self) -> bool:
+        """The first sample passed (what ``mbpp_eval/problems_passed`` counts)."""
+        return self.n > 0 and self.statuses[0] == "pass"
+
+
+def score_samples(problems: Sequence[MbppProblem], samples: Sequence[Sequence[Any]],
+                  pool: SandboxPool | None = None, timeout_s: float = 10.0) -> list[ProblemResult]:
+    """Run every sample of every problem (all in one pool batch) against its asserts."""
+    pool = pool or default_pool()
+    jobs: list[tuple[int, str]] = []
+    for i, (p, outs) in enumerate(zip(problems, samples, strict=True)):
+        for out in outs:
+            code = extract_code(out)
+            jobs.append((i, assert_program(code, p.test_list, p.setup) if code else ""))
+    limits = SandboxLimits(timeout_s=timeout_s)
+    ran = iter(pool.map([prog for _, prog in jobs if prog], limits))
+    results: list[SandboxResult | None] = [next(ran) if prog else None for _, prog in jobs]
+    scored: list[ProblemResult] = []
+    k = 0
+    for p, outs in zip(problems, samples, strict=True):
+        statuses = []
+        for _ in outs:
+            r = results[k]
+            k += 1
+            statuses.append("no_code" if r is None else "pass" if asserts_passed(r) else r.status.value)
+        c = statuses.count("pass")
+        scored.append(ProblemResult(p.task_id, len(outs), c, c / len(outs) if outs else 0.0, tuple(statuses),
+                                    tuple(str(o) for o in outs)))
+    return scored
+
+
+def summary(results: Sequence[ProblemResult], eval_time: float) -> dict[str, float | int]:
+    """The ``mbpp_eval/...`` metrics (REFERENCE §5 names)."""
+    total = len(results)
+    passed = sum(r.passed for r in results)
+    return {
+        "mbpp_eval/pass_rate": passed / total if total else 0.0,
+        "mbpp_eval/problems_passed": passed,
+        "mbpp_eval/total_problems": total,
+        "mbpp_eval/eval_time": eval_time,
+        "mbpp_eval/pass_at_1": sum(r.pass_at_1 for r in results) / total if total else 0.0,
+    }
+
+
+def results_json(results: Sequence[ProblemResult]) -> list[dict[str, Any]]:
+    return [asdict(r) | {"passed": r.passed} for r in results]

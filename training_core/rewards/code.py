@@ -1,0 +1,91 @@
+"""Code rewards (REFERENCE §5): run the completion's program in the sandbox and score what happened.
+
+Every program runs through ``training_core.sandbox`` (a separate, limited process), never in the
+trainer. A batch is scored through the shared pool so slow programs overlap.
+
+- ``code_execution``: does it run? +1.0 clean run with output, +0.5 clean run without output,
+  -0.5 syntax/indentation error, -1.0 anything else (error, timeout, no code). "Clean" means exit 0
+  and empty stderr, as in the team's script.
+- ``test_cases``: stdout-compared tests (column ``tests``: a list of ``{"program", "expected"}``).
+- ``assert_tests``: MBPP style (columns ``test_list`` and ``test_setup``): passes when the code plus
+  all asserts exits 0 *and ran to its end*, so ``sys.exit(0)`` before the asserts is not a pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from training_core.code.checks import assert_program, asserts_passed, execution_score, stdout_test_passed
+from training_core.code.extract import extract_code
+from training_core.rewards.registry import register
+from training_core.sandbox import SandboxLimits, default_pool
+
+
+def _limits(timeout_s: float, memory_mb: int) -> SandboxLimits:
+    return SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb)
+
+
+@register("code_execution")
+def code_execution(
+    completions: list[Any], timeout_s: float = 3.0, memory_mb: int = 512, with_output: float = 1.0,
+    without_output: float = 0.5, syntax: float = -0.5, failure: float = -1.0, **_: Any,
+) -> list[float]:
+    """+1 runs cleanly with output, +0.5 without, -0.5 syntax error, -1 otherwise (REFERENCE §5)."""
+    codes = [extract_code(c) for c in completions]
+    todo = [c for c in codes if c]
+    results = iter(default_pool().map(todo, _limits(timeout_s, memory_mb)))
+    return [execution_score(next(results) if c else None, with_output, without_output, syntax, failure)
+            for c in codes]
+
+
+def _test_fields(test: Any) -> tuple[str, str]:
+    if isinstance(test, dict):
+        program = test.get("program", test.get("input", ""))
+        return str(program), str(test.get("expected", test.get("output", "")))
+    program, expected = test
+    return str(program), str(expected)
+
+
+@register("test_cases")
+def test_cases(
+    completions: list[Any], tests: list[Sequence[Any]], n_tests: int = 5, base_weight: float = 1.0,
+    perfect_bonus: float = 1.0, perfect_weight: float = 1.0, answer_tag: bool = False,
+    timeout_s: float = 1.0, memory_mb: int = 512, **_: Any,
+) -> list[float]:
+    """(passed/total)·base_weight + perfect_bonus·perfect_weight when all pass; 0 without code."""
+    jobs: list[tuple[int, str, str]] = []
+    totals: list[int] = []
+    for i, (completion, row_tests) in enumerate(zip(completions, tests, strict=True)):
+        code = extract_code(completion, answer_tag=answer_tag)
+        chosen = list(row_tests or [])[:n_tests]
+        totals.append(len(chosen) if code else 0)
+        if code:
+            for t in chosen:
+                program, expected = _test_fields(t)
+                jobs.append((i, f"{code}\n\n{program}\n", expected))
+    results = default_pool().map([j[1] for j in jobs], _limits(timeout_s, memory_mb))
+    passed = [0] * len(completions)
+    for (i, _program, expected), r in zip(jobs, results, strict=True):
+        passed[i] += stdout_test_passed(r, expected)
+    out = []
+    for p, total in zip(passed, totals, strict=True):
+        if total == 0:
+            out.append(0.0)
+            continue
+        out.append(p / total * base_weight + (perfect_bonus * perfect_weight if p == total else 0.0))
+    return out
+
+
+@register("assert_tests")
+def assert_tests(
+    completions: list[Any], test_list: list[Sequence[str]], test_setup: list[str] | None = None,
+    passed: float = 1.0, failed: float = 0.0, answer_tag: bool = False, timeout_s: float = 10.0,
+    memory_mb: int = 512, **_: Any,
+) -> list[float]:
+    """``passed`` when code + all asserts exit 0 having run to the end, else ``failed``."""
+    setups = test_setup or [""] * len(completions)
+    codes = [extract_code(c, answer_tag=answer_tag) for c in completions]
+    programs = [assert_program(c, t, s) for c, t, s in zip(codes, test_list, setups, strict=True) if c]
+    results = iter(default_pool().map(programs, _limits(timeout_s, memory_mb)))
+    return [passed if c and asserts_passed(next(results)) else failed for c in codes]

@@ -1,0 +1,58 @@
+"""A bounded pool that runs many sandboxed programs at once.
+
+Each run is its own process tree; the pool only bounds how many exist at a time (threads wait on
+pipes, so the GIL is not the limit). Reward functions score a whole batch of completions through
+``map`` so a slow program does not serialize the batch.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from training_core.sandbox.isolation import Launcher, detect
+from training_core.sandbox.runner import SandboxLimits, SandboxResult, run_python
+
+
+class SandboxPool:
+    """At most ``workers`` sandboxes alive at once (default: the number of CPUs)."""
+
+    def __init__(self, workers: int | None = None, limits: SandboxLimits | None = None,
+                 launcher: Launcher | None = None) -> None:
+        self.workers = workers or os.cpu_count() or 1
+        self.limits = limits or SandboxLimits()
+        self.launcher = launcher or detect()
+        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sandbox")
+
+    def run(self, code: str, limits: SandboxLimits | None = None) -> SandboxResult:
+        return self._executor.submit(run_python, code, limits or self.limits, self.launcher).result()
+
+    def map(self, codes: Sequence[str], limits: SandboxLimits | None = None) -> list[SandboxResult]:
+        """Results in the order of ``codes``."""
+        lim = limits or self.limits
+        futures = [self._executor.submit(run_python, c, lim, self.launcher) for c in codes]
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> SandboxPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_default: SandboxPool | None = None
+_default_lock = threading.Lock()
+
+
+def default_pool() -> SandboxPool:
+    """The process-wide pool reward functions share (created on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = SandboxPool()
+        return _default
