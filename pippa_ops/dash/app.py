@@ -136,10 +136,13 @@ class DashApp(App[None]):
             self._draw_run()
 
     def _draw_host(self, host: str) -> None:
-        self.query_one(f"#host-{self.hosts.index(host)}", HostPanel).show(self.states[host])
+        # query, not query_one: a late message may arrive while the app is closing its screen.
+        for panel in self.query(f"#host-{self.hosts.index(host)}").results(HostPanel):
+            panel.show(self.states[host])
 
     def _draw_run(self) -> None:
-        self.query_one(RunView).show(self.detail, self.selected_row())
+        for view in self.query(RunView):
+            view.show(self.detail, self.selected_row())
 
     # -------------------------------------------------------------------------------------- selection
     def selected_row(self) -> RunRow | None:
@@ -154,10 +157,16 @@ class DashApp(App[None]):
         if new == self.selected:
             return
         self.selected = new
-        for h, mon in self.monitors.items():
-            mon.select(run_id if h == host else None)
+        for h, other in self.monitors.items():
+            other.select(run_id if h == host else None)
         self.detail = RunDetail(host, run_id) if run_id else None
         self._draw_run()
+        mon = self.monitors.get(host)
+        if run_id and mon is not None:
+            self.run_worker(
+                partial(mon.follow, run_id, self._emit), thread=True, exclusive=True, group=f"follow:{host}",
+                name=f"follow:{run_id}",
+            )
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:

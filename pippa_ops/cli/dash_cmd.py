@@ -1,0 +1,47 @@
+"""``pippa dash``: resolve the hosts, build one monitor per host, run the dashboard."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Annotated
+
+import typer
+
+from pippa_ops.errors import UsageError
+from pippa_ops.inventory import HostSpec, load_inventory, resolve
+
+
+def _attacher(specs: dict[str, HostSpec]):  # type: ignore[no-untyped-def]
+    from pippa_ops.monitor import attach_argv
+
+    def attach(host: str, session: str) -> int:
+        spec = specs[host]
+        env = dict(os.environ)
+        if spec.is_local:
+            env.pop("TMUX", None)  # attaching from inside tmux is what the user asked for
+        return subprocess.call(attach_argv(spec, session), env=env)
+
+    return attach
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("dash")
+    def dash(
+        hosts: Annotated[
+            list[str] | None, typer.Argument(help="Hosts to watch (default: every inventory host).")
+        ] = None,
+        interval: Annotated[
+            int, typer.Option("--interval", min=1, help="Seconds between GPU samples (nvidia-smi -l).")
+        ] = 1,
+    ) -> None:
+        """Live dashboard: GPUs, runs and training curves across hosts."""
+        names = list(dict.fromkeys(hosts or load_inventory()))
+        if not names:
+            raise UsageError("no hosts in the inventory: name some (`pippa dash local` watches this machine)")
+        specs = {spec.name: spec for spec in map(resolve, names)}
+        from pippa_ops.dash import create_app
+        from pippa_ops.monitor import HostMonitor
+
+        monitors = {name: HostMonitor(spec, interval_s=interval) for name, spec in specs.items()}
+        create_app(list(specs), monitors, attach=_attacher(specs)).run()

@@ -1,0 +1,107 @@
+"""The dashboard against real OpenSSH hosts on loopback (tests/sshd.py), with Pilot.
+
+Each host gets an ``nvidia-smi`` on its PATH that replays a real H100 capture in loop mode
+(fake_smi.py); everything else is real: paramiko, sshd, tmux, the trainer on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import fake_smi
+import pytest
+
+from pippa_ops.connect import open_transport
+from pippa_ops.dash import DashApp, create_app
+from pippa_ops.inventory import resolve
+from pippa_ops.monitor import HostMonitor
+from pippa_ops.runs import launch
+
+pytestmark = [pytest.mark.ssh, pytest.mark.anyio]
+
+
+async def _until(pilot, cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for: {what}")
+        await pilot.pause(0.1)
+
+
+def _status(app: DashApp, i: int) -> str:
+    return str(app.query_one(f"#host-{i} .status").render())
+
+
+def _drop_connections(host) -> None:
+    """Stop the host's sshd AND its established sessions, as a host going away does.
+
+    ``stop()`` alone only closes the listener; the per-connection sshd processes are its children,
+    found by parent pid before the listener goes (we started them by connecting; killed by id).
+    """
+    listener = host._proc.pid
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == listener:
+                children.append(int(stat.parent.name))
+    host.stop()
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _monitors(names: list[str]) -> dict[str, HostMonitor]:
+    return {n: HostMonitor(resolve(n), interval_s=1.0, runs_every_s=1.0) for n in names}
+
+
+async def test_gpu_rows_then_a_dead_host_shows_unreachable_and_recovers(ssh_hosts, ssh_env) -> None:
+    t1, t2 = ssh_hosts[0], ssh_hosts[1]
+    for h in (t1, t2):
+        h.install_bin("nvidia-smi", fake_smi.script(gpus=2))
+    app = create_app([t1.name, t2.name], _monitors([t1.name, t2.name]))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _until(pilot, lambda: all("2 GPUs" in _status(app, i) for i in (0, 1)), 30, "GPU rows on both")
+        gpus = str(app.query_one("#host-0 .gpus").render())
+        assert "H100 80GB HBM3" in gpus and "100%" in gpus and "19.4/80G" in gpus and "632W" in gpus
+
+        _drop_connections(t2)
+        await _until(pilot, lambda: "unreachable (" in _status(app, 1), 30, "t2 unreachable")
+        assert "retrying in" in _status(app, 1)
+        # The other host keeps streaming while t2 is down.
+        before = app.states[t1.name].sample_time or 0.0
+        await _until(pilot, lambda: (app.states[t1.name].sample_time or 0) > before + 1.5, 10, "t1 samples")
+
+        t2.start()
+        await pilot.press("r")  # reconnect now instead of waiting out the backoff
+        await _until(pilot, lambda: "2 GPUs" in _status(app, 1), 30, "t2 back up")
+
+
+async def test_tiny_run_shows_in_the_list_and_its_reward_curve_grows(ssh_hosts, ssh_env) -> None:
+    t3 = ssh_hosts[2]
+    spec = resolve(t3.name)
+    with open_transport(spec) as transport:
+        result = launch(
+            spec, transport, recipes=["tiny"], session="dashtest", replace=True,
+            sets=["train.max_steps=12", "eval.interval=6", "eval.n=4"], sync=lambda s, t: None,
+        )  # fmt: skip
+    run_id = result.run_ids[0]
+    app = create_app([t3.name], _monitors([t3.name]))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _until(pilot, lambda: app.selected == (t3.name, run_id), 30, "the run listed and selected")
+        assert any(r.run_id == run_id and r.what == "tiny" for r in app.states[t3.name].runs)
+
+        def points() -> int:
+            return len(app.detail.series.get("reward/mean", ())) if app.detail else 0
+
+        await _until(pilot, lambda: points() >= 2, 150, "two reward points")
+        first = points()
+        await _until(pilot, lambda: points() > first, 60, "the reward curve growing")
+        plot = app.query_one("#plot-reward-mean")
+        assert plot._points is not None and len(plot._points) >= first + 1
+        assert app.detail is not None and app.detail.log_tail, "the output log tail is shown"
