@@ -1,0 +1,39 @@
+"""Bits every command group shares: consoles, --json output, the host argument/option, --accept-new."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+HOST_HELP = "Host: inventory name, ~/.ssh/config alias, [user@]address, or 'local'."
+
+HostArg = Annotated[str, typer.Argument(help=HOST_HELP, show_default=False)]
+HostOpt = Annotated[str | None, typer.Option("--host", "-H", help=HOST_HELP)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+AcceptNewOpt = Annotated[
+    bool,
+    typer.Option(
+        "--accept-new",
+        help="Record an unknown host key in ~/.ssh/known_hosts (like ssh's accept-new); "
+        "a changed key is still refused.",
+    ),
+]
+
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def emit_json(data: Any) -> None:
+    """Machine-readable output on stdout, nothing else on it."""
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"

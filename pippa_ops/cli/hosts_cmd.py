@@ -1,0 +1,124 @@
+"""``pippa hosts / up / sync``: parse options, call one core function, render, exit."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from pippa_ops.cli.common import AcceptNewOpt, HostArg, JsonOpt, console, emit_json, err_console, human_bytes
+from pippa_ops.connect import connect, open_transport
+from pippa_ops.errors import ExitCode
+from pippa_ops.hostprep import HostRow, UpReport, survey, up
+from pippa_ops.inventory import load_inventory, local_spec
+from pippa_ops.repo import repo_root
+from pippa_ops.sync import SyncResult, sync
+
+
+def hosts_command(json_out: JsonOpt = False) -> None:
+    """The inventory (local, pippa.toml, ~/.config/pippa/hosts.toml), reachability checked in parallel."""
+    rows = survey([local_spec(), *load_inventory().values()], open_transport)
+    if json_out:
+        emit_json([r.to_json() for r in rows])
+    else:
+        render_hosts(rows)
+
+
+def render_hosts(rows: list[HostRow]) -> None:
+    table = Table(box=None, pad_edge=False)
+    for col in ("HOST", "ADDRESS", "REMOTE DIR", "SOURCE", "STATUS"):
+        table.add_column(col)
+    for r in rows:
+        where = r.address if r.user is None else f"{r.user}@{r.address}"
+        where += f":{r.port}" if r.port else ""
+        status = (
+            f"[green]up[/] {r.latency_ms:.0f} ms" if r.reachable else f"[red]down[/] {escape(r.error or '')}"
+        )
+        table.add_row(r.name, escape(where), escape(r.remote_dir), r.source.split(":")[0], status)
+    console.print(table)
+
+
+def up_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOpt = False) -> None:
+    """Prepare a host: check tmux/GPUs/python/disk, install uv, sync, run setup, push secrets."""
+    spec, transport = connect(host, accept_new=accept_new)
+    with transport:
+        report = up(spec, transport, repo_root(), emit=lambda line: err_console.print(escape(line)))
+    if json_out:
+        emit_json(report.to_json())
+    else:
+        render_up(report)
+
+
+def render_up(r: UpReport) -> None:
+    p = r.probe
+    gpus = "\n".join(p.gpus) if p.gpus else "none (this host has no NVIDIA GPU)"
+    rows = [
+        ("host", r.host),
+        ("GPUs", gpus),
+        ("driver", p.driver or "-"),
+        ("CUDA", p.cuda or "-"),
+        ("python", r.python),
+        ("uv", (p.uv or "-") + (" (installed now)" if r.uv_installed else "")),
+        ("tmux", p.tmux or "-"),
+        ("free disk", f"{p.free_disk_gb} GB" if p.free_disk_gb is not None else "-"),
+        ("remote dir", r.remote_dir),
+        ("synced", f"{len(r.sync.sent)} changed file(s) of {r.sync.files}"),
+        ("setup", "ran" if r.setup_ran else "up to date"),
+        ("secrets", ", ".join(r.secrets.pushed) or "none"),
+    ]
+    if r.secrets.missing:
+        rows.append(("not in .env", ", ".join(r.secrets.missing)))
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows:
+        table.add_row(key, escape(value))
+    console.print(table)
+    console.print(f"ready in {r.elapsed_s:.1f}s")
+
+
+def sync_command(
+    host: HostArg,
+    delete: Annotated[bool, typer.Option("--delete", help="Also delete host files absent here.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would change; change nothing.")
+    ] = False,
+    accept_new: AcceptNewOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Copy the working tree to the host: changed files only, one stream, deletions only with --delete."""
+    spec, transport = connect(host, accept_new=accept_new)
+    with transport:
+        result = sync(spec, transport, repo_root(), delete=delete, dry_run=dry_run)
+    if json_out:
+        emit_json(result.to_json())
+    else:
+        render_sync(result)
+
+
+def render_sync(r: SyncResult) -> None:
+    if r.local:
+        console.print(f"local: the repo itself is the remote dir ({escape(r.remote_dir)}); marker written")
+        return
+    verb = ("would send", "would delete") if r.dry_run else ("sent", "deleted")
+    if r.dry_run:
+        for name in r.sent:
+            console.print(f"  send {escape(name)}")
+        for name in r.deleted:
+            console.print(f"  delete {escape(name)}")
+    state = f"{(r.commit or 'no commit')[:10]}{' (dirty)' if r.dirty else ''}"
+    console.print(
+        f"{r.host}:{escape(r.remote_dir)}: {verb[0]} {len(r.sent)} of {r.files} file(s)"
+        f" ({human_bytes(r.bytes_sent)}), {verb[1]} {len(r.deleted)}; {state}; {r.elapsed_s:.2f}s"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("hosts")(hosts_command)
+    app.command("up")(up_command)
+    app.command("sync")(sync_command)
+
+
+__all__ = ["ExitCode", "register"]

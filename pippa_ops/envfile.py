@@ -1,0 +1,58 @@
+"""Secrets from the local ``.env`` to the host's 0600 ``~/.config/pippa/secrets.env``.
+
+Why a file and stdin: a secret in argv shows in ``ps`` on both machines, in send-keys text it lands in
+tmux scrollback. So the values travel only as the stdin of one command that writes the file with
+umask 077 (tmp + rename), and job scripts source it. Nothing here returns or prints a value.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from dotenv import dotenv_values
+
+from pippa_ops.inventory import SECRETS_PATH
+from pippa_ops.shell import validate_env_key
+from pippa_ops.sync import remote_dir_expr
+from pippa_ops.transport import Transport
+
+
+@dataclass(frozen=True)
+class SecretsPush:
+    """Names only, never values."""
+
+    pushed: tuple[str, ...]
+    missing: tuple[str, ...]  # named by the host's config but absent from the local .env
+    path: str
+
+
+def read_env(path: Path) -> dict[str, str]:
+    """``KEY=value`` pairs of a dotenv file (empty when it does not exist); keys without a value dropped."""
+    if not path.is_file():
+        return {}
+    return {k: v for k, v in dotenv_values(path).items() if v is not None}
+
+
+def secrets_file_text(values: dict[str, str]) -> str:
+    """``KEY='value'`` lines a POSIX shell can source (values single-quoted, keys validated)."""
+    return "".join(f"{validate_env_key(k)}={shlex.quote(v)}\n" for k, v in sorted(values.items()))
+
+
+def write_command(path: str = SECRETS_PATH) -> str:
+    """Write stdin to ``path`` with mode 0600 from its first byte, atomically."""
+    target = remote_dir_expr(path)
+    return (
+        f'set -e; umask 077; f={target}; mkdir -p "$(dirname "$f")"; '
+        'cat > "$f.tmp"; chmod 600 "$f.tmp"; mv -f "$f.tmp" "$f"'
+    )
+
+
+def push_secrets(transport: Transport, names: tuple[str, ...], env_path: Path) -> SecretsPush:
+    """Send the named variables of ``env_path`` to the host's secrets file (rewritten each time)."""
+    local = read_env(env_path)
+    chosen = {n: local[n] for n in names if n in local}
+    missing = tuple(n for n in names if n not in local)
+    transport.run(write_command(), input=secrets_file_text(chosen).encode(), timeout=60, check=True)
+    return SecretsPush(pushed=tuple(sorted(chosen)), missing=missing, path=SECRETS_PATH)

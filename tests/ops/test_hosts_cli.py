@@ -1,0 +1,105 @@
+"""The real `pippa` CLI in a subprocess: hosts --json with a host down; one-line errors, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import PIPPA
+
+from pippa_ops.errors import ExitCode
+
+pytestmark = pytest.mark.ssh
+
+
+def pippa(client_env, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PIPPA, *args], env=client_env.env, cwd=cwd, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    r = tmp_path / "repo"
+    r.mkdir()
+    (r / "a.txt").write_text("a\n")
+    subprocess.run(["git", "init", "-q"], cwd=r, check=True)
+    return r
+
+
+def _one_line_error(p: subprocess.CompletedProcess[str], code: ExitCode) -> str:
+    assert p.returncode == code, p.stderr
+    assert "Traceback" not in p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pippa: "), p.stderr
+    return lines[0]
+
+
+def test_hosts_json_reports_every_host_with_one_down(client_env, ssh_hosts):
+    ssh_hosts[1].stop()
+    p = pippa(client_env, "hosts", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = {r["name"]: r for r in json.loads(p.stdout)}
+    assert set(rows) == {"local", "t1", "t2", "t3", "t4"}
+    assert [rows[n]["reachable"] for n in ("local", "t1", "t2", "t3", "t4")] == [
+        True,
+        True,
+        False,
+        True,
+        True,
+    ]
+    assert "connection refused" in rows["t2"]["error"]
+    assert rows["t3"]["address"] == ssh_hosts[2].address and rows["t3"]["port"] == ssh_hosts[2].port
+
+
+def test_unknown_host_key_refused_then_accept_new_records_it(client_env, ssh_hosts, repo):
+    h = ssh_hosts[2]
+    kh = client_env.known_hosts
+    kh.write_text("".join(f"{line}\n" for line in kh.read_text().splitlines() if h.address not in line))
+    line = _one_line_error(pippa(client_env, "sync", h.name, cwd=repo), ExitCode.HOST_KEY)
+    assert "SHA256:" in line and "--accept-new" in line
+    ok = pippa(client_env, "sync", h.name, "--accept-new", cwd=repo)
+    assert ok.returncode == 0, ok.stderr
+    assert f"[{h.address}]:{h.port} ssh-ed25519" in kh.read_text()
+
+
+def test_changed_host_key_refused_even_with_accept_new(client_env, ssh_hosts, repo):
+    h = ssh_hosts[3]
+    other = ssh_hosts[0].host_key_line.split()[1:]
+    kh = client_env.known_hosts
+    kh.write_text(
+        "".join(
+            f"[{h.address}]:{h.port} {' '.join(other)}\n" if h.address in line else f"{line}\n"
+            for line in kh.read_text().splitlines()
+        )
+    )
+    line = _one_line_error(pippa(client_env, "sync", h.name, "--accept-new", cwd=repo), ExitCode.HOST_KEY)
+    assert "CHANGED" in line
+
+
+def test_auth_failure_unreachable_and_unknown_host_are_one_line_each(client_env, ssh_hosts, repo):
+    h = ssh_hosts[0]
+    # An ssh alias with a user the host does not know: its key is refused.
+    cfg = client_env.home / ".ssh" / "config"
+    cfg.write_text(
+        cfg.read_text() + f"Host wronguser\n  HostName {h.address}\n  Port {h.port}\n  User nobody\n"
+    )
+    line = _one_line_error(pippa(client_env, "sync", "wronguser", cwd=repo), ExitCode.AUTH)
+    assert "authentication failed for nobody@" in line
+    ssh_hosts[1].stop()
+    line = _one_line_error(pippa(client_env, "sync", ssh_hosts[1].name, cwd=repo), ExitCode.UNREACHABLE)
+    assert "connection refused" in line
+    line = _one_line_error(pippa(client_env, "sync", f"me@{h.address}", cwd=repo), ExitCode.UNREACHABLE)
+    assert f"cannot reach {h.address}:22" in line  # a bare address: port 22, where nothing listens
+    line = _one_line_error(pippa(client_env, "sync", "no-such-host", cwd=repo), ExitCode.UNKNOWN_HOST)
+    assert "known: local, t1, t2, t3, t4" in line
+
+
+def test_sync_cli_dry_run_lists_files_and_json_reports(client_env, ssh_hosts, repo):
+    dry = pippa(client_env, "sync", "t1", "--dry-run", cwd=repo)
+    assert dry.returncode == 0 and "send a.txt" in dry.stdout
+    done = pippa(client_env, "sync", "t1", "--json", cwd=repo)
+    assert json.loads(done.stdout)["sent"] == ["a.txt"]
+    assert (ssh_hosts[0].home / "pippa" / "a.txt").read_text() == "a\n"
