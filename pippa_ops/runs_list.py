@@ -69,6 +69,7 @@ class HostRuns:
     host: str
     now: float  # host clock
     sessions: dict[str, float] = field(default_factory=dict)  # live tmux session -> created
+    identities: dict[str, str] = field(default_factory=dict)  # live tmux session -> "$id@created"
     runs: tuple[RunRecord, ...] = ()
 
 
@@ -91,6 +92,7 @@ for d in $(ls -1d -- */ 2>/dev/null | tail -n {int(limit)}); do
   echo "{m}RUN $d"
   printf '%s' "{m}JSON "; tr -d '\\n' < "$d/run.json"; echo
   echo "{m}CTIME $(stat -c %Y "$d/run.json")"
+  [ -f "$d/tmux_session" ] && echo "{m}TMUX $(head -c 64 "$d/tmux_session")"
   [ -f "$d/exit_code" ] && echo "{m}EXIT $(head -c 16 "$d/exit_code") $(stat -c %Y "$d/exit_code")"
   [ -f "$d/started" ] && echo "{m}STARTED $(head -c 32 "$d/started")"
   [ -f "$d/stop_requested" ] && echo "{m}STOP $(head -c 32 "$d/stop_requested")"
@@ -142,7 +144,12 @@ def derive_state(
 
 
 def _record(
-    host: str, run_id: str, raw: dict[str, list[str]], now: float, sessions: dict[str, float]
+    host: str,
+    run_id: str,
+    raw: dict[str, list[str]],
+    now: float,
+    sessions: dict[str, float],
+    idents: dict[str, str],
 ) -> RunRecord | None:
     try:
         meta = json.loads(raw["JSON"][0])
@@ -153,7 +160,10 @@ def _record(
     session = str(meta.get("session", ""))
     ctime = _num(raw.get("CTIME", [""])[0])
     created = sessions.get(session)
-    alive = created is not None and ctime is not None and abs(created - ctime) <= SESSION_MATCH_S
+    if "TMUX" in raw:  # the launch recorded its session's identity: exact
+        alive = idents.get(session) == raw["TMUX"][0].strip()
+    else:
+        alive = created is not None and ctime is not None and abs(created - ctime) <= SESSION_MATCH_S
     exit_code: int | None = None
     ended: float | None = None
     if "EXIT" in raw:
@@ -203,6 +213,7 @@ def parse_listing(host: str, text: str, marker: str) -> HostRuns:
     """Parse ``list_script`` output (pure; unit-tested on captured text)."""
     now = 0.0
     sessions: dict[str, float] = {}
+    idents: dict[str, str] = {}
     blocks: list[tuple[str, dict[str, list[str]]]] = []
     for line in text.splitlines():
         if not line.startswith(marker):
@@ -213,6 +224,7 @@ def parse_listing(host: str, text: str, marker: str) -> HostRuns:
         elif tag == "SESSION":
             for info in parse_sessions(rest):
                 sessions[info.name] = info.created
+                idents[info.name] = info.identity
         elif tag == "RUN":
             blocks.append((rest.strip(), {}))
         elif blocks:
@@ -221,11 +233,11 @@ def parse_listing(host: str, text: str, marker: str) -> HostRuns:
     for run_id, raw in blocks:
         if not NAME_RE.fullmatch(run_id):
             continue
-        rec = _record(host, run_id, raw, now, sessions)
+        rec = _record(host, run_id, raw, now, sessions, idents)
         if rec is not None:
             runs.append(rec)
     runs.sort(key=lambda r: (r.started or 0.0, r.run_id))
-    return HostRuns(host=host, now=now, sessions=sessions, runs=tuple(runs))
+    return HostRuns(host=host, now=now, sessions=sessions, identities=idents, runs=tuple(runs))
 
 
 def list_runs(transport: Transport, remote_dir: str, limit: int = DEFAULT_LIMIT) -> HostRuns:

@@ -20,7 +20,9 @@ TMUX = "tmux"
 # Exit status a shell gives for "command not found"; how we learn tmux is missing on a host.
 NOT_FOUND_STATUS = 127
 _NO_SERVER = ("no server running", "error connecting to", "no sessions")
-LIST_FORMAT = "#{session_name}\t#{session_created}\t#{session_attached}\t#{session_windows}"
+LIST_FORMAT = "#{session_name}\t#{session_created}\t#{session_attached}\t#{session_windows}\t#{session_id}"
+# What a launch records in each run dir, so a later session reusing the name is never mistaken for it.
+IDENTITY_FORMAT = "#{session_id}@#{session_created}"
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,12 @@ class SessionInfo:
     created: float  # unix time on the host
     attached: int  # number of clients attached
     windows: int
+    id: str = ""  # tmux's "$N", unique within one server's life
+
+    @property
+    def identity(self) -> str:
+        """Same text as IDENTITY_FORMAT renders for this session."""
+        return f"{self.id}@{int(self.created)}"
 
 
 def target(session: str, pane: bool = False) -> str:
@@ -69,6 +77,10 @@ def capture_pane_argv(session: str, lines: int = 50) -> list[str]:
     return [TMUX, "capture-pane", "-p", "-t", target(session, pane=True), "-S", f"-{int(lines)}"]
 
 
+def identity_argv(session: str) -> list[str]:
+    return [TMUX, "display-message", "-p", "-t", target(session, pane=True), IDENTITY_FORMAT]
+
+
 def attach_argv(session: str) -> list[str]:
     return [TMUX, "attach-session", "-t", target(session)]
 
@@ -78,11 +90,11 @@ def parse_sessions(text: str) -> list[SessionInfo]:
     out: list[SessionInfo] = []
     for line in text.splitlines():
         parts = line.split("\t")
-        if len(parts) != 4:
+        if len(parts) not in (4, 5):
             continue
-        name, created, attached, windows = parts
+        name, created, attached, windows = parts[:4]
         try:
-            out.append(SessionInfo(name, float(created), int(attached), int(windows)))
+            out.append(SessionInfo(name, float(created), int(attached), int(windows), *parts[4:]))
         except ValueError:
             continue
     return out

@@ -1,0 +1,75 @@
+"""``pippa gpus HOST``: parsed nvidia-smi per GPU; ``--watch`` re-renders each sample of one stream."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from pippa_ops.connect import connect
+from pippa_ops.errors import ExitCode
+from pippa_ops.gpu import Gpu, GpuStream, query
+from pippa_ops.inventory import LOCAL
+
+
+def _fmt(v: float | None, unit: str = "", digits: int = 0) -> str:
+    return "-" if v is None else f"{v:.{digits}f}{unit}"
+
+
+def gpu_table(host: str, gpus: Sequence[Gpu]) -> Table:
+    table = Table(title=host, box=None, header_style="bold", title_justify="left")
+    for col in ("GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "PROCESSES"):
+        table.add_column(col)
+    for g in gpus:
+        mem = f"{_fmt(g.mem_used_mib)}/{_fmt(g.mem_total_mib)} MiB"
+        power = f"{_fmt(g.power_w, digits=0)}/{_fmt(g.power_limit_w, 'W')}"
+        procs = ", ".join(f"{p.pid} {p.name} {_fmt(p.used_mib, ' MiB')}" for p in g.processes) or "-"
+        idx = "-" if g.index is None else str(g.index)
+        table.add_row(idx, g.name, _fmt(g.util_pct, "%"), mem, _fmt(g.temp_c, "°C"), power, procs)
+    return table
+
+
+def gpus_cmd(
+    host: Annotated[str, typer.Argument(help="Host: inventory name, ssh alias, address or 'local'.")] = LOCAL,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Keep sampling (nvidia-smi -l) and re-render.")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", help="Seconds between samples with --watch.")
+    ] = 2.0,
+) -> None:
+    """Per GPU: index, name, utilization, memory, temperature, power, and the processes on it."""
+    spec, transport = connect(host)
+    with transport:
+        report = query(transport)
+        if report.unavailable:
+            typer.echo(report.unavailable)
+            raise typer.Exit(int(ExitCode.MISSING_TOOL))
+        if as_json and not watch:
+            typer.echo(json.dumps({"host": spec.name, "gpus": [g.to_json() for g in report.gpus]}, indent=2))
+            return
+        console = Console()
+        if not watch:
+            console.print(gpu_table(spec.name, report.gpus))
+            return
+        stream = GpuStream(transport, interval)
+        try:
+            if as_json:
+                for sample in stream.samples():
+                    typer.echo(json.dumps({"host": spec.name, "gpus": [g.to_json() for g in sample]}))
+                return
+            with Live(gpu_table(spec.name, report.gpus), console=console, auto_refresh=False) as live:
+                for sample in stream.samples():
+                    live.update(gpu_table(spec.name, sample), refresh=True)
+        finally:
+            stream.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("gpus")(gpus_cmd)

@@ -1,0 +1,316 @@
+"""``pippa run / ps / logs / attach / stop / recipes``: parse options, call the core, render, exit.
+
+No shell strings or business logic here: launching, listing, following and stopping live in
+``pippa_ops.runs`` / ``runs_list`` / ``follow``; this module only turns their values into lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pippa_ops.connect import connect, open_transport, ssh_argv
+from pippa_ops.errors import AmbiguousSession, ExitCode, PippaError, RunNotFound, SessionNotFound
+from pippa_ops.fanout import fan_out
+from pippa_ops.follow import Follower, read_all
+from pippa_ops.inventory import LOCAL, HostSpec, load_inventory, resolve
+from pippa_ops.recipes import list_recipes
+from pippa_ops.runs import DEFAULT_GRACE_S, LaunchResult, launch, stop
+from pippa_ops.runs_list import HostRuns, RunRecord, current_run, list_runs, select_runs
+from pippa_ops.runs_script import DEFAULT_GAP_S, DEFAULT_SESSION
+from pippa_ops.shell import join, validate_name
+from pippa_ops.tmux import Tmux, attach_argv
+from pippa_ops.transport import Transport
+
+HostOpt = Annotated[
+    str | None, typer.Option("--host", "-H", help="Host: inventory name, ssh alias, address or 'local'.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _out(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, default=str))
+
+
+def _all_hosts() -> list[str]:
+    return [LOCAL, *sorted(load_inventory())]
+
+
+def _host_runs(name: str) -> HostRuns:
+    spec, transport = connect(name)
+    with transport:
+        return list_runs(transport, spec.remote_dir)
+
+
+def _locate(name: str, host: str | None, *, live_session: bool = False) -> str:
+    """The host where run/session ``name`` is: ``host`` when given, else the only one that has it."""
+    validate_name("run or session", name)
+    if host is not None:
+        return host
+    found: list[str] = []
+    for h, result in fan_out(_all_hosts(), _host_runs).items():
+        if isinstance(result, PippaError):
+            continue
+        if live_session:
+            if name in result.sessions or any(r.run_id == name and r.active for r in result.runs):
+                found.append(h)
+        elif select_runs(result, name):
+            found.append(h)
+    if not found:
+        kind = SessionNotFound if live_session else RunNotFound
+        raise kind(f"no host has a {'live session' if live_session else 'run or session'} named {name!r}")
+    if len(found) > 1:
+        raise AmbiguousSession(f"{name!r} exists on several hosts ({', '.join(found)}); add --host")
+    return found[0]
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%m-%d %H:%M", time.localtime(ts)) if ts else "-"
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def _label(r: RunRecord, width: int = 40) -> str:
+    text = r.label.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_launch(result: LaunchResult, spec: HostSpec) -> None:
+    for run_id in result.run_ids:
+        typer.echo(f"started {run_id}")
+    typer.echo(f"  host:    {result.host}")
+    typer.echo(f"  session: {result.session}")
+    raw = join(attach_argv(result.session))
+    if spec.is_local:
+        typer.echo(f"  attach:  {result.attach_hint()}   (or: {raw})")
+    else:
+        typer.echo(f"  attach:  {result.attach_hint()}   (or: {join([*ssh_argv(spec), raw])})")
+    typer.echo(f"  logs:    {result.logs_hint()}")
+
+
+def follow_run(transport: Transport, spec: HostSpec, run_id: str, session: str) -> int | None:
+    """Stream a run's output.log to stdout until it ends; its exit code (None: killed)."""
+    run_dir = f"{spec.remote_dir.rstrip('/')}/runs/{run_id}"
+    follower = Follower(transport, f"{run_dir}/output.log", end_file=f"{run_dir}/exit_code", session=session)
+    out = sys.stdout.buffer
+    for chunk in follower.chunks():
+        out.write(chunk)
+        out.flush()
+    code = read_all(transport, f"{run_dir}/exit_code").strip()
+    return int(code) if code.lstrip(b"-").isdigit() else None
+
+
+def _exit_for(codes: list[int | None]) -> int:
+    bad = [c for c in codes if c != 0]
+    if not bad:
+        return 0
+    last = bad[-1]
+    return int(ExitCode.FAILURE) if last is None else last
+
+
+def run_cmd(
+    recipes: Annotated[list[str] | None, typer.Argument(help="Recipe names (several: a sweep).")] = None,
+    host: HostOpt = None,
+    name: Annotated[str, typer.Option("--name", "-n", help="tmux session name.")] = DEFAULT_SESSION,
+    cmd: Annotated[
+        str | None, typer.Option("--cmd", help="Run this shell command instead of a recipe.")
+    ] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a recipe value: key=value.")
+    ] = None,
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Replace a running session of that name.")
+    ] = False,
+    gap: Annotated[float, typer.Option("--gap", help="Seconds between the runs of a sweep.")] = DEFAULT_GAP_S,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Stream the log until the run ends.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start recipes (one after another) or a command in a named tmux session on a host."""
+    names = list(recipes or [])
+    if not names and cmd is None:
+        names = ["tiny"]  # the README's main job
+    spec, transport = connect(host or LOCAL)
+    with transport:
+        result = launch(
+            spec,
+            transport,
+            recipes=names,
+            command=cmd,
+            session=name,
+            sets=set_ or [],
+            replace=replace,
+            gap_s=gap,
+        )
+        if as_json:
+            _out(
+                {
+                    "host": result.host,
+                    "session": result.session,
+                    "run_ids": list(result.run_ids),
+                    "sync": result.sync,
+                }
+            )
+        else:
+            render_launch(result, spec)
+        if follow:
+            codes = [follow_run(transport, spec, rid, result.session) for rid in result.run_ids]
+            raise typer.Exit(_exit_for(codes))
+
+
+def ps_cmd(
+    host: HostOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Runs on every host (in parallel) or one: state, duration, last step and reward."""
+    hosts = [host] if host else _all_hosts()
+    results = fan_out(hosts, _host_runs)
+    if as_json:
+        _out(
+            {
+                h: (
+                    {"error": str(r)}
+                    if isinstance(r, PippaError)
+                    else {"runs": [x.to_json() for x in r.runs]}
+                )
+                for h, r in results.items()
+            }
+        )
+        return
+    table = Table(box=None, header_style="bold")
+    for col in (
+        "HOST",
+        "SESSION",
+        "RUN",
+        "RECIPE/COMMAND",
+        "STATE",
+        "STARTED",
+        "DURATION",
+        "STEP",
+        "REWARD",
+        "COMMIT",
+    ):
+        table.add_column(col, no_wrap=col != "RECIPE/COMMAND")
+    for h, r in results.items():
+        if isinstance(r, PippaError):
+            table.add_row(h, "-", "-", f"[red]{r}[/red]", "unreachable", "", "", "", "", "")
+            continue
+        if not r.runs:
+            table.add_row(h, "-", "-", "(no runs)", "", "", "", "", "", "")
+        for x in r.runs:
+            commit = "-" if not x.commit else x.commit[:8] + ("+dirty" if x.dirty else "")
+            table.add_row(
+                h,
+                x.session,
+                x.run_id,
+                _label(x),
+                x.state_text,
+                _when(x.started),
+                _duration(x.duration_s),
+                "-" if x.last_step is None else str(x.last_step),
+                "-" if x.last_reward is None else f"{x.last_reward:.3f}",
+                commit,
+            )
+    Console(width=None if sys.stdout.isatty() else 240).print(table)
+
+
+def logs_cmd(
+    name: Annotated[str, typer.Argument(help="Session name or run id.")],
+    host: HostOpt = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Follow until the run ends (Ctrl-C stops).")
+    ] = False,
+) -> None:
+    """Print a run's output (the session's current run, or a run id); -f follows it."""
+    where = _locate(name, host)
+    spec, transport = connect(where)
+    with transport:
+        run = current_run(list_runs(transport, spec.remote_dir), name)
+        if follow and run.active:
+            raise typer.Exit(_exit_for([follow_run(transport, spec, run.run_id, run.session)]))
+        sys.stdout.buffer.write(
+            read_all(transport, f"{spec.remote_dir.rstrip('/')}/runs/{run.run_id}/output.log")
+        )
+        sys.stdout.buffer.flush()
+
+
+def attach_cmd(
+    name: Annotated[str, typer.Argument(help="Session name (or a run id of a live session).")],
+    host: HostOpt = None,
+) -> None:
+    """Attach this terminal to the run's tmux session (detach with C-b d; the run goes on)."""
+    where = _locate(name, host, live_session=True)
+    spec = resolve(where)
+    with open_transport(spec) as transport:
+        session = name
+        if not (_is_session_name(name) and Tmux(transport).has_session(name)):
+            run = current_run(list_runs(transport, spec.remote_dir), name)
+            session = run.session
+            if not run.active:
+                raise SessionNotFound(
+                    f"{spec.name}: run {name} has ended (its session is gone); see `pippa logs`"
+                )
+    argv = attach_argv(session)
+    if spec.is_local:
+        env = {k: v for k, v in os.environ.items() if k != "TMUX"}  # attach from inside tmux too
+        os.execvpe(argv[0], argv, env)
+    ssh = ssh_argv(spec)
+    os.execvp(ssh[0], [*ssh, join(argv)])
+
+
+def _is_session_name(name: str) -> bool:
+    from pippa_ops.shell import SESSION_RE
+
+    return bool(SESSION_RE.fullmatch(name))
+
+
+def stop_cmd(
+    name: Annotated[str, typer.Argument(help="Session name or run id.")],
+    host: HostOpt = None,
+    grace: Annotated[float, typer.Option("--grace", help="Seconds to wait after Ctrl-C before killing.")] = (
+        DEFAULT_GRACE_S
+    ),
+) -> None:
+    """Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period."""
+    where = _locate(name, host)
+    spec, transport = connect(where)
+    with transport:
+        result = stop(spec, transport, name, grace_s=grace)
+    final = result.after or result.before
+    if not result.before.active:
+        typer.echo(f"{result.host}: run {final.run_id} had already ended: {final.state_text}")
+        return
+    typer.echo(f"{result.host}: run {final.run_id} (session {result.session}): {final.state_text}")
+
+
+def recipes_cmd(as_json: JsonOpt = False) -> None:
+    """The recipes this repo ships (recipes/*.toml)."""
+    items = list_recipes()
+    if as_json:
+        _out([{"name": r.name, "description": r.description} for r in items])
+        return
+    width = max((len(r.name) for r in items), default=0)
+    for r in items:
+        typer.echo(f"{r.name.ljust(width)}  {r.description}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run_cmd)
+    app.command("ps")(ps_cmd)
+    app.command("logs")(logs_cmd)
+    app.command("attach")(attach_cmd)
+    app.command("stop")(stop_cmd)
+    app.command("recipes")(recipes_cmd)
