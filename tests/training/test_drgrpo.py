@@ -1,0 +1,90 @@
+"""Dr GRPO math on tiny tensors, and TRL's dr_grpo loss matching it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from training_core.drgrpo import (
+    clipped_token_objective,
+    dr_grpo_loss,
+    group_advantages,
+    grpo_advantages,
+    grpo_loss,
+)
+
+
+def test_advantage_is_reward_minus_group_mean_without_std() -> None:
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.4, 0.6])  # two groups of 4
+    a = group_advantages(r, 4)
+    assert torch.allclose(a, torch.tensor([0.75, -0.25, -0.25, -0.25, 0.0, 0.0, -0.1, 0.1]))
+    # GRPO's std division inflates the low-spread group to the same scale: the difficulty bias.
+    g = grpo_advantages(r, 4)
+    assert g[7] / a[7] > 5 and torch.allclose(g[:4].abs().max(), g[4:].abs().max(), rtol=0.5)
+
+
+def test_loss_divides_by_the_constant_length_not_each_completion_length() -> None:
+    per_token = torch.ones(2, 4)  # (B, T)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]])
+    assert dr_grpo_loss(per_token, mask, max_completion_length=8).item() == pytest.approx(5 / 16)
+    assert grpo_loss(per_token, mask).item() == pytest.approx(1.0)  # the long and short answer weigh the same
+
+
+def test_clipping_limits_the_ratio() -> None:
+    logps = torch.log(torch.tensor([[2.0, 0.5]]))  # ratios 2 and 0.5 against old logp 0
+    old = torch.zeros(1, 2)
+    pos = clipped_token_objective(logps, old, torch.tensor([1.0]), epsilon=0.2)
+    neg = clipped_token_objective(logps, old, torch.tensor([-1.0]), epsilon=0.2)
+    assert torch.allclose(pos, torch.tensor([[-1.2, -0.5]]))
+    assert torch.allclose(neg, torch.tensor([[2.0, 0.8]]))
+
+
+@pytest.mark.slow
+def test_trl_dr_grpo_loss_matches_the_paper_functions(tmp_path: Path) -> None:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training_core import tiny
+    from training_core.platform import PlatformFacts
+    from training_core.recipes import resolve
+    from training_core.rewards.math import arithmetic_closeness
+    from training_core.trainer import PippaGRPOTrainer, grpo_args
+
+    cfg = resolve("tiny", ["train.max_completion_length=6"], PlatformFacts()).config
+    path = tiny.ensure()
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    trainer = PippaGRPOTrainer(
+        model=model,
+        processing_class=tok,
+        reward_funcs=[arithmetic_closeness, arithmetic_closeness],  # type: ignore[list-item]
+        args=grpo_args(cfg, tmp_path, ["none"], "t"),
+        train_dataset=Dataset.from_list([{"prompt": "1+1=", "answer": "2"}] * 8),
+    )
+    trainer.current_gradient_accumulation_steps = 1
+    torch.manual_seed(0)
+    b, p, t = 4, 3, 5
+    prompt_ids, completion_ids = torch.randint(3, 20, (b, p)), torch.randint(3, 20, (b, t))
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]])
+    adv = group_advantages(torch.tensor([1.0, 0.0, 0.5, 0.2]), 4)
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(
+        model,
+        torch.cat([prompt_ids, completion_ids], 1),
+        torch.cat([torch.ones(b, p, dtype=torch.long), mask], 1),
+        t,
+    )
+    old = logps.detach() + 0.3 * torch.randn(b, t)  # ratios away from 1, so clipping matters
+    inputs = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": torch.ones(b, p, dtype=torch.long),
+        "completion_ids": completion_ids,
+        "completion_mask": mask,
+        "advantages": adv,
+        "old_per_token_logps": old,
+        "num_items_in_batch": mask.sum(),
+    }
+    model.train()
+    trl_loss = trainer._compute_loss(model, inputs)
+    ours = dr_grpo_loss(clipped_token_objective(logps, old, adv, cfg.train.epsilon), mask.float(), 6)
+    assert trl_loss.item() == pytest.approx(ours.item(), rel=1e-5, abs=1e-7)

@@ -1,0 +1,181 @@
+"""metrics.jsonl (docs/CONTRACTS.md) and the stdout progress line: the run's live record.
+
+``MetricsWriter`` appends one JSON object per line and flushes it, so ``pippa logs``/``dash`` can stream
+the file while the run writes it. ``namespaced`` maps TRL's logged keys to the contract's namespaced
+keys (``reward/mean``, ``loss/total``, ``perf/...``); keys TRL already namespaces pass through, others
+get ``trl/``. ``MetricsCallback`` is the trainer-side adapter: one step line plus one progress line per
+logged step, with throughput computed from TRL's token counter.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+RENAMES = {
+    "reward": "reward/mean",
+    "reward_std": "reward/std",
+    "frac_reward_zero_std": "reward/frac_zero_std",
+    "loss": "loss/total",
+    "kl": "loss/kl",
+    "policy_loss": "loss/policy",
+    "grad_norm": "grad/norm",
+    "learning_rate": "optim/lr",
+    "entropy": "policy/entropy",
+    "step_time": "perf/step_time_s",
+    "num_tokens": "perf/num_tokens",
+    "epoch": "train/epoch",
+}
+# Peak dense bf16/fp16 tensor FLOP/s of the cards we rent, for the MFU estimate.
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "V100": 125e12, "L4": 121e12}
+_SKIP = {"train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos"}
+
+
+def namespaced(logs: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in logs.items():
+        if key in _SKIP or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if key.startswith("rewards/") and key.endswith("/mean"):
+            name = f"reward/{key[len('rewards/') : -len('/mean')]}"
+        elif key.startswith("rewards/"):
+            continue  # per-function std: reward/std covers the total
+        else:
+            name = RENAMES.get(key, key if "/" in key else f"trl/{key}")
+        out[name] = float(value) if math.isfinite(value) else float("nan")
+    return out
+
+
+class MetricsWriter:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._f: IO[str] = path.open("a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        self._f.write(json.dumps(clean, default=str) + "\n")
+        self._f.flush()
+
+    def header(
+        self,
+        run_id: str,
+        recipe: str,
+        config: dict[str, Any],
+        wandb: dict[str, Any] | None,
+        resumed_from_step: int | None,
+    ) -> None:
+        self.write(
+            {
+                "type": "header",
+                "run_id": run_id,
+                "recipe": recipe,
+                "config": config,
+                "wandb": wandb,
+                "time": time.time(),
+                "resumed_from_step": resumed_from_step,
+            }
+        )
+
+    def step(self, step: int, metrics: dict[str, float]) -> None:
+        self.write({"type": "step", "step": step, "time": time.time(), **metrics})
+
+    def eval(self, step: int, metrics: dict[str, Any]) -> None:
+        self.write({"type": "eval", "step": step, "time": time.time(), **metrics})
+
+    def end(self, status: str, step: int, error: str | None) -> None:
+        self.write({"type": "end", "status": status, "step": step, "time": time.time(), "error": error})
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def previous_wandb_id(path: Path) -> str | None:
+    """The W&B run id of the last header in an existing metrics file (a resumed run continues it)."""
+    if not path.is_file():
+        return None
+    found = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if rec.get("type") == "header" and rec.get("wandb"):
+            found = rec["wandb"].get("id")
+    return found
+
+
+def progress_line(step: int, max_steps: int, m: dict[str, float]) -> str:
+    def f(key: str, fmt: str) -> str:
+        v = m.get(key)
+        return format(v, fmt) if isinstance(v, float) and math.isfinite(v) else "-"
+
+    return (
+        f"step {step}/{max_steps}  reward {f('reward/mean', '.3f')}  loss {f('loss/total', '.4f')}  "
+        f"len {f('completions/mean_length', '.1f')}  {f('perf/step_time_s', '.2f')}s/step  "
+        f"{f('perf/tokens_per_s', '.0f')} tok/s"
+    )
+
+
+def peak_flops(gpu_name: str) -> float | None:
+    for key, flops in PEAK_FLOPS.items():
+        if key in gpu_name.upper():
+            return flops
+    return None
+
+
+def make_callback(
+    writer: MetricsWriter, progress: bool, n_params: int, gpu_name: str = "", out: IO[str] | None = None
+) -> Any:
+    from transformers import TrainerCallback
+
+    class MetricsCallback(TrainerCallback):  # type: ignore[misc]
+        """Step lines to metrics.jsonl and progress lines to stdout, one per logged step."""
+
+        def __init__(self) -> None:
+            self.last_tokens: float | None = None
+            self.last_time = time.time()
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.last_time = time.time()
+            self.last_tokens = float(state.num_input_tokens_seen or 0)
+
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+        ) -> None:
+            if not logs or "train_runtime" in logs or any(k.startswith("eval_") for k in logs):
+                return
+            m = namespaced(logs)
+            now, tokens = time.time(), m.get("perf/num_tokens")
+            if tokens is not None and self.last_tokens is not None and now > self.last_time:
+                m["perf/tokens_per_s"] = (tokens - self.last_tokens) / (now - self.last_time)
+            self.last_time, self.last_tokens = now, tokens
+            import torch
+
+            if torch.cuda.is_available():
+                m["perf/peak_mem_gb"] = torch.cuda.max_memory_allocated() / 1e9
+                flops = peak_flops(gpu_name)
+                if flops and "perf/tokens_per_s" in m:
+                    # 6·N FLOPs per trained token (forward + backward); generation adds more, so
+                    # this is a lower bound on the card's real utilisation.
+                    m["perf/mfu"] = 6 * n_params * m["perf/tokens_per_s"] / flops
+            writer.step(state.global_step, m)
+            if progress:
+                print(
+                    progress_line(state.global_step, state.max_steps, m), file=out or sys.stdout, flush=True
+                )
+
+    return MetricsCallback()
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

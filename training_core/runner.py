@@ -1,0 +1,175 @@
+"""One training run: load model and data, wire metrics / eval / checkpoints around TRL, record the end.
+
+The run writes ``<run-dir>/metrics.jsonl`` (header, steps, evals, end) and
+``<run-dir>/checkpoints/checkpoint-<step>``. Every way out writes an end line: completed,
+interrupted (SIGINT / SIGTERM, exit 130) or failed (exception, exit 1). Only SIGKILL leaves no end
+line, and ``--resume`` then continues from the newest checkpoint into the same metrics file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from training_core.errors import UsageError
+from training_core.platform import apply_offline_env, detect
+from training_core.recipes import Resolved
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def wandb_mode() -> str | None:
+    """W&B online with a key, offline when asked, off otherwise (never an interactive login prompt)."""
+    if os.environ.get("WANDB_MODE") in ("disabled",):
+        return None
+    if os.environ.get("WANDB_MODE") == "offline":
+        return "offline"
+    return "online" if os.environ.get("WANDB_API_KEY") else None
+
+
+def _start_wandb(res: Resolved, run_dir: Path, resume_id: str | None) -> dict[str, Any] | None:
+    mode = wandb_mode()
+    if mode is None:
+        return None
+    import wandb
+
+    log = res.config.logging
+    run = wandb.init(
+        project=log.wandb_project or os.environ.get("WANDB_PROJECT") or "pippa",
+        entity=log.wandb_entity or os.environ.get("WANDB_ENTITY") or None,
+        name=run_dir.name,
+        id=resume_id,
+        resume="allow" if resume_id else None,
+        mode=mode,  # type: ignore[arg-type]
+        config=res.as_dict(),
+        dir=os.environ.get("WANDB_DIR") or str(run_dir),
+    )
+    url = None if mode == "offline" else run.url
+    return {"id": run.id, "url": url, "mode": mode}
+
+
+def _load_model(res: Resolved) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training_core import tiny
+
+    name = str(tiny.ensure()) if res.config.model.name == "tiny" else res.config.model.name
+    tokenizer = AutoTokenizer.from_pretrained(name)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
+    return model, tokenizer
+
+
+def run(res: Resolved, run_dir: Path, resume: bool = False) -> int:
+    from transformers import PrinterCallback, set_seed
+
+    from training_core import callbacks as cb_registry
+    from training_core import evaluation, metrics
+    from training_core.data import build_dataset, load_rows
+    from training_core.eval_tasks import EVAL_TASKS
+    from training_core.rewards import registry
+    from training_core.trainer import PippaGRPOTrainer, grpo_args, newest_checkpoint
+
+    cfg = res.config
+    facts = detect(offline_probe=cfg.model.name != "tiny")
+    apply_offline_env(facts)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_dir = run_dir / "checkpoints"
+    resume_from = newest_checkpoint(ckpt_dir) if resume else None
+    if resume and resume_from is None:
+        print(f"resume: no checkpoint in {ckpt_dir}; starting from step 0", flush=True)
+    resumed_step = int(resume_from.name.split("-")[1]) if resume_from else None
+
+    set_seed(cfg.seed)
+    model, tokenizer = _load_model(res)
+    rows = load_rows(cfg.data, cfg.seed, plugins=cfg.plugins)
+    train_rows = build_dataset(rows, cfg.data, tokenizer)
+    t = cfg.train
+    prompts_per_gen = t.generation_batch_size or t.per_device_train_batch_size * t.gradient_accumulation_steps
+    if prompts_per_gen // t.num_generations > len(train_rows):
+        raise UsageError(
+            f"a generation batch needs {prompts_per_gen // t.num_generations} prompts but the dataset has "
+            f"{len(train_rows)}; lower train.per_device_train_batch_size or add rows"
+        )
+    import datasets
+
+    train_ds = datasets.Dataset.from_list(train_rows)
+
+    metrics_path = run_dir / "metrics.jsonl"
+    wandb_info = _start_wandb(res, run_dir, metrics.previous_wandb_id(metrics_path) if resume else None)
+    writer = metrics.MetricsWriter(metrics_path)
+    writer.header(run_dir.name, res.recipe, res.as_dict(), wandb_info, resumed_step)
+
+    rctx = registry.RewardContext(model=model, tokenizer=tokenizer, run_dir=str(run_dir), config=cfg)
+    reward_funcs = [registry.build(r.name, r.params, rctx) for r in cfg.rewards]
+    n_params = sum(p.numel() for p in model.parameters())
+    cbs: list[Any] = [metrics.make_callback(writer, cfg.logging.progress, n_params, facts.gpu_name)]
+    if cfg.eval.task != "none":
+        task = EVAL_TASKS.get(cfg.eval.task, cfg.plugins)
+        eval_rows = task.load(cfg.eval.n, cfg.seed, data=cfg.data, **cfg.eval.params)
+        max_new = cfg.eval.max_new_tokens or t.max_completion_length
+        cbs.append(evaluation.make_callback(task, eval_rows, cfg.eval, cfg.data, max_new, tokenizer, writer))
+    cctx = cb_registry.CallbackContext(tokenizer=tokenizer, writer=writer, run_dir=str(run_dir), config=cfg)
+    for spec in cfg.callbacks:
+        cbs.append(cb_registry.CALLBACKS.get(spec.name, cfg.plugins)(cctx, **spec.params))
+
+    peft_config = None
+    if cfg.model.lora_r > 0:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=cfg.model.lora_r,
+            lora_alpha=cfg.model.lora_alpha,
+            lora_dropout=cfg.model.lora_dropout,
+            task_type="CAUSAL_LM",
+        )
+    args = grpo_args(cfg, run_dir, ["wandb"] if wandb_info else ["none"], run_dir.name)
+    trainer = PippaGRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=reward_funcs,  # type: ignore[arg-type]
+        args=args,
+        train_dataset=train_ds,
+        callbacks=cbs,
+        peft_config=peft_config,
+    )
+    trainer.keep_checkpoints = cfg.checkpoint.keep
+    trainer.remove_callback(PrinterCallback)  # our progress line replaces its raw dict dump
+
+    print(
+        f"run {run_dir.name}: recipe {res.recipe}, platform {res.platform['name']}, "
+        f"loss {t.loss_type}, {n_params / 1e6:.2f}M params, {len(train_rows)} prompts"
+        + (f", resuming from step {resumed_step}" if resumed_step else ""),
+        flush=True,
+    )
+    old = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+    status, error, code = "failed", None, 1
+    try:
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        status, code = "completed", 0
+    except KeyboardInterrupt as e:
+        status, error, code = "interrupted", str(e) or "interrupted", 130
+        print(f"interrupted at step {trainer.state.global_step}", file=sys.stderr, flush=True)
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"
+        traceback.print_exc()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        writer.end(status, trainer.state.global_step, error)
+        writer.close()
+        if wandb_info:
+            import wandb
+
+            wandb.finish(exit_code=code)
+    print(f"run {run_dir.name} {status} at step {trainer.state.global_step}", flush=True)
+    return code

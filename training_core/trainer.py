@@ -1,0 +1,107 @@
+"""TRL's GRPOTrainer, configured from a RunConfig and subclassed only for crash-safe checkpoints.
+
+``grpo_args`` is the single place where our settings become TRL's (Dr GRPO: ``loss_type="dr_grpo"``,
+``scale_rewards="none"``, ``beta=0.0``, pinned ``max_completion_length``; Liu et al. 2025).
+``PippaGRPOTrainer._save_checkpoint`` lets TRL/transformers write the usual checkpoint (model,
+optimizer, scheduler, RNG, trainer state) into ``checkpoints/.staging`` and renames the finished
+directory into place, so a kill at any moment leaves no half-written ``checkpoint-<step>``;
+it then keeps the newest ``checkpoint.keep``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from trl import GRPOConfig, GRPOTrainer
+
+from training_core.config import RunConfig
+
+CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def grpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str) -> GRPOConfig:
+    t, m = cfg.train, cfg.model
+    extra: dict[str, Any] = {}
+    if t.generation_batch_size:
+        extra["generation_batch_size"] = t.generation_batch_size
+    if t.use_vllm:
+        extra.update(vllm_mode=t.vllm_mode, vllm_gpu_memory_utilization=t.vllm_gpu_memory_utilization)
+    return GRPOConfig(
+        output_dir=str(run_dir / "checkpoints"),
+        run_name=run_name,
+        seed=cfg.seed,
+        loss_type=t.loss_type,
+        scale_rewards=t.scale_rewards,
+        beta=t.beta,
+        num_train_epochs=t.num_train_epochs,
+        max_steps=t.max_steps,
+        learning_rate=t.learning_rate,
+        warmup_steps=t.warmup_ratio,  # transformers 5: a float < 1 is a ratio of total steps
+        weight_decay=t.weight_decay,
+        lr_scheduler_type=t.lr_scheduler_type,
+        max_grad_norm=t.max_grad_norm,
+        optim=t.optim,
+        per_device_train_batch_size=t.per_device_train_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        num_generations=t.num_generations,
+        max_completion_length=t.max_completion_length,
+        temperature=t.temperature,
+        top_p=t.top_p,
+        epsilon=t.epsilon,
+        num_iterations=t.num_iterations,
+        use_vllm=bool(t.use_vllm),
+        mask_truncated_completions=t.mask_truncated_completions,
+        dataloader_num_workers=t.dataloader_num_workers,
+        logging_steps=t.logging_steps,
+        bf16=m.precision == "bf16",
+        fp16=m.precision == "fp16",
+        activation_checkpointing=m.gradient_checkpointing,  # transformers 5 name of gradient checkpointing
+        save_strategy="steps" if cfg.checkpoint.every > 0 else "no",
+        save_steps=max(1, cfg.checkpoint.every),
+        save_total_limit=None,  # rotation happens after the atomic rename (below)
+        report_to=report_to,
+        disable_tqdm=True,
+        log_completions=False,
+        reward_weights=[r.weight for r in cfg.rewards],
+        **extra,
+    )
+
+
+def checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints, oldest first (staging directories are never listed)."""
+    if not ckpt_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := CKPT_RE.match(p.name)) and p.is_dir()]
+    return sorted(found)
+
+
+def newest_checkpoint(ckpt_dir: Path) -> Path | None:
+    found = checkpoints(ckpt_dir)
+    return found[-1][1] if found else None
+
+
+class PippaGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
+    keep_checkpoints: int = 2
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        final_root = Path(str(self.args.output_dir))
+        staging = final_root / ".staging"
+        shutil.rmtree(staging, ignore_errors=True)  # leftovers of a killed save
+        staging.mkdir(parents=True)
+        original = self._get_output_dir
+        self._get_output_dir = lambda trial=None: str(staging)  # type: ignore[method-assign,misc]
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._get_output_dir = original  # type: ignore[method-assign]
+        name = f"checkpoint-{self.state.global_step}"
+        target = final_root / name
+        if target.exists():
+            shutil.rmtree(target)
+        (staging / name).rename(target)
+        shutil.rmtree(staging, ignore_errors=True)
+        for _, old in checkpoints(final_root)[: -max(1, self.keep_checkpoints)]:
+            shutil.rmtree(old, ignore_errors=True)
