@@ -34,9 +34,9 @@ def code_fixed_prompt(split: str = "train", n_rows: int = 0, seed: int = 42, pro
 
 @DATASETS.register("code_tests")
 def code_tests(split: str = "train", n_rows: int = 0, seed: int = 42, reasoning: bool = False,
-               repeat: int = 1, **_: Any) -> list[Row]:
+               repeat: int = 1, style: str = "full", **_: Any) -> list[Row]:
     """The repo's problems (``reasoning`` asks for <reasoning>/<answer>), repeated ``repeat`` times."""
-    return _repeat(problem_rows(reasoning), n_rows, repeat)
+    return _repeat(problem_rows(reasoning, style), n_rows, repeat)
 
 
 @DATASETS.register("mbpp")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from training_core.code.extract import extract_code
@@ -60,6 +60,8 @@ class GameStats:
     opponent_right: int = 0
     invalid: int = 0  # programs that failed or printed no integer
     last_accuracy: float = 0.0  # accuracy of the latest batch
+    # per completion of the latest batch: 1.0 opponent right, 0.0 wrong, None no valid program
+    last_hits: list[float | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -83,23 +85,28 @@ class GameStats:
 
 def play(completions: Sequence[Any], predict: Predictor, stats: GameStats | None = None,
          pool: SandboxPool | None = None, limits: SandboxLimits | None = None,
-         win: float = 1.0, lose: float = -1.0, invalid: float = -1.0) -> list[float]:
-    """Score one batch: run every program, ask the opponent about the valid ones, compare."""
-    codes = [extract_code(c) for c in completions]
+         win: float = 1.0, lose: float = -1.0, invalid: float = -1.0, prefix: str = "",
+         opponent_prompt: str = OPPONENT_PROMPT) -> list[float]:
+    """Score one batch: run every program, ask the opponent about the valid ones, compare.
+
+    ``prefix`` is prepended to each extracted program (a prompt that opens the code, e.g. ``print(``);
+    ``opponent_prompt`` is the opponent's question with a ``{code}`` slot."""
+    codes = [prefix + code if (code := extract_code(c)) else "" for c in completions]
     pool = pool or default_pool()
     limits = limits or SandboxLimits(timeout_s=2.0)
     ran = iter(pool.map([c for c in codes if c], limits))
     truths = [program_output(next(ran)) if c else None for c in codes]
     valid = [i for i, t in enumerate(truths) if t is not None]
-    guesses = predict([OPPONENT_PROMPT.format(code=codes[i]) for i in valid]) if valid else []
+    guesses = predict([opponent_prompt.replace("{code}", codes[i]) for i in valid]) if valid else []
     rewards = [invalid] * len(codes)
-    right = 0
+    hits: list[float | None] = [None] * len(codes)
     for i, text in zip(valid, guesses, strict=True):
         hit = parse_prediction(text) == truths[i]
-        right += hit
+        hits[i] = float(hit)
         rewards[i] = lose if hit else win
     if stats is not None:
-        stats.add(right, len(valid), len(codes) - len(valid))
+        stats.add(int(sum(h for h in hits if h is not None)), len(valid), len(codes) - len(valid))
+        stats.last_hits = hits
     return rewards
 
 

@@ -80,13 +80,16 @@ REASONING_FORMAT = ("First think step by step inside <reasoning>...</reasoning>,
 PLAIN_FORMAT = "Put the code in one ```python code block."
 
 
-def problem_prompt(problem: CodeProblem, reasoning: bool = False) -> str:
-    """The task as the model sees it; ``reasoning`` asks for the <reasoning>/<answer> format."""
+def problem_prompt(problem: CodeProblem, reasoning: bool = False, style: str = "full") -> str:
+    """The task as the model sees it; ``reasoning`` asks for the <reasoning>/<answer> format.
+    ``style="signature"`` is just ``def name(args):`` (for the tiny model's 64-token context)."""
+    if style == "signature":
+        return f"def {problem.signature}:"
     ask = REASONING_FORMAT if reasoning else PLAIN_FORMAT
     return f"Write a Python function `{problem.signature}` that {problem.task}. {ask}"
 
 
-def problem_rows(reasoning: bool = False) -> list[dict[str, Any]]:
+def problem_rows(reasoning: bool = False, style: str = "full") -> list[dict[str, Any]]:
     """One training row per problem: the prompt and the ``tests`` column the test_cases reward reads."""
-    return [{"prompt": problem_prompt(p, reasoning), "tests": p.test_dicts(), "name": p.name}
+    return [{"prompt": problem_prompt(p, reasoning, style), "tests": p.test_dicts(), "name": p.name}
             for p in PROBLEMS]

@@ -7,18 +7,22 @@ trainer. A batch is scored through the shared pool so slow programs overlap.
   -0.5 syntax/indentation error, -1.0 anything else (error, timeout, no code). "Clean" means exit 0
   and empty stderr, as in the team's script.
 - ``test_cases``: stdout-compared tests (column ``tests``: a list of ``{"program", "expected"}``).
+- ``code_game`` / ``code_game_opponent_accuracy``: the adversarial game (``training_core.code.game``),
+  built by factories because they need the policy model for the frozen opponent.
 - ``assert_tests``: MBPP style (columns ``test_list`` and ``test_setup``): passes when the code plus
   all asserts exits 0 *and ran to its end*, so ``sys.exit(0)`` before the asserts is not a pass.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
 from training_core.code.checks import assert_program, asserts_passed, execution_score, stdout_test_passed
 from training_core.code.extract import extract_code
-from training_core.rewards.registry import register
+from training_core.code.game import OPPONENT_PROMPT, GameStats, Predictor, hf_opponent, play
+from training_core.rewards.registry import RewardContext, RewardFn, register, register_factory
 from training_core.sandbox import SandboxLimits, default_pool
 
 
@@ -89,3 +93,59 @@ def assert_tests(
     programs = [assert_program(c, t, s) for c, t, s in zip(codes, test_list, setups, strict=True) if c]
     results = iter(default_pool().map(programs, _limits(timeout_s, memory_mb)))
     return [passed if c and asserts_passed(next(results)) else failed for c in codes]
+
+
+def _opponent(ctx: RewardContext, opponent: str, max_new_tokens: int) -> Predictor:
+    """A frozen copy of the policy as loaded (``opponent=""``) or the named model."""
+    if opponent:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from training_core import tiny
+
+        path = str(tiny.ensure()) if opponent == "tiny" else opponent
+        model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        if ctx.model is not None:
+            model.to(ctx.model.device)
+    else:
+        if ctx.model is None:
+            raise ValueError("code_game needs the policy model (or params.opponent = a model name)")
+        model, tok = copy.deepcopy(ctx.model), ctx.tokenizer
+    model.eval()
+    model.requires_grad_(False)
+    return hf_opponent(model, tok, max_new_tokens=max_new_tokens)
+
+
+@register_factory("code_game")
+def code_game(ctx: RewardContext, opponent: str = "", timeout_s: float = 2.0, max_new_tokens: int = 24,
+              win: float = 1.0, lose: float = -1.0, invalid: float = -1.0, prefix: str = "",
+              opponent_prompt: str = OPPONENT_PROMPT) -> RewardFn:
+    """+1 when the opponent mispredicts the program's printed integer, -1 when it is right or the
+    program fails / prints no integer. Pair with ``code_game_opponent_accuracy`` (weight 0) to log
+    the opponent's accuracy as ``reward/code_game_opponent_accuracy``."""
+    predict = _opponent(ctx, opponent, max_new_tokens)
+    stats = GameStats()
+    ctx.extra["code_game"] = stats
+    limits = SandboxLimits(timeout_s=timeout_s)
+
+    def reward(completions: list[Any], **_: Any) -> list[float]:
+        return play(completions, predict, stats, limits=limits, win=win, lose=lose, invalid=invalid,
+                    prefix=prefix, opponent_prompt=opponent_prompt)
+
+    return reward
+
+
+@register_factory("code_game_opponent_accuracy")
+def code_game_opponent_accuracy(ctx: RewardContext) -> RewardFn:
+    """Not a training signal (give it weight 0): per completion 1.0 when the opponent predicted the
+    program's output, 0.0 when not, None (ignored in the mean) for invalid programs. Must come after
+    ``code_game`` in the recipe's rewards (TRL calls reward functions in order)."""
+
+    def accuracy(completions: list[Any], **_: Any) -> list[float | None]:
+        stats = ctx.extra.get("code_game")
+        if not isinstance(stats, GameStats) or len(stats.last_hits) != len(completions):
+            return [None] * len(completions)
+        return list(stats.last_hits)
+
+    return accuracy  # type: ignore[return-value]

@@ -1,0 +1,94 @@
+"""The code recipes run a few real TRL steps on the tiny model on CPU (their [platform.cpu] preset),
+the MBPP callback logs its eval lines and per-problem JSON, and the game's opponent works end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from training_core.platform import PlatformFacts
+from training_core.rewards import registry
+from training_core.train import main as train_main
+
+ROWS = [
+    {"task_id": 12, "text": "Write a function to add the constant K.",
+     "code": "def add_k(x):\n    return x + K",
+     "test_list": ["assert add_k(1) == 4"], "test_setup_code": "K = 3", "challenge_test_list": []},
+    {"task_id": 13, "text": "Write a function to square.", "code": "def sq(x):\n    return x * x",
+     "test_list": ["assert sq(2) == 4"], "test_setup_code": "", "challenge_test_list": []},
+]
+
+
+def lines(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+@pytest.mark.slow
+def test_code_execution_recipe_trains_and_logs_mbpp_eval(tmp_path: Path, offline: None) -> None:
+    rows = tmp_path / "mbpp.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    run_dir = tmp_path / "run"
+    cb = "callbacks.mbpp_eval"
+    code = train_main(["code_execution", "--run-dir", str(run_dir), "--set", "train.max_steps=2",
+                       "--set", f"{cb}.data_files={rows}", "--set", f"{cb}.config=full",
+                       "--set", f"{cb}.interval=1", "--set", f"{cb}.max_new_tokens=8"], facts=PlatformFacts())
+    assert code == 0
+    got = lines(run_dir)
+    steps = [x for x in got if x["type"] == "step"]
+    assert len(steps) == 2 and all(-1.0 <= x["reward/code_execution"] <= 1.0 for x in steps)
+    evals = [x for x in got if x["type"] == "eval"]
+    assert [e["step"] for e in evals] == [0, 1, 2]  # start, every step, end (not twice at the end)
+    assert evals[0]["mbpp_eval/total_problems"] == 2 and "mbpp_eval/eval_time" in evals[0]
+    assert {"mbpp_eval/pass_rate", "mbpp_eval/problems_passed"} <= evals[-1].keys()
+    per_problem = json.loads((run_dir / "mbpp_eval" / "step-2.json").read_text())
+    assert [p["task_id"] for p in per_problem["problems"]] == [12, 13]
+    assert got[-1]["type"] == "end" and got[-1]["status"] == "completed"
+
+
+@pytest.mark.slow
+def test_code_game_recipe_trains_on_cpu(tmp_path: Path, offline: None) -> None:
+    run_dir = tmp_path / "game"
+    assert train_main(["code_game", "--run-dir", str(run_dir), "--set", "train.max_steps=2"],
+                      facts=PlatformFacts()) == 0
+    steps = [x for x in lines(run_dir) if x["type"] == "step"]
+    assert len(steps) == 2 and all(-1.0 <= x["reward/code_game"] <= 1.0 for x in steps)
+
+
+@pytest.mark.slow
+def test_code_tests_recipe_trains_on_cpu(tmp_path: Path, offline: None) -> None:
+    run_dir = tmp_path / "tests"
+    assert train_main(["code_tests", "--run-dir", str(run_dir), "--set", "train.max_steps=1"],
+                      facts=PlatformFacts()) == 0
+    steps = [x for x in lines(run_dir) if x["type"] == "step"]
+    assert len(steps) == 1 and 0.0 <= steps[0]["reward/test_cases"] <= 2.0
+
+
+def test_code_game_opponent_is_a_frozen_copy_and_accuracy_is_logged() -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training_core import tiny
+
+    path = tiny.ensure()
+    model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    ctx = registry.RewardContext(model=model, tokenizer=tok)
+    game = registry.build("code_game", {"prefix": "print(", "opponent_prompt": "{code}\n=",
+                                        "max_new_tokens": 3}, ctx)
+    accuracy = registry.build("code_game_opponent_accuracy", {}, ctx)
+    assert game.__name__ == "code_game"
+    completions = ["12)", "1+1)", "x)", "7"]  # print(12), print(1+1), NameError, syntax error
+    rewards = game(completions)
+    hits = accuracy(completions)
+    assert rewards[2:] == [-1.0, -1.0] and hits[2:] == [None, None]
+    for r, h in zip(rewards[:2], hits[:2], strict=True):
+        assert (r, h) in ((1.0, 0.0), (-1.0, 1.0))
+    assert all(p.requires_grad for p in model.parameters())  # the policy itself stays trainable
