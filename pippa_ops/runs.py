@@ -9,12 +9,10 @@ orders the steps. It imports no typer/rich/textual: the dashboard reuses it.
 from __future__ import annotations
 
 import shlex
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pippa_ops.errors import BadSetting, SessionExists
 from pippa_ops.inventory import HostSpec
@@ -37,6 +35,7 @@ from pippa_ops.runs_script import (
     sh_path,
 )
 from pippa_ops.shell import validate_session
+from pippa_ops.sync import sync as sync_repo
 from pippa_ops.tmux import check_tool, kill_session_argv, target
 from pippa_ops.transport import Transport
 
@@ -68,33 +67,10 @@ def local_python(root: Path) -> str:
     return sys.executable
 
 
-def local_git_state(root: Path) -> SyncInfo | None:
-    """Commit and dirtiness of the local checkout (what ``ps`` shows for runs on ``local``)."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        )
-        status = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if head.returncode != 0:
-        return None
-    return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
-
-
 def default_sync(spec: HostSpec, transport: Transport) -> SyncInfo | None:
-    """Sync the repo to ``spec`` with the sync module (owned by the sync work; not reimplemented here)."""
-    if spec.is_local:
-        return local_git_state(repo_root())
-    import importlib
-
-    sync_module: Any = importlib.import_module("pippa_ops.sync")  # lazily: local runs never need it
-    result = sync_module.sync(spec, transport)
-    commit = getattr(result, "commit", None)
-    dirty = getattr(result, "dirty", None)
-    return {"commit": commit, "dirty": dirty}
+    """Sync the repo with the sync module (for ``local`` it only writes the marker); commit + dirty."""
+    result = sync_repo(spec, transport, repo_root())
+    return {"commit": result.commit, "dirty": result.dirty}
 
 
 def plan_jobs(

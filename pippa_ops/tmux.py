@@ -20,7 +20,8 @@ TMUX = "tmux"
 # Exit status a shell gives for "command not found"; how we learn tmux is missing on a host.
 NOT_FOUND_STATUS = 127
 _NO_SERVER = ("no server running", "error connecting to", "no sessions")
-LIST_FORMAT = "#{session_name}\t#{session_created}\t#{session_attached}\t#{session_windows}\t#{session_id}"
+# "|"-separated: tmux replaces a tab in -F output with "_" when the client has no UTF-8 terminal (ssh).
+LIST_FORMAT = "#{session_name}|#{session_created}|#{session_attached}|#{session_windows}|#{session_id}"
 # What a launch records in each run dir, so a later session reusing the name is never mistaken for it.
 IDENTITY_FORMAT = "#{session_id}@#{session_created}"
 
@@ -85,16 +86,21 @@ def attach_argv(session: str) -> list[str]:
     return [TMUX, "attach-session", "-t", target(session)]
 
 
+def switch_client_argv(session: str) -> list[str]:
+    """From inside tmux (``$TMUX`` set, same server): move this client instead of nesting one."""
+    return [TMUX, "switch-client", "-t", target(session)]
+
+
 def parse_sessions(text: str) -> list[SessionInfo]:
     """Parse ``list-sessions -F LIST_FORMAT`` output; malformed lines are skipped."""
     out: list[SessionInfo] = []
     for line in text.splitlines():
-        parts = line.split("\t")
-        if len(parts) not in (4, 5):
+        parts = line.rsplit("|", 4)  # from the right: a name typed by hand may hold a "|"
+        if len(parts) != 5:
             continue
-        name, created, attached, windows = parts[:4]
+        name, created, attached, windows, sid = parts
         try:
-            out.append(SessionInfo(name, float(created), int(attached), int(windows), *parts[4:]))
+            out.append(SessionInfo(name, float(created), int(attached), int(windows), sid))
         except ValueError:
             continue
     return out

@@ -26,7 +26,7 @@ from pippa_ops.runs import DEFAULT_GRACE_S, LaunchResult, launch, stop
 from pippa_ops.runs_list import HostRuns, RunRecord, current_run, list_runs, select_runs
 from pippa_ops.runs_script import DEFAULT_GAP_S, DEFAULT_SESSION
 from pippa_ops.shell import join, validate_name
-from pippa_ops.tmux import Tmux, attach_argv
+from pippa_ops.tmux import Tmux, attach_argv, switch_client_argv
 from pippa_ops.transport import Transport
 
 HostOpt = Annotated[
@@ -265,8 +265,9 @@ def attach_cmd(
                 )
     argv = attach_argv(session)
     if spec.is_local:
-        env = {k: v for k, v in os.environ.items() if k != "TMUX"}  # attach from inside tmux too
-        os.execvpe(argv[0], argv, env)
+        if os.environ.get("TMUX"):  # already in a client of this server: switch, don't nest
+            argv = switch_client_argv(session)
+        os.execvp(argv[0], argv)
     ssh = ssh_argv(spec)
     os.execvp(ssh[0], [*ssh, join(argv)])
 

@@ -12,6 +12,11 @@ from pippa_ops.transport import LocalTransport
 FIX = Path(__file__).parent.parent / "fixtures" / "nvidia-smi"
 
 
+def as_list(query_fields: str) -> list[str]:
+    """The ``--query-gpu=`` list exactly as SOURCES.md records it."""
+    return query_fields.split(",")
+
+
 def read(name: str) -> str:
     return (FIX / name).read_text()
 
@@ -37,10 +42,10 @@ def test_h100_compute_processes_attach_to_their_gpu_by_uuid() -> None:
 
 
 def test_not_supported_fields_become_none_not_zero() -> None:
-    fields = (
+    fields = as_list(
         "name,utilization.gpu,utilization.memory,temperature.gpu,power.draw,power.limit,fan.speed,pstate,"
         "clocks.current.graphics,clocks.current.memory,power.max_limit,power.default_limit"
-    ).split(",")
+    )
     (g,) = gpu.parse_gpus(read("gtx770_not_supported.csv"), fields)
     assert g.name == "GeForce GTX 770"
     assert (g.util_pct, g.power_w, g.power_limit_w) == (None, None, None)
@@ -48,11 +53,11 @@ def test_not_supported_fields_become_none_not_zero() -> None:
 
 
 def test_bare_na_of_older_drivers_and_nounits_values() -> None:
-    fields = (
+    fields = as_list(
         "power.limit,power.min_limit,power.max_limit,memory.total,vbios_version,driver_version,name,gpu_uuid,"
         "power.draw,temperature.gpu,temperature.memory,clocks.current.graphics,clocks.sm,clocks.mem,"
         "utilization.gpu,utilization.memory,fan.speed,pcie.link.width.current,pstate"
-    ).split(",")
+    )
     (g,) = gpu.parse_gpus(read("rtx2080_na_nounits.csv"), fields)
     assert (g.name, g.driver, g.uuid) == (
         "GeForce RTX 2080",

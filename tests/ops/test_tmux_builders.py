@@ -41,12 +41,13 @@ def test_new_session_execs_an_argument_list_detached() -> None:
 
 
 def test_list_sessions_parser_reads_name_created_attached_windows() -> None:
-    text = "training\t1700000000\t1\t1\nbad line\nother\t1700000100\t0\t2\n"
+    text = "training|1700000000|1|1|$0\nbad line\no|ther|1700000100|0|2|$3\n"
     sessions = tmux.parse_sessions(text)
     assert [(s.name, s.created, s.attached, s.windows) for s in sessions] == [
         ("training", 1700000000.0, 1, 1),
-        ("other", 1700000100.0, 0, 2),
+        ("o|ther", 1700000100.0, 0, 2),
     ]
+    assert sessions[1].identity == "$3@1700000100"
 
 
 def test_sh_path_leaves_tilde_to_the_host_shell_and_quotes_the_rest() -> None:
@@ -159,7 +160,7 @@ def test_listing_parser_matches_sessions_by_creation_time_and_reads_last_step() 
     text = "\n".join(
         [
             f"{m}NOW 2000",
-            f"{m}SESSION training\t1900\t0\t1",
+            f"{m}SESSION training|1900|0|1|$4",
             f"{m}RUN r-old",
             f"{m}JSON {json.dumps(meta)}",
             f"{m}CTIME 1000",
@@ -186,3 +187,14 @@ def test_follow_script_resumes_from_the_byte_after_the_offset_and_ends_with_the_
     assert '[ -e "$HOME"/p/runs/r/exit_code ]' in script
     assert "! tmux has-session -t =training" in script
     assert "cat <&3" in script  # the host's tail stops when the client closes the channel
+
+
+def test_a_session_reusing_the_name_within_seconds_is_not_the_replaced_runs() -> None:
+    m = "@@x:"
+    meta = {"run_id": "r-a", "session": "dup", "command": "sleep 30"}
+    lines = [f"{m}NOW 100", f"{m}SESSION dup|100|0|1|$7", f"{m}RUN r-a", f"{m}JSON {json.dumps(meta)}"]
+    old = [*lines, f"{m}CTIME 100", f"{m}TMUX $6@100", f"{m}STARTED 100", f"{m}STOP 100"]
+    (rec,) = parse_listing("h", "\n".join(old), m).runs
+    assert rec.state == "killed"  # same name, same second, but another tmux session ($6 vs $7)
+    new = [*lines, f"{m}CTIME 100", f"{m}TMUX $7@100", f"{m}STARTED 100"]
+    assert parse_listing("h", "\n".join(new), m).runs[0].state == "running"
