@@ -8,7 +8,9 @@ own panel say so.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import ClassVar
@@ -94,6 +96,13 @@ class DashApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # Thread workers run in the loop's default executor, min(32, cores + 4) threads: on a 2-core
+        # laptop that is 6, fewer than 4 hosts' long-lived loops. Size it for every stream we run:
+        # per host the GPU stream and the run poll, plus two followers and the full-log view.
+        workers = 2 * len(self.monitors) + 8
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dash")
+        )
         for host in self.hosts:
             self._draw_host(host)
         self._draw_run()
