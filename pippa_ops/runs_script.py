@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pippa_ops.errors import BadSetting
 from pippa_ops.inventory import SECRETS_PATH
 from pippa_ops.shell import SESSION_RE, export_line, validate_name, validate_session
-from pippa_ops.tmux import identity_argv
 
 SET_KEY_RE = re.compile(r"^[a-z_][a-z0-9_.]*$")
 DEFAULT_SESSION = "training"
@@ -203,8 +202,9 @@ def launch_script(
         lines.append(f"mkdir -p {d}")
         lines.append(f"printf '%s\\n' {shlex.quote(meta)} > {d}/run.json")
         lines.append(f"printf '%s' {shlex.quote(script)} > {d}/cmd.sh")
-    lines.append(shlex.join(tmux_argv))
-    ident = shlex.join(identity_argv(session))
+    lines.append(f"ident=$({shlex.join(tmux_argv)})")  # new-session -P prints the session's identity
     for run_id, _, _ in files:
-        lines.append(f"{ident} > {sh_path(remote_dir.rstrip('/') + f'/runs/{run_id}')}/tmux_session")
+        lines.append(
+            f"printf '%s\\n' \"$ident\" > {sh_path(remote_dir.rstrip('/') + f'/runs/{run_id}')}/tmux_session"
+        )
     return "set -e\n" + "\n".join(lines)

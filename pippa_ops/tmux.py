@@ -49,11 +49,16 @@ def target(session: str, pane: bool = False) -> str:
 
 
 def new_session_argv(session: str, argv: Sequence[str], width: int = 200, height: int = 50) -> list[str]:
-    """Detached session running ``argv`` directly (several arguments: tmux execs them, no shell)."""
+    """Detached session running ``argv`` directly (several arguments: tmux execs them, no shell).
+
+    It prints the new session's identity (IDENTITY_FORMAT) at once: a job that ends in a blink
+    takes its session and server with it, so asking afterwards would race.
+    """
     validate_session(session)
     if len(argv) < 2:
         raise ValueError("give the command as an argument list of at least two items (tmux execs it)")
-    return [TMUX, "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height), *argv]
+    size = ["-x", str(width), "-y", str(height)]
+    return [TMUX, "new-session", "-d", "-P", "-F", IDENTITY_FORMAT, "-s", session, *size, *argv]
 
 
 def has_session_argv(session: str) -> list[str]:

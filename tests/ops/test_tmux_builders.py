@@ -34,7 +34,7 @@ def test_tmux_targets_use_exact_match_so_a_prefix_never_hits_another_session() -
 
 def test_new_session_execs_an_argument_list_detached() -> None:
     argv = tmux.new_session_argv("training", ["sh", "-c", "echo hi"])
-    assert argv[:5] == ["tmux", "new-session", "-d", "-s", "training"]
+    assert argv[:8] == ["tmux", "new-session", "-d", "-P", "-F", tmux.IDENTITY_FORMAT, "-s", "training"]
     assert argv[-3:] == ["sh", "-c", "echo hi"]
     with pytest.raises(ValueError):
         tmux.new_session_argv("training", ["echo hi"])  # one string would go through the user's shell

@@ -1,0 +1,94 @@
+"""Launch benchmark: `pippa run --cmd 'sleep 60'` on a ready loopback host vs the same by hand.
+
+By hand = what the team typed: rsync the repo (no change: the host is ready), then
+`ssh HOST tmux new-session -d -s NAME 'sleep 60'`. pippa does more in that time (sync with its
+marker, run dir with run.json/cmd.sh/session identity, the session check) in one sync + ONE remote
+command. Both are run alternately ``--repeat`` times on one loopback host (tests/sshd.py: root and
+/usr/sbin/sshd) with a small synthetic repo; medians are compared. Goal (issue 2): <= 1.0x.
+
+    .venv/bin/python bench/bench_launch.py [--files 200] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+import sshd  # noqa: E402
+
+PIPPA = str(Path(sys.prefix) / "bin" / "pippa")
+
+
+def make_repo(path: Path, files: int) -> None:
+    for i in range(files):
+        f = path / f"pkg{i % 10}" / f"mod_{i:04d}.py"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(f"# module {i}\n" + "x = 1\n" * 50)
+    subprocess.run(["git", "init", "-q"], cwd=path, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=path, check=True)
+    ident = ["-c", "user.name=b", "-c", "user.email=b@b"]
+    subprocess.run(["git", *ident, "commit", "-qm", "s"], cwd=path, check=True)
+
+
+def timed(argvs: list[list[str]], env: dict[str, str], cwd: Path) -> float:
+    t0 = time.perf_counter()
+    for argv in argvs:
+        p = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            raise SystemExit(f"{argv[0]} failed: {p.stderr}")
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--files", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    reason = sshd.why_unavailable()
+    if reason:
+        raise SystemExit(f"bench_launch: {reason}")
+    world = sshd.start_world(1)
+    host = world.hosts[0]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            repo = Path(tmp) / "repo"
+            repo.mkdir()
+            make_repo(repo, args.files)
+            client = Path(tmp) / "client"
+            subprocess.run(["cp", "-a", str(world.client_template), str(client)], check=True)
+            env = sshd.client_subprocess_env(client)
+            kh = client / ".ssh" / "known_hosts"
+            ssh = ["ssh", "-F", f"{client}/.ssh/config", "-o", "BatchMode=yes"]
+            ssh += ["-o", f"UserKnownHostsFile={kh}"]
+            dest = f"{host.ssh_alias}:hand/"
+            rsync = ["rsync", "-az", "--exclude", ".git", "-e", " ".join(ssh), "./", dest]
+            # Make the host ready for both paths (the bench is about launching, not the first sync).
+            timed([[PIPPA, "sync", host.name], rsync], env, repo)
+            pippa_s: list[float] = []
+            hand_s: list[float] = []
+            for i in range(args.repeat):
+                pippa = [PIPPA, "run", "--host", host.name, "--name", f"p{i}", "--cmd", "sleep 60"]
+                hand = [*ssh, host.ssh_alias, f"tmux new-session -d -s h{i} 'sleep 60'"]
+                pippa_s.append(timed([pippa], env, repo))
+                hand_s.append(timed([rsync, hand], env, repo))
+            host.run_as_user(["tmux", "kill-server"])
+        p, h = statistics.median(pippa_s), statistics.median(hand_s)
+        print(f"launch bench: ready loopback host, {args.files}-file repo, medians of {args.repeat}")
+        print(f"  pippa run --cmd 'sleep 60'         {p:7.3f} s")
+        print(f"  rsync -az + ssh tmux new-session   {h:7.3f} s")
+        print(f"  ratio pippa/hand {p / h:5.2f}x   goal <= 1.0x {'ok' if p / h <= 1.0 else 'MISSED'}")
+    finally:
+        world.close()
+
+
+if __name__ == "__main__":
+    os.umask(0o022)
+    main()
