@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             model = model.to("cuda")
         max_new = args.max_new_tokens or cfg.train.max_completion_length
         res = evaluate(model, tokenizer, task, rows, cfg.data, max_new)
+        if task.metrics is not None:
+            res = {**task.metrics(res), **res}
         print(json.dumps({"task": args.task, "model": args.model, **res}, indent=2))
         return 0
     except TrainingError as e:

@@ -24,6 +24,8 @@ from training_core.rewards.text import numbers, parse_number, same_number
 class EvalTask:
     load: Callable[..., list[dict[str, Any]]]
     score: Callable[[str, str], bool]
+    # Optional task-named keys from evaluate()'s result (e.g. mbpp_eval/pass_rate), added to eval lines.
+    metrics: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 EVAL_TASKS: Registry[EvalTask] = Registry("eval task", ["training_core.eval_tasks", "training_core.code"])

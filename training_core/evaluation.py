@@ -101,6 +101,8 @@ def make_callback(
             self.done_at = state.global_step
             res = evaluate(model, tokenizer, task, rows, data, max_new_tokens)
             metrics = {"eval/accuracy": res["accuracy"], "eval/n": res["n"], "eval/time_s": res["time_s"]}
+            if task.metrics is not None:
+                metrics.update(task.metrics(res))
             writer.eval(state.global_step, metrics)
             print(
                 f"eval step {state.global_step}: accuracy {res['accuracy']:.3f} "

@@ -70,6 +70,10 @@ def _load_model(res: Resolved) -> tuple[Any, Any]:
 
 
 def run(res: Resolved, run_dir: Path, resume: bool = False) -> int:
+    cfg = res.config
+    facts = detect(offline_probe=cfg.model.name != "tiny")
+    apply_offline_env(facts)
+    # HF libraries read the offline switches at import time: set them before importing them.
     from transformers import PrinterCallback, set_seed
 
     from training_core import callbacks as cb_registry
@@ -79,9 +83,6 @@ def run(res: Resolved, run_dir: Path, resume: bool = False) -> int:
     from training_core.rewards import registry
     from training_core.trainer import PippaGRPOTrainer, grpo_args, newest_checkpoint
 
-    cfg = res.config
-    facts = detect(offline_probe=cfg.model.name != "tiny")
-    apply_offline_env(facts)
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt_dir = run_dir / "checkpoints"
     resume_from = newest_checkpoint(ckpt_dir) if resume else None
