@@ -92,3 +92,16 @@ def test_code_game_opponent_is_a_frozen_copy_and_accuracy_is_logged() -> None:
     for r, h in zip(rewards[:2], hits[:2], strict=True):
         assert (r, h) in ((1.0, 0.0), (-1.0, 1.0))
     assert all(p.requires_grad for p in model.parameters())  # the policy itself stays trainable
+
+
+def test_eval_cli_task_mbpp_prints_pass_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from training_core.eval import main as eval_main
+
+    rows = tmp_path / "mbpp.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    assert eval_main(["tiny", "--task", "mbpp", "-n", "2", "--max-new-tokens", "4", "--set",
+                      f"eval.params.data_files={rows}", "--set", "eval.params.config=full"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["task"] == "mbpp" and out["mbpp_eval/total_problems"] == 2
+    assert out["mbpp_eval/pass_rate"] == out["accuracy"]
+    assert "You are an expert Python programmer" in out["results"][0]["prompt"]

@@ -190,3 +190,21 @@ def test_pool_runs_in_parallel_and_keeps_order() -> None:
         elapsed = time.monotonic() - t0
     assert [r.stdout.strip() for r in results] == ["0", "1", "2", "3"]
     assert elapsed < 1.4  # four 0.4 s sleeps overlapped
+
+
+@pytest.mark.parametrize("mode", ["unshare-user", "plain"])
+def test_weaker_modes_still_run_programs_and_say_what_is_missing(mode: str) -> None:
+    """What a non-root user gets: a user namespace (network still cut) or, failing that, rlimits only,
+    and the result's isolation says which."""
+    try:
+        launcher = detect(force_mode=mode)
+    except RuntimeError:
+        pytest.skip(f"{mode} not available here")
+    r = run_python("import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9), timeout=0.5)\n"
+                   "except OSError as e:\n    print(e.errno)\nprint('ran')", SMALL, launcher=launcher)
+    assert r.ok and r.stdout.endswith("ran\n") and r.isolation.mode == mode
+    if mode == "unshare-user":
+        assert r.isolation.network and r.stdout.startswith("101")  # ENETUNREACH: no interface up
+    else:
+        assert not r.isolation.network and r.isolation.notes
+    assert run_python("while True:\n    pass", SMALL, launcher=launcher).status is Status.TIMEOUT

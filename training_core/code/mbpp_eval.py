@@ -156,4 +156,10 @@ def _score(completion: str, answer: str) -> bool:
     return asserts_passed(run_python(program, SandboxLimits(timeout_s=10.0)))
 
 
-EVAL_TASKS.register("mbpp")(EvalTask(load=_load_eval, score=_score))
+def _metrics(res: dict[str, Any]) -> dict[str, Any]:
+    """The ``mbpp_eval/...`` keys from a greedy ``evaluate`` result (one sample per problem)."""
+    return {"mbpp_eval/pass_rate": res["accuracy"], "mbpp_eval/problems_passed": res["correct"],
+            "mbpp_eval/total_problems": res["n"], "mbpp_eval/eval_time": res["time_s"]}
+
+
+EVAL_TASKS.register("mbpp")(EvalTask(load=_load_eval, score=_score, metrics=_metrics))

@@ -81,16 +81,25 @@ class _Streams:
 _ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
-def _kill_tree(pid: int, launcher: Launcher) -> None:
-    """SIGKILL the namespace's first process (the kernel then kills the whole namespace), then the
-    launcher's process group. The first process is killed first because the launcher's
-    ``--kill-child`` is cleared when it changes uid."""
-    with contextlib.suppress(OSError):
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
+def _kill_tree(pid: int, pidfd: int, launcher: Launcher) -> None:
+    """Kill the sandbox's whole tree and return only when its namespace is empty.
+
+    With a PID namespace: SIGKILL the namespace's first process (the launcher's ``--kill-child`` is
+    cleared when it changes uid, so we do it); the kernel then kills every process in the namespace
+    and the first process finishes exiting only once they are all gone, after which the launcher
+    exits. Waiting for the launcher therefore means no survivor. Then, in every mode, SIGKILL the
+    launcher's process group (all there is to do without a namespace)."""
+    if launcher.isolation.pid_namespace:
+        kids: list[int] = []
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{pid}/children") as f:
             kids = [int(k) for k in f.read().split()]
         for k in kids:
             with contextlib.suppress(OSError):
                 os.kill(k, signal.SIGKILL)
+        if kids:
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            poller.poll(5000)
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)
 
@@ -210,7 +219,7 @@ def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxL
         reason = _pump(fds, pidfd, start + limits.timeout_s, limits.max_output_bytes, streams)
     finally:
         # after a normal exit the launcher is an unreaped zombie, so its pid cannot have been reused
-        _kill_tree(proc.pid, launcher)
+        _kill_tree(proc.pid, pidfd, launcher)
         os.close(pidfd)
     _, wstatus, usage = os.wait4(proc.pid, 0)
     duration = time.monotonic() - start
