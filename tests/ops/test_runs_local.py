@@ -197,3 +197,24 @@ def test_unknown_recipe_is_one_line_listing_the_known_ones(local: Local) -> None
 def test_recipes_lists_names_and_descriptions(local: Local) -> None:
     p = local.pippa("recipes", "--json")
     assert json.loads(p.stdout)[0] == {"name": "also_0", "description": "sweep step also_0"}
+
+
+@pytest.mark.slow
+def test_main_job_tiny_on_local_runs_the_real_trainer_and_ps_shows_its_last_step(tmp_path: Path) -> None:
+    """The README's main job through pippa (a few steps): real trainer, real tmux, metrics read back."""
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    (tmp_path / "tmux").mkdir()
+    env.update(TMUX_TMPDIR=str(tmp_path / "tmux"), PIPPA_INVENTORY=str(tmp_path / "none.toml"))
+    p = subprocess.run(
+        [PIPPA, "run", "tiny", "--set", "train.max_steps=2", "--name", "smoke-test", "--follow"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr
+    (run_id,) = started_ids(p.stdout)
+    ps = subprocess.run(
+        [PIPPA, "ps", "--host", "local", "--json"], cwd=root, env=env, capture_output=True, text=True
+    )
+    rec = next(r for r in json.loads(ps.stdout)["local"]["runs"] if r["run_id"] == run_id)
+    assert (rec["state"], rec["exit_code"], rec["recipe"], rec["last_step"]) == ("finished", 0, "tiny", 2)
+    assert rec["last_reward"] is not None
