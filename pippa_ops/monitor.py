@@ -1,21 +1,20 @@
-"""Live state of hosts for the dashboard: typed state, the events that change it, and the per-host monitors.
+"""Per-host monitors for the dashboard: one connection per host, the streams on it, typed events out.
 
-This is core: it imports no textual, rich or typer, so the state model and the reducers are testable
-without a terminal and the same monitors could drive another front end. The dashboard's thread
-workers call the blocking ``HostMonitor`` methods and post the events they emit; the app folds each
-event into its state with ``apply`` (a pure function), and widgets only draw that state.
+Core: no textual, rich or typer. The dashboard's thread workers call the blocking ``HostMonitor``
+loops and post the events they emit; the app folds each event into its state with
+``monitor_state.apply``. One host, one SSH connection (one paramiko Transport): the GPU stream
+(nvidia-smi's own loop on one channel) supervises it, with backoff; the run poll and the followers
+wait for it and resume from their byte offsets after a reconnect.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import paramiko
 
@@ -31,242 +30,31 @@ from pippa_ops.errors import (
 from pippa_ops.follow import Follower
 from pippa_ops.gpu import Gpu, GpuStream
 from pippa_ops.inventory import HostSpec
+from pippa_ops.monitor_state import (
+    GpuReading,
+    GpuSampled,
+    GpuState,
+    HostEvent,
+    HostState,
+    LinkChanged,
+    LogTail,
+    MetricsParser,
+    RunDetail,
+    RunRow,
+    RunsListed,
+    RunUpdated,
+    apply,
+)
 from pippa_ops.runs import stop
 from pippa_ops.runs_list import RunRecord, list_runs
 from pippa_ops.shell import validate_name
 from pippa_ops.tmux import attach_argv as tmux_attach_argv
 from pippa_ops.transport import Command, CommandResult, Process, Transport
 
-HISTORY = 60  # samples kept per GPU for the sparklines (one minute at the default 1 s interval)
-LOG_TAIL = 200  # lines of output.log kept for the run detail view
-PLOTTED = ("reward/mean", "loss/total", "completions/mean_length", "grad/norm")
-
-Link = Literal["connecting", "up", "down"]
-
-
-# ----------------------------------------------------------------------------------------------- state
-@dataclass(frozen=True)
-class GpuReading:
-    """One GPU in one nvidia-smi sample (None where the driver reports N/A)."""
-
-    index: int
-    name: str
-    util_pct: float | None
-    mem_used_mib: float | None
-    mem_total_mib: float | None
-    temp_c: float | None
-    power_w: float | None
-    uuid: str | None = None
-
-
-@dataclass(frozen=True)
-class GpuState:
-    """A GPU as drawn: the latest reading plus short histories for the sparklines."""
-
-    reading: GpuReading
-    util_history: tuple[float, ...] = ()  # percent, oldest first
-    mem_history: tuple[float, ...] = ()  # percent of total, oldest first
-
-
-@dataclass(frozen=True)
-class RunRow:
-    """One run in a host's run list (live tmux session or finished run directory)."""
-
-    run_id: str
-    what: str  # recipe name, or the command for a plain-command run
-    state: str  # running / completed / failed / stopped / killed / ...
-    session: str | None = None
-    step: int | None = None
-    last_reward: float | None = None
-    elapsed_s: float | None = None
-
-
-@dataclass(frozen=True)
-class HostState:
-    """Everything the dashboard shows about one host."""
-
-    name: str
-    link: Link = "connecting"
-    reason: str | None = None  # why the host is down, one line
-    retry_in_s: float | None = None  # when down: seconds until the next attempt
-    gpus: tuple[GpuState, ...] | None = None  # None: not known yet; (): the host has no GPU
-    gpu_note: str | None = None  # e.g. "no GPU (nvidia-smi not found)"
-    sample_time: float | None = None  # host-side timestamp of the latest GPU sample (unix s)
-    runs: tuple[RunRow, ...] = ()
-
-
-@dataclass(frozen=True)
-class RunDetail:
-    """The selected run: its curves, eval points, W&B link and the tail of its log."""
-
-    host: str
-    run_id: str
-    series: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)  # key -> (step, value)
-    evals: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)  # eval key -> points
-    wandb_url: str | None = None
-    end_status: str | None = None
-    has_metrics: bool = False
-    log_tail: tuple[str, ...] = ()
-
-
-# ---------------------------------------------------------------------------------------------- events
-@dataclass(frozen=True)
-class LinkChanged:
-    host: str
-    link: Link
-    reason: str | None = None
-    retry_in_s: float | None = None
-
-
-@dataclass(frozen=True)
-class GpuSampled:
-    host: str
-    gpus: tuple[GpuReading, ...]  # () when the host has no GPU
-    time: float | None = None  # the sample's timestamp on the host (unix s), when nvidia-smi gave one
-    note: str | None = None
-
-
-@dataclass(frozen=True)
-class RunsListed:
-    host: str
-    runs: tuple[RunRow, ...]
-
-
-@dataclass(frozen=True)
-class RunUpdated:
-    detail: RunDetail
-
-
-HostEvent = LinkChanged | GpuSampled | RunsListed
-
-
-def _push(history: tuple[float, ...], value: float | None) -> tuple[float, ...]:
-    if value is None:
-        return history
-    return (*history, value)[-HISTORY:]
-
-
-def _mem_pct(r: GpuReading) -> float | None:
-    if r.mem_used_mib is None or not r.mem_total_mib:
-        return None
-    return 100.0 * r.mem_used_mib / r.mem_total_mib
-
-
-def apply(state: HostState, event: HostEvent) -> HostState:
-    """Fold one event into a host's state (pure: the same inputs always draw the same screen)."""
-    if isinstance(event, LinkChanged):
-        return replace(state, link=event.link, reason=event.reason, retry_in_s=event.retry_in_s)
-    if isinstance(event, GpuSampled):
-        old = {g.reading.index: g for g in state.gpus or ()}
-        gpus = []
-        for r in event.gpus:
-            prev = old.get(r.index, GpuState(r))
-            gpus.append(
-                GpuState(r, _push(prev.util_history, r.util_pct), _push(prev.mem_history, _mem_pct(r)))
-            )
-        return replace(
-            state,
-            link="up",
-            reason=None,
-            retry_in_s=None,
-            gpus=tuple(gpus),
-            gpu_note=event.note,
-            sample_time=event.time,
-        )
-    return replace(state, runs=event.runs)
-
-
-# ---------------------------------------------------------------------------------------- metrics file
-class MetricsParser:
-    """Accumulates metrics.jsonl as it is followed, chunk by chunk.
-
-    A chunk may end inside a line (the writer flushes line by line, the reader reads bytes): the
-    partial line waits in a buffer until its newline arrives, as docs/CONTRACTS.md asks.
-    """
-
-    def __init__(self) -> None:
-        self._buf = b""
-        self.series: dict[str, list[tuple[int, float]]] = {k: [] for k in PLOTTED}
-        self.evals: dict[str, list[tuple[int, float]]] = {}
-        self.wandb_url: str | None = None
-        self.end_status: str | None = None
-        self.last_step: int | None = None
-        self.seen_any = False
-
-    def feed(self, chunk: bytes) -> None:
-        data = self._buf + chunk
-        *lines, self._buf = data.split(b"\n")
-        for raw in lines:
-            self._line(raw)
-
-    def _line(self, raw: bytes) -> None:
-        try:
-            rec = json.loads(raw)
-        except ValueError:
-            return  # a torn or foreign line never stops the dashboard
-        if not isinstance(rec, dict):
-            return
-        self.seen_any = True
-        kind = rec.get("type")
-        step = rec.get("step")
-        if kind == "header":
-            wandb = rec.get("wandb")
-            if isinstance(wandb, dict) and isinstance(wandb.get("url"), str):
-                self.wandb_url = wandb["url"]
-            if rec.get("resumed_from_step") is not None:
-                self.end_status = None
-        elif kind == "step" and isinstance(step, int):
-            self.last_step = step
-            for key in PLOTTED:
-                v = rec.get(key)
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    self.series[key].append((step, float(v)))
-        elif kind == "eval" and isinstance(step, int):
-            for key, v in rec.items():
-                if "/" in key and isinstance(v, (int, float)) and not isinstance(v, bool):
-                    if key.endswith(("/n", "/total_problems", "/problems_passed", "/eval_time")):
-                        continue
-                    self.evals.setdefault(key, []).append((step, float(v)))
-        elif kind == "end":
-            self.end_status = str(rec.get("status"))
-
-    def last(self, key: str) -> float | None:
-        points = self.series.get(key)
-        return points[-1][1] if points else None
-
-    def detail(self, host: str, run_id: str, log_tail: tuple[str, ...]) -> RunDetail:
-        return RunDetail(
-            host=host,
-            run_id=run_id,
-            series={k: tuple(v) for k, v in self.series.items()},
-            evals={k: tuple(v) for k, v in self.evals.items()},
-            wandb_url=self.wandb_url,
-            end_status=self.end_status,
-            has_metrics=self.seen_any,
-            log_tail=log_tail,
-        )
-
-
-class LogTail:
-    """The last ``LOG_TAIL`` lines of a followed log (bytes in, text lines out)."""
-
-    def __init__(self, keep: int = LOG_TAIL) -> None:
-        self._keep = keep
-        self._buf = b""
-        self.lines: list[str] = []
-
-    def feed(self, chunk: bytes) -> None:
-        data = self._buf + chunk
-        *done, self._buf = data.split(b"\n")
-        for raw in done:
-            # A progress bar redraws with \r: only the last state of the line is worth showing.
-            self.lines.append(raw.decode(errors="replace").rsplit("\r", 1)[-1])
-        del self.lines[: -self._keep]
-
-    def tail(self) -> tuple[str, ...]:
-        partial = self._buf.decode(errors="replace").rsplit("\r", 1)[-1]
-        return (*self.lines, partial) if partial else tuple(self.lines)
-
+__all__ = [
+    "GpuReading", "GpuSampled", "GpuState", "HostEvent", "HostMonitor", "HostState", "LinkChanged",
+    "Monitor", "RunDetail", "RunRow", "RunUpdated", "RunsListed", "apply", "attach_argv",
+]  # fmt: skip
 
 # ------------------------------------------------------------------------------------------- monitors
 Emit = Callable[[HostEvent | RunUpdated], None]
@@ -318,7 +106,10 @@ class _Buffered(Process):
     def read(self, n: int = 65536) -> bytes:
         if hasattr(self._inner, "set_deadline"):
             self._inner.set_deadline(time.monotonic() + self._stall_s)
-        return self._inner.read(n)
+        try:
+            return self._inner.read(n)
+        except ValueError:  # killed from another thread: a local process's pipe is already closed
+            return b""
 
     def readline(self) -> bytes:
         while b"\n" not in self._buf:
@@ -351,12 +142,14 @@ class _StreamTransport(Transport):
 
     def __init__(self, inner: Transport, stall_s: float) -> None:
         self.name, self._inner, self._stall_s = inner.name, inner, stall_s
+        self.process: Process | None = None  # the stream's process, so another thread can end it
 
     def run(self, command: Command, **kw: Any) -> CommandResult:
         return self._inner.run(command, **kw)
 
     def start(self, command: Command) -> Process:
-        return _Buffered(self._inner.start(command), self._stall_s)
+        self.process = _Buffered(self._inner.start(command), self._stall_s)
+        return self.process
 
     def home(self) -> str:
         return self._inner.home()
@@ -387,6 +180,7 @@ class HostMonitor:
         self._followers: list[Follower] = []
         self._records: dict[str, RunRecord] = {}
         self._no_gpu: str | None = None
+        self._gpu_stream: _StreamTransport | None = None
 
     # ---------------------------------------------------------------------------------- connection
     def _connect(self) -> Transport:
@@ -406,8 +200,15 @@ class HostMonitor:
         self._lost_reason = reason_of(error)
         self._up.clear()
         self._lost.set()
+        self._hang_up()
+
+    def _hang_up(self) -> None:
+        """Close the connection and the GPU stream (LocalTransport has no connection to close)."""
         with self._lock:
             t, self._transport = self._transport, None
+            stream, self._gpu_stream = self._gpu_stream, None
+        if stream is not None and stream.process is not None:
+            stream.process.kill()  # not GpuStream.close(): that is for the iterating thread only
         if t is not None:
             t.close()
 
@@ -444,7 +245,8 @@ class HostMonitor:
 
     def _gpu_samples(self, t: Transport, emit: Emit) -> None:
         stall = max(10.0, 5 * self.interval_s)
-        stream = GpuStream(_StreamTransport(t, stall), self.interval_s)
+        self._gpu_stream = streamer = _StreamTransport(t, stall)
+        stream = GpuStream(streamer, self.interval_s)
         got = False
         try:
             for gpus in stream.samples():
@@ -574,10 +376,7 @@ class HostMonitor:
         self._wake.set()
         self._lost.set()
         self.select(None)
-        with self._lock:
-            t, self._transport = self._transport, None
-        if t is not None:
-            t.close()
+        self._hang_up()
 
 
 def attach_argv(spec: HostSpec, session: str) -> list[str]:

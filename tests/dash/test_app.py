@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import dash_state as S
 import pytest
 
@@ -110,13 +107,3 @@ async def test_keys_help_stop_confirm_and_log_screens() -> None:
 
 def test_sparkline_scales_and_pads() -> None:
     assert sparkline((0.0, 100.0), width=4) == "  ▁█"
-
-
-def test_monitor_core_imports_no_tui() -> None:
-    """The core stays importable without textual/rich/typer (harlequin's habit)."""
-    code = (
-        "import sys, pippa_ops.monitor; "
-        "bad = [m for m in ('textual', 'rich', 'typer') if m in sys.modules]; "
-        "assert not bad, bad"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)

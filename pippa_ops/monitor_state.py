@@ -1,0 +1,242 @@
+"""The dashboard's state model: what a host and a run look like on screen, the events that change
+them, and the pure reducer and parsers that turn streamed bytes into that state.
+
+Core (no textual/rich/typer, no IO): the same inputs always draw the same screen, so Pilot and
+snapshot tests feed it directly. ``pippa_ops.monitor`` produces the events; the app folds them in.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+HISTORY = 60  # samples kept per GPU for the sparklines (one minute at the default 1 s interval)
+LOG_TAIL = 200  # lines of output.log kept for the run detail view
+PLOTTED = ("reward/mean", "loss/total", "completions/mean_length", "grad/norm")
+
+Link = Literal["connecting", "up", "down"]
+
+
+# ----------------------------------------------------------------------------------------------- state
+@dataclass(frozen=True)
+class GpuReading:
+    """One GPU in one nvidia-smi sample (None where the driver reports N/A)."""
+
+    index: int
+    name: str
+    util_pct: float | None
+    mem_used_mib: float | None
+    mem_total_mib: float | None
+    temp_c: float | None
+    power_w: float | None
+    uuid: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """A GPU as drawn: the latest reading plus short histories for the sparklines."""
+
+    reading: GpuReading
+    util_history: tuple[float, ...] = ()  # percent, oldest first
+    mem_history: tuple[float, ...] = ()  # percent of total, oldest first
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run in a host's run list (live tmux session or finished run directory)."""
+
+    run_id: str
+    what: str  # recipe name, or the command for a plain-command run
+    state: str  # running / completed / failed / stopped / killed / ...
+    session: str | None = None
+    step: int | None = None
+    last_reward: float | None = None
+    elapsed_s: float | None = None
+
+
+@dataclass(frozen=True)
+class HostState:
+    """Everything the dashboard shows about one host."""
+
+    name: str
+    link: Link = "connecting"
+    reason: str | None = None  # why the host is down, one line
+    retry_in_s: float | None = None  # when down: seconds until the next attempt
+    gpus: tuple[GpuState, ...] | None = None  # None: not known yet; (): the host has no GPU
+    gpu_note: str | None = None  # e.g. "no GPU (nvidia-smi not found)"
+    sample_time: float | None = None  # host-side timestamp of the latest GPU sample (unix s)
+    runs: tuple[RunRow, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    """The selected run: its curves, eval points, W&B link and the tail of its log."""
+
+    host: str
+    run_id: str
+    series: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)  # key -> (step, value)
+    evals: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)  # eval key -> points
+    wandb_url: str | None = None
+    end_status: str | None = None
+    has_metrics: bool = False
+    log_tail: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------- events
+@dataclass(frozen=True)
+class LinkChanged:
+    host: str
+    link: Link
+    reason: str | None = None
+    retry_in_s: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuSampled:
+    host: str
+    gpus: tuple[GpuReading, ...]  # () when the host has no GPU
+    time: float | None = None  # the sample's timestamp on the host (unix s), when nvidia-smi gave one
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class RunsListed:
+    host: str
+    runs: tuple[RunRow, ...]
+
+
+@dataclass(frozen=True)
+class RunUpdated:
+    detail: RunDetail
+
+
+HostEvent = LinkChanged | GpuSampled | RunsListed
+
+
+def _push(history: tuple[float, ...], value: float | None) -> tuple[float, ...]:
+    if value is None:
+        return history
+    return (*history, value)[-HISTORY:]
+
+
+def _mem_pct(r: GpuReading) -> float | None:
+    if r.mem_used_mib is None or not r.mem_total_mib:
+        return None
+    return 100.0 * r.mem_used_mib / r.mem_total_mib
+
+
+def apply(state: HostState, event: HostEvent) -> HostState:
+    """Fold one event into a host's state (pure: the same inputs always draw the same screen)."""
+    if isinstance(event, LinkChanged):
+        return replace(state, link=event.link, reason=event.reason, retry_in_s=event.retry_in_s)
+    if isinstance(event, GpuSampled):
+        old = {g.reading.index: g for g in state.gpus or ()}
+        gpus = []
+        for r in event.gpus:
+            prev = old.get(r.index, GpuState(r))
+            gpus.append(
+                GpuState(r, _push(prev.util_history, r.util_pct), _push(prev.mem_history, _mem_pct(r)))
+            )
+        return replace(
+            state,
+            link="up",
+            reason=None,
+            retry_in_s=None,
+            gpus=tuple(gpus),
+            gpu_note=event.note,
+            sample_time=event.time,
+        )
+    return replace(state, runs=event.runs)
+
+
+# ---------------------------------------------------------------------------------------- metrics file
+class MetricsParser:
+    """Accumulates metrics.jsonl as it is followed, chunk by chunk.
+
+    A chunk may end inside a line (the writer flushes line by line, the reader reads bytes): the
+    partial line waits in a buffer until its newline arrives, as docs/CONTRACTS.md asks.
+    """
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self.series: dict[str, list[tuple[int, float]]] = {k: [] for k in PLOTTED}
+        self.evals: dict[str, list[tuple[int, float]]] = {}
+        self.wandb_url: str | None = None
+        self.end_status: str | None = None
+        self.last_step: int | None = None
+        self.seen_any = False
+
+    def feed(self, chunk: bytes) -> None:
+        data = self._buf + chunk
+        *lines, self._buf = data.split(b"\n")
+        for raw in lines:
+            self._line(raw)
+
+    def _line(self, raw: bytes) -> None:
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            return  # a torn or foreign line never stops the dashboard
+        if not isinstance(rec, dict):
+            return
+        self.seen_any = True
+        kind = rec.get("type")
+        step = rec.get("step")
+        if kind == "header":
+            wandb = rec.get("wandb")
+            if isinstance(wandb, dict) and isinstance(wandb.get("url"), str):
+                self.wandb_url = wandb["url"]
+            if rec.get("resumed_from_step") is not None:
+                self.end_status = None
+        elif kind == "step" and isinstance(step, int):
+            self.last_step = step
+            for key in PLOTTED:
+                v = rec.get(key)
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    self.series[key].append((step, float(v)))
+        elif kind == "eval" and isinstance(step, int):
+            for key, v in rec.items():
+                if "/" in key and isinstance(v, (int, float)) and not isinstance(v, bool):
+                    if key.endswith(("/n", "/total_problems", "/problems_passed", "/eval_time")):
+                        continue
+                    self.evals.setdefault(key, []).append((step, float(v)))
+        elif kind == "end":
+            self.end_status = str(rec.get("status"))
+
+    def last(self, key: str) -> float | None:
+        points = self.series.get(key)
+        return points[-1][1] if points else None
+
+    def detail(self, host: str, run_id: str, log_tail: tuple[str, ...]) -> RunDetail:
+        return RunDetail(
+            host=host,
+            run_id=run_id,
+            series={k: tuple(v) for k, v in self.series.items()},
+            evals={k: tuple(v) for k, v in self.evals.items()},
+            wandb_url=self.wandb_url,
+            end_status=self.end_status,
+            has_metrics=self.seen_any,
+            log_tail=log_tail,
+        )
+
+
+class LogTail:
+    """The last ``LOG_TAIL`` lines of a followed log (bytes in, text lines out)."""
+
+    def __init__(self, keep: int = LOG_TAIL) -> None:
+        self._keep = keep
+        self._buf = b""
+        self.lines: list[str] = []
+
+    def feed(self, chunk: bytes) -> None:
+        data = self._buf + chunk
+        *done, self._buf = data.split(b"\n")
+        for raw in done:
+            # A progress bar redraws with \r: only the last state of the line is worth showing.
+            self.lines.append(raw.decode(errors="replace").rsplit("\r", 1)[-1])
+        del self.lines[: -self._keep]
+
+    def tail(self) -> tuple[str, ...]:
+        partial = self._buf.decode(errors="replace").rsplit("\r", 1)[-1]
+        return (*self.lines, partial) if partial else tuple(self.lines)

@@ -1,0 +1,142 @@
+"""The dashboard's core without a terminal: parsers, reducer, and a HostMonitor on the host ``local``."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import fake_smi
+import pytest
+
+from pippa_ops.inventory import local_spec
+from pippa_ops.monitor import HostMonitor, RunUpdated
+from pippa_ops.monitor_state import (
+    HISTORY,
+    GpuReading,
+    GpuSampled,
+    HostState,
+    LinkChanged,
+    LogTail,
+    MetricsParser,
+    RunsListed,
+    apply,
+)
+
+URL = "https://wandb.ai/a/b/runs/x"
+
+
+def _lines(*records: dict) -> bytes:
+    return b"".join(json.dumps(r).encode() + b"\n" for r in records)
+
+
+def test_metrics_parser_waits_for_the_newline_of_a_partial_line() -> None:
+    p = MetricsParser()
+    data = _lines(
+        {"type": "header", "run_id": "r", "wandb": {"id": "x", "url": URL, "mode": "online"}},
+        {"type": "step", "step": 1, "time": 1.0, "reward/mean": -0.5, "loss/total": 0.1, "grad/norm": 2.0},
+        {"type": "eval", "step": 1, "time": 1.0, "eval/accuracy": 0.25, "eval/n": 4},
+        {"type": "step", "step": 2, "time": 2.0, "reward/mean": 0.5, "completions/mean_length": 3},
+    )
+    cut = len(data) - 10  # the last step line arrives in two reads
+    p.feed(data[:cut])
+    assert p.series["reward/mean"] == [(1, -0.5)]
+    p.feed(data[cut:])
+    assert p.series["reward/mean"] == [(1, -0.5), (2, 0.5)]
+    assert p.series["completions/mean_length"] == [(2, 3.0)]
+    assert p.evals == {"eval/accuracy": [(1, 0.25)]}  # eval/n is a count, not a curve
+    assert p.wandb_url == URL
+    p.feed(b"not json\n" + _lines({"type": "end", "status": "completed", "step": 2, "time": 3.0}))
+    d = p.detail("h", "r", ())
+    assert d.end_status == "completed" and d.has_metrics
+
+
+def test_log_tail_keeps_the_last_lines_and_the_last_state_of_a_progress_bar() -> None:
+    t = LogTail(keep=3)
+    t.feed(b"a\nb\nc\n 10%\r 50%\r100%\nd\npart")
+    assert t.tail() == ("c", "100%", "d", "part")  # three complete lines, then the unfinished one
+
+
+def test_gpu_history_is_capped_and_a_down_event_keeps_the_gpus() -> None:
+    s = HostState("h")
+    for i in range(HISTORY + 5):
+        s = apply(s, GpuSampled("h", (GpuReading(0, "G", float(i), 1.0, 2.0, 30.0, 100.0),), float(i)))
+    assert s.gpus is not None and len(s.gpus[0].util_history) == HISTORY
+    assert s.gpus[0].util_history[-1] == HISTORY + 4
+    s = apply(s, LinkChanged("h", "down", "connection refused", 2))
+    assert s.link == "down" and s.gpus is not None
+
+
+def test_local_host_streams_gpus_lists_runs_and_follows_a_runs_metrics(tmp_path: Path, monkeypatch) -> None:
+    """The host ``local`` goes through the same monitor as SSH hosts (LocalTransport)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(fake_smi.script(gpus=2))
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    run_id = "20260101-000000-tiny-abcd"
+    run_dir = tmp_path / "repo" / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({
+        "run_id": run_id, "session": "gone", "host": "local", "recipe": "tiny", "command": "x",
+        "argv": [], "started": time.time(), "sync": None, "sweep_index": 0, "sweep_size": 1,
+    }))  # fmt: skip
+    (run_dir / "output.log").write_text("hello from the job\n")
+    (run_dir / "metrics.jsonl").write_bytes(
+        _lines(
+            {"type": "header", "run_id": run_id, "wandb": None},
+            {"type": "step", "step": 1, "time": 1.0, "reward/mean": 0.25},
+        )
+    )
+    (run_dir / "exit_code").write_text("0\n")
+
+    events: list[object] = []
+    got = threading.Condition()
+
+    def emit(e: object) -> None:
+        with got:
+            events.append(e)
+            got.notify_all()
+
+    def wait_for(pred, what: str, timeout: float = 20) -> object:
+        with got:
+            ok = got.wait_for(lambda: next((e for e in events if pred(e)), None), timeout)
+        assert ok, f"no event: {what}; got {events[-5:]}"
+        return next(e for e in events if pred(e))
+
+    mon = HostMonitor(local_spec(tmp_path / "repo"), interval_s=1.0, runs_every_s=0.5)
+    threads = [threading.Thread(target=f, args=(emit,), daemon=True) for f in (mon.stream_gpus, mon.poll)]
+    for th in threads:
+        th.start()
+    try:
+        g = wait_for(lambda e: isinstance(e, GpuSampled) and e.gpus, "a GPU sample")
+        assert [r.index for r in g.gpus] == [0, 1] and g.gpus[0].mem_total_mib == 81559.0
+        runs = wait_for(lambda e: isinstance(e, RunsListed) and e.runs, "the run list")
+        assert runs.runs[0].run_id == run_id and runs.runs[0].what == "tiny"
+        mon.select(run_id)
+        follower = threading.Thread(target=mon.follow, args=(run_id, emit), daemon=True)
+        follower.start()
+        upd = wait_for(lambda e: isinstance(e, RunUpdated) and e.detail.series.get("reward/mean")
+                       and e.detail.log_tail, "the run's metrics and log")  # fmt: skip
+        assert upd.detail.series["reward/mean"] == ((1, 0.25),)
+        assert upd.detail.log_tail == ("hello from the job",)
+        follower.join(10)
+        assert not follower.is_alive(), "a finished run's follow ends by itself"
+    finally:
+        mon.close()
+        for th in threads:
+            th.join(10)
+    assert not any(th.is_alive() for th in threads), "close() ends the monitor's loops"
+
+
+@pytest.mark.parametrize("module", ["pippa_ops.monitor", "pippa_ops.monitor_state"])
+def test_core_imports_no_tui(module: str) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        f"import sys, {module}; "
+        "bad = [m for m in ('textual', 'rich', 'typer') if m in sys.modules]; assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
