@@ -2,8 +2,9 @@
 
 The file set is what git tracks plus untracked files git does not ignore, minus ``.env`` files and
 what ``.pippaignore`` lists (gitignore syntax, applied by git itself). The host is listed in ONE
-command (size + mtime of every file), changed files travel as ONE gzip'd tar stream over one channel
-into a staging directory under ``<remote_dir>/.pippa/``, and a generated script then renames each
+command (size + mtime of every file), changed files travel as ONE compressed tar stream over one
+channel (packed by the local tar and zstd, or gzip when either end lacks zstd, running in parallel
+with the sending) into a staging directory under ``<remote_dir>/.pippa/``; a generated script renames each
 file into place (rename is atomic, so an interrupted sync leaves every file either old or new; the
 stage is removed when the host-side shell exits). ``.pippa/``, ``runs/`` and ``.venv/`` at the top
 of the host's tree are never listed, sent, changed or deleted. Deletions happen only with
@@ -14,18 +15,18 @@ excludes. Afterwards the host records ``.pippa/sync.json`` (docs/CONTRACTS.md).
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import os
 import secrets
 import shlex
+import shutil
 import subprocess
-import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import IO
 
 from pippa_ops.errors import RemoteCommandFailed, UsageError
 from pippa_ops.inventory import HostSpec
@@ -152,24 +153,36 @@ def remote_dir_expr(remote_dir: str) -> str:
 
 
 def listing_command(dir_expr: str) -> str:
+    """``Z <0|1>`` (does the host have zstd), then ``size mtime path`` per file, NUL-separated."""
     prune = " -o ".join(f"-path ./{p}" for p in PROTECTED_TOP)
     return (
+        "if command -v zstd >/dev/null 2>&1; then printf 'Z 1\\0'; else printf 'Z 0\\0'; fi; "
         f"cd {dir_expr} 2>/dev/null || exit 0; "
         f"find . \\( {prune} \\) -prune -o \\( -type f -o -type l \\) -printf '%s %T@ %P\\0'"
     )
 
 
-def parse_listing(raw: bytes) -> dict[str, FileStat]:
+@dataclass(frozen=True)
+class Listing:
+    files: dict[str, FileStat]
+    zstd: bool  # the host can unpack zstd
+
+
+def parse_listing(raw: bytes) -> Listing:
     out: dict[str, FileStat] = {}
+    zstd = False
     for entry in raw.split(b"\0"):
         if not entry:
             continue
+        if entry.startswith(b"Z "):
+            zstd = entry == b"Z 1"
+            continue
         size, mtime, name = entry.split(b" ", 2)
         out[name.decode(errors="surrogateescape")] = FileStat(int(size), int(float(mtime)))
-    return out
+    return Listing(out, zstd)
 
 
-def remote_files(transport: Transport, dir_expr: str) -> dict[str, FileStat]:
+def remote_files(transport: Transport, dir_expr: str) -> Listing:
     proc = transport.start(listing_command(dir_expr))
     with proc:
         proc.close_stdin()
@@ -232,63 +245,83 @@ def marker_lines(marker: dict[str, object]) -> list[str]:
     ]
 
 
-def receive_command(dir_expr: str, stage_id: str) -> str:
-    """Unpack the stream into a private stage, run its apply.sh; the stage goes when the shell exits."""
+def receive_command(dir_expr: str, stage_id: str, zstd: bool) -> str:
+    """Read ``<n>\\n`` + n bytes of apply.sh, then unpack the tar.gz into a private stage and run
+    apply.sh; the stage goes when the shell exits, whether it succeeded or not."""
     return (
         f'set -e; D={dir_expr}; mkdir -p "$D/.pippa"; S="$D/.pippa/stage-{stage_id}"; '
-        'trap \'rm -rf "$S"\' EXIT; mkdir "$S"; '
+        'trap \'rm -rf "$S"\' EXIT; mkdir -p "$S/files"; '
         'find "$D/.pippa" -maxdepth 1 -name "stage-*" -mmin +1440 -exec rm -rf {} + 2>/dev/null || true; '
-        'tar -xzpf - --no-same-owner -C "$S"; sh "$S/apply.sh" "$D" "$S"'
+        'IFS= read -r n; head -c "$n" > "$S/apply.sh"; '
+        + ("zstd -dcq | " if zstd else "gzip -dc | ")
+        + 'tar -xpf - --no-same-owner -C "$S/files"; sh "$S/apply.sh" "$D" "$S"'
     )
 
 
-class _ChannelWriter:
-    """File-like sink for gzip: counts bytes and reports progress (which may raise to interrupt)."""
-
-    def __init__(self, write: Callable[[bytes], None], progress: Progress | None) -> None:
-        self._write = write
-        self._progress = progress
-        self.count = 0
-
-    def write(self, data: bytes) -> int:
-        self._write(bytes(data))
-        self.count += len(data)
-        if self._progress is not None:
-            self._progress(self.count)
-        return len(data)
-
-    def flush(self) -> None:
-        pass
+def _pack(repo: Path, zstd: bool) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+    """``tar | zstd -1`` (or ``gzip -1``) as local C processes, names NUL-separated on tar's stdin:
+    reading, packing and compressing run in parallel with the SSH sending done here."""
+    tar = subprocess.Popen(
+        ["tar", "-cf", "-", "-C", str(repo), "--null", "-T", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    compress = ["zstd", "-1", "-q", "-T0"] if zstd else ["gzip", "-1"]
+    gz = subprocess.Popen(compress, stdin=tar.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert tar.stdout is not None
+    tar.stdout.close()  # gzip owns it now
+    return tar, gz
 
 
-def _stream(repo: Path, send: list[str], script: str, sink: _ChannelWriter) -> None:
-    with (
-        gzip.GzipFile(fileobj=sink, mode="wb", compresslevel=1, mtime=0) as gz,  # type: ignore[arg-type]
-        tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar,
-    ):
-        for name in send:
-            info = tar.gettarinfo(str(repo / name), arcname=f"files/{name}")
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            if info.isreg():
-                with open(repo / name, "rb") as fh:
-                    tar.addfile(info, fh)
-            else:
-                tar.addfile(info)
-        data = script.encode()
-        info = tarfile.TarInfo("apply.sh")
-        info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-        tar.addfile(info, _BytesReader(data))
+def _send_stream(
+    repo: Path,
+    send: list[str],
+    script: str,
+    write: Callable[[bytes], None],
+    progress: Progress | None,
+    zstd: bool,
+) -> int:
+    """Header, apply.sh, then the packed files; returns bytes written. ``progress`` may raise."""
+    data = script.encode()
+    header = f"{len(data)}\n".encode() + data
+    write(header)
+    sent = len(header)
+    tar, gz = _pack(repo, zstd)
+    assert tar.stdin is not None and gz.stdout is not None
+    # names as ./x so that none reads as an option
+    feeder = threading.Thread(target=_feed_names, args=(tar.stdin, [f"./{n}" for n in send]), daemon=True)
+    feeder.start()
+    try:
+        while chunk := gz.stdout.read1(1 << 17):  # type: ignore[attr-defined]
+            write(chunk)
+            sent += len(chunk)
+            if progress is not None:
+                progress(sent)
+    except BaseException:
+        for p in (gz, tar):
+            p.kill()
+        raise
+    finally:
+        errors = []
+        for p in (gz, tar):
+            p.wait()
+            if p.stderr is not None:
+                errors.append(p.stderr.read().decode(errors="replace").strip())
+                p.stderr.close()
+        gz.stdout.close()
+        feeder.join()
+    if tar.returncode != 0 or gz.returncode != 0:
+        raise UsageError(f"packing the files to sync failed: {' '.join(e for e in errors if e)}")
+    return sent
 
 
-class _BytesReader:
-    def __init__(self, data: bytes) -> None:
-        self._data, self._pos = data, 0
-
-    def read(self, n: int = -1) -> bytes:
-        end = len(self._data) if n < 0 else self._pos + n
-        chunk, self._pos = self._data[self._pos : end], min(end, len(self._data))
-        return chunk
+def _feed_names(stdin: IO[bytes], names: list[str]) -> None:
+    try:
+        stdin.write(b"\0".join(n.encode(errors="surrogateescape") for n in names) + b"\0")
+        stdin.close()
+    except OSError:
+        pass  # the packer died; its exit status tells
 
 
 def sync(
@@ -313,7 +346,7 @@ def sync(
             spec.name, str(repo), len(files), (), (), 0, commit, dirty, dry_run, time.monotonic() - t0, True
         )
     dir_expr = remote_dir_expr(spec.remote_dir)
-    remote_box: dict[str, dict[str, FileStat] | BaseException] = {}
+    remote_box: dict[str, Listing | BaseException] = {}
 
     def list_remote() -> None:
         try:
@@ -326,9 +359,11 @@ def sync(
     commit, dirty = tree_state(repo)
     local = local_files(repo)
     lister.join()
-    remote = remote_box["v"]
-    if isinstance(remote, BaseException):
-        raise remote
+    listing = remote_box["v"]
+    if isinstance(listing, BaseException):
+        raise listing
+    remote = listing.files
+    zstd = listing.zstd and shutil.which("zstd") is not None
     deletable = None
     if delete:
         gone = [n for n in remote if n not in local and not _excluded(n)]
@@ -346,11 +381,10 @@ def sync(
         transport.run(marker_cmd, check=True)
         return _finish(result, 0, t0)
     script = apply_script(todo.send, todo.delete, marker)
-    proc = transport.start(receive_command(dir_expr, secrets.token_hex(4)))
+    proc = transport.start(receive_command(dir_expr, secrets.token_hex(4), zstd))
     with proc:
-        sink = _ChannelWriter(proc.write, progress)
         try:
-            _stream(repo, todo.send, script, sink)
+            sent_bytes = _send_stream(repo, todo.send, script, proc.write, progress, zstd)
         except BaseException:
             # End the stream instead of killing: the host's tar sees a truncated archive and fails,
             # apply.sh never runs, and the shell's EXIT trap removes the stage.
@@ -364,7 +398,7 @@ def sync(
         status = proc.wait(600)
         if status != 0:
             raise RemoteCommandFailed(f"{spec.name}: sync failed on the host: {proc.stderr_text().strip()}")
-    return _finish(result, sink.count, t0)
+    return _finish(result, sent_bytes, t0)
 
 
 def _finish(result: SyncResult, sent_bytes: int, t0: float) -> SyncResult:
