@@ -57,6 +57,20 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, str]:
     return elapsed, p.stdout
 
 
+def in_process_sync(host: str, client: Path, repo: Path) -> float:
+    """The same no-change sync without the CLI's interpreter start and imports (fresh connection)."""
+    os.environ.update(sshd.client_vars(client))
+    os.environ.pop("SSH_AUTH_SOCK", None)
+    from pippa_ops.connect import connect
+    from pippa_ops.sync import sync
+
+    t0 = time.perf_counter()
+    spec, transport = connect(host)
+    with transport:
+        sync(spec, transport, repo)
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=2000)
@@ -85,12 +99,14 @@ def main() -> None:
             results: dict[str, dict[str, list[float]]] = {"cold": {}, "no change": {}, "one changed": {}}
             sent = {"pippa": 0, "rsync": 0}
             changed_size = 0
+            core_no_change: list[float] = []
             for _ in range(args.repeat):
                 subprocess.run(wipe, check=True)
                 for tool, argv in (("pippa", pippa), ("rsync", rsync)):
                     results["cold"].setdefault(tool, []).append(timed(argv, env, repo)[0])
                 for tool, argv in (("pippa", pippa), ("rsync", rsync)):
                     results["no change"].setdefault(tool, []).append(timed(argv, env, repo)[0])
+                core_no_change.append(in_process_sync(host.name, client, repo))
                 target = repo / names[rng.randrange(len(names))]
                 target.write_bytes(base64.encodebytes(rng.randbytes(75_000)))  # ~100 KB, all new
                 changed_size = target.stat().st_size
@@ -111,6 +127,8 @@ def main() -> None:
             goal = goals[case]
             mark = "" if goal is None else f"<= {goal}x {'ok' if p / r <= goal else 'MISSED'}"
             print(f"{case:<12} {p:8.3f} {r:8.3f} {p / r:6.2f}  {mark}")
+        core, r = statistics.median(core_no_change), statistics.median(results["no change"]["rsync"])
+        print(f"no change, pippa core in-process (connect + sync): {core:.3f} s = {core / r:.2f}x rsync")
         ratio = sent["pippa"] / changed_size
         print(
             f"one changed file of {changed_size} B: pippa sent {sent['pippa']} B ({ratio:.2f}x its size, "
