@@ -175,7 +175,7 @@ def test_a_running_session_is_refused_unless_replace(local: Local) -> None:
 
 
 def test_sweep_runs_recipes_in_turn_in_one_session_and_a_failure_does_not_stop_it(local: Local) -> None:
-    p = local.pippa("run", "ok_0", "fail_2", "also_0", "--name", "sweep", "--gap", "0.3", "--follow")
+    p = local.pippa("run", "ok_0", "fail_2", "also_0", "--name", "sweep", "--gap", "1", "--follow")
     assert p.returncode == 2, p.stderr  # the failing job's code
     ids = started_ids(p.stdout)
     assert len(ids) == 3
@@ -183,7 +183,7 @@ def test_sweep_runs_recipes_in_turn_in_one_session_and_a_failure_does_not_stop_i
     assert [recs[i]["exit_code"] for i in ids] == [0, 2, 0]
     assert [recs[i]["sweep_index"] for i in ids] == [0, 1, 2]
     assert {recs[i]["session"] for i in ids} == {"sweep"}
-    assert recs[ids[0]]["started"] < recs[ids[1]]["started"] <= recs[ids[2]]["started"]
+    assert recs[ids[0]]["started"] < recs[ids[1]]["started"] < recs[ids[2]]["started"]  # one after another
     out = (local.run_dir(ids[1]) / "output.log").read_text()
     assert out.startswith(f"train fail_2 --run-dir {local.run_dir(ids[1])}")
 
