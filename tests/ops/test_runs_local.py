@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -212,9 +213,12 @@ def test_main_job_tiny_on_local_runs_the_real_trainer_and_ps_shows_its_last_step
     )  # fmt: skip
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr
     (run_id,) = started_ids(p.stdout)
-    ps = subprocess.run(
-        [PIPPA, "ps", "--host", "local", "--json"], cwd=root, env=env, capture_output=True, text=True
-    )
+    try:
+        ps = subprocess.run(
+            [PIPPA, "ps", "--host", "local", "--json"], cwd=root, env=env, capture_output=True, text=True
+        )
+    finally:
+        shutil.rmtree(root / "runs" / run_id, ignore_errors=True)  # the repo's own runs/ (git-ignored)
     rec = next(r for r in json.loads(ps.stdout)["local"]["runs"] if r["run_id"] == run_id)
     assert (rec["state"], rec["exit_code"], rec["recipe"], rec["last_step"]) == ("finished", 0, "tiny", 2)
     assert rec["last_reward"] is not None
