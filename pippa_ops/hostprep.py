@@ -2,7 +2,7 @@
 
 Steps, each skipped when already done so a second ``up`` takes seconds: probe the host in one
 command (tmux, GPUs, driver, CUDA, python, uv, free disk), install uv for the user when missing,
-sync the repo, run the host's setup (default ``uv sync --extra train``) with its output streamed,
+sync the repo, run the host's setup (default ``uv sync --extra train --extra gpu``) with its output streamed,
 push the named secrets, and report. Setup is skipped when neither its lines nor the project's
 dependency files changed since it last succeeded on that host (recorded in ``.pippa/setup.json``).
 """
@@ -25,7 +25,7 @@ from pippa_ops.shell import export_line
 from pippa_ops.sync import SyncResult, remote_dir_expr, sync
 from pippa_ops.transport import Transport
 
-DEFAULT_SETUP = ("uv sync --extra train",)
+DEFAULT_SETUP = ("uv sync --extra train --extra gpu",)
 UV_INSTALL = (
     "curl -LsSf https://astral.sh/uv/install.sh | env UV_NO_MODIFY_PATH=1 sh"
     " || python3 -m pip install --user --quiet uv"

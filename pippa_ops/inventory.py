@@ -41,7 +41,8 @@ class HostSpec:
     proxy_jump: str | None = None
     remote_dir: str = DEFAULT_REMOTE_DIR  # for local: the repo root itself (no copy)
     python: str | None = None  # how the host runs training code; None: <remote_dir>/.venv/bin/python
-    setup: tuple[str, ...] | None = None  # shell lines `up` runs after sync; None: uv sync --extra train
+    # Shell lines `up` runs after sync; None: hostprep.DEFAULT_SETUP (uv sync --extra train --extra gpu).
+    setup: tuple[str, ...] | None = None
     env: dict[str, str] = field(default_factory=dict)  # extra non-secret variables (HF_HOME, ...)
     secrets: tuple[str, ...] = DEFAULT_SECRETS  # names pushed from the local .env
     source: str = "address"  # "inventory:<file>", "ssh_config", "address", "local"
