@@ -12,6 +12,7 @@ typed errors (unreachable, auth, host key).
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -30,6 +31,12 @@ from pippa_ops.transport import Command, CommandResult, Process, Transport, as_s
 CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15
 _known_hosts_lock = threading.Lock()
+
+# paramiko's transport thread logs a failed handshake ("Error reading SSH protocol banner") with a
+# traceback; with no handler configured Python's last-resort handler prints it to stderr. The same
+# failure already reaches the caller as one typed error, so paramiko stays silent unless the CLI's
+# --debug attaches a handler (pippa_ops.cli.app).
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import socket
 import subprocess
 import threading
 
 import pytest
+from conftest import PIPPA
 
 from pippa_ops.connect import connect, open_transport, ssh_argv
-from pippa_ops.errors import AuthFailed, HostKeyChanged, HostKeyUnknown, HostUnreachable
+from pippa_ops.errors import AuthFailed, ExitCode, HostKeyChanged, HostKeyUnknown, HostUnreachable
 from pippa_ops.inventory import resolve
 from pippa_ops.ssh import SSHTransport
 from pippa_ops.transport import LocalTransport
@@ -148,3 +152,39 @@ def test_local_host_gets_the_local_transport(ssh_env):
     t = open_transport(resolve("local"))
     assert isinstance(t, LocalTransport)
     assert t.run(["echo", "hi"]).stdout == "hi\n"
+
+
+def test_failed_handshake_is_one_line_without_paramiko_traceback(client_env, tmp_path):
+    """A port that accepts and hangs up: paramiko's transport thread logs the failed banner read
+    with a traceback; users must see the host as down (hosts) or one error line (sync), nothing more."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                conn, _ = srv.accept()
+                conn.close()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        port = srv.getsockname()[1]
+        client_env.team_inventory.write_text(f'[hosts.mute]\naddress = "127.0.0.1"\nport = {port}\n')
+        subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+        run = functools.partial(
+            subprocess.run, env=client_env.env, cwd=tmp_path, capture_output=True, text=True
+        )
+        hosts = run([PIPPA, "hosts", "--json"], timeout=60)
+        synced = run([PIPPA, "sync", "mute"], timeout=60)
+    finally:
+        stop.set()
+        server.join(5)
+        srv.close()
+    assert hosts.returncode == 0 and hosts.stderr == "", hosts.stderr
+    assert "protocol banner" in hosts.stdout
+    assert synced.returncode == ExitCode.UNREACHABLE
+    assert "Traceback" not in synced.stderr
+    assert synced.stderr.strip().splitlines() == [synced.stderr.strip()]
+    assert synced.stderr.startswith("pippa: mute: cannot reach 127.0.0.1")
