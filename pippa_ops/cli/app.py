@@ -1,22 +1,103 @@
 """Assembles the ``pippa`` command and owns the one top-level error handler.
 
-Command groups live in their own modules and register themselves on ``app``. Core errors
-(``PippaError``) become one line on stderr and their exit code; a traceback only with ``--debug``.
+Command groups live in their own modules (``register(app)``) and are imported only when one of
+their commands runs: ``pippa sync`` never loads textual (dash) or the run/tmux code, and
+``pippa --help`` loads no command module at all. The table below is what ``--help`` lists; a test
+checks it against each command's own docstring. Core errors (``PippaError``) become one line on
+stderr and their exit code; a traceback (and paramiko's log) only with ``--debug``.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 import traceback
 
-import click
 import typer
+from typer.core import TyperGroup
 
 from pippa_ops.errors import ExitCode, PippaError
 
+# command -> (module that registers it, the one-line help `pippa --help` shows), in --help order
+COMMANDS: dict[str, tuple[str, str]] = {
+    "hosts": (
+        "pippa_ops.cli.hosts_cmd",
+        "The inventory (local, pippa.toml, ~/.config/pippa/hosts.toml), reachability checked in parallel.",
+    ),
+    "up": (
+        "pippa_ops.cli.hosts_cmd",
+        "Prepare a host: check tmux/GPUs/python/disk, install uv, sync, run setup, push secrets.",
+    ),
+    "sync": (
+        "pippa_ops.cli.hosts_cmd",
+        "Copy the working tree to the host: changed files only, one stream, deletions only with --delete.",
+    ),
+    "run": (
+        "pippa_ops.cli.run_cmd",
+        "Start recipes (one after another) or a command in a named tmux session on a host.",
+    ),
+    "ps": (
+        "pippa_ops.cli.run_cmd",
+        "Runs on every host (in parallel) or one: state, duration, last step and reward.",
+    ),
+    "logs": (
+        "pippa_ops.cli.run_cmd",
+        "Print a run's output (the session's current run, or a run id); -f follows it.",
+    ),
+    "attach": (
+        "pippa_ops.cli.run_cmd",
+        "Attach this terminal to the run's tmux session (detach with C-b d; the run goes on).",
+    ),
+    "stop": (
+        "pippa_ops.cli.run_cmd",
+        "Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period.",
+    ),
+    "recipes": ("pippa_ops.cli.run_cmd", "The recipes this repo ships (recipes/*.toml)."),
+    "gpus": (
+        "pippa_ops.cli.gpus_cmd",
+        "Per GPU: index, name, utilization, memory, temperature, power, and the processes on it.",
+    ),
+    "dash": ("pippa_ops.cli.dash_cmd", "Live dashboard: GPUs, runs and training curves across hosts."),
+}
+
+
+def load_commands(module_name: str) -> dict[str, typer.core.TyperCommand]:
+    """Import one command module and build its click commands (name -> command)."""
+    module = importlib.import_module(module_name)
+    sub = typer.Typer(add_completion=False)
+    sub.callback()(lambda: None)  # always a group, even for a module with one command
+    module.register(sub)
+    group = typer.main.get_command(sub)
+    assert isinstance(group, TyperGroup)
+    return dict(group.commands)  # type: ignore[arg-type]
+
+
+class _LazyGroup(TyperGroup):
+    """Lists every command from COMMANDS; imports a command's module only to run (or show) it."""
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
+        return list(COMMANDS)
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> typer.core.TyperCommand | None:  # type: ignore[override]
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]  # type: ignore[return-value]
+        if cmd_name not in COMMANDS:
+            return None
+        # Listed, not loaded: a stub with the help line is enough for `pippa --help`.
+        return typer.core.TyperCommand(cmd_name, help=COMMANDS[cmd_name][1])
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]):  # type: ignore[no-untyped-def,override]
+        name = args[0] if args else None
+        if name in COMMANDS and name not in self.commands:
+            for cmd_name, cmd in load_commands(COMMANDS[name][0]).items():
+                self.commands[cmd_name] = cmd
+        return super().resolve_command(ctx, args)
+
+
 app = typer.Typer(
     name="pippa",
+    cls=_LazyGroup,
     help="Train language models with RL on a few GPU hosts: hosts, sync, runs in tmux, GPUs, dashboard.",
     no_args_is_help=True,
     add_completion=False,
@@ -24,14 +105,6 @@ app = typer.Typer(
 )
 
 _state = {"debug": False}
-
-# Each module defines ``register(app)``; the order is the order of `pippa --help`.
-_COMMAND_MODULES = (
-    "pippa_ops.cli.hosts_cmd",  # hosts, up, sync
-    "pippa_ops.cli.run_cmd",  # run, ps, logs, attach, stop, recipes
-    "pippa_ops.cli.gpus_cmd",  # gpus
-    "pippa_ops.cli.dash_cmd",  # dash
-)
 
 
 @app.callback()
@@ -41,44 +114,43 @@ def _root(
     _state["debug"] = debug
 
 
-def _register_all() -> None:
-    for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:  # that command group is not in this checkout
-                continue
-            raise
-        module.register(app)
-
-
-_register_all()
-
-
 def fail(message: str, code: ExitCode) -> None:
     """Print one line for people and exit with ``code``."""
     typer.echo(f"pippa: {message}", err=True)
     raise SystemExit(int(code))
 
 
+def _debug_logging() -> None:
+    """--debug: paramiko's own log (handshake, auth, channel errors) on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
+    log = logging.getLogger("paramiko")
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+
+
 def main() -> None:
     debug = "--debug" in sys.argv[1:]
+    if debug:
+        _debug_logging()
     try:
         rv = app(standalone_mode=False)
     except PippaError as e:
         if debug:
             traceback.print_exc()
         fail(str(e), e.exit_code)
-    except click.exceptions.Abort:
-        fail("interrupted", ExitCode.INTERRUPTED)
-    except KeyboardInterrupt:
+    except (typer.Abort, KeyboardInterrupt):
         if debug:
             traceback.print_exc()
         fail("interrupted", ExitCode.INTERRUPTED)
-    except click.ClickException as e:
-        e.show()
+    except typer.Exit as e:
         raise SystemExit(e.exit_code) from None
-    except click.exceptions.Exit as e:
+    except typer.TyperException as e:  # click's usage errors (typer vendors click): usage + one line
+        show = getattr(e, "show", None)
+        if callable(show):
+            show()
+        else:
+            typer.echo(f"pippa: {e.format_message()}", err=True)
         raise SystemExit(e.exit_code) from None
     raise SystemExit(rv if isinstance(rv, int) else 0)
 

@@ -1,12 +1,18 @@
-"""Bits every command group shares: consoles, --json output, the host argument/option, --accept-new."""
+"""Bits every command group shares: consoles, --json output, the host argument/option, --accept-new.
+
+Light on purpose: command modules import it at start-up, so rich loads only when a console is used.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 HOST_HELP = "Host: inventory name, ~/.ssh/config alias, [user@]address, or 'local'."
 
@@ -22,8 +28,21 @@ AcceptNewOpt = Annotated[
     ),
 ]
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+@functools.cache
+def console() -> Console:
+    """stdout for people (rich markup), created on first use."""
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+@functools.cache
+def err_console() -> Console:
+    """stderr for progress lines, created on first use."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def emit_json(data: Any) -> None:

@@ -1,24 +1,30 @@
-"""``pippa hosts / up / sync``: parse options, call one core function, render, exit."""
+"""``pippa hosts / up / sync``: parse options, call one core function, render, exit.
+
+The core (paramiko, host prep, sync) and rich's tables are imported inside the command that needs
+them: this module is imported to run any of its commands, and `pippa sync` should not pay for the
+rest.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from pippa_ops.cli.common import AcceptNewOpt, HostArg, JsonOpt, console, emit_json, err_console, human_bytes
-from pippa_ops.connect import connect, open_transport
 from pippa_ops.errors import ExitCode
-from pippa_ops.hostprep import HostRow, UpReport, survey, up
-from pippa_ops.inventory import load_inventory, local_spec
-from pippa_ops.repo import repo_root
-from pippa_ops.sync import SyncResult, sync
+
+if TYPE_CHECKING:
+    from pippa_ops.hostprep import HostRow, UpReport
+    from pippa_ops.sync import SyncResult
 
 
 def hosts_command(json_out: JsonOpt = False) -> None:
     """The inventory (local, pippa.toml, ~/.config/pippa/hosts.toml), reachability checked in parallel."""
+    from pippa_ops.connect import open_transport
+    from pippa_ops.hostprep import survey
+    from pippa_ops.inventory import load_inventory, local_spec
+
     rows = survey([local_spec(), *load_inventory().values()], open_transport)
     if json_out:
         emit_json([r.to_json() for r in rows])
@@ -27,6 +33,9 @@ def hosts_command(json_out: JsonOpt = False) -> None:
 
 
 def render_hosts(rows: list[HostRow]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False)
     for col in ("HOST", "ADDRESS", "REMOTE DIR", "SOURCE", "STATUS"):
         table.add_column(col)
@@ -37,14 +46,20 @@ def render_hosts(rows: list[HostRow]) -> None:
             f"[green]up[/] {r.latency_ms:.0f} ms" if r.reachable else f"[red]down[/] {escape(r.error or '')}"
         )
         table.add_row(r.name, escape(where), escape(r.remote_dir), r.source.split(":")[0], status)
-    console.print(table)
+    console().print(table)
 
 
 def up_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOpt = False) -> None:
     """Prepare a host: check tmux/GPUs/python/disk, install uv, sync, run setup, push secrets."""
+    from rich.markup import escape
+
+    from pippa_ops.connect import connect
+    from pippa_ops.hostprep import up
+    from pippa_ops.repo import repo_root
+
     spec, transport = connect(host, accept_new=accept_new)
     with transport:
-        report = up(spec, transport, repo_root(), emit=lambda line: err_console.print(escape(line)))
+        report = up(spec, transport, repo_root(), emit=lambda line: err_console().print(escape(line)))
     if json_out:
         emit_json(report.to_json())
     else:
@@ -52,6 +67,9 @@ def up_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOp
 
 
 def render_up(r: UpReport) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
     p = r.probe
     gpus = "\n".join(p.gpus) if p.gpus else "none (this host has no NVIDIA GPU)"
     rows = [
@@ -75,8 +93,8 @@ def render_up(r: UpReport) -> None:
     table.add_column()
     for key, value in rows:
         table.add_row(key, escape(value))
-    console.print(table)
-    console.print(f"ready in {r.elapsed_s:.1f}s")
+    console().print(table)
+    console().print(f"ready in {r.elapsed_s:.1f}s")
 
 
 def sync_command(
@@ -89,6 +107,10 @@ def sync_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Copy the working tree to the host: changed files only, one stream, deletions only with --delete."""
+    from pippa_ops.connect import connect
+    from pippa_ops.repo import repo_root
+    from pippa_ops.sync import sync
+
     spec, transport = connect(host, accept_new=accept_new)
     with transport:
         result = sync(spec, transport, repo_root(), delete=delete, dry_run=dry_run)
@@ -99,17 +121,19 @@ def sync_command(
 
 
 def render_sync(r: SyncResult) -> None:
+    from rich.markup import escape
+
     if r.local:
-        console.print(f"local: the repo itself is the remote dir ({escape(r.remote_dir)}); marker written")
+        console().print(f"local: the repo itself is the remote dir ({escape(r.remote_dir)}); marker written")
         return
     verb = ("would send", "would delete") if r.dry_run else ("sent", "deleted")
     if r.dry_run:
         for name in r.sent:
-            console.print(f"  send {escape(name)}")
+            console().print(f"  send {escape(name)}")
         for name in r.deleted:
-            console.print(f"  delete {escape(name)}")
+            console().print(f"  delete {escape(name)}")
     state = f"{(r.commit or 'no commit')[:10]}{' (dirty)' if r.dirty else ''}"
-    console.print(
+    console().print(
         f"{r.host}:{escape(r.remote_dir)}: {verb[0]} {len(r.sent)} of {r.files} file(s)"
         f" ({human_bytes(r.bytes_sent)}), {verb[1]} {len(r.deleted)}; {state}; {r.elapsed_s:.2f}s"
     )
