@@ -76,6 +76,7 @@ class Monitor(Protocol):
     def follow_log(self, run_id: str, sink: Sink, cancelled: Callable[[], bool]) -> None: ...
     def stop_run(self, run_id: str) -> str: ...
     def reconnect_now(self) -> None: ...
+    def set_shown(self, shown: bool) -> None: ...
     def close(self) -> None: ...
 
 
@@ -181,6 +182,8 @@ class HostMonitor:
         self._records: dict[str, RunRecord] = {}
         self._no_gpu: str | None = None
         self._gpu_stream: _StreamTransport | None = None
+        self._shown = threading.Event()
+        self._shown.set()
 
     # ---------------------------------------------------------------------------------- connection
     def _connect(self) -> Transport:
@@ -266,6 +269,8 @@ class HostMonitor:
     # ------------------------------------------------------------------------------------- polling
     def poll(self, emit: Emit) -> None:
         while not self._closed.is_set():
+            if not self._shown.wait(1.0):
+                continue  # the run list is hidden (full-log view): nothing to poll for
             t = self._live()
             if t is None:
                 self._up.wait(1.0)
@@ -370,6 +375,10 @@ class HostMonitor:
 
     def reconnect_now(self) -> None:
         self._wake.set()
+
+    def set_shown(self, shown: bool) -> None:
+        """Whether the run list is on screen; while it is not, it is not polled."""
+        (self._shown.set if shown else self._shown.clear)()
 
     def close(self) -> None:
         self._closed.set()

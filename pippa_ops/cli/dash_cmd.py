@@ -32,10 +32,12 @@ def register(app: typer.Typer) -> None:
             list[str] | None, typer.Argument(help="Hosts to watch (default: every inventory host).")
         ] = None,
         interval: Annotated[
-            int, typer.Option("--interval", min=1, help="Seconds between GPU samples (nvidia-smi -l).")
+            int, typer.Option("--interval", help="Seconds between GPU samples (nvidia-smi -l; 1 or more).")
         ] = 1,
     ) -> None:
         """Live dashboard: GPUs, runs and training curves across hosts."""
+        if interval < 1:
+            raise UsageError(f"--interval must be 1 or more (whole seconds, like nvidia-smi -l): {interval}")
         names = list(dict.fromkeys(hosts or load_inventory()))
         if not names:
             raise UsageError("no hosts in the inventory: name some (`pippa dash local` watches this machine)")

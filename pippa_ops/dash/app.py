@@ -22,7 +22,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Header
 
-from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen
+from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen, MainHidden
 from pippa_ops.dash.widgets import HostPanel, RunsTable, RunView
 from pippa_ops.monitor import (
     GpuSampled,
@@ -193,6 +193,11 @@ class DashApp(App[None]):
         table = event.data_table
         if isinstance(table, RunsTable) and table.has_focus:
             self.select(table.host, table.selected_run())
+
+    @on(MainHidden)
+    def _main_hidden(self, message: MainHidden) -> None:
+        for mon in self.monitors.values():
+            mon.set_shown(not message.hidden)
 
     # ---------------------------------------------------------------------------------------- actions
     def action_help(self) -> None:

@@ -9,6 +9,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Vertical
+from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Label, Log, Static
 from textual.worker import get_current_worker
@@ -63,6 +64,14 @@ class ConfirmStop(ModalScreen[bool]):
         self.dismiss(yes)
 
 
+class MainHidden(Message):
+    """The main screen (run lists) is hidden or shown again: hidden views are not polled."""
+
+    def __init__(self, hidden: bool) -> None:
+        super().__init__()
+        self.hidden = hidden
+
+
 LogReader = Callable[[Callable[[bytes], None], Callable[[], bool]], None]
 
 
@@ -82,8 +91,12 @@ class LogScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.app.post_message(MainHidden(True))
         if self._follow is not None:
             self._read()
+
+    def on_unmount(self) -> None:
+        self.app.post_message(MainHidden(False))
 
     @work(thread=True, exclusive=True, group="full-log")
     def _read(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dash_state as S
 import pytest
+from textual.widgets import Log
 
 from pippa_ops.dash import create_app
 from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen
@@ -107,3 +108,61 @@ async def test_keys_help_stop_confirm_and_log_screens() -> None:
 
 def test_sparkline_scales_and_pads() -> None:
     assert sparkline((0.0, 100.0), width=4) == "  ▁█"
+
+
+class _Recorder:
+    """A Monitor that only records what the app asks of it (no IO): the app/monitor contract."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.calls: list[tuple[str, object]] = []
+
+    def stream_gpus(self, emit) -> None: ...
+    def poll(self, emit) -> None: ...
+    def follow(self, run_id, emit) -> None:
+        self.calls.append(("follow", run_id))
+
+    def select(self, run_id) -> None:
+        self.calls.append(("select", run_id))
+
+    def follow_log(self, run_id, sink, cancelled) -> None:
+        sink(b"line one\nline two\n")
+
+    def stop_run(self, run_id) -> str:
+        self.calls.append(("stop", run_id))
+        return "stopped"
+
+    def reconnect_now(self) -> None:
+        self.calls.append(("reconnect", None))
+
+    def set_shown(self, shown: bool) -> None:
+        self.calls.append(("shown", shown))
+
+    def close(self) -> None:
+        self.calls.append(("close", None))
+
+
+async def test_selection_follows_one_run_the_full_log_pauses_polling_and_stop_needs_yes() -> None:
+    mons = {h: _Recorder(h) for h in S.HOSTS}
+    app = create_app(S.HOSTS, mons, states=S.states())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        a = mons["gpu-a"].calls
+        assert ("select", "20260101-120000-tiny-ab12") in a and ("follow", "20260101-120000-tiny-ab12") in a
+        assert ("select", None) in mons["gpu-b"].calls  # the other hosts follow nothing
+        await pilot.press("l")
+        await pilot.pause()
+        assert ("shown", False) in a  # run lists hidden: not polled
+        assert app.screen.query_one(Log).line_count == 2
+        await pilot.press("escape")
+        await pilot.pause()
+        assert a[-1] == ("shown", True)
+        await pilot.press("s", "n")
+        await pilot.pause()
+        assert not any(c[0] == "stop" for c in a)
+        await pilot.press("s", "y")
+        await app.workers.wait_for_complete()
+        assert ("stop", "20260101-120000-tiny-ab12") in a
+        await pilot.press("r")
+        assert all(("reconnect", None) in m.calls for m in mons.values())
+    assert all(("close", None) in m.calls for m in mons.values())
