@@ -14,6 +14,7 @@ from typing import Literal
 HISTORY = 60  # samples kept per GPU for the sparklines (one minute at the default 1 s interval)
 LOG_TAIL = 200  # lines of output.log kept for the run detail view
 PLOTTED = ("reward/mean", "loss/total", "completions/mean_length", "grad/norm")
+EVAL_PLOTTED = ("eval/accuracy", "mbpp_eval/pass_rate")  # fractions, drawn as points on the reward plot
 
 Link = Literal["connecting", "up", "down"]
 
@@ -196,10 +197,9 @@ class MetricsParser:
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     self.series[key].append((step, float(v)))
         elif kind == "eval" and isinstance(step, int):
-            for key, v in rec.items():
-                if "/" in key and isinstance(v, (int, float)) and not isinstance(v, bool):
-                    if key.endswith(("/n", "/total_problems", "/problems_passed", "/eval_time")):
-                        continue
+            for key in EVAL_PLOTTED:
+                v = rec.get(key)
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
                     self.evals.setdefault(key, []).append((step, float(v)))
         elif kind == "end":
             self.end_status = str(rec.get("status"))
