@@ -8,9 +8,40 @@ known_hosts with strict checking, so both paths trust exactly the same keys.
 
 from __future__ import annotations
 
-from pippa_ops.inventory import HostSpec, known_hosts_path, resolve, ssh_config_path
-from pippa_ops.ssh import SSHTransport, endpoint
-from pippa_ops.transport import LocalTransport, Transport
+import re
+import sys
+from pathlib import Path
+
+
+def _import_paramiko_without_invoke() -> None:
+    """Import paramiko with ``invoke`` held back when ~/.ssh/config has no ``Match exec`` line.
+
+    paramiko.config imports invoke (which pulls in asyncio, unittest.mock and a YAML parser: 50-90 ms,
+    a quarter of a no-change ``pippa sync``'s imports) only to run ``Match exec`` commands. Without
+    such a line it is never called; with one, invoke is imported as usual. Later imports of invoke
+    elsewhere are unaffected (the block is lifted right after paramiko is in).
+    """
+    if "paramiko" in sys.modules or "invoke" in sys.modules:
+        return
+    try:
+        config = (Path.home() / ".ssh" / "config").read_text(errors="replace")
+    except OSError:
+        config = ""
+    if re.search(r"(?im)^\s*match\b.*\bexec\b", config):
+        return
+    sys.modules["invoke"] = None  # type: ignore[assignment]  # makes `import invoke` fail fast
+    try:
+        import paramiko  # noqa: F401
+    finally:
+        if sys.modules.get("invoke", 0) is None:
+            del sys.modules["invoke"]
+
+
+_import_paramiko_without_invoke()
+
+from pippa_ops.inventory import HostSpec, known_hosts_path, resolve, ssh_config_path  # noqa: E402
+from pippa_ops.ssh import SSHTransport, endpoint  # noqa: E402
+from pippa_ops.transport import LocalTransport, Transport  # noqa: E402
 
 __all__ = ["connect", "open_transport", "resolve", "ssh_argv"]
 
