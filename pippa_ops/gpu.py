@@ -15,11 +15,13 @@ from __future__ import annotations
 import csv
 import io
 import re
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from pippa_ops.errors import ToolMissing
+from pippa_ops.errors import HostUnreachable, ToolMissing
 from pippa_ops.shell import join
 from pippa_ops.transport import Process, Transport
 
@@ -219,19 +221,36 @@ def query(transport: Transport) -> GpuReport:
 
 
 class GpuStream:
-    """nvidia-smi's own loop on one channel; ``samples()`` yields a GPU list per interval."""
+    """nvidia-smi's own loop on one channel; ``samples()`` yields a GPU list per interval.
 
-    def __init__(self, transport: Transport, interval_s: float = 2.0) -> None:
+    Used as is by ``pippa gpus --watch`` and the dashboard. Lines are read in blocks (the process's
+    buffered reader); a host silent for ``stall_s`` raises HostUnreachable (a hung link is a lost
+    host); ``close()`` may come from any thread: the iterating thread then just stops.
+    """
+
+    def __init__(self, transport: Transport, interval_s: float = 2.0, stall_s: float | None = None) -> None:
         self.transport = transport
         self.interval_s = interval_s
+        self.stall_s = max(10.0, 5 * interval_s) if stall_s is None else stall_s
+        self._lock = threading.Lock()
         self._proc: Process | None = None
+        self._closed = False
 
     def samples(self) -> Iterator[list[Gpu]]:
-        self._proc = self.transport.start(join(query_argv(self.interval_s, STREAM_FIELDS)))
+        with self._lock:
+            if self._closed:
+                return
+            proc = self._proc = self.transport.start(join(query_argv(self.interval_s, STREAM_FIELDS)))
         batch: list[Gpu] = []
         try:
             while True:
-                line = self._proc.readline()
+                proc.set_deadline(time.monotonic() + self.stall_s)
+                try:
+                    line = proc.readline()
+                except TimeoutError as e:
+                    if self._closed:
+                        return
+                    raise HostUnreachable(f"{self.transport.name}: no answer for {self.stall_s:.0f}s") from e
                 if not line:
                     break
                 row = _rows(line.decode(errors="replace"))
@@ -242,13 +261,18 @@ class GpuStream:
                 if count is None or len(batch) >= int(count):
                     yield batch
                     batch = []
-            code = self._proc.wait(10)
+            if self._closed:
+                return  # ended by close(), not by nvidia-smi: its exit status says nothing
+            code = proc.wait(10)
             if code == 127:
                 raise ToolMissing(f"{self.transport.name}: no NVIDIA GPU (nvidia-smi not found)")
         finally:
             self.close()
 
     def close(self) -> None:
-        proc, self._proc = self._proc, None
+        """End the stream (idempotent, any thread); a ``samples()`` loop in progress stops."""
+        with self._lock:
+            self._closed = True
+            proc, self._proc = self._proc, None
         if proc is not None:
             proc.kill()

@@ -14,7 +14,7 @@ import shlex
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import paramiko
 
@@ -49,7 +49,7 @@ from pippa_ops.runs import stop
 from pippa_ops.runs_list import RunRecord, list_runs
 from pippa_ops.shell import validate_name
 from pippa_ops.tmux import attach_argv as tmux_attach_argv
-from pippa_ops.transport import Command, CommandResult, Process, Transport
+from pippa_ops.transport import Transport
 
 __all__ = [
     "GpuReading", "GpuSampled", "GpuState", "HostEvent", "HostMonitor", "HostState", "LinkChanged",
@@ -98,67 +98,6 @@ def run_row(r: RunRecord, now: float) -> RunRow:
     return RunRow(r.run_id, r.label, r.state_text, r.session, r.last_step, r.last_reward, elapsed)
 
 
-class _Buffered(Process):
-    """A stream read in blocks (not byte by byte) with a stall deadline: a silent host is a lost host."""
-
-    def __init__(self, inner: Process, stall_s: float) -> None:
-        self._inner, self._stall_s, self._buf = inner, stall_s, b""
-
-    def read(self, n: int = 65536) -> bytes:
-        if hasattr(self._inner, "set_deadline"):
-            self._inner.set_deadline(time.monotonic() + self._stall_s)
-        try:
-            return self._inner.read(n)
-        except ValueError:  # killed from another thread: a local process's pipe is already closed
-            return b""
-
-    def readline(self) -> bytes:
-        while b"\n" not in self._buf:
-            chunk = self.read()
-            if not chunk:
-                line, self._buf = self._buf, b""
-                return line
-            self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line + b"\n"
-
-    def write(self, data: bytes) -> None:
-        self._inner.write(data)
-
-    def close_stdin(self) -> None:
-        self._inner.close_stdin()
-
-    def wait(self, timeout: float | None = None) -> int:
-        return self._inner.wait(timeout)
-
-    def stderr_text(self) -> str:
-        return self._inner.stderr_text()
-
-    def kill(self) -> None:
-        self._inner.kill()
-
-
-class _StreamTransport(Transport):
-    """The host's transport, but ``start`` hands back ``_Buffered`` processes (for GpuStream)."""
-
-    def __init__(self, inner: Transport, stall_s: float) -> None:
-        self.name, self._inner, self._stall_s = inner.name, inner, stall_s
-        self.process: Process | None = None  # the stream's process, so another thread can end it
-
-    def run(self, command: Command, **kw: Any) -> CommandResult:
-        return self._inner.run(command, **kw)
-
-    def start(self, command: Command) -> Process:
-        self.process = _Buffered(self._inner.start(command), self._stall_s)
-        return self.process
-
-    def home(self) -> str:
-        return self._inner.home()
-
-    def close(self) -> None:
-        self._inner.close()
-
-
 class HostMonitor:
     """One host, one connection: the GPU stream supervises it (connect, backoff, reconnect); the run
     poll and the followers wait for it to be up and resume where they stopped after a reconnect."""
@@ -181,7 +120,7 @@ class HostMonitor:
         self._followers: list[Follower] = []
         self._records: dict[str, RunRecord] = {}
         self._no_gpu: str | None = None
-        self._gpu_stream: _StreamTransport | None = None
+        self._gpu_stream: GpuStream | None = None
         self._shown = threading.Event()
         self._shown.set()
 
@@ -210,8 +149,8 @@ class HostMonitor:
         with self._lock:
             t, self._transport = self._transport, None
             stream, self._gpu_stream = self._gpu_stream, None
-        if stream is not None and stream.process is not None:
-            stream.process.kill()  # not GpuStream.close(): that is for the iterating thread only
+        if stream is not None:
+            stream.close()  # from any thread: the streaming thread's loop just ends
         if t is not None:
             t.close()
 
@@ -247,9 +186,11 @@ class HostMonitor:
             self._wait_retry(emit, getattr(self, "_lost_reason", "connection lost"), BACKOFF_S[0])
 
     def _gpu_samples(self, t: Transport, emit: Emit) -> None:
-        stall = max(10.0, 5 * self.interval_s)
-        self._gpu_stream = streamer = _StreamTransport(t, stall)
-        stream = GpuStream(streamer, self.interval_s)
+        stream = GpuStream(t, self.interval_s)  # a host silent for its stall_s raises HostUnreachable
+        with self._lock:
+            self._gpu_stream = stream
+        if self._lost.is_set() or self._closed.is_set():
+            stream.close()  # hung up while the stream was being made
         got = False
         try:
             for gpus in stream.samples():
@@ -258,8 +199,6 @@ class HostMonitor:
                 emit(GpuSampled(self.name, readings, time.time()))
         except ToolMissing as e:
             self._no_gpu = f"no GPU ({reason_of(e).removeprefix('no NVIDIA GPU (').rstrip(')')})"
-        except TimeoutError as e:
-            raise HostUnreachable(f"{self.name}: no answer for {stall:.0f}s") from e
         if self._lost.is_set() or self._closed.is_set():
             return
         if not got:  # no GPU here: keep the connection; the pollers notice if it dies

@@ -257,8 +257,8 @@ class SSHTransport(Transport):
                 proc.close_stdin()
             out = bytearray()
             deadline = None if timeout is None else t0 + timeout
+            proc.set_deadline(deadline)
             while True:
-                proc.set_deadline(deadline)
                 chunk = proc.read()
                 if not chunk:
                     break
@@ -308,6 +308,7 @@ class SSHProcess(Process):
     """A command on a channel: stdout streamed, stderr collected in the background (so it never stalls)."""
 
     def __init__(self, chan: paramiko.Channel) -> None:
+        super().__init__()
         self._chan = chan
         self._err = bytearray()
         self._err_thread = threading.Thread(target=self._drain_stderr, daemon=True)
@@ -323,11 +324,8 @@ class SSHProcess(Process):
         except (TimeoutError, OSError, EOFError):
             return
 
-    def set_deadline(self, deadline: float | None) -> None:
-        """Make the next ``read`` raise TimeoutError when ``deadline`` (monotonic) passes first."""
-        self._chan.settimeout(None if deadline is None else max(0.001, deadline - time.monotonic()))
-
-    def read(self, n: int = 65536) -> bytes:
+    def _read_raw(self, n: int) -> bytes:
+        self._chan.settimeout(self._time_left())
         try:
             return self._chan.recv(n)
         except TimeoutError as e:

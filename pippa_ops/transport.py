@@ -12,13 +12,15 @@ an argument list quoted here, once.
 from __future__ import annotations
 
 import abc
+import io
 import os
+import select
 import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import IO, cast
+from typing import cast
 
 from pippa_ops.errors import RemoteCommandFailed
 from pippa_ops.shell import join
@@ -56,11 +58,56 @@ class CommandResult:
 
 
 class Process(abc.ABC):
-    """A command started on a host whose stdout streams back (tar for sync, nvidia-smi -l, tail -f)."""
+    """A command started on a host whose stdout streams back (tar for sync, nvidia-smi -l, tail -f).
+
+    Subclasses give one raw read (``_read_raw``); ``read`` and ``readline`` share one read buffer on
+    top of it, so a line reader pulls blocks (not one byte per call) and mixing the two loses no byte.
+    A deadline (``set_deadline``) makes a stalled read raise TimeoutError instead of blocking forever.
+    """
+
+    def __init__(self) -> None:
+        self._rbuf = bytearray()
+        self._deadline: float | None = None
 
     @abc.abstractmethod
+    def _read_raw(self, n: int) -> bytes:
+        """One read of up to ``n`` bytes from the stream (``b""`` at its end) before the deadline."""
+
+    def set_deadline(self, deadline: float | None) -> None:
+        """Make reads raise TimeoutError when ``deadline`` (``time.monotonic()``) passes first."""
+        self._deadline = deadline
+
+    def _time_left(self) -> float | None:
+        """Seconds until the deadline (None: no deadline); TimeoutError once it has passed."""
+        if self._deadline is None:
+            return None
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("read timed out")
+        return left
+
     def read(self, n: int = 65536) -> bytes:
         """Up to ``n`` bytes of stdout; ``b""`` at end of stream."""
+        if self._rbuf:
+            out = bytes(self._rbuf[:n])
+            del self._rbuf[:n]
+            return out
+        return self._read_raw(n)
+
+    def readline(self) -> bytes:
+        """One line of stdout including its newline; ``b""`` at end of stream."""
+        start = 0
+        while (end := self._rbuf.find(b"\n", start)) < 0:
+            start = len(self._rbuf)
+            chunk = self._read_raw(65536)
+            if not chunk:
+                line = bytes(self._rbuf)
+                self._rbuf.clear()
+                return line
+            self._rbuf += chunk
+        line = bytes(self._rbuf[: end + 1])
+        del self._rbuf[: end + 1]
+        return line
 
     @abc.abstractmethod
     def write(self, data: bytes) -> None:
@@ -79,18 +126,7 @@ class Process(abc.ABC):
 
     @abc.abstractmethod
     def kill(self) -> None:
-        """Stop the command (idempotent)."""
-
-    def readline(self) -> bytes:
-        """One line of stdout including its newline; ``b""`` at end of stream."""
-        buf = bytearray()
-        while True:
-            ch = self.read(1)
-            if not ch:
-                return bytes(buf)
-            buf += ch
-            if ch == b"\n":
-                return bytes(buf)
+        """Stop the command (idempotent; safe from another thread: a blocked read then ends)."""
 
     def __enter__(self) -> Process:
         return self
@@ -148,12 +184,21 @@ class Transport(abc.ABC):
 
 class _LocalProcess(Process):
     def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        super().__init__()
         self._p = popen
         self._stderr = b""
 
-    def read(self, n: int = 65536) -> bytes:
-        assert self._p.stdout is not None
-        return cast(IO[bytes], self._p.stdout).read1(n)  # type: ignore[attr-defined,no-any-return]
+    def _read_raw(self, n: int) -> bytes:
+        out = self._p.stdout
+        assert out is not None
+        try:
+            left = self._time_left()
+            if left is not None and not select.select([out], [], [], left)[0]:
+                raise TimeoutError("read timed out")
+            # The raw pipe: one os.read, so select never misses bytes parked in a Python buffer.
+            return cast(io.BufferedReader, out).raw.read(n) or b""
+        except ValueError:  # kill() from another thread closed the pipe: the stream has ended
+            return b""
 
     def write(self, data: bytes) -> None:
         assert self._p.stdin is not None

@@ -1,0 +1,52 @@
+"""A started process's stdout through one buffer: lines in blocks, mixed reads lose nothing, deadlines."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pippa_ops.connect import connect
+from pippa_ops.transport import LocalTransport, Process
+
+MIXED = "printf 'a\\nbc\\nrest'"
+
+
+def _mixed_reads(p: Process) -> list[bytes]:
+    return [p.readline(), p.read(1), p.readline(), p.read(), p.read()]
+
+
+def test_local_read_and_readline_share_one_buffer_so_no_byte_is_lost() -> None:
+    with LocalTransport().start(MIXED) as p:
+        assert _mixed_reads(p) == [b"a\n", b"b", b"c\n", b"rest", b""]
+
+
+def test_ssh_read_and_readline_share_one_buffer_so_no_byte_is_lost(ssh_env, ssh_hosts) -> None:
+    with connect(ssh_hosts[0].name)[1] as t, t.start(MIXED) as p:
+        assert _mixed_reads(p) == [b"a\n", b"b", b"c\n", b"rest", b""]
+
+
+def test_readline_pulls_blocks_not_single_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    with LocalTransport().start("seq 1000") as p:
+        p.wait(10)  # all 1000 lines are in the pipe before the first read
+        raw_reads = 0
+        inner = p._read_raw
+
+        def counting(n: int) -> bytes:
+            nonlocal raw_reads
+            raw_reads += 1
+            return inner(n)
+
+        monkeypatch.setattr(p, "_read_raw", counting)
+        lines = list(iter(p.readline, b""))
+    assert lines == [f"{i}\n".encode() for i in range(1, 1001)]
+    assert raw_reads <= 3, f"{raw_reads} raw reads for 1000 lines"
+
+
+def test_local_read_past_its_deadline_raises_timeout_instead_of_blocking() -> None:
+    with LocalTransport().start("sleep 10") as p:
+        p.set_deadline(time.monotonic() + 0.3)
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            p.readline()
+        assert time.monotonic() - t0 < 3
