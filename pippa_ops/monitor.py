@@ -10,7 +10,6 @@ wait for it and resume from their byte offsets after a reconnect.
 from __future__ import annotations
 
 import math
-import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from typing import Protocol
 
 import paramiko
 
-from pippa_ops.connect import open_transport, ssh_argv
+from pippa_ops.connect import open_transport
 from pippa_ops.errors import (
     AuthFailed,
     HostKeyRejected,
@@ -48,12 +47,11 @@ from pippa_ops.monitor_state import (
 from pippa_ops.runs import stop
 from pippa_ops.runs_list import RunRecord, list_runs
 from pippa_ops.shell import validate_name
-from pippa_ops.tmux import attach_argv as tmux_attach_argv
 from pippa_ops.transport import Transport
 
 __all__ = [
     "GpuReading", "GpuSampled", "GpuState", "HostEvent", "HostMonitor", "HostState", "LinkChanged",
-    "Monitor", "RunDetail", "RunRow", "RunUpdated", "RunsListed", "apply", "attach_argv",
+    "Monitor", "RunDetail", "RunRow", "RunUpdated", "RunsListed", "apply",
 ]  # fmt: skip
 
 # ------------------------------------------------------------------------------------------- monitors
@@ -326,8 +324,3 @@ class HostMonitor:
         self.select(None)
         self._hang_up()
 
-
-def attach_argv(spec: HostSpec, session: str) -> list[str]:
-    """The same attach as ``pippa attach``: tmux attach, over ``ssh -t`` unless the host is local."""
-    argv = tmux_attach_argv(session)
-    return argv if spec.is_local else [*ssh_argv(spec), shlex.join(argv)]

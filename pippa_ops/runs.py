@@ -34,9 +34,10 @@ from pippa_ops.runs_script import (
     session_argv,
     sh_path,
 )
-from pippa_ops.shell import validate_session
+from pippa_ops.shell import join, validate_session
 from pippa_ops.sync import sync as sync_repo
-from pippa_ops.tmux import check_tool, kill_session_argv, target
+from pippa_ops.tmux import attach_argv as tmux_attach_argv
+from pippa_ops.tmux import check_tool, kill_session_argv, switch_client_argv, target
 from pippa_ops.transport import Transport
 
 DEFAULT_GRACE_S = 30.0
@@ -55,6 +56,17 @@ class LaunchResult:
 
     def logs_hint(self) -> str:
         return f"pippa logs {self.run_ids[0]} --host {self.host} -f"
+
+
+def attach_argv(spec: HostSpec, session: str, *, switch_client: bool = False) -> list[str]:
+    """The one attach command line (``pippa attach``, the dashboard, the launch hint): tmux attach,
+    over ``ssh -t`` unless the host is local; ``switch_client`` (a local client already inside
+    tmux) switches that client instead of nesting one."""
+    from pippa_ops.connect import ssh_argv  # paramiko, only for a remote host
+
+    if spec.is_local:
+        return switch_client_argv(session) if switch_client else tmux_attach_argv(session)
+    return [*ssh_argv(spec), join(tmux_attach_argv(session))]
 
 
 def local_python(root: Path) -> str:

@@ -16,17 +16,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pippa_ops.connect import connect, open_transport, ssh_argv
+from pippa_ops.connect import connect, open_transport
 from pippa_ops.errors import AmbiguousSession, ExitCode, PippaError, RunNotFound, SessionNotFound
 from pippa_ops.fanout import fan_out
 from pippa_ops.follow import Follower, read_all
 from pippa_ops.inventory import LOCAL, HostSpec, load_inventory, resolve
 from pippa_ops.recipes import list_recipes
-from pippa_ops.runs import DEFAULT_GRACE_S, LaunchResult, launch, stop
+from pippa_ops.runs import DEFAULT_GRACE_S, LaunchResult, attach_argv, launch, stop
 from pippa_ops.runs_list import HostRuns, RunRecord, current_run, list_runs, select_runs
 from pippa_ops.runs_script import DEFAULT_GAP_S, DEFAULT_SESSION
 from pippa_ops.shell import join, validate_name
-from pippa_ops.tmux import Tmux, attach_argv, switch_client_argv
+from pippa_ops.tmux import Tmux
 from pippa_ops.transport import Transport
 
 HostOpt = Annotated[
@@ -92,11 +92,7 @@ def render_launch(result: LaunchResult, spec: HostSpec) -> None:
         typer.echo(f"started {run_id}")
     typer.echo(f"  host:    {result.host}")
     typer.echo(f"  session: {result.session}")
-    raw = join(attach_argv(result.session))
-    if spec.is_local:
-        typer.echo(f"  attach:  {result.attach_hint()}   (or: {raw})")
-    else:
-        typer.echo(f"  attach:  {result.attach_hint()}   (or: {join([*ssh_argv(spec), raw])})")
+    typer.echo(f"  attach:  {result.attach_hint()}   (or: {join(attach_argv(spec, result.session))})")
     typer.echo(f"  logs:    {result.logs_hint()}")
 
 
@@ -263,13 +259,9 @@ def attach_cmd(
                 raise SessionNotFound(
                     f"{spec.name}: run {name} has ended (its session is gone); see `pippa logs`"
                 )
-    argv = attach_argv(session)
-    if spec.is_local:
-        if os.environ.get("TMUX"):  # already in a client of this server: switch, don't nest
-            argv = switch_client_argv(session)
-        os.execvp(argv[0], argv)
-    ssh = ssh_argv(spec)
-    os.execvp(ssh[0], [*ssh, join(argv)])
+    # Already in a client of the local tmux server: switch it, don't nest.
+    argv = attach_argv(spec, session, switch_client=bool(os.environ.get("TMUX")))
+    os.execvp(argv[0], argv)
 
 
 def _is_session_name(name: str) -> bool:

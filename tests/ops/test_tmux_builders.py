@@ -198,3 +198,17 @@ def test_a_session_reusing_the_name_within_seconds_is_not_the_replaced_runs() ->
     assert rec.state == "killed"  # same name, same second, but another tmux session ($6 vs $7)
     new = [*lines, f"{m}CTIME 100", f"{m}TMUX $7@100", f"{m}STARTED 100"]
     assert parse_listing("h", "\n".join(new), m).runs[0].state == "running"
+
+
+def test_attach_is_one_command_line_for_pippa_attach_and_the_dashboard(tmp_path, monkeypatch) -> None:
+    from pippa_ops.inventory import HostSpec, local_spec
+    from pippa_ops.runs import attach_argv
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ssh/config: the spec alone says where
+    local = local_spec(tmp_path)
+    assert attach_argv(local, "train") == ["tmux", "attach-session", "-t", "=train"]
+    assert attach_argv(local, "train", switch_client=True) == tmux.switch_client_argv("train")
+    remote = attach_argv(HostSpec("gpu1", address="10.0.0.5", user="me", port=2222), "train")
+    assert remote[0] == "ssh" and "-t" in remote
+    assert remote[-2:] == ["10.0.0.5", "tmux attach-session -t =train"]
+    assert remote[remote.index("-p") + 1] == "2222" and remote[remote.index("-l") + 1] == "me"
