@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from pippa_ops.cli.common import HOST_HELP, JsonOpt, emit_json
 from pippa_ops.connect import connect
 from pippa_ops.errors import ExitCode
 from pippa_ops.gpu import Gpu, GpuStream, query
@@ -35,8 +36,8 @@ def gpu_table(host: str, gpus: Sequence[Gpu]) -> Table:
 
 
 def gpus_cmd(
-    host: Annotated[str, typer.Argument(help="Host: inventory name, ssh alias, address or 'local'.")] = LOCAL,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    host: Annotated[str, typer.Argument(help=HOST_HELP)] = LOCAL,
+    as_json: JsonOpt = False,
     watch: Annotated[
         bool, typer.Option("--watch", "-w", help="Keep sampling (nvidia-smi -l) and re-render.")
     ] = False,
@@ -52,7 +53,7 @@ def gpus_cmd(
             typer.echo(report.unavailable)
             raise typer.Exit(int(ExitCode.MISSING_TOOL))
         if as_json and not watch:
-            typer.echo(json.dumps({"host": spec.name, "gpus": [g.to_json() for g in report.gpus]}, indent=2))
+            emit_json({"host": spec.name, "gpus": [g.to_json() for g in report.gpus]})
             return
         console = Console()
         if not watch:

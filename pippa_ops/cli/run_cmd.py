@@ -6,16 +6,16 @@ No shell strings or business logic here: launching, listing, following and stopp
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from pippa_ops.cli.common import HostOpt, JsonOpt, emit_json
 from pippa_ops.connect import connect, open_transport
 from pippa_ops.errors import AmbiguousSession, ExitCode, PippaError, RunNotFound, SessionNotFound
 from pippa_ops.fanout import fan_out
@@ -28,15 +28,6 @@ from pippa_ops.runs_script import DEFAULT_GAP_S, DEFAULT_SESSION
 from pippa_ops.shell import join, validate_name
 from pippa_ops.tmux import Tmux
 from pippa_ops.transport import Transport
-
-HostOpt = Annotated[
-    str | None, typer.Option("--host", "-H", help="Host: inventory name, ssh alias, address or 'local'.")
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-
-
-def _out(obj: Any) -> None:
-    typer.echo(json.dumps(obj, indent=2, default=str))
 
 
 def _all_hosts() -> list[str]:
@@ -152,7 +143,7 @@ def run_cmd(
             gap_s=gap,
         )
         if as_json:
-            _out(
+            emit_json(
                 {
                     "host": result.host,
                     "session": result.session,
@@ -175,7 +166,7 @@ def ps_cmd(
     hosts = [host] if host else _all_hosts()
     results = fan_out(hosts, _host_runs)
     if as_json:
-        _out(
+        emit_json(
             {
                 h: (
                     {"error": str(r)}
@@ -293,7 +284,7 @@ def recipes_cmd(as_json: JsonOpt = False) -> None:
     """The recipes this repo ships (recipes/*.toml)."""
     items = list_recipes()
     if as_json:
-        _out([{"name": r.name, "description": r.description} for r in items])
+        emit_json([{"name": r.name, "description": r.description} for r in items])
         return
     width = max((len(r.name) for r in items), default=0)
     for r in items:
