@@ -20,17 +20,15 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "dash")]
+from _common import ROOT, sshd, start_world
 
-import fake_smi  # noqa: E402
-import sshd  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests" / "dash"))
+import fake_smi
 
-from pippa_ops.dash.app import DashApp  # noqa: E402
-from pippa_ops.inventory import resolve  # noqa: E402
-from pippa_ops.monitor import HostMonitor  # noqa: E402
+from pippa_ops.dash.app import DashApp
+from pippa_ops.inventory import resolve
+from pippa_ops.monitor import HostMonitor
 
 CPU_GOAL = 5.0  # % of one core
 LATENCY_GOAL_S = 1.5  # p95
@@ -76,10 +74,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--hosts", type=int, default=4)
     args = ap.parse_args()
-    reason = sshd.why_unavailable()
-    if reason:
-        raise SystemExit(f"bench_dash: {reason}")
-    world = sshd.start_world(args.hosts)
+    world = start_world("bench_dash", args.hosts)
     try:
         os.environ.update(sshd.client_vars(world.client_template))
         os.environ.pop("SSH_AUTH_SOCK", None)

@@ -16,24 +16,11 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-import sshd  # noqa: E402
-
-PIPPA = str(Path(sys.prefix) / "bin" / "pippa")
-
-
-def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, str]:
-    t0 = time.perf_counter()
-    p = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed: {p.stderr}")
-    return time.perf_counter() - t0, p.stdout
+from _common import PIPPA, sshd, start_world, timed
 
 
 def main() -> None:
@@ -42,10 +29,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="finished runs per host before measuring")
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    reason = sshd.why_unavailable()
-    if reason:
-        raise SystemExit(f"bench_fanout: {reason}")
-    world = sshd.start_world(args.hosts)
+    world = start_world("bench_fanout", args.hosts)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             repo = Path(tmp) / "repo"

@@ -14,17 +14,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-import sshd  # noqa: E402
-
-PIPPA = str(Path(sys.prefix) / "bin" / "pippa")
+from _common import PIPPA, client_copy, commit_all, start_world, timed
 
 
 def make_repo(path: Path, files: int) -> None:
@@ -32,19 +25,11 @@ def make_repo(path: Path, files: int) -> None:
         f = path / f"pkg{i % 10}" / f"mod_{i:04d}.py"
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(f"# module {i}\n" + "x = 1\n" * 50)
-    subprocess.run(["git", "init", "-q"], cwd=path, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=path, check=True)
-    ident = ["-c", "user.name=b", "-c", "user.email=b@b"]
-    subprocess.run(["git", *ident, "commit", "-qm", "s"], cwd=path, check=True)
+    commit_all(path)
 
 
-def timed(argvs: list[list[str]], env: dict[str, str], cwd: Path) -> float:
-    t0 = time.perf_counter()
-    for argv in argvs:
-        p = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
-        if p.returncode != 0:
-            raise SystemExit(f"{argv[0]} failed: {p.stderr}")
-    return time.perf_counter() - t0
+def timed_all(argvs: list[list[str]], env: dict[str, str], cwd: Path) -> float:
+    return sum(timed(argv, env, cwd, timeout=300)[0] for argv in argvs)
 
 
 def main() -> None:
@@ -52,10 +37,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    reason = sshd.why_unavailable()
-    if reason:
-        raise SystemExit(f"bench_launch: {reason}")
-    world = sshd.start_world(1)
+    world = start_world("bench_launch", 1)
     host = world.hosts[0]
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -63,22 +45,21 @@ def main() -> None:
             repo.mkdir()
             make_repo(repo, args.files)
             client = Path(tmp) / "client"
-            subprocess.run(["cp", "-a", str(world.client_template), str(client)], check=True)
-            env = sshd.client_subprocess_env(client)
+            env = client_copy(world, client)
             kh = client / ".ssh" / "known_hosts"
             ssh = ["ssh", "-F", f"{client}/.ssh/config", "-o", "BatchMode=yes"]
             ssh += ["-o", f"UserKnownHostsFile={kh}"]
             dest = f"{host.ssh_alias}:hand/"
             rsync = ["rsync", "-az", "--exclude", ".git", "-e", " ".join(ssh), "./", dest]
             # Make the host ready for both paths (the bench is about launching, not the first sync).
-            timed([[PIPPA, "sync", host.name], rsync], env, repo)
+            timed_all([[PIPPA, "sync", host.name], rsync], env, repo)
             pippa_s: list[float] = []
             hand_s: list[float] = []
             for i in range(args.repeat):
                 pippa = [PIPPA, "run", "--host", host.name, "--name", f"p{i}", "--cmd", "sleep 60"]
                 hand = [*ssh, host.ssh_alias, f"tmux new-session -d -s h{i} 'sleep 60'"]
-                pippa_s.append(timed([pippa], env, repo))
-                hand_s.append(timed([rsync, hand], env, repo))
+                pippa_s.append(timed_all([pippa], env, repo))
+                hand_s.append(timed_all([rsync, hand], env, repo))
             host.run_as_user(["tmux", "kill-server"])
         p, h = statistics.median(pippa_s), statistics.median(hand_s)
         print(f"launch bench: ready loopback host, {args.files}-file repo, medians of {args.repeat}")

@@ -18,16 +18,11 @@ import random
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-import sshd  # noqa: E402
-
-PIPPA = str(Path(sys.prefix) / "bin" / "pippa")
+from _common import PIPPA, client_copy, commit_all, sshd, start_world, timed
 
 
 def make_repo(path: Path, files: int, total_mb: int, rng: random.Random) -> list[str]:
@@ -41,20 +36,8 @@ def make_repo(path: Path, files: int, total_mb: int, rng: random.Random) -> list
         raw = rng.randbytes(max(1, int(s * scale * 3 / 4)))
         (path / name).write_bytes(base64.encodebytes(raw))
         names.append(name)
-    subprocess.run(["git", "init", "-q"], cwd=path, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=path, check=True)
-    git_id = ["-c", "user.name=b", "-c", "user.email=b@b"]
-    subprocess.run(["git", *git_id, "commit", "-qm", "synthetic"], cwd=path, check=True)
+    commit_all(path)
     return names
-
-
-def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, str]:
-    t0 = time.perf_counter()
-    p = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
-    elapsed = time.perf_counter() - t0
-    if p.returncode != 0:
-        raise SystemExit(f"{argv[0]} failed: {p.stderr}")
-    return elapsed, p.stdout
 
 
 def in_process_sync(host: str, client: Path, repo: Path) -> float:
@@ -77,10 +60,7 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=50)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    reason = sshd.why_unavailable()
-    if reason:
-        raise SystemExit(f"bench_sync: {reason}")
-    world = sshd.start_world(1)
+    world = start_world("bench_sync", 1)
     host = world.hosts[0]
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -89,8 +69,7 @@ def main() -> None:
             rng = random.Random(0)
             names = make_repo(repo, args.files, args.mb, rng)
             client = Path(tmp) / "client"
-            subprocess.run(["cp", "-a", str(world.client_template), str(client)], check=True)
-            env = sshd.client_subprocess_env(client)
+            env = client_copy(world, client)
             kh = client / ".ssh" / "known_hosts"
             ssh = f"ssh -F {client}/.ssh/config -o BatchMode=yes -o UserKnownHostsFile={kh}"
             pippa = [PIPPA, "sync", host.name, "--json"]

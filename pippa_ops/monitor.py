@@ -323,4 +323,3 @@ class HostMonitor:
         self._lost.set()
         self.select(None)
         self._hang_up()
-

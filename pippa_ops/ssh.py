@@ -26,7 +26,7 @@ from paramiko.message import Message
 
 from pippa_ops.errors import AuthFailed, HostKeyChanged, HostKeyUnknown, HostUnreachable, UnknownHost
 from pippa_ops.inventory import HostSpec, known_hosts_path, load_ssh_config, resolve
-from pippa_ops.transport import Command, CommandResult, Process, Transport, as_shell_line
+from pippa_ops.transport import Command, CommandResult, Process, Transport, as_shell_line, finish
 
 CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15
@@ -270,15 +270,7 @@ class SSHTransport(Transport):
             raise TimeoutError(f"{self.name}: command timed out after {timeout}s") from e
         finally:
             proc.close()
-        result = CommandResult(
-            host=self.name,
-            command=line,
-            exit_status=status,
-            stdout=out.decode(errors="replace"),
-            stderr=proc.stderr_text(),
-            elapsed_s=time.monotonic() - t0,
-        )
-        return result.check() if check else result
+        return finish(self.name, line, status, bytes(out), proc.stderr_text(), t0, check)
 
     def start(self, command: Command) -> SSHProcess:
         chan = self.channel()

@@ -57,6 +57,21 @@ class CommandResult:
         return self
 
 
+def finish(
+    host: str, line: str, exit_status: int, stdout: bytes, stderr: str, started: float, check: bool
+) -> CommandResult:
+    """The record of a command that ran since ``started`` (monotonic); raising is ``check``'s call."""
+    result = CommandResult(
+        host=host,
+        command=line,
+        exit_status=exit_status,
+        stdout=stdout.decode(errors="replace"),
+        stderr=stderr,
+        elapsed_s=time.monotonic() - started,
+    )
+    return result.check() if check else result
+
+
 class Process(abc.ABC):
     """A command started on a host whose stdout streams back (tar for sync, nvidia-smi -l, tail -f).
 
@@ -258,15 +273,7 @@ class LocalTransport(Transport):
             )
         except subprocess.TimeoutExpired as e:
             raise TimeoutError(f"{self.name}: command timed out after {timeout}s") from e
-        result = CommandResult(
-            host=self.name,
-            command=line,
-            exit_status=p.returncode,
-            stdout=p.stdout.decode(errors="replace"),
-            stderr=p.stderr.decode(errors="replace"),
-            elapsed_s=time.monotonic() - t0,
-        )
-        return result.check() if check else result
+        return finish(self.name, line, p.returncode, p.stdout, p.stderr.decode(errors="replace"), t0, check)
 
     def start(self, command: Command) -> Process:
         popen = subprocess.Popen(

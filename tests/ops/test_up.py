@@ -35,6 +35,13 @@ def repo(tmp_path: Path) -> Path:
     return r
 
 
+def _pippa(client_env, repo, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The ``pippa`` CLI as the user runs it: the test client's home, from the repo."""
+    return subprocess.run(
+        [PIPPA, *args], env=client_env.env, cwd=repo, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def _configure(client_env, name: str, extra: str) -> None:
     inv = client_env.personal_inventory
     text = inv.read_text().replace(f"[hosts.{name}]\n", f"[hosts.{name}]\n{extra}")
@@ -59,9 +66,7 @@ def _pippa_watching_argv(client_env, repo: Path, *args: str) -> tuple[subprocess
     watcher = threading.Thread(target=scan, daemon=True)
     watcher.start()
     try:
-        p = subprocess.run(
-            [PIPPA, *args], env=client_env.env, cwd=repo, capture_output=True, text=True, timeout=120
-        )
+        p = _pippa(client_env, repo, *args, timeout=120)
     finally:
         done.set()
         watcher.join()
@@ -93,14 +98,7 @@ def test_up_prepares_host_pushes_secrets_0600_and_is_fast_the_second_time(client
     assert "OTHER" not in secrets.read_text()
     assert (h.home / "pippa" / "pyproject.toml").exists() and not (h.home / "pippa" / ".env").exists()
 
-    again = subprocess.run(
-        [PIPPA, "up", h.name, "--json"],
-        env=client_env.env,
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    again = _pippa(client_env, repo, "up", h.name, "--json")
     report = json.loads(again.stdout)
     assert (report["setup_ran"], report["synced_files"], report["gpus"]) == (False, 0, [])
     assert report["secrets_missing"] == ["WANDB_ENTITY"]
@@ -112,9 +110,7 @@ def test_up_installs_uv_for_the_user_when_missing(client_env, ssh_hosts, repo):
     h = ssh_hosts[3]
     h.install_bin("curl", FAKE_CURL)
     _configure(client_env, h.name, 'setup = "uv --version"\nsecrets = []\n')
-    p = subprocess.run(
-        [PIPPA, "up", h.name], env=client_env.env, cwd=repo, capture_output=True, text=True, timeout=60
-    )
+    p = _pippa(client_env, repo, "up", h.name)
     assert p.returncode == 0, p.stderr
     assert "uv 9.9.9-installed (installed now)" in p.stdout
     assert "uv 9.9.9-installed" in p.stderr, "setup found uv in ~/.local/bin"
@@ -125,9 +121,7 @@ def test_failing_setup_is_one_line_with_its_last_output(client_env, ssh_hosts, r
     h = ssh_hosts[2]
     h.install_bin("uv", FAKE_UV)
     _configure(client_env, h.name, 'setup = "echo resolving; echo no matching torch >&2; exit 3"\n')
-    p = subprocess.run(
-        [PIPPA, "up", h.name], env=client_env.env, cwd=repo, capture_output=True, text=True, timeout=60
-    )
+    p = _pippa(client_env, repo, "up", h.name)
     assert p.returncode == 1
     assert (
         p.stderr.strip().splitlines()[-1] == "pippa: t3: setup failed with exit status 3: no matching torch"
