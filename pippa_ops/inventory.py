@@ -13,14 +13,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import paramiko
 import tomllib
 
 from pippa_ops.errors import UnknownHost, UsageError
 from pippa_ops.repo import repo_root
 from pippa_ops.shell import NAME_RE, validate_env_key
+
+if TYPE_CHECKING:
+    import paramiko
 
 DEFAULT_REMOTE_DIR = "~/pippa"
 DEFAULT_SECRETS = ("WANDB_API_KEY", "WANDB_ENTITY", "WANDB_PROJECT", "HF_TOKEN")
@@ -81,6 +83,9 @@ def personal_inventory_path() -> Path:
 
 
 def load_ssh_config() -> paramiko.SSHConfig:
+    """~/.ssh/config as paramiko reads it (imported here: resolving ``local`` never needs it)."""
+    import paramiko
+
     path = ssh_config_path()
     if not path.is_file():
         return paramiko.SSHConfig()

@@ -16,3 +16,16 @@ def test_core_modules_load_no_typer_rich_or_textual() -> None:
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert p.stdout.strip() == ""
+
+
+def test_commands_on_local_load_no_paramiko() -> None:
+    """Resolving and running on ``local`` never needs SSH: paramiko (and invoke) stay unloaded."""
+    code = (
+        "import sys\n"
+        "from pippa_ops.connect import connect\n"
+        "spec, t = connect('local')\n"
+        "assert t.run(['echo', 'hi']).stdout == 'hi\\n'\n"
+        "print(sorted(m for m in ('paramiko', 'invoke') if m in sys.modules))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert p.stdout.strip() == "[]"

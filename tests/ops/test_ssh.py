@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import socket
 import subprocess
-import sys
 import threading
 
 import pytest
@@ -190,16 +188,3 @@ def test_failed_handshake_is_one_line_without_paramiko_traceback(client_env, tmp
     assert "Traceback" not in synced.stderr
     assert synced.stderr.strip().splitlines() == [synced.stderr.strip()]
     assert synced.stderr.startswith("pippa: mute: cannot reach 127.0.0.1")
-
-
-@pytest.mark.parametrize(
-    ("config", "loads_invoke"), [("Host x\n  Port 22\n", False), ("Match exec true\n", True)]
-)
-def test_invoke_is_imported_only_when_ssh_config_uses_match_exec(tmp_path, config, loads_invoke):
-    """paramiko imports invoke (50-90 ms of start-up) only for `Match exec`; pippa holds it back otherwise."""
-    (tmp_path / ".ssh").mkdir()
-    (tmp_path / ".ssh" / "config").write_text(config)
-    probe = "import sys, pippa_ops.connect, paramiko; print('invoke' in sys.modules)"
-    env = {**os.environ, "HOME": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == str(loads_invoke)
