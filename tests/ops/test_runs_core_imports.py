@@ -5,18 +5,25 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
-def test_core_modules_load_no_typer_rich_or_textual() -> None:
+CORE = (
+    "transport", "ssh", "connect", "inventory", "sync", "tmux", "runs", "runs_list", "runs_script",
+    "follow", "gpu", "monitor", "monitor_state", "hostprep", "envfile", "fanout", "recipes",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_core_module_loads_no_typer_rich_textual_or_torch(module: str) -> None:
+    """Each core module alone, in a fresh interpreter: the CLI/TUI stacks and torch stay out."""
     code = (
         "import sys\n"
-        "import pippa_ops.tmux, pippa_ops.runs, pippa_ops.runs_list, pippa_ops.runs_script\n"
-        "import pippa_ops.gpu, pippa_ops.follow, pippa_ops.recipes\n"
+        f"import pippa_ops.{module}\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich', 'textual', 'torch'))\n"
         "print(','.join(bad))\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert p.stdout.strip() == ""
-
+    assert p.stdout.strip() == "", f"pippa_ops.{module} loads {p.stdout.strip()}"
 
 def test_commands_on_local_load_no_paramiko() -> None:
     """Resolving and running on ``local`` never needs SSH: paramiko (and invoke) stay unloaded."""
