@@ -28,3 +28,7 @@ class BadSetting(UsageError):
 
 class UnknownName(UsageError):
     """A dataset, reward, eval task or callback name that no registry knows."""
+
+
+class StartFailed(TrainingError):
+    """The run failed before its first step (model or data did not load); the cause is chained."""

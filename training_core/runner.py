@@ -12,11 +12,12 @@ import os
 import signal
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from training_core.errors import UsageError
+from training_core.errors import StartFailed, TrainingError, UsageError
 from training_core.platform import apply_offline_env, detect
 from training_core.recipes import Resolved
 
@@ -61,7 +62,13 @@ def _load_model(res: Resolved) -> tuple[Any, Any]:
 
     from training_core import tiny
 
-    name = str(tiny.ensure()) if res.config.model.name == "tiny" else res.config.model.name
+    name = res.config.model.name
+    if name != "tiny" and _looks_like_path(name) and not Path(name).expanduser().exists():
+        raise UsageError(f"model path not found: {name}")
+    if name == "tiny":
+        name = str(tiny.ensure())
+    elif _looks_like_path(name):
+        name = str(Path(name).expanduser())
     tokenizer = AutoTokenizer.from_pretrained(name)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -69,7 +76,64 @@ def _load_model(res: Resolved) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def _looks_like_path(name: str) -> bool:
+    """A local directory rather than a hub id ("org/name" has exactly one slash and no leading dot)."""
+    return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or Path(name).exists()
+
+
+def first_line(e: BaseException) -> str:
+    """``Type: first line of the message``: HF errors span paragraphs, a run's end line wants one."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+@dataclass
+class _Started:
+    """What the setup phase has opened so far, so a failure can still close the record it began."""
+
+    writer: Any = None
+    wandb_info: dict[str, Any] | None = None
+    resumed_step: int | None = None
+    resume_from: Path | None = None
+
+
 def run(res: Resolved, run_dir: Path, resume: bool = False) -> int:
+    """Set up and train. A failure before the first step (model or data that does not load) still
+    writes a header and a ``failed`` end line, then raises: a TrainingError as itself, anything else as
+    StartFailed, which the entry point prints as one line (the traceback only with --debug)."""
+    started = _Started()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        trainer, n_rows, n_params = _prepare(res, run_dir, resume, started)
+    except BaseException as e:
+        error = str(e) if isinstance(e, TrainingError) else first_line(e)
+        _record_failed_start(res, run_dir, started, error, isinstance(e, KeyboardInterrupt))
+        if isinstance(e, (TrainingError, KeyboardInterrupt)):
+            raise
+        raise StartFailed(f"run {run_dir.name} failed before its first step: {error}") from e
+    return _train(res, run_dir, trainer, started, n_rows, n_params)
+
+
+def _record_failed_start(
+    res: Resolved, run_dir: Path, started: _Started, error: str, interrupted: bool
+) -> None:
+    from training_core import metrics
+
+    writer = started.writer
+    if writer is None:
+        writer = metrics.MetricsWriter(run_dir / "metrics.jsonl")
+        writer.header(run_dir.name, res.recipe, res.as_dict(), started.wandb_info, started.resumed_step)
+    status = "interrupted" if interrupted else "failed"
+    writer.end(status, started.resumed_step or 0, None if interrupted else error)
+    writer.close()
+    if started.wandb_info:
+        import wandb
+
+        wandb.finish(exit_code=130 if interrupted else 1)
+
+
+def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> tuple[Any, int, int]:
+    """Everything before the first step: model, data, metrics header, W&B, rewards, eval, trainer."""
     cfg = res.config
     facts = detect(offline_probe=cfg.model.name != "tiny")
     apply_offline_env(facts)
@@ -83,12 +147,11 @@ def run(res: Resolved, run_dir: Path, resume: bool = False) -> int:
     from training_core.rewards import registry
     from training_core.trainer import PippaGRPOTrainer, grpo_args, newest_checkpoint
 
-    run_dir.mkdir(parents=True, exist_ok=True)
     ckpt_dir = run_dir / "checkpoints"
     resume_from = newest_checkpoint(ckpt_dir) if resume else None
     if resume and resume_from is None:
         print(f"resume: no checkpoint in {ckpt_dir}; starting from step 0", flush=True)
-    resumed_step = int(resume_from.name.split("-")[1]) if resume_from else None
+    started.resumed_step = int(resume_from.name.split("-")[1]) if resume_from else None
 
     set_seed(cfg.seed)
     model, tokenizer = _load_model(res)
@@ -106,9 +169,11 @@ def run(res: Resolved, run_dir: Path, resume: bool = False) -> int:
     train_ds = datasets.Dataset.from_list(train_rows)
 
     metrics_path = run_dir / "metrics.jsonl"
-    wandb_info = _start_wandb(res, run_dir, metrics.previous_wandb_id(metrics_path) if resume else None)
-    writer = metrics.MetricsWriter(metrics_path)
-    writer.header(run_dir.name, res.recipe, res.as_dict(), wandb_info, resumed_step)
+    started.wandb_info = wandb_info = _start_wandb(
+        res, run_dir, metrics.previous_wandb_id(metrics_path) if resume else None
+    )
+    started.writer = writer = metrics.MetricsWriter(metrics_path)
+    writer.header(run_dir.name, res.recipe, res.as_dict(), wandb_info, started.resumed_step)
 
     rctx = registry.RewardContext(model=model, tokenizer=tokenizer, run_dir=str(run_dir), config=cfg)
     reward_funcs = [registry.build(r.name, r.params, rctx) for r in cfg.rewards]
@@ -145,10 +210,17 @@ def run(res: Resolved, run_dir: Path, resume: bool = False) -> int:
     )
     trainer.keep_checkpoints = cfg.checkpoint.keep
     trainer.remove_callback(PrinterCallback)  # our progress line replaces its raw dict dump
+    started.resume_from = resume_from
+    return trainer, len(train_rows), n_params
+
+
+def _train(res: Resolved, run_dir: Path, trainer: Any, started: _Started, n_rows: int, n_params: int) -> int:
+    t, writer, wandb_info = res.config.train, started.writer, started.wandb_info
+    resumed_step, resume_from = started.resumed_step, started.resume_from
 
     print(
         f"run {run_dir.name}: recipe {res.recipe}, platform {res.platform['name']}, "
-        f"loss {t.loss_type}, {n_params / 1e6:.2f}M params, {len(train_rows)} prompts"
+        f"loss {t.loss_type}, {n_params / 1e6:.2f}M params, {n_rows} prompts"
         + (f", resuming from step {resumed_step}" if resumed_step else ""),
         flush=True,
     )

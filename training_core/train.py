@@ -2,7 +2,9 @@
 
 RECIPE is a name in recipes/ or a path to a .toml file. ``--dry-run`` prints the fully resolved
 configuration as JSON (Dr GRPO settings, rewards with weights, the platform preset and what it
-changed) and exits without importing torch or TRL. Bad input prints one line and exits 2.
+changed) and exits without importing torch or TRL. Bad input prints one line and exits 2; a run that
+fails before its first step (model or data that does not load) prints one line and exits 1, after
+writing a failed end line to its metrics.jsonl. ``--debug`` adds the traceback.
 The run directory defaults to runs/<run-id> under the current directory; the run id is its name.
 """
 
@@ -13,6 +15,7 @@ import json
 import secrets
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from training_core.errors import TrainingError, UsageError
@@ -34,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/<run-id>)")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in the run dir")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config as JSON and exit")
+    p.add_argument("--debug", action="store_true", help="print the traceback of an error, not only its line")
     return p
 
 
@@ -72,6 +76,8 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
 
         return run(res, run_dir.resolve(), resume=args.resume)
     except TrainingError as e:
+        if args.debug:
+            traceback.print_exception(e)
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
 
