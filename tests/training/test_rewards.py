@@ -85,6 +85,12 @@ def test_arithmetic_closeness_is_dense_and_peaks_at_the_answer() -> None:
     assert got == [1.0, 0.75, -1.0, -1.0, 0.0]
 
 
+def test_arithmetic_closeness_scores_only_a_completion_that_is_one_number() -> None:
+    # "06" once scored like "6": the tiny policy collapsed onto a free leading "0" and answered "00".
+    got = arithmetic_closeness(["06", "7x", "7 8", " 7 ", "0", "2.5"], answer=["7"] * 6, scale=8.0)
+    assert got == [-1.0, -1.0, -1.0, 1.0, 0.125, 0.4375]
+
+
 def test_reasoning_format() -> None:
     got = reasoning_format(
         [

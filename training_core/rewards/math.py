@@ -8,10 +8,14 @@ column holding the expected answer as text. Parameters are explicit keyword argu
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from training_core.rewards.registry import register
 from training_core.rewards.text import completion_text, numbers, parse_number, same_number
+
+# One number, no leading zeros, no thousands separators: what a model that has learned the sum writes.
+CANONICAL_NUMBER_RE = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?")
 
 
 @register("baseline_correctness")
@@ -88,17 +92,20 @@ def gsm8k_length_penalty(
 def arithmetic_closeness(
     completions: list[Any], answer: list[str], scale: float = 10.0, no_number: float = -1.0, **_: Any
 ) -> list[float]:
-    """Dense correctness for the tiny model: 1 - |first number - answer| / scale, floored at 0.
+    """Dense correctness for the tiny model: 1 - |number - answer| / scale, floored at 0.
 
     A random-init model almost never emits the exact sum, so a +1/-1 reward gives a group no spread;
-    this one rewards emitting a number at all and then getting closer, which a tiny model learns in
-    seconds, and it still peaks only at the right answer. No number: ``no_number``.
+    this one rewards emitting a number at all and then getting closer, and it still peaks only at the
+    right answer. Only a completion that is exactly one number in canonical form counts ("7", "-1",
+    "2.5", surrounding whitespace allowed); anything else ("06", "7x", "7 8", "") scores ``no_number``.
+    The earlier version parsed the first number anywhere, so "0" followed by any digit scored like that
+    digit: the policy collapsed onto "0" as a free first character and greedy decoding answered "00".
     """
     out = []
     for c, a in zip(completions, answer, strict=True):
-        got, target = parse_number(completion_text(c).strip()), parse_number(str(a))
-        if got is None or target is None:
+        text, target = completion_text(c).strip(), parse_number(str(a))
+        if target is None or not CANONICAL_NUMBER_RE.fullmatch(text):
             out.append(no_number)
         else:
-            out.append(max(0.0, 1.0 - abs(got - target) / scale))
+            out.append(max(0.0, 1.0 - abs(float(text) - target) / scale))
     return out
