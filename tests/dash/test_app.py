@@ -14,6 +14,13 @@ from pippa_ops.monitor import GpuReading, GpuSampled, LinkChanged, RunDetail, Ru
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    """Pilot runs under anyio's pytest plugin, on asyncio (here, not in a tests/dash conftest.py: a
+    second module named ``conftest`` shadows tests/conftest.py, which tests/ops import from)."""
+    return "asyncio"
+
+
 def _text(app, selector: str) -> str:
     return str(app.query_one(selector).render())
 

@@ -27,6 +27,12 @@ from pippa_ops.runs import launch
 pytestmark = [pytest.mark.ssh, pytest.mark.anyio]
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    """Pilot runs under anyio's pytest plugin, on asyncio (see tests/dash/test_app.py)."""
+    return "asyncio"
+
+
 async def _until(pilot, cond: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not cond():

@@ -54,6 +54,7 @@ def test_sync_sends_tracked_and_untracked_but_not_ignored_env_or_pippaignored(ss
     h = ssh_hosts[0]
     spec, t = connect(h.name)
     with t:
+        t.run("rm -rf ~/pippa", check=True)  # the hosts are shared by the session: start from none
         result = sync(spec, t, repo)
     dest = h.home / "pippa"
     assert _host_files(dest) == {"pkg/mod.py", "run.sh", ".gitignore", ".pippaignore", "untracked.txt"}
@@ -87,6 +88,7 @@ def test_delete_only_when_asked_and_never_protected_or_ignored_host_files(ssh_en
     dest = h.home / "pippa"
     spec, t = connect(h.name)
     with t:
+        t.run("rm -rf ~/pippa", check=True)  # no files left by other tests' syncs of this host
         sync(spec, t, repo)
         t.run(
             "cd ~/pippa && mkdir -p runs/r1 .venv/bin __pycache__ && echo 1 > runs/r1/output.log"
