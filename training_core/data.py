@@ -48,6 +48,38 @@ def arithmetic_fixed(split: str = "train", n_rows: int = 0, seed: int = 42, **_:
     return _take([{"prompt": q, "answer": a} for q, a in FIXED_ARITHMETIC], n_rows)
 
 
+def _value(a: int, op: str, b: int) -> int:
+    return {"+": a + b, "-": a - b, "*": a * b}[op] if op != "/" else a // b
+
+
+def problem_pool(
+    max_operand: int, ops: str, min_operand: int = 0, max_answer: int | None = None
+) -> list[tuple[int, str, int]]:
+    """Every distinct problem ``(a, op, b)`` in range, sorted; division only where it is exact."""
+    pool = []
+    for op in sorted(set(ops)):
+        for a in range(min_operand, max_operand + 1):
+            for b in range(min_operand, max_operand + 1):
+                if op == "/":
+                    if b == 0:
+                        continue
+                    a_ = a * b
+                else:
+                    a_ = a
+                if max_answer is None or _value(a_, op, b) <= max_answer:
+                    pool.append((a_, op, b))
+    return pool
+
+
+def holdout_split(pool: list[tuple[int, str, int]], holdout: float) -> tuple[list[Any], list[Any]]:
+    """(train, held-out) parts of a problem pool: a fixed shuffle (seed 0, not the run's seed), so
+    every run and every evaluation agree on which problems training never sees."""
+    order = list(pool)
+    random.Random(0).shuffle(order)
+    k = max(1, round(len(order) * holdout))
+    return order[k:], order[:k]
+
+
 def synthetic_problems(
     n: int,
     seed: int,
@@ -55,10 +87,25 @@ def synthetic_problems(
     ops: str = "+",
     template: str = "{a}{op}{b}=",
     min_operand: int = 0,
+    max_answer: int | None = None,
+    holdout: float = 0.0,
+    part: str = "train",
 ) -> list[Row]:
-    """``n`` random problems ``a op b`` from ``seed``; integer answers (division uses divisible pairs)."""
+    """``n`` random problems ``a op b`` from ``seed``; integer answers (division uses divisible pairs).
+
+    With ``max_answer`` or ``holdout`` the problems are drawn from the pool of distinct problems
+    (answers up to ``max_answer``); ``holdout`` reserves that fraction of the pool for ``part="test"``
+    so held-out accuracy measures problems training never saw (the tiny recipe has only ~50 sums)."""
     rng = random.Random(seed)
     rows: list[Row] = []
+    if max_answer is not None or holdout > 0:
+        pool = problem_pool(max_operand, ops, min_operand, max_answer)
+        if holdout > 0:
+            train, test = holdout_split(pool, holdout)
+            pool = test if part == "test" else train
+        for a, op, b in (rng.choice(pool) for _ in range(n)):
+            rows.append({"prompt": template.format(a=a, op=op, b=b), "answer": str(_value(a, op, b))})
+        return rows
     while len(rows) < n:
         op = rng.choice(ops)
         a, b = rng.randint(min_operand, max_operand), rng.randint(min_operand, max_operand)
@@ -66,8 +113,7 @@ def synthetic_problems(
             if b == 0:
                 continue
             a = a * b
-        value = {"+": a + b, "-": a - b, "*": a * b, "/": a // b if op == "/" else 0}[op]
-        rows.append({"prompt": template.format(a=a, op=op, b=b), "answer": str(value)})
+        rows.append({"prompt": template.format(a=a, op=op, b=b), "answer": str(_value(a, op, b))})
     return rows
 
 

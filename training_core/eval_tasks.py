@@ -43,6 +43,8 @@ def _arithmetic(n: int, seed: int, data: DataConfig | None = None, **params: Any
     merged.update(params)
     if "template" not in merged and (data is None or data.prompt_style == "chat"):
         merged["template"] = "What is {a} {op} {b}?"
+    if merged.get("holdout"):
+        merged.setdefault("part", "test")  # only problems the training split never draws
     return synthetic_problems(n, seed + 104729, **merged)
 
 
