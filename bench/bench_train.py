@@ -25,24 +25,31 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def ours(steps: int, tmp: Path, i: int) -> list[float]:
+def _recipe(steps: int) -> Any:
+    """The tiny recipe as resolved on this machine: both sides read every setting from it."""
     from training_core.platform import PlatformFacts
     from training_core.recipes import resolve
+
+    sets = [f"train.max_steps={steps}", "eval.task=none", "checkpoint.every=0"]
+    return resolve("tiny", sets, PlatformFacts())
+
+
+def ours(steps: int, tmp: Path, i: int) -> list[float]:
     from training_core.runner import run
 
-    res = resolve(
-        "tiny", [f"train.max_steps={steps}", "eval.task=none", "checkpoint.every=0"], PlatformFacts()
-    )
     run_dir = tmp / f"ours-{i}"
     with contextlib.redirect_stdout(io.StringIO()):
-        assert run(res, run_dir) == 0
+        assert run(_recipe(steps), run_dir) == 0
     recs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     times = [r["time"] for r in recs if r["type"] == "step"]
     return [b - a for a, b in itertools.pairwise(times)]
 
 
 def bare(steps: int, tmp: Path, i: int) -> list[float]:
-    """What a user would write with TRL alone: same model, data, rewards and GRPO settings."""
+    """What a user would write with TRL alone: same model, data, rewards and GRPO settings (taken
+    from the recipe, so the two sides cannot drift apart), no metrics file, eval or checkpoints."""
+    import functools
+
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
@@ -50,19 +57,21 @@ def bare(steps: int, tmp: Path, i: int) -> list[float]:
 
     from training_core import tiny
     from training_core.data import synthetic_problems
-    from training_core.rewards.math import arithmetic_closeness, baseline_length_penalty
+    from training_core.rewards.registry import load_all
 
-    set_seed(42)
+    cfg = _recipe(steps).config
+    t = cfg.train
+    set_seed(cfg.seed)
     path = tiny.ensure()
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    rows = synthetic_problems(512, 42, max_operand=4, ops="+", template="{a}{op}{b}=")
-
-    def closeness(completions: list[Any], answer: list[str], **kw: Any) -> list[float | None]:
-        return list(arithmetic_closeness(completions, answer, scale=8.0))
-
-    def length(completions: list[Any], **kw: Any) -> list[float | None]:
-        return list(baseline_length_penalty(completions, free_chars=1, scale_chars=3.0, max_penalty=0.5))
+    params = dict(cfg.data.params)
+    rows = synthetic_problems(params.pop("n"), cfg.seed, **params)
+    reward_funcs: list[Any] = []
+    for r in cfg.rewards:
+        fn = functools.partial(load_all()[r.name], **r.params)
+        fn.__name__ = r.name  # type: ignore[attr-defined]  # TRL names its reward metrics after it
+        reward_funcs.append(fn)
 
     stamps: list[float] = []
 
@@ -73,31 +82,31 @@ def bare(steps: int, tmp: Path, i: int) -> list[float]:
 
     args = GRPOConfig(
         output_dir=str(tmp / f"bare-{i}"),
-        seed=42,
+        seed=cfg.seed,
         loss_type="dr_grpo",
         scale_rewards="none",
         beta=0.0,
         max_steps=steps,
-        learning_rate=3e-3,
-        warmup_steps=0.0,
-        per_device_train_batch_size=32,
-        gradient_accumulation_steps=1,
-        num_generations=8,
-        max_completion_length=2,
-        temperature=1.0,
+        learning_rate=t.learning_rate,
+        warmup_steps=t.warmup_ratio,
+        per_device_train_batch_size=t.per_device_train_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        num_generations=t.num_generations,
+        max_completion_length=t.max_completion_length,
+        temperature=t.temperature,
         logging_steps=1,
         save_strategy="no",
         report_to=["none"],
         disable_tqdm=True,
         dataloader_num_workers=0,
-        reward_weights=[1.0, 0.5],
+        reward_weights=[r.weight for r in cfg.rewards],
         log_completions=False,
         bf16=False,
     )
     trainer = GRPOTrainer(
         model=model,
         processing_class=tok,
-        reward_funcs=[closeness, length],
+        reward_funcs=reward_funcs,
         args=args,
         train_dataset=Dataset.from_list(rows),
         callbacks=[Stamp()],
