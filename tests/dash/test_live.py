@@ -96,8 +96,10 @@ async def test_tiny_run_shows_in_the_list_and_its_reward_curve_grows(ssh_hosts, 
     with open_transport(spec) as transport:
         result = launch(
             spec, transport, recipes=["tiny"], session="dashtest", replace=True,
-            sets=["train.max_steps=40", "eval.interval=6", "eval.n=4"], sync=lambda s, t: None,
+            sets=["train.max_steps=1000", "eval.interval=6", "eval.n=4"], sync=lambda s, t: None,
         )  # fmt: skip
+    # Long enough to still be running while the app watches (the test stops it below): a run that
+    # finished before the first read would hand over its whole curve at once.
     run_id = result.run_ids[0]
     app = create_app([t3.name], _monitors([t3.name]))
     async with app.run_test(size=(160, 48)) as pilot:

@@ -77,7 +77,7 @@ def test_run_syncs_starts_in_tmux_and_ps_logs_stop_work_across_hosts(client_env,
     h2.stop()  # one unreachable host is a row, not a crash
     table = ps_json(env, repo)
     assert "error" in table[h2.name] and "error" not in table[h1.name]
-    (rec,) = table[h1.name]["runs"]
+    (rec,) = [r for r in table[h1.name]["runs"] if r["run_id"] == run_id]
     assert (rec["run_id"], rec["state"], rec["session"]) == (run_id, "running", "rs")
     text = pippa(env, repo, "ps")
     assert text.returncode == 0 and run_id in text.stdout and "unreachable" in text.stdout
@@ -89,7 +89,7 @@ def test_run_syncs_starts_in_tmux_and_ps_logs_stop_work_across_hosts(client_env,
     s = pippa(env, repo, "stop", "rs", "--grace", "5")  # found on h1 without --host
     assert s.returncode == 0, s.stderr
     assert f"{h1.name}: run {run_id} (session rs): stopped (exit 130)" in s.stdout
-    (rec,) = ps_json(env, repo, "--host", h1.name)[h1.name]["runs"]
+    (rec,) = [r for r in ps_json(env, repo, "--host", h1.name)[h1.name]["runs"] if r["run_id"] == run_id]
     assert rec["state_text"] == "stopped (exit 130)"
 
 
@@ -153,8 +153,9 @@ def test_attach_over_ssh_in_a_real_terminal_shows_the_run_and_detaching_leaves_i
         )
     finally:
         subprocess.run(["tmux", "kill-server"], env=venv, capture_output=True)
-    (rec,) = ps_json(env, repo, "--host", h.name)[h.name]["runs"]
-    assert (rec["run_id"], rec["state"]) == (run_id, "running")  # detaching left the run going
+    # The hosts are shared by the whole session: other tests' runs may be listed too.
+    (rec,) = [r for r in ps_json(env, repo, "--host", h.name)[h.name]["runs"] if r["run_id"] == run_id]
+    assert rec["state"] == "running"  # detaching left the run going
     pippa(env, repo, "stop", "att", "--host", h.name, "--grace", "2")
 
 

@@ -58,7 +58,7 @@ def test_trl_dr_grpo_loss_matches_the_paper_functions(tmp_path: Path) -> None:
     trainer = PippaGRPOTrainer(
         model=model,
         processing_class=tok,
-        reward_funcs=[arithmetic_closeness, arithmetic_closeness],  # type: ignore[list-item]
+        reward_funcs=[arithmetic_closeness] * len(cfg.rewards),  # type: ignore[list-item]  # the loss ignores them
         args=grpo_args(cfg, tmp_path, ["none"], "t"),
         train_dataset=Dataset.from_list([{"prompt": "1+1=", "answer": "2"}] * 8),
     )
