@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -20,6 +21,10 @@ from typing import Any
 from training_core.errors import StartFailed, TrainingError, UsageError
 from training_core.platform import apply_offline_env, detect
 from training_core.recipes import Resolved
+
+# TRL 1.16 itself still calls transformers' pre-v6 checkpointing names; the FutureWarning is about
+# library internals a user cannot act on, and it lands in every run's log. Anything else warns as usual.
+warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing", category=FutureWarning)
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:

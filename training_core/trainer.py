@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from training_core.config import RunConfig
@@ -55,6 +56,8 @@ def grpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str
         use_vllm=bool(t.use_vllm),
         mask_truncated_completions=t.mask_truncated_completions,
         dataloader_num_workers=t.dataloader_num_workers,
+        # Pinned host memory only helps copies to a GPU; on CPU torch warns about it at every run.
+        dataloader_pin_memory=torch.cuda.is_available(),
         logging_steps=t.logging_steps,
         bf16=m.precision == "bf16",
         fp16=m.precision == "fp16",
