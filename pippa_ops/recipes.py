@@ -1,17 +1,21 @@
 """Recipes as the laptop sees them: ``recipes/*.toml`` stems and their one-line descriptions.
 
-Read with tomllib only (no torch, no training_core import): the trainer on the host validates the
-rest. An unknown name is refused here, before anything is synced or started, with the known list.
+Read with tomllib only (no torch, no training_core import). An unknown name is refused here, before
+anything is synced or started, with the known list; ``--set`` values are checked by asking the
+trainer's own torch-free ``--check`` in a subprocess (the CLI is the contract between the halves).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import tomllib
 
-from pippa_ops.errors import UnknownRecipe
+from pippa_ops.errors import BadSetting, UnknownRecipe
 from pippa_ops.repo import repo_root
 from pippa_ops.shell import validate_name
 
@@ -57,3 +61,24 @@ def check_recipe(name: str, root: Path | None = None) -> str:
         listing = ", ".join(known) if known else f"none (no {recipes_dir(root)})"
         raise UnknownRecipe(f"unknown recipe {name!r}; known recipes: {listing}")
     return name
+
+
+def check_settings(name: str, sets: Sequence[str], root: Path | None = None) -> None:
+    """Refuse ``--set`` items the recipe does not accept before anything reaches a host.
+
+    Runs ``python -m training_core.train NAME --check --set ...`` from this checkout (~0.1 s, no torch):
+    its one-line ``error: ...`` and exit 2 become BadSetting. Any other outcome (a checkout without
+    the trainer, an older trainer without --check) leaves the check to the run on the host.
+    """
+    if not sets:
+        return
+    argv = [sys.executable, "-m", "training_core.train", name, "--check"]
+    for item in sets:
+        argv += ["--set", item]
+    try:
+        p = subprocess.run(argv, cwd=root or repo_root(), capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    last = (p.stderr.strip().splitlines() or [""])[-1]
+    if p.returncode == 2 and last.startswith("error: "):
+        raise BadSetting(f"recipe {name}: {last.removeprefix('error: ')}")

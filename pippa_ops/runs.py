@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pippa_ops.errors import BadSetting, SessionExists
 from pippa_ops.inventory import HostSpec
-from pippa_ops.recipes import check_recipe
+from pippa_ops.recipes import check_recipe, check_settings
 from pippa_ops.repo import repo_root
 from pippa_ops.runs_list import HostRuns, RunRecord, current_run, list_runs
 from pippa_ops.runs_script import (
@@ -103,6 +103,7 @@ def plan_jobs(
         return [cmd_job(new_run_id("cmd", now), command)]
     for name in recipes:
         check_recipe(name)
+        check_settings(name, sets)
     python = spec.python
     if spec.is_local and python is None:
         python = local_python(Path(remote_dir))

@@ -37,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/<run-id>)")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in the run dir")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config as JSON and exit")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="only check the recipe and --set values (no platform probe, no model): exit 0, or 2 and why",
+    )
     p.add_argument("--debug", action="store_true", help="print the traceback of an error, not only its line")
     return p
 
@@ -64,8 +69,11 @@ def check_names(res: Resolved) -> None:
 def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        res = resolve(args.recipe, args.sets, facts or detect())
+        # --check resolves against default (CPU) facts: keys, types and names do not depend on the platform.
+        res = resolve(args.recipe, args.sets, facts or (PlatformFacts() if args.check else detect()))
         check_names(res)
+        if args.check:
+            return 0
         if args.dry_run:
             print(json.dumps(res.as_dict(), indent=2))
             return 0

@@ -222,3 +222,24 @@ def test_main_job_tiny_on_local_runs_the_real_trainer_and_ps_shows_its_last_step
     rec = next(r for r in json.loads(ps.stdout)["local"]["runs"] if r["run_id"] == run_id)
     assert (rec["state"], rec["exit_code"], rec["recipe"], rec["last_step"]) == ("finished", 0, "tiny", 2)
     assert rec["last_reward"] is not None
+
+
+def test_bad_set_key_or_value_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """The trainer's own --check runs locally first: one line, exit 2, no run dir, no tmux server."""
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    (tmp_path / "tmux").mkdir()
+    env.update(TMUX_TMPDIR=str(tmp_path / "tmux"), PIPPA_INVENTORY=str(tmp_path / "none.toml"))
+    runs_before = set((root / "runs").glob("*")) if (root / "runs").is_dir() else set()
+    for item, why in [
+        ("train.learnig_rate=1", "unknown setting 'train.learnig_rate'; nearest valid keys: train.learning"),
+        ("train.learning_rate=fast", "bad value for train.learning_rate: expected a number, got 'fast'"),
+    ]:
+        p = subprocess.run(
+            [PIPPA, "run", "tiny", "--set", item, "--name", "badset"],
+            cwd=root, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert p.returncode == 2 and p.stdout == ""
+        assert p.stderr.startswith(f"pippa: recipe tiny: {why}") and p.stderr.count("\n") == 1
+    assert (set((root / "runs").glob("*")) if (root / "runs").is_dir() else set()) == runs_before
+    assert not list((tmp_path / "tmux").rglob("default"))  # no tmux server was ever started

@@ -150,3 +150,12 @@ def test_cli_subprocess_exit_code_and_no_traceback() -> None:
         cwd=REPO,
     )
     assert p.returncode == 2 and "Traceback" not in p.stderr and "seed" in p.stderr
+
+
+def test_check_flag_validates_sets_without_probing_or_loading(capsys: pytest.CaptureFixture[str]) -> None:
+    from training_core.train import main
+
+    assert main(["tiny", "--check", "--set", "train.max_steps=3"]) == 0
+    assert capsys.readouterr().out == ""  # nothing printed on success: a yes/no for pippa run
+    assert main(["tiny", "--check", "--set", "train.max_stepz=3"]) == 2
+    assert "unknown setting 'train.max_stepz'" in capsys.readouterr().err
