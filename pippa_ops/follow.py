@@ -13,8 +13,10 @@ which reaches EOF when the client closes it, so no tail is left running on the h
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 
+from pippa_ops.errors import HostUnreachable
 from pippa_ops.runs_script import sh_path
 from pippa_ops.tmux import target
 from pippa_ops.transport import Process, Transport
@@ -64,18 +66,30 @@ class Follower:
         self.end_file = end_file
         self.session = session
         self._proc: Process | None = None
+        self._stopped = False
 
     def chunks(self) -> Iterator[bytes]:
         """Stream until the end condition holds on the host (or forever without one)."""
         script = follow_script(self.path, self.offset, end_file=self.end_file, session=self.session)
-        self._proc = self.transport.start(script)
+        proc = self._proc = self.transport.start(script)
         try:
             while True:
-                data = self._proc.read(65536)
+                data = proc.read(65536)
                 if not data:
                     break
                 self.offset += len(data)
                 yield data
+            if self._stopped:
+                return
+            # The script exits 0 once the run is over; anything else is a stream that broke off
+            # (connection dropped, host gone): say so, so the caller can resume from ``offset``.
+            try:
+                status = proc.wait(10)
+            except TimeoutError:
+                status = -1
+            if status != 0:
+                where = f"{self.transport.name}: connection dropped while following {self.path}"
+                raise HostUnreachable(where)
         finally:
             self.close()
         # The stream ended because the run ended: pick up anything tail had not yet sent.
@@ -86,6 +100,7 @@ class Follower:
 
     def close(self) -> None:
         """Stop following (idempotent); the host's tail stops when its stdin closes."""
+        self._stopped = True
         proc, self._proc = self._proc, None
         if proc is not None:
             try:
@@ -106,3 +121,43 @@ def read_all(transport: Transport, path: str, offset: int = 0) -> bytes:
             out += data
         proc.wait(60)
         return bytes(out)
+
+
+def follow_to_end(
+    connect: Callable[[], Transport],
+    path: str,
+    write: Callable[[bytes], None],
+    notify: Callable[[str], None],
+    *,
+    end_file: str | None = None,
+    session: str | None = None,
+    backoff_s: Sequence[float] = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0),
+) -> Transport:
+    """Follow ``path`` until the run ends, riding out dropped connections.
+
+    A laptop that sleeps or a network that blips must not end ``pippa logs -f``: after a drop this
+    reconnects with backoff (telling ``notify`` why and when) and resumes from the byte offset, so no
+    output is lost or repeated. Ctrl-C is the way out. Returns the live transport (for the exit code).
+    """
+    offset, failures = 0, 0
+    transport: Transport | None = None
+    while True:
+        follower: Follower | None = None
+        try:
+            if transport is None:
+                transport = connect()
+            follower = Follower(transport, path, offset, end_file=end_file, session=session)
+            for chunk in follower.chunks():
+                failures = 0
+                write(chunk)
+            return transport
+        except HostUnreachable as e:
+            if follower is not None:
+                offset = follower.offset
+            if transport is not None:
+                transport.close()
+                transport = None
+            wait = backoff_s[min(failures, len(backoff_s) - 1)]
+            failures += 1
+            notify(f"{e}; reconnecting in {wait:g}s (the run goes on; Ctrl-C stops following)")
+            time.sleep(wait)

@@ -137,6 +137,23 @@ class SSHHost:
                 self._proc.wait()
         self._proc = None
 
+    def drop(self) -> None:
+        """Go away as a host does (network gone, laptop asleep): stop the listener AND kill the
+        established sessions (the per-connection sshd processes are the listener's children)."""
+        if self._proc is None:
+            return
+        listener = self._proc.pid
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == listener:
+                    children.append(int(stat.parent.name))
+        self.stop()
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
     def install_bin(self, name: str, script_text: str) -> Path:
         """Put an executable on this user's PATH, for non-interactive ssh commands too."""
         path = self.home / "bin" / name

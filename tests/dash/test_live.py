@@ -6,12 +6,8 @@ Each host gets an ``nvidia-smi`` on its PATH that replays a real H100 capture in
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import fake_smi
 import pytest
@@ -45,25 +41,6 @@ def _status(app: DashApp, i: int) -> str:
     return str(app.query_one(f"#host-{i} .status").render())
 
 
-def _drop_connections(host) -> None:
-    """Stop the host's sshd AND its established sessions, as a host going away does.
-
-    ``stop()`` alone only closes the listener; the per-connection sshd processes are its children,
-    found by parent pid before the listener goes (we started them by connecting; killed by id).
-    """
-    listener = host._proc.pid
-    children = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == listener:
-                children.append(int(stat.parent.name))
-    host.stop()
-    for pid in children:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
 def _monitors(names: list[str]) -> dict[str, HostMonitor]:
     return {n: HostMonitor(resolve(n), interval_s=1.0, runs_every_s=1.0) for n in names}
 
@@ -78,7 +55,7 @@ async def test_gpu_rows_then_a_dead_host_shows_unreachable_and_recovers(ssh_host
         gpus = str(app.query_one("#host-0 .gpus").render())
         assert "H100 80GB HBM3" in gpus and "100%" in gpus and "19.4/80G" in gpus and "632W" in gpus
 
-        _drop_connections(t2)
+        t2.drop()
         await _until(pilot, lambda: "unreachable (" in _status(app, 1), 30, "t2 unreachable")
         assert "retrying in" in _status(app, 1)
         # The other host keeps streaming while t2 is down.

@@ -1,0 +1,49 @@
+"""`pippa logs -f` / `run --follow` ride out a dropped connection: nothing lost, nothing repeated."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+
+import pytest
+
+from pippa_ops.connect import open_transport
+from pippa_ops.follow import follow_to_end
+from pippa_ops.inventory import resolve
+
+pytestmark = pytest.mark.ssh
+
+WRITER = "for i in $(seq 1 60); do echo line-$i >> ft/out.log; sleep 0.1; done; echo 0 > ft/exit_code"
+
+
+def test_follow_survives_a_dropped_connection_without_losing_or_repeating_output(ssh_hosts, ssh_env) -> None:
+    h = ssh_hosts[1]
+    h.run_as_user(["sh", "-c", "rm -rf ft && mkdir ft && : > ft/out.log"]).check_returncode()
+    writer = subprocess.Popen(
+        ["runuser", "-u", h.user, "--", "sh", "-c", WRITER], cwd=h.home, start_new_session=True
+    )
+    got = bytearray()
+    notes: list[str] = []
+    dropped = threading.Event()
+
+    def write(chunk: bytes) -> None:
+        got.extend(chunk)
+        if b"line-10\n" in got and not dropped.is_set():
+            dropped.set()
+            h.drop()  # the host goes away mid-stream (sessions killed, listener down) ...
+            threading.Timer(1.5, h.start).start()  # ... and comes back
+
+    try:
+        follow_to_end(
+            lambda: open_transport(resolve(h.name)),
+            f"{h.home}/ft/out.log",
+            write,
+            notes.append,
+            end_file=f"{h.home}/ft/exit_code",
+            backoff_s=(0.5,),
+        ).close()
+    finally:
+        writer.wait(30)
+        h.start()
+    assert dropped.is_set() and notes and "reconnecting in 0.5s" in notes[0]
+    assert got.decode().split() == [f"line-{i}" for i in range(1, 61)]  # every line, once, in order
