@@ -84,7 +84,7 @@ def personal_inventory_path() -> Path:
 
 def load_ssh_config() -> paramiko.SSHConfig:
     """~/.ssh/config as paramiko reads it (imported here: resolving ``local`` never needs it)."""
-    import paramiko
+    from pippa_ops._paramiko import paramiko
 
     path = ssh_config_path()
     if not path.is_file():

@@ -15,8 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-import paramiko
-
+from pippa_ops._paramiko import paramiko
 from pippa_ops.connect import open_transport
 from pippa_ops.errors import (
     AuthFailed,

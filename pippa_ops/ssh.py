@@ -20,10 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import paramiko
-from paramiko.common import cMSG_CHANNEL_REQUEST
-from paramiko.message import Message
-
+from pippa_ops._paramiko import paramiko
 from pippa_ops.errors import AuthFailed, HostKeyChanged, HostKeyUnknown, HostUnreachable, UnknownHost
 from pippa_ops.inventory import HostSpec, known_hosts_path, load_ssh_config, resolve
 from pippa_ops.transport import Command, CommandResult, Process, Transport, as_shell_line, finish
@@ -353,8 +350,8 @@ class SSHProcess(Process):
 
     def _send_signal(self, name: str) -> bool:
         try:
-            m = Message()
-            m.add_byte(cMSG_CHANNEL_REQUEST)
+            m = paramiko.Message()
+            m.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
             m.add_int(self._chan.remote_chanid)
             m.add_string("signal")
             m.add_boolean(False)

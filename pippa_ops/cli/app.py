@@ -92,7 +92,17 @@ class _LazyGroup(TyperGroup):
         if name in COMMANDS and name not in self.commands:
             for cmd_name, cmd in load_commands(COMMANDS[name][0]).items():
                 self.commands[cmd_name] = cmd
+        if name is not None and name in self.commands:
+            from pippa_ops import typer_params  # typer's own coercion would load pydantic
+
+            typer_params.install(self.commands[name].get_params(ctx))  # type: ignore[arg-type]
         return super().resolve_command(ctx, args)
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
+        from pippa_ops import typer_params
+
+        typer_params.install(self.get_params(ctx))  # type: ignore[arg-type]
+        return super().parse_args(ctx, args)
 
 
 app = typer.Typer(

@@ -2,6 +2,7 @@
 
 No shell strings or business logic here: launching, listing, following and stopping live in
 ``pippa_ops.runs`` / ``runs_list`` / ``follow``; this module only turns their values into lines.
+rich is imported only by ``ps``, which draws a table, so ``run``/``logs``/``stop`` start without it.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import time
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from pippa_ops.cli.common import HostOpt, JsonOpt, emit_json
 from pippa_ops.connect import connect, open_transport
@@ -177,6 +176,9 @@ def ps_cmd(
             }
         )
         return
+    from rich.console import Console  # only ps draws a table: run/logs/stop start without rich
+    from rich.table import Table
+
     table = Table(box=None, header_style="bold")
     for col in (
         "HOST",
