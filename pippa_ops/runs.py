@@ -79,9 +79,10 @@ def local_python(root: Path) -> str:
     return sys.executable
 
 
-def default_sync(spec: HostSpec, transport: Transport) -> SyncInfo | None:
-    """Sync the repo with the sync module (for ``local`` it only writes the marker); commit + dirty."""
-    result = sync_repo(spec, transport, repo_root())
+def default_sync(spec: HostSpec, transport: Transport, prelude: list[str] | None = None) -> SyncInfo | None:
+    """Sync the repo with the sync module (for ``local`` it only writes the marker); commit + dirty.
+    ``prelude``: a no-change sync leaves its marker write here, to run in the launch command."""
+    result = sync_repo(spec, transport, repo_root(), defer_marker=prelude)
     return {"commit": result.commit, "dirty": result.dirty}
 
 
@@ -127,7 +128,8 @@ def launch(
     now = time.time()
     remote_dir = spec.remote_dir
     jobs = plan_jobs(spec, remote_dir, recipes, command, sets, now)
-    sync_info = sync(spec, transport)
+    prelude: list[str] = []  # a no-change sync's marker write: one round trip with the launch
+    sync_info = default_sync(spec, transport, prelude) if sync is default_sync else sync(spec, transport)
     files = [
         (
             job.run_id,
@@ -151,6 +153,7 @@ def launch(
         tmux_argv=_tmux_new(session, remote_dir, [j.run_id for j in jobs], gap_s),
         replace=replace,
         stamp=now,
+        prelude=prelude,
     )
     result = check_tool(transport.run(script, timeout=60))
     if result.exit_status == SESSION_EXISTS_STATUS:

@@ -176,12 +176,14 @@ def launch_script(
     tmux_argv: Sequence[str],
     replace: bool,
     stamp: float,
+    prelude: Sequence[str] = (),
 ) -> str:
-    """ONE remote command: check tmux, refuse or replace the session, write the run dirs, start it."""
+    """ONE remote command: check tmux, refuse or replace the session, write the run dirs, start it.
+    ``prelude``: shell lines built elsewhere (already quoted) run first, e.g. the sync marker write."""
     validate_session(session)
     assert SESSION_RE.fullmatch(session)
     runs = sh_path(remote_dir.rstrip("/") + "/runs")
-    lines = ["command -v tmux >/dev/null 2>&1 || { echo 'tmux: not found' >&2; exit 127; }"]
+    lines = [*prelude, "command -v tmux >/dev/null 2>&1 || { echo 'tmux: not found' >&2; exit 127; }"]
     if replace:
         # Record how the replaced runs ended before their session goes.
         lines.append(

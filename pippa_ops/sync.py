@@ -332,8 +332,13 @@ def sync(
     delete: bool = False,
     dry_run: bool = False,
     progress: Progress | None = None,
+    defer_marker: list[str] | None = None,
 ) -> SyncResult:
-    """Bring ``spec.remote_dir`` on the host up to date with ``repo``; see the module docstring."""
+    """Bring ``spec.remote_dir`` on the host up to date with ``repo``; see the module docstring.
+
+    ``defer_marker``: when nothing travels, append the marker's shell command (one subshell) here
+    instead of running it, for a caller that runs a command on the host next anyway (``pippa run``
+    saves a round trip); the caller must run it."""
     t0 = time.monotonic()
     if transport.is_local:
         commit, dirty = tree_state(repo)  # the repo is the remote dir: only the marker
@@ -378,7 +383,10 @@ def sync(
     marker: dict[str, object] = {"commit": commit, "dirty": dirty, "time": time.time(), "files": len(local)}
     if not todo.send and not todo.delete:  # nothing travels: only the marker, in one small command
         marker_cmd = "; ".join(["set -e", f"mkdir -p {dir_expr}", f"cd {dir_expr}", *marker_lines(marker)])
-        transport.run(marker_cmd, check=True)
+        if defer_marker is not None:
+            defer_marker.append(f"( {marker_cmd} )")
+        else:
+            transport.run(marker_cmd, check=True)
         return _finish(result, 0, t0)
     script = apply_script(todo.send, todo.delete, marker)
     proc = transport.start(receive_command(dir_expr, secrets.token_hex(4), zstd))
