@@ -184,14 +184,18 @@ def launch_script(
     assert SESSION_RE.fullmatch(session)
     runs = sh_path(remote_dir.rstrip("/") + "/runs")
     lines = [*prelude, "command -v tmux >/dev/null 2>&1 || { echo 'tmux: not found' >&2; exit 127; }"]
+    # --replace: the old session is renamed aside and killed only once the new one exists. Killing it
+    # first could stop the tmux server (its last session) and a new server numbers sessions from $0
+    # again, so a new session created within the same second would carry the old run's identity.
+    old = f"{session}-replaced-{int(stamp)}"
     if replace:
         # Record how the replaced runs ended before their session goes.
         lines.append(
-            f"if tmux has-session -t ={session} 2>/dev/null; then "
+            f"old=; if tmux has-session -t ={session} 2>/dev/null; then "
             f'for d in {runs}/*/; do [ -e "$d/exit_code" ] && continue; '
             f'grep -q \'"session": "{session}"\' "$d/run.json" 2>/dev/null && '
             f'echo {int(stamp)} > "$d/stop_requested"; done; '
-            f"tmux kill-session -t ={session}; fi"
+            f"tmux rename-session -t ={session} {old}; old=1; fi"
         )
     else:
         lines.append(
@@ -204,7 +208,12 @@ def launch_script(
         lines.append(f"mkdir -p {d}")
         lines.append(f"printf '%s\\n' {shlex.quote(meta)} > {d}/run.json")
         lines.append(f"printf '%s' {shlex.quote(script)} > {d}/cmd.sh")
-    lines.append(f"ident=$({shlex.join(tmux_argv)})")  # new-session -P prints the session's identity
+    if replace:  # a failed start still ends the replaced session, as asked
+        kill_old = f"tmux kill-session -t ={old} 2>/dev/null || true"
+        lines.append(f'ident=$({shlex.join(tmux_argv)}) || {{ [ -z "$old" ] || {kill_old}; exit 1; }}')
+        lines.append(f'[ -z "$old" ] || {kill_old}')
+    else:
+        lines.append(f"ident=$({shlex.join(tmux_argv)})")  # new-session -P prints the session's identity
     for run_id, _, _ in files:
         lines.append(
             f"printf '%s\\n' \"$ident\" > {sh_path(remote_dir.rstrip('/') + f'/runs/{run_id}')}/tmux_session"

@@ -217,18 +217,55 @@ def _chunked(words: list[str]) -> Iterable[list[str]]:
         yield batch
 
 
-def apply_script(send: list[str], delete: list[str], marker: dict[str, object]) -> str:
-    """The host-side script, run as ``sh apply.sh DEST STAGE``: rename staged files into place,
-    delete, then write the marker (tmp + rename). Every path is quoted here, once."""
-    lines = ["set -e", 'D="$1"', 'S="$2/files"', 'cd "$D"']
+def fresh_tops(send: Iterable[str], remote: Iterable[str]) -> set[str]:
+    """Top-level directories of ``send`` under which the host listed no file: a cold sync's whole tree."""
+    taken = {n.split("/", 1)[0] for n in remote}
+    return {n.split("/", 1)[0] for n in send if "/" in n} - taken
+
+
+def _move_lines(names: list[str]) -> list[str]:
+    """Rename staged files into place, one ``mv`` per directory (and per ~64 KB of names)."""
+    lines = []
     by_dir: dict[str, list[str]] = {}
-    for name in send:
+    for name in names:
         by_dir.setdefault(os.path.dirname(name) or ".", []).append(name)
-    for d, names in sorted(by_dir.items()):
+    for d, batch_names in sorted(by_dir.items()):
         if d != ".":
             lines.append(f"mkdir -p -- {shlex.quote(d)}")
-        for batch in _chunked([shlex.quote(n) for n in names]):
+        for batch in _chunked([shlex.quote(n) for n in batch_names]):
             lines.append(f'(cd "$S" && exec mv -f -t "$D"/{shlex.quote(d)} -- {" ".join(batch)})')
+    return lines
+
+
+def apply_script(
+    send: list[str], delete: list[str], marker: dict[str, object], fresh: set[str] | None = None
+) -> str:
+    """The host-side script, run as ``sh apply.sh DEST STAGE``: rename staged files into place,
+    delete, then write the marker (tmp + rename). Every path is quoted here, once.
+
+    ``fresh`` (see ``fresh_tops``): top-level directories the host had no file under. Each one is
+    renamed whole, all of them in one ``mv`` (a cold sync: one process instead of one per directory);
+    the stage holds only complete files (apply.sh runs after tar succeeded), so a renamed directory
+    is never half-written. One that exists by now (empty, or created since the listing) takes the
+    per-file path instead."""
+    lines = ["set -e", 'D="$1"', 'S="$2/files"', 'cd "$D"']
+    fresh = fresh or set()
+    under: dict[str, list[str]] = {}
+    rest: list[str] = []
+    for name in send:
+        top = name.split("/", 1)[0]
+        if "/" in name and top in fresh:
+            under.setdefault(top, []).append(name)
+        else:
+            rest.append(name)
+    if under:
+        lines.append("set --")
+        for top, names in sorted(under.items()):
+            q = shlex.quote(top)
+            fallback = "; ".join(_move_lines(names))
+            lines.append(f'if [ -e "$D"/{q} ] || [ -L "$D"/{q} ]; then {fallback}; else set -- "$@" {q}; fi')
+        lines.append('[ "$#" -eq 0 ] || (cd "$S" && exec mv -t "$D" -- "$@")')
+    lines += _move_lines(rest)
     for batch in _chunked([shlex.quote(n) for n in delete]):
         lines.append(f"rm -f -- {' '.join(batch)}")
     lines += marker_lines(marker)
@@ -388,7 +425,7 @@ def sync(
         else:
             transport.run(marker_cmd, check=True)
         return _finish(result, 0, t0)
-    script = apply_script(todo.send, todo.delete, marker)
+    script = apply_script(todo.send, todo.delete, marker, fresh_tops(todo.send, remote))
     proc = transport.start(receive_command(dir_expr, secrets.token_hex(4), zstd))
     with proc:
         try:
