@@ -14,7 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pippa_ops.connect import open_transport
 from pippa_ops.errors import BadSetting, SessionExists
+from pippa_ops.follow import follow_to_end, read_all
 from pippa_ops.inventory import HostSpec
 from pippa_ops.recipes import check_recipe, check_settings
 from pippa_ops.repo import repo_root
@@ -211,3 +213,29 @@ def stop(spec: HostSpec, transport: Transport, name: str, *, grace_s: float = DE
 
 def _find(host_runs: HostRuns, run_id: str) -> RunRecord | None:
     return next((r for r in host_runs.runs if r.run_id == run_id), None)
+
+
+def follow_run(
+    spec: HostSpec,
+    transport: Transport,
+    run_id: str,
+    session: str,
+    write: Callable[[bytes], None],
+    notify: Callable[[str], None],
+) -> tuple[int | None, Transport]:
+    """Stream a run's output.log until the run ends; its exit code (None: killed) and the live transport.
+
+    A dropped connection (laptop asleep, network gone) is ridden out: reconnect with backoff and
+    resume from the byte offset, so the output arrives whole and once. The returned transport is the
+    one now open (a new one after a reconnect): the caller closes it.
+    """
+    run_dir = f"{spec.remote_dir.rstrip('/')}/runs/{run_id}"
+    pending = [transport]
+
+    def connect_again() -> Transport:
+        return pending.pop() if pending else open_transport(spec)
+
+    log, end = f"{run_dir}/output.log", f"{run_dir}/exit_code"
+    live = follow_to_end(connect_again, log, write, notify, end_file=end, session=session)
+    code = read_all(live, f"{run_dir}/exit_code").strip()
+    return (int(code) if code.lstrip(b"-").isdigit() else None), live

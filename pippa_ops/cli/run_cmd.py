@@ -18,10 +18,10 @@ from pippa_ops.cli.common import HostOpt, JsonOpt, emit_json
 from pippa_ops.connect import connect, open_transport
 from pippa_ops.errors import AmbiguousSession, ExitCode, PippaError, RunNotFound, SessionNotFound
 from pippa_ops.fanout import fan_out
-from pippa_ops.follow import Follower, read_all
+from pippa_ops.follow import read_all
 from pippa_ops.inventory import LOCAL, HostSpec, load_inventory, resolve
 from pippa_ops.recipes import list_recipes
-from pippa_ops.runs import DEFAULT_GRACE_S, LaunchResult, attach_argv, launch, stop
+from pippa_ops.runs import DEFAULT_GRACE_S, LaunchResult, attach_argv, follow_run, launch, stop
 from pippa_ops.runs_list import HostRuns, RunRecord, current_run, list_runs, select_runs
 from pippa_ops.runs_script import DEFAULT_GAP_S, DEFAULT_SESSION
 from pippa_ops.shell import join, validate_name
@@ -86,16 +86,23 @@ def render_launch(result: LaunchResult, spec: HostSpec) -> None:
     typer.echo(f"  logs:    {result.logs_hint()}")
 
 
-def follow_run(transport: Transport, spec: HostSpec, run_id: str, session: str) -> int | None:
-    """Stream a run's output.log to stdout until it ends; its exit code (None: killed)."""
-    run_dir = f"{spec.remote_dir.rstrip('/')}/runs/{run_id}"
-    follower = Follower(transport, f"{run_dir}/output.log", end_file=f"{run_dir}/exit_code", session=session)
-    out = sys.stdout.buffer
-    for chunk in follower.chunks():
-        out.write(chunk)
-        out.flush()
-    code = read_all(transport, f"{run_dir}/exit_code").strip()
-    return int(code) if code.lstrip(b"-").isdigit() else None
+def _write_out(chunk: bytes) -> None:
+    sys.stdout.buffer.write(chunk)
+    sys.stdout.buffer.flush()
+
+
+def _note(message: str) -> None:
+    typer.echo(f"pippa: {message}", err=True)
+
+
+def follow_runs(transport: Transport, spec: HostSpec, run_ids: list[str], session: str) -> int:
+    """Stream each run's log in turn (riding out dropped connections); pippa's exit code from theirs."""
+    codes: list[int | None] = []
+    for run_id in run_ids:
+        code, transport = follow_run(spec, transport, run_id, session, _write_out, _note)
+        codes.append(code)
+    transport.close()
+    return _exit_for(codes)
 
 
 def _exit_for(codes: list[int | None]) -> int:
@@ -153,8 +160,7 @@ def run_cmd(
         else:
             render_launch(result, spec)
         if follow:
-            codes = [follow_run(transport, spec, rid, result.session) for rid in result.run_ids]
-            raise typer.Exit(_exit_for(codes))
+            raise typer.Exit(follow_runs(transport, spec, list(result.run_ids), result.session))
 
 
 def ps_cmd(
@@ -229,7 +235,7 @@ def logs_cmd(
     with transport:
         run = current_run(list_runs(transport, spec.remote_dir), name)
         if follow and run.active:
-            raise typer.Exit(_exit_for([follow_run(transport, spec, run.run_id, run.session)]))
+            raise typer.Exit(follow_runs(transport, spec, [run.run_id], run.session))
         sys.stdout.buffer.write(
             read_all(transport, f"{spec.remote_dir.rstrip('/')}/runs/{run.run_id}/output.log")
         )

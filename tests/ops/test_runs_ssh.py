@@ -162,3 +162,28 @@ def test_attach_over_ssh_in_a_real_terminal_shows_the_run_and_detaching_leaves_i
 def test_attach_to_a_missing_session_says_so(client_env, ssh_hosts, repo) -> None:
     p = pippa(client_env.env, repo, "attach", "nosuch", "--host", ssh_hosts[0].name)
     assert p.returncode == 9 and p.stderr.strip().count("\n") == 0
+
+
+def test_logs_follow_rides_out_a_dropped_connection_and_still_ends_with_the_jobs_code(
+    client_env, ssh_hosts, repo
+) -> None:
+    env = client_env.env
+    h = ssh_hosts[2]
+    job = "for i in $(seq 1 40); do echo n$i; sleep 0.1; done; exit 3"
+    p = pippa(env, repo, "run", "--host", h.name, "--name", "drop", "--cmd", job)
+    assert p.returncode == 0, p.stderr
+    follower = subprocess.Popen(
+        [PIPPA, "logs", started(p.stdout), "--host", h.name, "-f"],
+        cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert follower.stdout is not None
+    seen = [follower.stdout.readline() for _ in range(5)]
+    assert seen[-1] == "n5\n"
+    h.drop()  # the connection goes (as when a laptop sleeps); the run goes on on the host
+    time.sleep(1.5)
+    h.start()
+    rest, err = follower.communicate(timeout=60)
+    assert follower.returncode == 3  # the job's own exit code, after the reconnect
+    got = "".join(seen) + rest
+    assert got == "".join(f"n{i}\n" for i in range(1, 41)), (got, err)  # nothing lost or repeated
+    assert "reconnecting in" in err and "Traceback" not in err
