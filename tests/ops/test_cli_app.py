@@ -20,7 +20,7 @@ try:
     main()
 except SystemExit:
     pass
-tops = ("textual", "paramiko", "pippa_ops")
+tops = ("textual", "paramiko", "pippa_ops", "pydantic", "invoke")
 print("LOADED", json.dumps([m for m in sys.modules if m.split(".")[0] in tops]))
 """
 
@@ -63,3 +63,25 @@ def test_usage_errors_are_short_with_exit_2(args):
     p = subprocess.run([PIPPA, *args], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert "Traceback" not in p.stderr and "Error:" in p.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "why"),
+    [
+        (["run", "--gap", "abc", "--cmd", "true"], "--gap", "valid number"),
+        (["gpus", "local", "--interval", "x"], "--interval", "valid number"),
+        (["stop", "training", "--grace", "soon"], "--grace", "valid number"),
+    ],
+)
+def test_bad_option_values_are_one_usage_error_like_typers_own(args, option, why):
+    """pippa_ops.typer_params converts plain options without pydantic: same exit 2 and message shape."""
+    p = subprocess.run([PIPPA, *args], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == ""
+    assert f"Error: Invalid value for '{option}': Input should be a {why}" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_a_command_parses_its_options_without_pydantic_or_invoke():
+    mods = _loaded("recipes", "--json")
+    assert "pippa_ops.cli.run_cmd" in mods
+    assert not {m for m in mods if m.split(".")[0] in ("pydantic", "invoke")}, mods
