@@ -182,7 +182,12 @@ def test_logs_follow_rides_out_a_dropped_connection_and_still_ends_with_the_jobs
     h.drop()  # the connection goes (as when a laptop sleeps); the run goes on on the host
     time.sleep(1.5)
     h.start()
-    rest, err = follower.communicate(timeout=60)
+    # Read on through the same buffered stream: communicate() reads the raw pipe and would miss
+    # lines readline() had already buffered.
+    rest = follower.stdout.read()
+    assert follower.stderr is not None
+    err = follower.stderr.read()
+    follower.wait(60)
     assert follower.returncode == 3  # the job's own exit code, after the reconnect
     got = "".join(seen) + rest
     assert got == "".join(f"n{i}\n" for i in range(1, 41)), (got, err)  # nothing lost or repeated
