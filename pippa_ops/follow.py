@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from pippa_ops.errors import HostUnreachable
-from pippa_ops.runs_script import sh_path
+from pippa_ops.shell import sh_path
 from pippa_ops.tmux import target
 from pippa_ops.transport import Process, Transport
 

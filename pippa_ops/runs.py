@@ -34,9 +34,8 @@ from pippa_ops.runs_script import (
     render_cmd_sh,
     run_json,
     session_argv,
-    sh_path,
 )
-from pippa_ops.shell import join, validate_session
+from pippa_ops.shell import join, sh_path, validate_session
 from pippa_ops.sync import sync as sync_repo
 from pippa_ops.tmux import attach_argv as tmux_attach_argv
 from pippa_ops.tmux import check_tool, kill_session_argv, switch_client_argv, target

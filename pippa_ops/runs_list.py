@@ -75,7 +75,7 @@ class HostRuns:
 
 def runs_dir_word(remote_dir: str) -> str:
     """``<remote_dir>/runs`` as one shell word, with a leading ``~`` expanded by the host's shell."""
-    from pippa_ops.runs_script import sh_path
+    from pippa_ops.shell import sh_path
 
     return sh_path(remote_dir.rstrip("/") + "/runs")
 

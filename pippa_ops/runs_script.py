@@ -22,23 +22,13 @@ from dataclasses import dataclass
 
 from pippa_ops.errors import BadSetting
 from pippa_ops.inventory import SECRETS_PATH
-from pippa_ops.shell import SESSION_RE, export_line, validate_name, validate_session
+from pippa_ops.shell import SESSION_RE, export_line, sh_path, validate_name, validate_session
 
 SET_KEY_RE = re.compile(r"^[a-z_][a-z0-9_.]*$")
 DEFAULT_SESSION = "training"
 DEFAULT_GAP_S = 10.0
 # Exit status of the launch command when the session already exists (distinct from tmux's own 1).
 SESSION_EXISTS_STATUS = 17
-
-
-def sh_path(path: str) -> str:
-    """One shell word for ``path``: quoted, with a leading ``~`` left to the host's ``$HOME``."""
-    if path == "~":
-        return '"$HOME"'
-    if path.startswith("~/"):
-        rest = path[2:]
-        return '"$HOME"/' + shlex.quote(rest) if rest else '"$HOME"'
-    return shlex.quote(path)
 
 
 def new_run_id(label: str, now: float | None = None) -> str:

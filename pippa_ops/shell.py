@@ -49,6 +49,17 @@ def chain(commands: Iterable[Sequence[str]], sep: str = " && ") -> str:
     return sep.join(join(c) for c in commands)
 
 
+def sh_path(path: str) -> str:
+    """One shell word for a host path: quoted, with a leading ``~`` left to the host's ``$HOME``
+    (so no round trip is needed to learn it)."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        rest = path[2:]
+        return '"$HOME"/' + shlex.quote(rest) if rest else '"$HOME"'
+    return shlex.quote(path)
+
+
 def export_line(env: dict[str, str]) -> str:
     """``export K=V ...`` with validated keys and quoted values (for non-secret variables only)."""
     if not env:

@@ -30,6 +30,7 @@ from typing import IO
 
 from pippa_ops.errors import RemoteCommandFailed, UsageError
 from pippa_ops.inventory import HostSpec
+from pippa_ops.shell import sh_path
 from pippa_ops.transport import Transport
 
 PROTECTED_TOP = (".pippa", "runs", ".venv")  # never sent, changed or deleted on the host
@@ -140,16 +141,12 @@ def ignored_by_git(repo: Path, paths: Iterable[str]) -> set[str]:
 
 # -- the host side ---------------------------------------------------------------------------------
 def remote_dir_expr(remote_dir: str) -> str:
-    """A shell word for ``remote_dir``: ``~/x`` becomes ``"$HOME"/x`` (no round trip to learn HOME)."""
+    """``sh_path`` of a remote_dir setting, refusing one that is relative or holds a newline."""
     if "\n" in remote_dir or "\0" in remote_dir:
         raise UsageError(f"invalid remote_dir {remote_dir!r}")
-    if remote_dir == "~":
-        return '"$HOME"'
-    if remote_dir.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(remote_dir[2:])
-    if not remote_dir.startswith("/"):
+    if not (remote_dir == "~" or remote_dir.startswith(("~/", "/"))):
         raise UsageError(f"remote_dir must be absolute or start with ~/: {remote_dir!r}")
-    return shlex.quote(remote_dir)
+    return sh_path(remote_dir)
 
 
 def listing_command(dir_expr: str) -> str:

@@ -20,9 +20,8 @@ from pippa_ops.runs_script import (
     render_cmd_sh,
     run_json,
     session_argv,
-    sh_path,
 )
-from pippa_ops.shell import NAME_RE
+from pippa_ops.shell import NAME_RE, sh_path
 
 
 def test_tmux_targets_use_exact_match_so_a_prefix_never_hits_another_session() -> None:
