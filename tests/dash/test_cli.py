@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
-PIPPA = str(Path(sys.prefix) / "bin" / "pippa")
+from conftest import PIPPA
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

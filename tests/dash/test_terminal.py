@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import secrets
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import fake_smi
 import pytest
+from conftest import PIPPA
 
 from pippa_ops.connect import open_transport
 from pippa_ops.inventory import resolve
 from pippa_ops.runs import launch
 
 pytestmark = pytest.mark.ssh
-PIPPA = str(Path(sys.prefix) / "bin" / "pippa")
 
 
 class Term:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-PIPPA = str(Path(sys.prefix) / "bin" / "pippa")
+from conftest import PIPPA
 
 
 def _wait(predicate, timeout: float = 15) -> None:  # type: ignore[no-untyped-def]

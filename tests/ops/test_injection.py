@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import PIPPA
 
 from pippa_ops.errors import BadSetting, InvalidName, UnknownRecipe
 from pippa_ops.inventory import HostSpec
 from pippa_ops.runs import launch
 from pippa_ops.transport import LocalTransport
-
-PIPPA = str(Path(sys.prefix) / "bin" / "pippa")
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import PIPPA
 
-PIPPA = str(Path(sys.prefix) / "bin" / "pippa")
 SECRET = "s3cr3t-Value-42"
 # A stand-in trainer for sweep mechanics: exits with the code its recipe name ends with.
 FAKE_TRAIN = """import sys, time
