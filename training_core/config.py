@@ -136,7 +136,7 @@ class EvalConfig:
     task: str = "arithmetic"
     # Evaluate every N optimizer steps; 0 = only at start and end. Default 25.
     interval: int = 25
-    # Held-out problems per evaluation. Default 12.
+    # Distinct problems per evaluation, each scored once; 0 = every problem the task has. Default 12.
     n: int = 12
     # Greedy generation cap; 0 = train.max_completion_length. Default 0.
     max_new_tokens: int = 0

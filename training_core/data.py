@@ -80,6 +80,30 @@ def holdout_split(pool: list[tuple[int, str, int]], holdout: float) -> tuple[lis
     return order[k:], order[:k]
 
 
+def _row(a: int, op: str, b: int, template: str) -> Row:
+    return {"prompt": template.format(a=a, op=op, b=b), "answer": str(_value(a, op, b))}
+
+
+def pool_part(
+    max_operand: int = 9,
+    ops: str = "+",
+    min_operand: int = 0,
+    max_answer: int | None = None,
+    holdout: float = 0.0,
+    part: str = "train",
+) -> list[tuple[int, str, int]]:
+    """The distinct problems of one part of the pool: "train", "test" (the held-out fraction) or "all"."""
+    if part not in ("train", "test", "all"):
+        raise UsageError(f"arithmetic part must be train, test or all, not {part!r}")
+    pool = problem_pool(max_operand, ops, min_operand, max_answer)
+    if holdout > 0 and part != "all":
+        train, test = holdout_split(pool, holdout)
+        return test if part == "test" else train
+    if part == "test":
+        raise UsageError("arithmetic part 'test' needs a holdout fraction (data.params.holdout)")
+    return pool
+
+
 def synthetic_problems(
     n: int,
     seed: int,
@@ -90,22 +114,29 @@ def synthetic_problems(
     max_answer: int | None = None,
     holdout: float = 0.0,
     part: str = "train",
+    balance_answers: bool = False,
 ) -> list[Row]:
     """``n`` random problems ``a op b`` from ``seed``; integer answers (division uses divisible pairs).
 
     With ``max_answer`` or ``holdout`` the problems are drawn from the pool of distinct problems
     (answers up to ``max_answer``); ``holdout`` reserves that fraction of the pool for ``part="test"``
-    so held-out accuracy measures problems training never saw (the tiny recipe has only ~50 sums)."""
+    so held-out accuracy measures problems training never saw (the tiny recipe has only ~50 sums).
+    ``balance_answers`` draws an answer uniformly first, then a problem with that answer: with one-digit
+    sums uniform over problems, "9" is ten times as frequent as "0", and a policy learns those
+    frequencies (a constant "9") long before it learns to read the prompt."""
     rng = random.Random(seed)
-    rows: list[Row] = []
     if max_answer is not None or holdout > 0:
-        pool = problem_pool(max_operand, ops, min_operand, max_answer)
-        if holdout > 0:
-            train, test = holdout_split(pool, holdout)
-            pool = test if part == "test" else train
-        for a, op, b in (rng.choice(pool) for _ in range(n)):
-            rows.append({"prompt": template.format(a=a, op=op, b=b), "answer": str(_value(a, op, b))})
-        return rows
+        pool = pool_part(max_operand, ops, min_operand, max_answer, holdout, part)
+        if balance_answers:
+            by_answer: dict[int, list[tuple[int, str, int]]] = {}
+            for q in pool:
+                by_answer.setdefault(_value(*q), []).append(q)
+            groups = [by_answer[k] for k in sorted(by_answer)]
+            picks = [rng.choice(rng.choice(groups)) for _ in range(n)]
+        else:
+            picks = [rng.choice(pool) for _ in range(n)]
+        return [_row(a, op, b, template) for a, op, b in picks]
+    rows: list[Row] = []
     while len(rows) < n:
         op = rng.choice(ops)
         a, b = rng.randint(min_operand, max_operand), rng.randint(min_operand, max_operand)
@@ -113,8 +144,27 @@ def synthetic_problems(
             if b == 0:
                 continue
             a = a * b
-        rows.append({"prompt": template.format(a=a, op=op, b=b), "answer": str(_value(a, op, b))})
+        rows.append(_row(a, op, b, template))
     return rows
+
+
+def distinct_problems(
+    n: int,
+    seed: int,
+    max_operand: int = 9,
+    ops: str = "+",
+    template: str = "{a}{op}{b}=",
+    min_operand: int = 0,
+    max_answer: int | None = None,
+    holdout: float = 0.0,
+    part: str = "all",
+) -> list[Row]:
+    """Up to ``n`` DISTINCT problems of one part of the pool (all of them when ``n`` <= 0 or the part is
+    smaller), in a seeded order: an evaluation that scores each problem once, so a policy that knows
+    one frequent answer cannot look better by that answer being drawn again and again."""
+    pool = pool_part(max_operand, ops, min_operand, max_answer, holdout, part)
+    chosen = random.Random(seed).sample(pool, len(pool) if n <= 0 else min(n, len(pool)))
+    return [_row(a, op, b, template) for a, op, b in chosen]
 
 
 @DATASETS.register("synthetic_arithmetic")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from training_core.config import DataConfig
-from training_core.data import gsm8k, synthetic_problems
+from training_core.data import distinct_problems, gsm8k
 from training_core.registry import Registry
 from training_core.rewards.text import numbers, parse_number, same_number
 
@@ -26,6 +26,9 @@ class EvalTask:
     score: Callable[[str, str], bool]
     # Optional task-named keys from evaluate()'s result (e.g. mbpp_eval/pass_rate), added to eval lines.
     metrics: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # Score the best constant answer on the same problems (``eval/constant_baseline``): what a policy
+    # that ignores the prompt reaches. Off for tasks whose score is costly (MBPP runs code).
+    constant_baseline: bool = False
 
 
 EVAL_TASKS: Registry[EvalTask] = Registry("eval task", ["training_core.eval_tasks", "training_core.code"])
@@ -37,15 +40,18 @@ def _last_number_right(completion: str, answer: str) -> bool:
 
 
 def _arithmetic(n: int, seed: int, data: DataConfig | None = None, **params: Any) -> list[dict[str, Any]]:
-    """Fresh synthetic problems (seed offset from training) in the training data's template."""
+    """Distinct synthetic problems in the training data's template, each scored once.
+
+    ``part`` picks them: "test" (the default where the data holds a fraction out: problems training
+    never draws), "train" (the problems training draws from) or "all"."""
     merged = dict(data.params) if data is not None and data.dataset == "synthetic_arithmetic" else {}
-    merged.pop("n", None)
+    for training_only in ("n", "balance_answers"):
+        merged.pop(training_only, None)
     merged.update(params)
     if "template" not in merged and (data is None or data.prompt_style == "chat"):
         merged["template"] = "What is {a} {op} {b}?"
-    if merged.get("holdout"):
-        merged.setdefault("part", "test")  # only problems the training split never draws
-    return synthetic_problems(n, seed + 104729, **merged)
+    merged.setdefault("part", "test" if merged.get("holdout") else "all")
+    return distinct_problems(n, seed + 104729, **merged)
 
 
 def _gsm8k(
@@ -56,5 +62,7 @@ def _gsm8k(
     return gsm8k(split=split, n_rows=n, seed=seed, **params)
 
 
-EVAL_TASKS.register("arithmetic")(EvalTask(load=_arithmetic, score=_last_number_right))
-EVAL_TASKS.register("gsm8k")(EvalTask(load=_gsm8k, score=_last_number_right))
+EVAL_TASKS.register("arithmetic")(
+    EvalTask(load=_arithmetic, score=_last_number_right, constant_baseline=True)
+)
+EVAL_TASKS.register("gsm8k")(EvalTask(load=_gsm8k, score=_last_number_right, constant_baseline=True))

@@ -51,6 +51,19 @@ def generate(
     return out
 
 
+def constant_baseline(task: EvalTask, answers: list[str]) -> tuple[float, str]:
+    """Accuracy of the best constant-answer policy on these problems, and that answer: the bar a
+    policy that ignores the prompt clears (on one-digit sums "9" alone scores 10 of 55)."""
+    if not answers:
+        return 0.0, ""
+    best, best_answer = -1, ""
+    for candidate in sorted(set(answers)):
+        hits = sum(bool(task.score(candidate, a)) for a in answers)
+        if hits > best:
+            best, best_answer = hits, candidate
+    return best / len(answers), best_answer
+
+
 def evaluate(
     model: Any,
     tokenizer: Any,
@@ -71,13 +84,41 @@ def evaluate(
         for r, c in zip(rows, completions, strict=True)
     ]
     n_right = sum(r["correct"] for r in results)
-    return {
+    out: dict[str, Any] = {
         "accuracy": n_right / max(1, len(results)),
         "n": len(results),
+        "n_problems": len({str(r["prompt"]) for r in rows}),
         "correct": n_right,
         "time_s": time.time() - start,
         "results": results,
     }
+    if task.constant_baseline:
+        out["constant_baseline"], out["constant_answer"] = constant_baseline(
+            task, [str(r["answer"]) for r in rows]
+        )
+    return out
+
+
+def eval_metrics(task: EvalTask, res: dict[str, Any]) -> dict[str, Any]:
+    """The ``eval/...`` keys of one evaluation (metrics.jsonl eval lines, W&B)."""
+    metrics = {
+        "eval/accuracy": res["accuracy"],
+        "eval/n_problems": res["n_problems"],
+        "eval/correct": res["correct"],
+        "eval/time_s": res["time_s"],
+    }
+    if "constant_baseline" in res:
+        metrics["eval/constant_baseline"] = res["constant_baseline"]
+    if task.metrics is not None:
+        metrics.update(task.metrics(res))
+    return metrics
+
+
+def summary(res: dict[str, Any]) -> str:
+    line = f"accuracy {res['accuracy']:.3f} ({res['correct']}/{res['n']} distinct problems)"
+    if "constant_baseline" in res:
+        line += f", best constant answer {res['constant_answer']!r}: {res['constant_baseline']:.3f}"
+    return line
 
 
 def make_callback(
@@ -100,15 +141,9 @@ def make_callback(
                 return
             self.done_at = state.global_step
             res = evaluate(model, tokenizer, task, rows, data, max_new_tokens)
-            metrics = {"eval/accuracy": res["accuracy"], "eval/n": res["n"], "eval/time_s": res["time_s"]}
-            if task.metrics is not None:
-                metrics.update(task.metrics(res))
+            metrics = eval_metrics(task, res)
             writer.eval(state.global_step, metrics)
-            print(
-                f"eval step {state.global_step}: accuracy {res['accuracy']:.3f} "
-                f"({res['correct']}/{res['n']})",
-                flush=True,
-            )
+            print(f"eval step {state.global_step}: {summary(res)}", flush=True)
             try:
                 import wandb
 

@@ -77,3 +77,31 @@ def test_chat_style_wraps_prompts_as_messages() -> None:
 def test_unknown_dataset_lists_known_names() -> None:
     with pytest.raises(UnknownName, match="gsm8k"):
         DATASETS.get("gsm9k")
+
+
+def test_eval_problems_are_distinct_and_held_out_ones_never_trained_on() -> None:
+    from training_core.data import distinct_problems
+
+    params = {"max_operand": 9, "max_answer": 9, "holdout": 0.25}
+    every = distinct_problems(0, seed=3, max_operand=9, max_answer=9, part="all")
+    assert len(every) == 55 and len({r["prompt"] for r in every}) == 55  # all a+b <= 9, each once
+    test = distinct_problems(0, seed=3, part="test", **params)
+    train = distinct_problems(0, seed=3, part="train", **params)
+    assert len(test) == 14 and len(train) == 41
+    assert not {r["prompt"] for r in test} & {r["prompt"] for r in train}
+    # A capped draw is a subset without repeats, in a seeded order.
+    some = distinct_problems(20, seed=3, part="train", **params)
+    assert len({r["prompt"] for r in some}) == 20 and some == distinct_problems(20, 3, part="train", **params)
+    # Training rows come only from the train part.
+    drawn = load_rows(DataConfig(dataset="synthetic_arithmetic", params={"n": 500, **params}), seed=1)
+    assert {r["prompt"] for r in drawn} <= {r["prompt"] for r in train}
+
+
+def test_constant_baseline_is_the_best_single_answer() -> None:
+    from training_core.data import distinct_problems
+    from training_core.eval_tasks import EVAL_TASKS
+    from training_core.evaluation import constant_baseline
+
+    every = distinct_problems(0, seed=0, max_operand=9, max_answer=9)
+    acc, answer = constant_baseline(EVAL_TASKS.get("arithmetic"), [r["answer"] for r in every])
+    assert (answer, acc) == ("9", 10 / 55)  # ten of the 55 sums are 9

@@ -87,9 +87,9 @@ def test_tiny_recipe_learns_and_metrics_stream_while_it_runs(tmp_path: Path) -> 
         and header["resumed_from_step"] is None
     )
     assert header["config"]["config"]["train"]["loss_type"] == "dr_grpo" and header["wandb"] is None
-    assert end == {**end, "type": "end", "status": "completed", "step": 400, "error": None}
+    assert end == {**end, "type": "end", "status": "completed", "step": 200, "error": None}
     steps = _steps(recs)
-    assert [s["step"] for s in steps] == list(range(1, 401))
+    assert [s["step"] for s in steps] == list(range(1, 201))
     for key in (
         "reward/mean",
         "reward/std",
@@ -109,12 +109,44 @@ def test_tiny_recipe_learns_and_metrics_stream_while_it_runs(tmp_path: Path) -> 
     first, last = sum(rewards[:n]) / n, sum(rewards[-n:]) / n
     assert last > first + 0.15, (first, last)
     evals = [r for r in recs if r["type"] == "eval"]
-    assert [r["step"] for r in evals] == [0, 100, 200, 300, 400]
-    # Held-out sums (data.params.holdout): greedy accuracy must rise, not only the sampled reward.
-    # Seed 42 on CPU gives 0/32 -> 9/32; a policy that ignores the prompt stays near 0.1.
-    start_acc, end_acc = evals[0]["eval/accuracy"], evals[-1]["eval/accuracy"]
-    assert end_acc >= start_acc + 0.15, (start_acc, end_acc)
-    assert "step 400/400  reward" in out and "eval step 0: accuracy" in out
+    assert [r["step"] for r in evals] == [0, 50, 100, 150, 200]
+    assert all(r["eval/n_problems"] == 41 for r in evals)  # every distinct training sum, each once
+    # Greedy accuracy against the best constant answer on the same problems: a policy that ignores
+    # the prompt scores at most eval/constant_baseline; the trained one must beat it by 0.3.
+    assert evals[0]["eval/accuracy"] <= evals[0]["eval/constant_baseline"]
+    assert learning_margin(recs) >= 0.3, [(r["eval/accuracy"], r["eval/constant_baseline"]) for r in evals]
+    assert "step 200/200  reward" in out and "eval step 0: accuracy" in out
+
+
+def learning_margin(records: list[dict[str, Any]]) -> float:
+    """The last eval's greedy accuracy minus the best constant answer's accuracy on the same problems."""
+    last = [r for r in records if r["type"] == "eval"][-1]
+    return float(last["eval/accuracy"] - last["eval/constant_baseline"])
+
+
+@pytest.mark.timeout(1200)
+def test_tiny_learning_holds_for_five_seeds(tmp_path: Path) -> None:
+    """The README's claim is a distribution, not one lucky run: seeds 0-4 each beat the constant
+    baseline by 0.3 (bench/bench_tiny.py also varies thread counts and MKL's kernel paths)."""
+    margins: dict[int, float] = {}
+    for pair in ((0, 1), (2, 3), (4,)):  # two at a time, one thread each: the 2-core CI machine
+        procs = {
+            seed: _start(
+                tmp_path / f"seed{seed}",
+                f"seed={seed}",
+                "checkpoint.every=0",
+                "eval.interval=0",
+                "logging.progress=false",
+                env={"OMP_NUM_THREADS": "1"},
+            )
+            for seed in pair
+        }
+        for seed, proc in procs.items():
+            out, _ = proc.communicate(timeout=600)
+            assert proc.returncode == 0, out
+            recs = [json.loads(line) for line in (tmp_path / f"seed{seed}" / "metrics.jsonl").open()]
+            margins[seed] = learning_margin(recs)
+    assert min(margins.values()) >= 0.3, margins
 
 
 def test_killed_run_resumes_step_count_and_metrics_file(tmp_path: Path) -> None:
