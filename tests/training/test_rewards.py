@@ -25,6 +25,11 @@ from training_core.rewards.text import numbers
         ("1,234 apples", [1234.0]),
         ("The answer is 42.", [42.0]),
         ("3 + 4 = 7", [3.0, 4.0, 7.0]),
+        ("10-3=7", [10.0, 3.0, 7.0]),  # a minus right after a digit is the operator
+        ("10 - -3 = 13", [10.0, -3.0, 13.0]),
+        ("x=-2", [-2.0]),
+        (".5 of it", [0.5]),
+        ("-.25", [-0.25]),
         ("", []),
     ],
 )
@@ -44,6 +49,7 @@ def test_number_extraction_edge_cases(text: str, expected: list[float]) -> None:
         ("", "5", -1.0),
         ("15", "5", 1.0),  # the team's rule also accepts the answer as a plain substring
         ("51", "6", -1.0),
+        ("half is .5", "0.5", 1.0),
     ],
 )
 def test_baseline_correctness(completion: str, answer: str, reward: float) -> None:
@@ -70,6 +76,9 @@ def test_baseline_length_penalty_curve() -> None:
         ("nothing", "7", -1.0),
         ("", "7", -1.0),
         ("17", "7", -1.0),
+        ("10-3=7", "-3", -1.0),  # the subtraction's 3 is not the answer -3
+        ("10-3=7", "7", 1.0),
+        ("it is .5", "0.5", 1.0),
     ],
 )
 def test_gsm8k_correctness(completion: str, answer: str, reward: float) -> None:
