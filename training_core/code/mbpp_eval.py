@@ -2,7 +2,8 @@
 
 Defaults are REFERENCE §5's: sanitized config, test split, 10 problems, 512 new tokens,
 temperature 0.2, 10 s per program, at start / every 20 steps / at the end. Each evaluation logs
-``mbpp_eval/pass_rate``, ``problems_passed``, ``total_problems`` and ``eval_time`` to metrics.jsonl
+``mbpp_eval/pass_rate``, ``problems_passed``, ``total_problems`` and ``eval_time``, plus the unbiased
+``pass_at_1`` and, with ``samples`` = k > 1, ``pass_at_<k>`` (``mbpp.summary``), to metrics.jsonl
 (an ``eval`` line) and W&B, and writes per-problem results to ``<run-dir>/mbpp_eval/step-<N>.json``.
 The interval is the callback's own parameter (an earlier callback popped it from a shared dict and
 never fired).
