@@ -181,7 +181,7 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
     writer.header(run_dir.name, res.recipe, res.as_dict(), wandb_info, started.resumed_step)
 
     rctx = registry.RewardContext(model=model, tokenizer=tokenizer, run_dir=str(run_dir), config=cfg)
-    reward_funcs = [registry.build(r.name, r.params, rctx) for r in cfg.rewards]
+    reward_funcs = [registry.build(r.name, r.params, rctx, cfg.plugins) for r in cfg.rewards]
     n_params = sum(p.numel() for p in model.parameters())
     cbs: list[Any] = [metrics.make_callback(writer, cfg.logging.progress, n_params, facts.gpu_name)]
     if cfg.eval.task != "none":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from training_core.errors import UnknownName
 from training_core.rewards import registry
 from training_core.rewards.format import extract_answer, reasoning_format
 from training_core.rewards.math import (
@@ -137,4 +138,14 @@ def test_reward_factories_receive_the_context() -> None:
         fn = registry.build("test_ctx_reward", {"bonus": 2.0}, registry.RewardContext(run_dir="/r"))
         assert fn(["a", "b"]) == [2.0, 2.0] and fn.__name__ == "test_ctx_reward" and seen["run_dir"] == "/r"
     finally:
-        registry.FACTORIES.pop("test_ctx_reward")
+        registry.REWARDS.unregister("test_ctx_reward")
+
+
+def test_one_reward_table_serves_plain_rewards_and_factories() -> None:
+    with pytest.raises(UnknownName, match=r"unknown reward 'nope'; known: .*baseline_correctness"):
+        registry.build("nope")
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.register_factory("baseline_correctness")(lambda ctx: lambda completions, **_: [])
+    with pytest.raises(ValueError, match="use build"):
+        registry.get("code_game")
+    assert {"baseline_correctness", "code_game"} <= set(registry.names())
