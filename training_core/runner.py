@@ -2,8 +2,10 @@
 
 The run writes ``<run-dir>/metrics.jsonl`` (header, steps, evals, end) and
 ``<run-dir>/checkpoints/checkpoint-<step>``. Every way out writes an end line: completed,
-interrupted (SIGINT / SIGTERM, exit 130) or failed (exception, exit 1). Only SIGKILL leaves no end
-line, and ``--resume`` then continues from the newest checkpoint into the same metrics file.
+interrupted (SIGINT / SIGTERM, exit 130; with checkpointing on, after saving the current step's
+checkpoint) or failed (exception, exit 1). Only SIGKILL leaves no end line. ``--resume`` continues from
+the newest checkpoint into the same metrics file, after moving the lines it will redo to
+``metrics.superseded.jsonl`` (docs/CONTRACTS.md).
 """
 
 from __future__ import annotations
@@ -27,8 +29,26 @@ from training_core.recipes import Resolved
 warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing", category=FutureWarning)
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+class _StopOnSignal:
+    """SIGINT / SIGTERM handler. With checkpointing on, the first signal asks the trainer to finish the
+    current step, save ``checkpoint-<step>`` and stop (``trainer.stop_callback``), so ``--resume``
+    continues from the exact step; a second signal, or any signal with checkpointing off, stops at once."""
+
+    def __init__(self, save: bool) -> None:
+        self.save = save
+        self.requested: int | None = None
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.save and self.requested is None:
+            self.requested = signum
+            print(
+                f"signal {signum}: saving a checkpoint after this step, then stopping "
+                "(signal again to stop now)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
 
 
 def wandb_mode() -> str | None:
@@ -157,6 +177,12 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
     if resume and resume_from is None:
         print(f"resume: no checkpoint in {ckpt_dir}; starting from step 0", flush=True)
     started.resumed_step = int(resume_from.name.split("-")[1]) if resume_from else None
+    metrics_path = run_dir / "metrics.jsonl"
+    if resume:
+        # The lines the resumed run redoes go to metrics.superseded.jsonl: one row per step for readers.
+        moved = metrics.supersede(metrics_path, -1 if started.resumed_step is None else started.resumed_step)
+        if moved:
+            print(f"resume: moved {moved} redone lines to metrics.superseded.jsonl", flush=True)
 
     set_seed(cfg.seed)
     model, tokenizer = _load_model(res)
@@ -173,11 +199,13 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
 
     train_ds = datasets.Dataset.from_list(train_rows)
 
-    metrics_path = run_dir / "metrics.jsonl"
     started.wandb_info = wandb_info = _start_wandb(
         res, run_dir, metrics.previous_wandb_id(metrics_path) if resume else None
     )
-    started.writer = writer = metrics.MetricsWriter(metrics_path)
+    # TRL's own W&B callback stays off (report_to none): it would log TRL's key names ("train/reward");
+    # the writer mirrors every step and eval record under the metrics.jsonl names instead.
+    mirror = metrics.wandb_mirror if wandb_info else None
+    started.writer = writer = metrics.MetricsWriter(metrics_path, mirror=mirror)
     writer.header(run_dir.name, res.recipe, res.as_dict(), wandb_info, started.resumed_step)
 
     rctx = registry.RewardContext(model=model, tokenizer=tokenizer, run_dir=str(run_dir), config=cfg)
@@ -203,7 +231,7 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
             lora_dropout=cfg.model.lora_dropout,
             task_type="CAUSAL_LM",
         )
-    args = grpo_args(cfg, run_dir, ["wandb"] if wandb_info else ["none"], run_dir.name)
+    args = grpo_args(cfg, run_dir, ["none"], run_dir.name)
     trainer = PippaGRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -229,7 +257,11 @@ def _train(res: Resolved, run_dir: Path, trainer: Any, started: _Started, n_rows
         + (f", resuming from step {resumed_step}" if resumed_step else ""),
         flush=True,
     )
-    old = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+    from training_core.trainer import stop_callback
+
+    handler = _StopOnSignal(save=res.config.checkpoint.every > 0)
+    trainer.add_callback(stop_callback(lambda: handler.requested))
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     status, error, code = "failed", None, 1
     try:
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)

@@ -2,6 +2,7 @@
 
 ``grpo_args`` is the single place where our settings become TRL's (Dr GRPO: ``loss_type="dr_grpo"``,
 ``scale_rewards="none"``, ``beta=0.0``, pinned ``max_completion_length``; Liu et al. 2025).
+``stop_callback`` turns a stop signal into a checkpoint of the current step.
 ``PippaGRPOTrainer._save_checkpoint`` lets TRL/transformers write the usual checkpoint (model,
 optimizer, scheduler, RNG, trainer state) into ``checkpoints/.staging`` and renames the finished
 directory into place, so a kill at any moment leaves no half-written ``checkpoint-<step>``;
@@ -12,10 +13,12 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from training_core.config import RunConfig
@@ -108,3 +111,21 @@ class PippaGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         shutil.rmtree(staging, ignore_errors=True)
         for _, old in checkpoints(final_root)[: -max(1, self.keep_checkpoints)]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def stop_callback(requested: Callable[[], int | None]) -> TrainerCallback:
+    """Once ``requested()`` names a signal: save a checkpoint at the end of the current step (through
+    TrainerControl, the public way), then raise KeyboardInterrupt from ``on_save`` so the run ends as
+    interrupted without the end-of-training work (final eval, final save)."""
+
+    class SaveThenStop(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if requested() is not None:
+                control.should_save = True
+
+        def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            signum = requested()
+            if signum is not None:
+                raise KeyboardInterrupt(f"signal {signum}")
+
+    return SaveThenStop()
