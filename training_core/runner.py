@@ -21,7 +21,7 @@ from types import FrameType
 from typing import Any
 
 from training_core.errors import StartFailed, TrainingError, UsageError
-from training_core.platform import apply_offline_env, detect
+from training_core.platform import PlatformFacts, apply_offline_env, detect, torch_facts, train_precision
 from training_core.recipes import Resolved
 
 # TRL 1.16 itself still calls transformers' pre-v6 checkpointing names; the FutureWarning is about
@@ -81,11 +81,19 @@ def _start_wandb(res: Resolved, run_dir: Path, resume_id: str | None) -> dict[st
     return {"id": run.id, "url": url, "mode": mode}
 
 
-def _load_model(res: Resolved) -> tuple[Any, Any]:
+def _load_model(res: Resolved, facts: PlatformFacts) -> tuple[Any, Any]:
+    """Tokenizer and model, the weights in the dtype the run trains in: bf16 for ``bf16`` (what
+    torch can do decides, ``train_precision``), fp32 for the autocast modes and the CPU."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from training_core import tiny
+
+    m = res.config.model
+    precision, note = train_precision(m.precision, facts, torch_facts())
+    if note:
+        print(note, flush=True)
+    m.precision = precision  # type: ignore[assignment]  # grpo_args and the header see what runs
 
     name = res.config.model.name
     if name != "tiny" and _looks_like_path(name) and not Path(name).expanduser().exists():
@@ -97,7 +105,8 @@ def _load_model(res: Resolved) -> tuple[Any, Any]:
     tokenizer = AutoTokenizer.from_pretrained(name)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
     return model, tokenizer
 
 
@@ -185,7 +194,7 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
             print(f"resume: moved {moved} redone lines to metrics.superseded.jsonl", flush=True)
 
     set_seed(cfg.seed)
-    model, tokenizer = _load_model(res)
+    model, tokenizer = _load_model(res, facts)
     rows = load_rows(cfg.data, cfg.seed, plugins=cfg.plugins)
     train_rows = build_dataset(rows, cfg.data, tokenizer)
     t = cfg.train
