@@ -11,6 +11,7 @@ it then keeps the newest ``checkpoint.keep``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from collections.abc import Callable
@@ -33,6 +34,10 @@ def grpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str
         extra["generation_batch_size"] = t.generation_batch_size
     if t.use_vllm:
         extra.update(vllm_mode=t.vllm_mode, vllm_gpu_memory_utilization=t.vllm_gpu_memory_utilization)
+    # transformers 5.18+ renamed gradient checkpointing to activation_checkpointing; the [vllm] install
+    # set holds transformers at 5.17 (vLLM's cap), so use whichever name this version has.
+    new_name = "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}
+    extra["activation_checkpointing" if new_name else "gradient_checkpointing"] = m.gradient_checkpointing
     return GRPOConfig(
         output_dir=str(run_dir / "checkpoints"),
         run_name=run_name,
@@ -62,9 +67,8 @@ def grpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str
         # Pinned host memory only helps copies to a GPU; on CPU torch warns about it at every run.
         dataloader_pin_memory=torch.cuda.is_available(),
         logging_steps=t.logging_steps,
-        bf16=m.precision == "bf16",
+        bf16=m.precision in ("bf16", "bf16_amp"),
         fp16=m.precision == "fp16",
-        activation_checkpointing=m.gradient_checkpointing,  # transformers 5 name of gradient checkpointing
         save_strategy="steps" if cfg.checkpoint.every > 0 else "no",
         save_steps=max(1, cfg.checkpoint.every),
         save_total_limit=None,  # rotation happens after the atomic rename (below)
