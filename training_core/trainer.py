@@ -129,7 +129,7 @@ def stop_callback(requested: Callable[[], int | None]) -> TrainerCallback:
 
         def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             signum = requested()
-            if signum is not None:
+            if signum is not None and state.global_step < state.max_steps:  # the last step just completes
                 raise KeyboardInterrupt(f"signal {signum}")
 
     return SaveThenStop()
