@@ -6,6 +6,7 @@ Reaches PyPI; skips only when the registry is unreachable."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.network
 
 @pytest.fixture(scope="module")
 def uv_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    assert importlib.util.find_spec("uv"), "uv is in the dev extra: pip install -e '.[dev]'"
     try:
         urllib.request.urlopen("https://pypi.org/simple/uv/", timeout=5).close()
     except OSError as e:
