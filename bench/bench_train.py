@@ -48,8 +48,6 @@ def ours(steps: int, tmp: Path, i: int) -> list[float]:
 def bare(steps: int, tmp: Path, i: int) -> list[float]:
     """What a user would write with TRL alone: same model, data, rewards and GRPO settings (taken
     from the recipe, so the two sides cannot drift apart), no metrics file, eval or checkpoints."""
-    import functools
-
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
@@ -57,7 +55,7 @@ def bare(steps: int, tmp: Path, i: int) -> list[float]:
 
     from training_core import tiny
     from training_core.data import synthetic_problems
-    from training_core.rewards.registry import load_all
+    from training_core.rewards.registry import build
     from training_core.trainer import grpo_args
 
     cfg = _recipe(steps).config
@@ -69,9 +67,7 @@ def bare(steps: int, tmp: Path, i: int) -> list[float]:
     rows = synthetic_problems(params.pop("n"), cfg.seed, **params)
     reward_funcs: list[Any] = []
     for r in cfg.rewards:
-        fn = functools.partial(load_all()[r.name], **r.params)
-        fn.__name__ = r.name  # type: ignore[attr-defined]  # TRL names its reward metrics after it
-        reward_funcs.append(fn)
+        reward_funcs.append(build(r.name, r.params))
 
     stamps: list[float] = []
 

@@ -240,8 +240,11 @@ class HostMonitor:
         parser, tail = MetricsParser(), LogTail()
         lock = threading.Lock()
 
-        def on_chunk(which: str, chunk: bytes) -> None:
+        def on_chunk(which: str, chunk: bytes | None) -> None:
             with lock:
+                if chunk is None:  # metrics.jsonl is about to be read again from byte 0
+                    parser.restart()
+                    return
                 (parser if which == "metrics.jsonl" else tail).feed(chunk)
                 detail = parser.detail(self.name, run_id, tail.tail())
             emit(RunUpdated(detail))
@@ -251,7 +254,7 @@ class HostMonitor:
         self._follow_file(run_id, "metrics.jsonl", on_chunk)
         log.join()
 
-    def _follow_file(self, run_id: str, name: str, on_chunk: Callable[[str, bytes], None]) -> None:
+    def _follow_file(self, run_id: str, name: str, on_chunk: Callable[[str, bytes | None], None]) -> None:
         offset = 0
         base = self._run_dir(run_id)
         while not self._closed.is_set() and self._selected == run_id:
@@ -272,10 +275,16 @@ class HostMonitor:
             except LOST as e:
                 if self._selected == run_id and not self._lost.is_set():
                     self.lose(e)
-            offset = f.offset  # resume here after a reconnect
             rec = self._records.get(run_id)
             if self._up.is_set() and self._selected == run_id and (rec is None or not rec.active):
                 return  # the stream ended because the run did: everything has been read
+            # Resume here after a reconnect. metrics.jsonl is read again from 0 instead: a resumed run
+            # replaces it (docs/CONTRACTS.md), so a byte offset into it may point into another file;
+            # the parser drops its partial line and rebuilds its curves from the first header.
+            if name == "metrics.jsonl":
+                on_chunk(name, None)
+            else:
+                offset = f.offset
             self._closed.wait(1.0)
 
     def follow_log(self, run_id: str, sink: Sink, cancelled: Callable[[], bool]) -> None:

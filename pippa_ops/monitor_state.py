@@ -157,10 +157,20 @@ class MetricsParser:
 
     A chunk may end inside a line (the writer flushes line by line, the reader reads bytes): the
     partial line waits in a buffer until its newline arrives, as docs/CONTRACTS.md asks.
+    A resumed run replaces the file without the lines it redoes (docs/CONTRACTS.md): the first header
+    (``resumed_from_step`` null) starts the curves afresh, so reading the new file from byte 0 again
+    (``tail -F`` does after a replace) rebuilds them; a resumed header drops points past its step.
     """
 
     def __init__(self) -> None:
         self._buf = b""
+        self._reset()
+
+    def restart(self) -> None:
+        """The file will be read again from byte 0: drop the partial line (the first header resets)."""
+        self._buf = b""
+
+    def _reset(self) -> None:
         self.series: dict[str, list[tuple[int, float]]] = {k: [] for k in PLOTTED}
         self.evals: dict[str, list[tuple[int, float]]] = {}
         self.wandb_url: str | None = None
@@ -185,11 +195,15 @@ class MetricsParser:
         kind = rec.get("type")
         step = rec.get("step")
         if kind == "header":
+            resumed = rec.get("resumed_from_step")
+            if isinstance(resumed, int):
+                self._rewind(resumed)
+            else:
+                self._reset()
+            self.seen_any = True
             wandb = rec.get("wandb")
             if isinstance(wandb, dict) and isinstance(wandb.get("url"), str):
                 self.wandb_url = wandb["url"]
-            if rec.get("resumed_from_step") is not None:
-                self.end_status = None
         elif kind == "step" and isinstance(step, int):
             self.last_step = step
             for key in PLOTTED:
@@ -203,6 +217,16 @@ class MetricsParser:
                     self.evals.setdefault(key, []).append((step, float(v)))
         elif kind == "end":
             self.end_status = str(rec.get("status"))
+
+    def _rewind(self, step: int) -> None:
+        """Forget what a resume from ``step`` redoes (a reader that saw the killed run's lines)."""
+        for points in self.series.values():
+            points[:] = [p for p in points if p[0] <= step]
+        kept = {k: [p for p in v if p[0] <= step] for k, v in self.evals.items()}
+        self.evals = {k: v for k, v in kept.items() if v}
+        self.end_status = None
+        if self.last_step is not None:
+            self.last_step = min(self.last_step, step)
 
     def last(self, key: str) -> float | None:
         points = self.series.get(key)

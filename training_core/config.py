@@ -15,14 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Precision = Literal["auto", "bf16", "fp16", "fp32"]
+Precision = Literal["auto", "bf16", "bf16_amp", "fp16", "fp32"]
 
 
 @dataclass
 class ModelConfig:
     # HF hub id, local directory, or "tiny" (built in code by training_core.tiny). Default: the team's model.
     name: str = "Qwen/Qwen2-0.5B-Instruct"
-    # Weights/compute dtype. "auto": bf16 where the GPU supports it, fp16 on V100, fp32 on CPU (REFERENCE §4).
+    # Weights/compute dtype. "auto": bf16 where the GPU supports it (compute capability >= 8.0), fp16 on
+    # older GPUs (V100, T4, RTX 20xx), fp32 on CPU (REFERENCE §4). "bf16": weights loaded in bf16 and bf16
+    # compute (half the weight and optimizer memory); "bf16_amp": fp32 weights with bf16 autocast (exact
+    # fp32 updates, more memory); "fp16": fp32 weights with fp16 autocast and loss scaling. A GPU without
+    # bf16 gets fp16 instead of bf16 at run time (training_core.platform.train_precision).
     precision: Precision = "auto"
     # Recompute activations in backward to fit bigger batches (A100/H100 presets turn it on). Default off.
     gradient_checkpointing: bool = False

@@ -3,7 +3,7 @@
 ``evaluate`` formats each problem's prompt like the training data (plain or chat), generates greedily
 in batches with HF ``generate`` (left padding), and scores with the task's ``score``. The callback runs
 it at the start (step 0, not on resume), every ``eval.interval`` steps and at the end, writes
-``eval`` lines to metrics.jsonl and logs the same keys to W&B when a W&B run is active.
+``eval`` lines to metrics.jsonl (the writer mirrors them to W&B when a W&B run is active).
 """
 
 from __future__ import annotations
@@ -144,13 +144,6 @@ def make_callback(
             metrics = eval_metrics(task, res)
             writer.eval(state.global_step, metrics)
             print(f"eval step {state.global_step}: {summary(res)}", flush=True)
-            try:
-                import wandb
-
-                if wandb.run is not None:
-                    wandb.log({**metrics, "train/global_step": state.global_step})
-            except ImportError:
-                pass
 
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
             if cfg.at_start and state.global_step == 0:

@@ -14,6 +14,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -51,9 +52,17 @@ def namespaced(logs: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+Mirror = Callable[[int, dict[str, Any]], None]
+
+
 class MetricsWriter:
-    def __init__(self, path: Path) -> None:
+    """Appends the run's lines; ``mirror(step, metrics)`` gets every step and eval record too, with the
+    same keys (the runner sets it to ``wandb_mirror`` when a W&B run is active, so W&B and
+    metrics.jsonl never disagree on names)."""
+
+    def __init__(self, path: Path, mirror: Mirror | None = None) -> None:
         self.path = path
+        self.mirror = mirror
         path.parent.mkdir(parents=True, exist_ok=True)
         self._f: IO[str] = path.open("a", encoding="utf-8")
 
@@ -84,15 +93,79 @@ class MetricsWriter:
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
         self.write({"type": "step", "step": step, "time": time.time(), **metrics})
+        if self.mirror is not None:
+            self.mirror(step, metrics)
 
     def eval(self, step: int, metrics: dict[str, Any]) -> None:
         self.write({"type": "eval", "step": step, "time": time.time(), **metrics})
+        if self.mirror is not None:
+            self.mirror(step, metrics)
 
     def end(self, status: str, step: int, error: str | None) -> None:
         self.write({"type": "end", "status": status, "step": step, "time": time.time(), "error": error})
 
     def close(self) -> None:
         self._f.close()
+
+
+def supersede(path: Path, resumed_from_step: int) -> int:
+    """Before a resumed run appends its header: move the killed run's lines that the resume redoes
+    (step and eval lines past ``resumed_from_step``, end lines, a torn last line) out of ``path`` into
+    ``metrics.superseded.jsonl`` beside it, so readers see one row per step (docs/CONTRACTS.md).
+
+    The moved lines are appended to the superseded file and fsynced first, then ``path`` is rewritten
+    through a temp file in the same directory and ``os.replace`` (a reader sees the old or the new
+    file, never a mix; a follower notices the new inode). Returns how many lines moved; with none to
+    move the file is left untouched. ``resumed_from_step`` -1 supersedes every step (no checkpoint)."""
+    if not path.is_file():
+        return 0
+    raw = path.read_bytes()
+    keep: list[bytes] = []
+    moved: list[bytes] = []
+    lines = raw.split(b"\n")
+    torn = lines.pop()  # b"" when the file ends with a newline, else a line cut by the kill
+    for line in lines:
+        (moved if _redone(line, resumed_from_step) else keep).append(line + b"\n")
+    if torn:
+        moved.append(torn + b"\n")
+    if not moved:
+        return 0
+    old = path.with_name("metrics.superseded.jsonl")
+    with old.open("ab") as f:
+        f.writelines(moved)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as f:
+        f.writelines(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return len(moved)
+
+
+def _redone(line: bytes, resumed_from_step: int) -> bool:
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return False  # not ours to judge: a foreign line stays where it is
+    if not isinstance(rec, dict):
+        return False
+    if rec.get("type") == "end":
+        return True
+    step = rec.get("step")
+    return rec.get("type") in ("step", "eval") and isinstance(step, int) and step > resumed_from_step
+
+
+def wandb_mirror(step: int, metrics: dict[str, Any]) -> None:
+    """Log a record to the active W&B run under the metrics.jsonl keys, at ``step`` = the trainer's
+    global step. W&B ignores a step lower than one it already has (a resumed run redoing steps of the
+    killed one keeps the killed run's values there)."""
+    import wandb
+
+    if wandb.run is not None:
+        wandb.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
 
 
 def previous_wandb_id(path: Path) -> str | None:

@@ -4,8 +4,8 @@ Each table lists the modules that fill it; ``get`` imports them on first use (a 
 skipped, so ``training_core.code`` can ship later) plus any recipe ``plugins``. To add a dataset,
 eval task or callback from another package, decorate it with the table's ``register`` and either add
 your module to the table's module list or name it in the recipe's ``plugins = ["pkg.module"]``.
-The rewards table keeps its own module (training_core.rewards.registry) for historical reasons; it
-works the same way.
+Rewards use the same class (``training_core.rewards.registry.REWARDS``), wrapped in functions that
+bind a recipe's parameters.
 """
 
 from __future__ import annotations
@@ -27,12 +27,20 @@ class Registry(Generic[T]):
 
     def register(self, name: str) -> Callable[[T], T]:
         def deco(obj: T) -> T:
-            if name in self.table and self.table[name] is not obj:
-                raise ValueError(f"{self.kind} {name!r} registered twice")
-            self.table[name] = obj
+            self.add(name, obj)
             return obj
 
         return deco
+
+    def add(self, name: str, obj: T) -> None:
+        """Enter ``obj`` under ``name``; the same object again is a no-op (a module imported twice)."""
+        if name in self.table and self.table[name] is not obj and self.table[name] != obj:
+            raise ValueError(f"{self.kind} {name!r} registered twice")
+        self.table[name] = obj
+
+    def unregister(self, name: str) -> None:
+        """Forget ``name`` (tests that register a throwaway entry clean up with this)."""
+        self.table.pop(name, None)
 
     def load(self, plugins: Iterable[str] = ()) -> dict[str, T]:
         for mod in (*self.modules, *plugins):
@@ -52,10 +60,3 @@ class Registry(Generic[T]):
             raise UnknownName(f"unknown {self.kind} {name!r}; known: {', '.join(sorted(table))}")
         return table[name]
 
-
-def check_names(kind: str, wanted: Iterable[str], known: Iterable[str]) -> None:
-    """Raise one UnknownName line for the first name not in ``known``."""
-    known_set = set(known)
-    for name in wanted:
-        if name not in known_set:
-            raise UnknownName(f"unknown {kind} {name!r}; known: {', '.join(sorted(known_set))}")

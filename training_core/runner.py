@@ -2,8 +2,10 @@
 
 The run writes ``<run-dir>/metrics.jsonl`` (header, steps, evals, end) and
 ``<run-dir>/checkpoints/checkpoint-<step>``. Every way out writes an end line: completed,
-interrupted (SIGINT / SIGTERM, exit 130) or failed (exception, exit 1). Only SIGKILL leaves no end
-line, and ``--resume`` then continues from the newest checkpoint into the same metrics file.
+interrupted (SIGINT / SIGTERM, exit 130; with checkpointing on, after saving the current step's
+checkpoint) or failed (exception, exit 1). Only SIGKILL leaves no end line. ``--resume`` continues from
+the newest checkpoint into the same metrics file, after moving the lines it will redo to
+``metrics.superseded.jsonl`` (docs/CONTRACTS.md).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from types import FrameType
 from typing import Any
 
 from training_core.errors import StartFailed, TrainingError, UsageError
-from training_core.platform import apply_offline_env, detect
+from training_core.platform import PlatformFacts, apply_offline_env, detect, torch_facts, train_precision
 from training_core.recipes import Resolved
 
 # TRL 1.16 itself still calls transformers' pre-v6 checkpointing names; the FutureWarning is about
@@ -27,8 +29,26 @@ from training_core.recipes import Resolved
 warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing", category=FutureWarning)
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+class _StopOnSignal:
+    """SIGINT / SIGTERM handler. With checkpointing on, the first signal asks the trainer to finish the
+    current step, save ``checkpoint-<step>`` and stop (``trainer.stop_callback``), so ``--resume``
+    continues from the exact step; a second signal, or any signal with checkpointing off, stops at once."""
+
+    def __init__(self, save: bool) -> None:
+        self.save = save
+        self.requested: int | None = None
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.save and self.requested is None:
+            self.requested = signum
+            print(
+                f"signal {signum}: saving a checkpoint after this step, then stopping "
+                "(signal again to stop now)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
 
 
 def wandb_mode() -> str | None:
@@ -61,11 +81,19 @@ def _start_wandb(res: Resolved, run_dir: Path, resume_id: str | None) -> dict[st
     return {"id": run.id, "url": url, "mode": mode}
 
 
-def _load_model(res: Resolved) -> tuple[Any, Any]:
+def _load_model(res: Resolved, facts: PlatformFacts) -> tuple[Any, Any]:
+    """Tokenizer and model, the weights in the dtype the run trains in: bf16 for ``bf16`` (what
+    torch can do decides, ``train_precision``), fp32 for the autocast modes and the CPU."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from training_core import tiny
+
+    m = res.config.model
+    precision, note = train_precision(m.precision, facts, torch_facts())
+    if note:
+        print(note, flush=True)
+    m.precision = precision  # type: ignore[assignment]  # grpo_args and the header see what runs
 
     name = res.config.model.name
     if name != "tiny" and _looks_like_path(name) and not Path(name).expanduser().exists():
@@ -77,7 +105,8 @@ def _load_model(res: Resolved) -> tuple[Any, Any]:
     tokenizer = AutoTokenizer.from_pretrained(name)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
     return model, tokenizer
 
 
@@ -157,9 +186,15 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
     if resume and resume_from is None:
         print(f"resume: no checkpoint in {ckpt_dir}; starting from step 0", flush=True)
     started.resumed_step = int(resume_from.name.split("-")[1]) if resume_from else None
+    metrics_path = run_dir / "metrics.jsonl"
+    if resume:
+        # The lines the resumed run redoes go to metrics.superseded.jsonl: one row per step for readers.
+        moved = metrics.supersede(metrics_path, -1 if started.resumed_step is None else started.resumed_step)
+        if moved:
+            print(f"resume: moved {moved} redone lines to metrics.superseded.jsonl", flush=True)
 
     set_seed(cfg.seed)
-    model, tokenizer = _load_model(res)
+    model, tokenizer = _load_model(res, facts)
     rows = load_rows(cfg.data, cfg.seed, plugins=cfg.plugins)
     train_rows = build_dataset(rows, cfg.data, tokenizer)
     t = cfg.train
@@ -173,15 +208,17 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
 
     train_ds = datasets.Dataset.from_list(train_rows)
 
-    metrics_path = run_dir / "metrics.jsonl"
     started.wandb_info = wandb_info = _start_wandb(
         res, run_dir, metrics.previous_wandb_id(metrics_path) if resume else None
     )
-    started.writer = writer = metrics.MetricsWriter(metrics_path)
+    # TRL's own W&B callback stays off (report_to none): it would log TRL's key names ("train/reward");
+    # the writer mirrors every step and eval record under the metrics.jsonl names instead.
+    mirror = metrics.wandb_mirror if wandb_info else None
+    started.writer = writer = metrics.MetricsWriter(metrics_path, mirror=mirror)
     writer.header(run_dir.name, res.recipe, res.as_dict(), wandb_info, started.resumed_step)
 
     rctx = registry.RewardContext(model=model, tokenizer=tokenizer, run_dir=str(run_dir), config=cfg)
-    reward_funcs = [registry.build(r.name, r.params, rctx) for r in cfg.rewards]
+    reward_funcs = [registry.build(r.name, r.params, rctx, cfg.plugins) for r in cfg.rewards]
     n_params = sum(p.numel() for p in model.parameters())
     cbs: list[Any] = [metrics.make_callback(writer, cfg.logging.progress, n_params, facts.gpu_name)]
     if cfg.eval.task != "none":
@@ -203,7 +240,7 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
             lora_dropout=cfg.model.lora_dropout,
             task_type="CAUSAL_LM",
         )
-    args = grpo_args(cfg, run_dir, ["wandb"] if wandb_info else ["none"], run_dir.name)
+    args = grpo_args(cfg, run_dir, ["none"], run_dir.name)
     trainer = PippaGRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -229,7 +266,11 @@ def _train(res: Resolved, run_dir: Path, trainer: Any, started: _Started, n_rows
         + (f", resuming from step {resumed_step}" if resumed_step else ""),
         flush=True,
     )
-    old = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+    from training_core.trainer import stop_callback
+
+    handler = _StopOnSignal(save=res.config.checkpoint.every > 0)
+    trainer.add_callback(stop_callback(lambda: handler.requested))
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     status, error, code = "failed", None, 1
     try:
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)

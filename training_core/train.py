@@ -55,15 +55,14 @@ def check_names(res: Resolved) -> None:
     """Every dataset / reward / eval task the config names exists (without importing torch)."""
     from training_core.data import DATASETS
     from training_core.eval_tasks import EVAL_TASKS
-    from training_core.registry import check_names as check
-    from training_core.rewards import registry
+    from training_core.rewards.registry import REWARDS
 
     cfg = res.config
     DATASETS.get(cfg.data.dataset, cfg.plugins)
     if cfg.eval.task != "none":
         EVAL_TASKS.get(cfg.eval.task, cfg.plugins)
-    registry.load_all(cfg.plugins)
-    check("reward", [r.name for r in cfg.rewards], [*registry.REWARDS, *registry.FACTORIES])
+    for r in cfg.rewards:
+        REWARDS.get(r.name, cfg.plugins)
 
 
 def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> int:

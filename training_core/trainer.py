@@ -2,6 +2,7 @@
 
 ``grpo_args`` is the single place where our settings become TRL's (Dr GRPO: ``loss_type="dr_grpo"``,
 ``scale_rewards="none"``, ``beta=0.0``, pinned ``max_completion_length``; Liu et al. 2025).
+``stop_callback`` turns a stop signal into a checkpoint of the current step.
 ``PippaGRPOTrainer._save_checkpoint`` lets TRL/transformers write the usual checkpoint (model,
 optimizer, scheduler, RNG, trainer state) into ``checkpoints/.staging`` and renames the finished
 directory into place, so a kill at any moment leaves no half-written ``checkpoint-<step>``;
@@ -10,12 +11,15 @@ it then keeps the newest ``checkpoint.keep``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from training_core.config import RunConfig
@@ -30,6 +34,10 @@ def grpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str
         extra["generation_batch_size"] = t.generation_batch_size
     if t.use_vllm:
         extra.update(vllm_mode=t.vllm_mode, vllm_gpu_memory_utilization=t.vllm_gpu_memory_utilization)
+    # transformers 5.18+ renamed gradient checkpointing to activation_checkpointing; the [vllm] install
+    # set holds transformers at 5.17 (vLLM's cap), so use whichever name this version has.
+    new_name = "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}
+    extra["activation_checkpointing" if new_name else "gradient_checkpointing"] = m.gradient_checkpointing
     return GRPOConfig(
         output_dir=str(run_dir / "checkpoints"),
         run_name=run_name,
@@ -59,9 +67,8 @@ def grpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str
         # Pinned host memory only helps copies to a GPU; on CPU torch warns about it at every run.
         dataloader_pin_memory=torch.cuda.is_available(),
         logging_steps=t.logging_steps,
-        bf16=m.precision == "bf16",
+        bf16=m.precision in ("bf16", "bf16_amp"),
         fp16=m.precision == "fp16",
-        activation_checkpointing=m.gradient_checkpointing,  # transformers 5 name of gradient checkpointing
         save_strategy="steps" if cfg.checkpoint.every > 0 else "no",
         save_steps=max(1, cfg.checkpoint.every),
         save_total_limit=None,  # rotation happens after the atomic rename (below)
@@ -108,3 +115,21 @@ class PippaGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         shutil.rmtree(staging, ignore_errors=True)
         for _, old in checkpoints(final_root)[: -max(1, self.keep_checkpoints)]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def stop_callback(requested: Callable[[], int | None]) -> TrainerCallback:
+    """Once ``requested()`` names a signal: save a checkpoint at the end of the current step (through
+    TrainerControl, the public way), then raise KeyboardInterrupt from ``on_save`` so the run ends as
+    interrupted without the end-of-training work (final eval, final save)."""
+
+    class SaveThenStop(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if requested() is not None:
+                control.should_save = True
+
+        def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            signum = requested()
+            if signum is not None and state.global_step < state.max_steps:  # the last step just completes
+                raise KeyboardInterrupt(f"signal {signum}")
+
+    return SaveThenStop()

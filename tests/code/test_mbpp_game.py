@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from training_core.code.game import GameStats, parse_prediction, play
-from training_core.code.mbpp import load_mbpp, mbpp_prompt, pass_at_k, score_samples, summary
+from training_core.code.mbpp import (
+    ProblemResult,
+    load_mbpp,
+    mbpp_prompt,
+    pass_at_k,
+    score_samples,
+    summary,
+)
 from training_core.code.problems import PROBLEMS, problem_prompt
 from training_core.data import DATASETS
 from training_core.rewards import code as rc
@@ -83,6 +90,19 @@ def test_scoring_runs_setup_and_counts_first_sample(tmp_path: Path) -> None:
     m = summary(results, eval_time=1.5)
     assert m["mbpp_eval/pass_rate"] == 0.5 and m["mbpp_eval/problems_passed"] == 1
     assert m["mbpp_eval/total_problems"] == 2 and m["mbpp_eval/pass_at_1"] == 0.5
+    assert m["mbpp_eval/pass_at_2"] == 1.0  # one of two samples passed on each problem
+
+
+def test_summary_reports_unbiased_pass_at_k_over_problems() -> None:
+    def result(n: int, c: int) -> ProblemResult:
+        return ProblemResult(1, n, c, c / n, ("pass",) * c + ("fail",) * (n - c), ("",) * n)
+
+    m = summary([result(5, 2), result(5, 0), result(5, 5)], eval_time=0.0)
+    assert m["mbpp_eval/pass_at_1"] == pytest.approx((0.4 + 0 + 1) / 3)
+    assert m["mbpp_eval/pass_at_5"] == pytest.approx((1 + 0 + 1) / 3)
+    one = summary([result(1, 1), result(1, 0)], eval_time=0.0)
+    assert one["mbpp_eval/pass_at_1"] == 0.5
+    assert [k for k in one if k.startswith("mbpp_eval/pass_at_")] == ["mbpp_eval/pass_at_1"]
 
 
 def test_mbpp_dataset_rows_feed_assert_tests(tmp_path: Path) -> None:

@@ -52,6 +52,31 @@ def test_metrics_parser_waits_for_the_newline_of_a_partial_line() -> None:
     assert d.end_status == "completed" and d.has_metrics
 
 
+def test_metrics_parser_shows_one_point_per_step_across_a_resume_that_replaced_the_file() -> None:
+    header = {"type": "header", "run_id": "r", "resumed_from_step": None}
+
+    def step(s: int, reward: float) -> dict:
+        return {"type": "step", "step": s, "reward/mean": reward}
+
+    killed = _lines(header, step(1, 0.1), step(2, 0.2), step(3, 0.3), {"type": "eval", "step": 3,
+                    "eval/accuracy": 0.5})  # fmt: skip
+    resumed = _lines({**header, "resumed_from_step": 2}, step(3, 0.9), step(4, 1.0))
+    # A follower that saw the killed run's lines, then the resumed header appended (file not replaced):
+    appended = MetricsParser()
+    appended.feed(killed + resumed)
+    # tail -F after the resume replaced the file: the new file again from byte 0, after the old lines.
+    replaced = MetricsParser()
+    replaced.feed(killed + _lines(header, step(1, 0.1), step(2, 0.2)) + resumed)
+    # A reconnect reads from 0 again; the partial line of the dropped stream must not eat the header.
+    reread = MetricsParser()
+    reread.feed(killed + b'{"type": "st')
+    reread.restart()
+    reread.feed(_lines(header, step(1, 0.1), step(2, 0.2)) + resumed)
+    for p in (appended, replaced, reread):
+        assert p.series["reward/mean"] == [(1, 0.1), (2, 0.2), (3, 0.9), (4, 1.0)]
+        assert p.evals == {} and p.last_step == 4 and p.end_status is None
+
+
 def test_log_tail_keeps_the_last_lines_and_the_last_state_of_a_progress_bar() -> None:
     t = LogTail(keep=3)
     t.feed(b"a\nb\nc\n 10%\r 50%\r100%\nd\npart")

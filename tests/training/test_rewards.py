@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from training_core.errors import UnknownName
 from training_core.rewards import registry
 from training_core.rewards.format import extract_answer, reasoning_format
 from training_core.rewards.math import (
@@ -25,6 +26,11 @@ from training_core.rewards.text import numbers
         ("1,234 apples", [1234.0]),
         ("The answer is 42.", [42.0]),
         ("3 + 4 = 7", [3.0, 4.0, 7.0]),
+        ("10-3=7", [10.0, 3.0, 7.0]),  # a minus right after a digit is the operator
+        ("10 - -3 = 13", [10.0, -3.0, 13.0]),
+        ("x=-2", [-2.0]),
+        (".5 of it", [0.5]),
+        ("-.25", [-0.25]),
         ("", []),
     ],
 )
@@ -44,6 +50,7 @@ def test_number_extraction_edge_cases(text: str, expected: list[float]) -> None:
         ("", "5", -1.0),
         ("15", "5", 1.0),  # the team's rule also accepts the answer as a plain substring
         ("51", "6", -1.0),
+        ("half is .5", "0.5", 1.0),
     ],
 )
 def test_baseline_correctness(completion: str, answer: str, reward: float) -> None:
@@ -70,6 +77,9 @@ def test_baseline_length_penalty_curve() -> None:
         ("nothing", "7", -1.0),
         ("", "7", -1.0),
         ("17", "7", -1.0),
+        ("10-3=7", "-3", -1.0),  # the subtraction's 3 is not the answer -3
+        ("10-3=7", "7", 1.0),
+        ("it is .5", "0.5", 1.0),
     ],
 )
 def test_gsm8k_correctness(completion: str, answer: str, reward: float) -> None:
@@ -128,4 +138,14 @@ def test_reward_factories_receive_the_context() -> None:
         fn = registry.build("test_ctx_reward", {"bonus": 2.0}, registry.RewardContext(run_dir="/r"))
         assert fn(["a", "b"]) == [2.0, 2.0] and fn.__name__ == "test_ctx_reward" and seen["run_dir"] == "/r"
     finally:
-        registry.FACTORIES.pop("test_ctx_reward")
+        registry.REWARDS.unregister("test_ctx_reward")
+
+
+def test_one_reward_table_serves_plain_rewards_and_factories() -> None:
+    with pytest.raises(UnknownName, match=r"unknown reward 'nope'; known: .*baseline_correctness"):
+        registry.build("nope")
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.register_factory("baseline_correctness")(lambda ctx: lambda completions, **_: [])
+    with pytest.raises(ValueError, match="use build"):
+        registry.get("code_game")
+    assert {"baseline_correctness", "code_game"} <= set(registry.names())

@@ -125,16 +125,29 @@ def score_samples(problems: Sequence[MbppProblem], samples: Sequence[Sequence[An
 
 
 def summary(results: Sequence[ProblemResult], eval_time: float) -> dict[str, float | int]:
-    """The ``mbpp_eval/...`` metrics (REFERENCE §5 names)."""
+    """The ``mbpp_eval/...`` metrics (REFERENCE §5 names), plus the unbiased pass@1 and, with k > 1
+    samples per problem, ``mbpp_eval/pass_at_<k>``: each problem's ``pass_at_k(n, c, k)`` averaged
+    over problems (Chen et al. 2021), k = the smallest sample count of any problem."""
     total = len(results)
     passed = sum(r.passed for r in results)
-    return {
+    out: dict[str, float | int] = {
         "mbpp_eval/pass_rate": passed / total if total else 0.0,
         "mbpp_eval/problems_passed": passed,
         "mbpp_eval/total_problems": total,
         "mbpp_eval/eval_time": eval_time,
-        "mbpp_eval/pass_at_1": sum(r.pass_at_1 for r in results) / total if total else 0.0,
+        "mbpp_eval/pass_at_1": mean_pass_at_k(results, 1),
     }
+    k = min((r.n for r in results), default=0)
+    if k > 1:
+        out[f"mbpp_eval/pass_at_{k}"] = mean_pass_at_k(results, k)
+    return out
+
+
+def mean_pass_at_k(results: Sequence[ProblemResult], k: int) -> float:
+    """Unbiased pass@k averaged over problems; a problem with no samples counts as failed."""
+    if not results:
+        return 0.0
+    return sum(pass_at_k(r.n, r.correct, k) if r.n >= k else 0.0 for r in results) / len(results)
 
 
 def results_json(results: Sequence[ProblemResult]) -> list[dict[str, Any]]:

@@ -2,8 +2,10 @@
 
 Defaults are REFERENCE §5's: sanitized config, test split, 10 problems, 512 new tokens,
 temperature 0.2, 10 s per program, at start / every 20 steps / at the end. Each evaluation logs
-``mbpp_eval/pass_rate``, ``problems_passed``, ``total_problems`` and ``eval_time`` to metrics.jsonl
-(an ``eval`` line) and W&B, and writes per-problem results to ``<run-dir>/mbpp_eval/step-<N>.json``.
+``mbpp_eval/pass_rate``, ``problems_passed``, ``total_problems`` and ``eval_time``, plus the unbiased
+``pass_at_1`` and, with ``samples`` = k > 1, ``pass_at_<k>`` (``mbpp.summary``), to metrics.jsonl
+(an ``eval`` line, which the writer mirrors to W&B), and writes per-problem results to
+``<run-dir>/mbpp_eval/step-<N>.json``.
 The interval is the callback's own parameter (an earlier callback popped it from a shared dict and
 never fired).
 """
@@ -112,13 +114,6 @@ def mbpp_eval_callback(ctx: CallbackContext, interval: int = 20, at_start: bool 
             print(f"mbpp eval step {step}: pass rate {m['mbpp_eval/pass_rate']:.3f} "
                   f"({m['mbpp_eval/problems_passed']}/{m['mbpp_eval/total_problems']}) "
                   f"in {m['mbpp_eval/eval_time']:.1f}s", flush=True)
-            try:
-                import wandb
-
-                if wandb.run is not None:
-                    wandb.log({**m, "train/global_step": step})
-            except ImportError:
-                pass
 
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
             if at_start and state.global_step == 0:

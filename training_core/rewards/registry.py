@@ -1,4 +1,5 @@
-"""The name -> reward function table that recipes refer to.
+"""The name -> reward table that recipes refer to: one ``training_core.registry.Registry`` like the
+dataset, eval-task and callback tables, whose entries are either a plain reward or a factory.
 
 Extension points (the code recipes of issue 5 use both):
 - ``@register("name")`` on a plain reward ``fn(completions, **columns) -> list[float]``; a recipe's
@@ -6,24 +7,22 @@ Extension points (the code recipes of issue 5 use both):
 - ``@register_factory("name")`` on ``factory(ctx: RewardContext, **params) -> reward fn`` for rewards
   that need the run's objects (the frozen policy of the code game, the tokenizer, the run dir). The
   trainer calls the factory once, after the model and tokenizer are loaded.
-``load_all`` imports every module in ``_REWARD_MODULES`` (missing ones are skipped) plus the recipe's
-``plugins``, so the table is complete before a recipe is resolved. Keep reward modules free of
-top-level torch imports so ``--dry-run`` stays light (import torch inside the function or factory).
+The table imports the modules in ``_REWARD_MODULES`` (missing ones are skipped) plus the recipe's
+``plugins`` on first use. Keep reward modules free of top-level torch imports so ``--dry-run`` stays
+light (import torch inside the function or factory).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from training_core.registry import Registry
+
 RewardFn = Callable[..., list[float]]
 RewardFactory = Callable[..., RewardFn]
-
-REWARDS: dict[str, RewardFn] = {}
-FACTORIES: dict[str, RewardFactory] = {}
 
 # Modules that register rewards; add a module here when it defines new ones.
 _REWARD_MODULES = (
@@ -31,6 +30,17 @@ _REWARD_MODULES = (
     "training_core.rewards.format",
     "training_core.rewards.code",
 )
+
+
+@dataclass(frozen=True)
+class Reward:
+    """A table entry: ``fn`` for a plain reward, ``factory`` for one built from the run's context."""
+
+    fn: RewardFn | None = None
+    factory: RewardFactory | None = None
+
+
+REWARDS: Registry[Reward] = Registry("reward", _REWARD_MODULES)
 
 
 @dataclass
@@ -46,9 +56,7 @@ class RewardContext:
 
 def register(name: str) -> Callable[[RewardFn], RewardFn]:
     def deco(fn: RewardFn) -> RewardFn:
-        if (name in REWARDS and REWARDS[name] is not fn) or name in FACTORIES:
-            raise ValueError(f"reward {name!r} registered twice")
-        REWARDS[name] = fn
+        REWARDS.add(name, Reward(fn=fn))
         return fn
 
     return deco
@@ -56,48 +64,43 @@ def register(name: str) -> Callable[[RewardFn], RewardFn]:
 
 def register_factory(name: str) -> Callable[[RewardFactory], RewardFactory]:
     def deco(factory: RewardFactory) -> RewardFactory:
-        if (name in FACTORIES and FACTORIES[name] is not factory) or name in REWARDS:
-            raise ValueError(f"reward {name!r} registered twice")
-        FACTORIES[name] = factory
+        REWARDS.add(name, Reward(factory=factory))
         return factory
 
     return deco
 
 
-def load_all(plugins: Iterable[str] = ()) -> dict[str, RewardFn]:
-    for mod in (*_REWARD_MODULES, *plugins):
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:  # a real import error inside the module
-                raise
-    return REWARDS
+def load_all(plugins: Iterable[str] = ()) -> dict[str, Reward]:
+    return REWARDS.load(plugins)
 
 
-def names() -> list[str]:
-    load_all()
-    return sorted({*REWARDS, *FACTORIES})
+def names(plugins: Iterable[str] = ()) -> list[str]:
+    return REWARDS.names(plugins)
 
 
-def get(name: str) -> RewardFn:
-    load_all()
-    try:
-        return REWARDS[name]
-    except KeyError:
-        known = ", ".join(names())
-        raise KeyError(f"unknown reward {name!r}; known rewards: {known}") from None
+def get(name: str, plugins: Iterable[str] = ()) -> RewardFn:
+    """The plain reward function ``name`` (UnknownName for an unknown name, ValueError for a factory)."""
+    entry = REWARDS.get(name, plugins)
+    if entry.fn is None:
+        raise ValueError(f"reward {name!r} needs the run's context: use build()")
+    return entry.fn
 
 
-def build(name: str, params: dict[str, Any] | None = None, context: RewardContext | None = None) -> RewardFn:
+def build(
+    name: str,
+    params: dict[str, Any] | None = None,
+    context: RewardContext | None = None,
+    plugins: Iterable[str] = (),
+) -> RewardFn:
     """The registered reward with ``params`` bound; ``__name__`` is kept so TRL logs it by name."""
-    load_all()
-    if name in FACTORIES:
-        fn = FACTORIES[name](context or RewardContext(), **(params or {}))
+    entry = REWARDS.get(name, plugins)
+    if entry.factory is not None:
+        fn = entry.factory(context or RewardContext(), **(params or {}))
         fn.__name__ = name  # type: ignore[attr-defined]  # TRL logs rewards/<__name__>/mean
         return fn
-    fn = get(name)
+    assert entry.fn is not None
     if not params:
-        return fn
-    bound = functools.partial(fn, **params)
-    functools.update_wrapper(bound, fn)
+        return entry.fn
+    bound = functools.partial(entry.fn, **params)
+    functools.update_wrapper(bound, entry.fn)
     return bound  # type: ignore[return-value]

@@ -3,7 +3,8 @@
 TRL hands a reward either plain strings (plain prompts) or message lists (chat prompts); every
 reward goes through ``completion_text`` so it works with both. Numbers are optionally signed
 decimals with optional thousands separators ("1,234" == 1234); a sentence's trailing period is
-not part of a number ("42." -> 42).
+not part of a number ("42." -> 42), a leading one is (".5" -> 0.5). A minus sign right after a digit
+is the subtraction operator, not a sign ("10-3=7" -> 10, 3, 7).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-NUMBER_RE = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
+NUMBER_RE = re.compile(r"(?:(?<!\d)-)?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)")
 
 
 def completion_text(completion: Any) -> str:
