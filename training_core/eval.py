@@ -21,7 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training_core.eval", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="hub id, model/checkpoint directory, or 'tiny'")
     p.add_argument("--task", default="arithmetic", help="eval task name (arithmetic, gsm8k, ...)")
-    p.add_argument("-n", type=int, default=20, help="number of held-out problems (default 20)")
+    p.add_argument("-n", type=int, default=20, help="distinct problems to score (default 20; 0 = all the task has)")
     p.add_argument("--recipe", default=None, help="take prompt style and task params from this recipe")
     p.add_argument(
         "--max-new-tokens", type=int, default=0, help="default: the recipe's max_completion_length"
@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         from training_core.platform import PlatformFacts
         from training_core.recipes import resolve
 
-        if args.n < 1:
-            raise UsageError("-n must be >= 1")
+        if args.n < 0:
+            raise UsageError("-n must be >= 0 (0 = every problem the task has)")
         is_tiny = args.model == "tiny" or "tiny" in Path(args.model).name or _is_tiny_checkpoint(args.model)
         recipe = args.recipe or ("tiny" if is_tiny else "baseline")
         cfg = resolve(recipe, args.sets, PlatformFacts()).config
