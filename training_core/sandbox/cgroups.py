@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,28 @@ def _read_key(path: Path, key: str) -> int:
     return 0
 
 
+def remove_tree(*bases: Path, wait_s: float = 0.0) -> None:
+    deadline = time.monotonic() + wait_s
+    for base in dict.fromkeys(bases):
+        while True:
+            for d in base.glob("[0-9]*"):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            with contextlib.suppress(OSError):
+                base.rmdir()
+            if not base.exists() or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+
+
+def _remove_stale(parent: Path) -> None:
+    """Parents left by a trainer that was killed (no atexit): their pid is gone."""
+    for d in parent.glob("pippa-sandbox-*"):
+        pid = d.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            remove_tree(d)
+
+
 class CgroupSlots:
     """Per-run cgroups under one parent created for this process (root only)."""
 
@@ -65,6 +88,8 @@ class CgroupSlots:
         if mem is not None and pids is not None and (ROOT / "memory").is_dir() and (ROOT / "pids").is_dir():
             mb, pb = ROOT / "memory" / mem.lstrip("/") / name, ROOT / "pids" / pids.lstrip("/") / name
             with contextlib.suppress(OSError):
+                _remove_stale(mb.parent)
+                _remove_stale(pb.parent)
                 mb.mkdir(exist_ok=True)
                 pb.mkdir(exist_ok=True)
                 return cls._registered(cls("cgroup v1", mb, pb))
@@ -75,6 +100,7 @@ class CgroupSlots:
             base = ROOT / own.lstrip("/")
             parent = base.parent if base != ROOT else ROOT
             with contextlib.suppress(OSError):
+                _remove_stale(parent)
                 b = parent / name
                 b.mkdir(exist_ok=True)
                 (b / "cgroup.subtree_control").write_text("+memory +pids")
@@ -86,14 +112,10 @@ class CgroupSlots:
         atexit.register(slots.remove)
         return slots
 
-    def remove(self) -> None:
-        """Remove the slots (empty by now) and their parents; what is still busy stays."""
-        for base in {self._mem_base, self._pids_base}:
-            for d in base.glob("[0-9]*"):
-                with contextlib.suppress(OSError):
-                    d.rmdir()
-            with contextlib.suppress(OSError):
-                base.rmdir()
+    def remove(self, wait_s: float = 2.0) -> None:
+        """Remove the slots and their parents; a dead run's last pid is freed a little after its exit,
+        so busy directories are retried for up to ``wait_s``."""
+        remove_tree(self._mem_base, self._pids_base, wait_s=wait_s)
 
     def acquire(self, memory_bytes: int, max_pids: int) -> int:
         with self._lock:
