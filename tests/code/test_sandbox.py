@@ -221,3 +221,16 @@ def test_no_bwrap_refuses_with_one_line_naming_the_package(monkeypatch: pytest.M
         detect(allow_unsafe=False)
     assert "\n" not in str(e.value) and 'sandbox.isolation = "unsafe"' in str(e.value)
     assert detect(allow_unsafe=True).isolation.mode == "unsafe"
+
+
+def test_recipe_isolation_setting_is_explicit_and_checked() -> None:
+    """Unsafe mode exists only as a named recipe setting (it lands in the run header with the config)."""
+    from training_core.errors import BadSetting
+    from training_core.platform import PlatformFacts
+    from training_core.recipes import resolve
+
+    assert resolve("code_tests", [], PlatformFacts()).config.sandbox.isolation == "strict"
+    unsafe = resolve("code_tests", ["sandbox.isolation=unsafe"], PlatformFacts())
+    assert unsafe.as_dict()["config"]["sandbox"]["isolation"] == "unsafe"
+    with pytest.raises(BadSetting):
+        resolve("code_tests", ["sandbox.isolation=off"], PlatformFacts())

@@ -32,6 +32,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from training_core.errors import SandboxMissing
 from training_core.sandbox.cgroups import CgroupSlots
 
 # Unprivileged uids handed to concurrent sandboxes, one each, so RLIMIT_NPROC counts per sandbox
@@ -41,7 +42,7 @@ UID_COUNT = 512
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and allow user namespaces"
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(SandboxMissing):
     """No real isolation here: model-written code is refused rather than run unconfined."""
 
 

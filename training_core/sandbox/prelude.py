@@ -13,7 +13,8 @@ The prelude compiles the program itself, so a syntax error is told apart from a 
 Status fd protocol: ``S`` compile failed, ``R`` started, then for test calls one line
 ``V[...]\\n`` with every call's value encoded (``values.decode`` reads it outside), then ``D`` ran to
 the end or ``X`` raised / exited early. Everything the prelude uses after the program started is
-bound to its own locals first, so rebinding ``os.write`` or a builtin changes nothing. The program
+bound to its own locals first, so rebinding ``os.write`` or a builtin changes nothing (``traceback``,
+which only formats the program's own error, is imported late because it costs ~30 ms). The program
 shares the process, so whatever it writes on the status fd is untrusted: the trainer reads values
 from it, never verdicts, and compares them with expected values the sandbox never saw.
 """
@@ -42,14 +43,14 @@ def _pippa_prelude():
                      (R.RLIMIT_FSIZE, fsize), (R.RLIMIT_NOFILE, nofile), (R.RLIMIT_CORE, 0)):
         if val >= 0:
             resource.setrlimit(res, (val, val))
-    import traceback
-    fmt_exc, fmt_only, stderr = traceback.format_exception, traceback.format_exception_only, sys.stderr
+    stderr = sys.stderr
     try:
         code = compile(src, "main.py", "exec", dont_inherit=True)
         tests = [compile(c, "<test %d>" % i, "eval", dont_inherit=True) for i, c in enumerate(calls)]
     except (SyntaxError, ValueError) as e:
         write(st, b"S")
-        stderr.write("".join(fmt_only(type(e), e)))
+        import traceback
+        stderr.write("".join(traceback.format_exception_only(type(e), e)))
         stderr.flush()
         exit_(1)
     del src
@@ -106,7 +107,8 @@ def _pippa_prelude():
         raise
     except BaseException as e:
         write(st, b"X")
-        stderr.write("".join(fmt_exc(type(e), e, e.__traceback__.tb_next)))
+        import traceback  # only here: importing it costs more than starting the interpreter
+        stderr.write("".join(traceback.format_exception(type(e), e, e.__traceback__.tb_next)))
         stderr.flush()
         sys.stdout.flush()
         exit_(1)
