@@ -39,7 +39,8 @@ from training_core.sandbox.cgroups import CgroupSlots
 # (the kernel counts processes per real uid). Chosen above typical login uids and below 65534.
 UID_BASE = 61000
 UID_COUNT = 512
-INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and allow user namespaces"
+INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and allow unprivileged user "
+                "namespaces (sysctl user.max_user_namespaces > 0)")
 
 
 class SandboxUnavailable(SandboxMissing):
