@@ -234,3 +234,19 @@ def test_recipe_isolation_setting_is_explicit_and_checked() -> None:
     assert unsafe.as_dict()["config"]["sandbox"]["isolation"] == "unsafe"
     with pytest.raises(BadSetting):
         resolve("code_tests", ["sandbox.isolation=off"], PlatformFacts())
+
+
+def test_aggregate_memory_over_the_cap_ends_with_a_reason() -> None:
+    """Four children of 100 MiB each stay under RLIMIT_AS but not under the run's 256 MiB cgroup cap."""
+    if not detect().isolation.memory_cap.startswith("cgroup"):
+        pytest.skip("no cgroup here: memory is capped per process only (Isolation.memory_cap says so)")
+    code = ("import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n        b = b'x' * (100 << 20)\n"
+            "        time.sleep(2)\n        os._exit(0)\nfor _ in range(4):\n    os.wait()\n")
+    r = run_python(code, SandboxLimits(timeout_s=5, memory_mb=160, total_memory_mb=256, max_processes=8))
+    assert r.status is Status.MEMORY_LIMIT and "256 MiB for all processes" in r.reason
+
+
+def test_disk_is_the_size_of_the_private_tmpfs() -> None:
+    code = "with open('big', 'wb') as f:\n    for _ in range(64):\n        f.write(b'x' * (1 << 20))\n"
+    r = run_python(code, SandboxLimits(disk_mb=8, max_file_bytes=1 << 30))
+    assert r.status is Status.RUNTIME_ERROR and r.reason == "disk cap: 8 MiB of tmpfs"
