@@ -70,13 +70,21 @@ class Launcher:
     bwrap: str | None
     cgroups: CgroupSlots | None = None
     extra_ro: tuple[str, ...] = ()  # host paths bound read-only (an interpreter prefix outside /usr)
+    setpriv: str | None = None  # util-linux setpriv: drops to the run's uid without forking the trainer
 
-    def prefix(self, tmp_bytes: int, shm_bytes: int, sync_fds: tuple[int, int] | None = None) -> list[str]:
+    def prefix(self, tmp_bytes: int, shm_bytes: int, sync_fds: tuple[int, int] | None = None,
+               uid: int | None = None) -> list[str]:
         """bwrap's argv; ``sync_fds`` = (info fd, block fd): the sandbox waits until the caller has put
-        its first process into the run's cgroup, so nothing it forks can start outside."""
+        its first process into the run's cgroup, so nothing it forks can start outside. ``uid``: run
+        bwrap under that uid through ``setpriv`` (Popen's ``user=`` would make Python fork() the whole
+        trainer instead of vfork())."""
         if self.bwrap is None:
             return []
-        argv = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+        argv: list[str] = []
+        if uid is not None and self.setpriv:
+            argv = [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                    "--"]
+        argv += [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                 "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
         for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
             host = f"/{top}"
@@ -151,11 +159,12 @@ def _python_candidates() -> list[tuple[str, tuple[str, ...]]]:
 def _probe(launcher: Launcher, user: int | None) -> str:
     """"" when the launcher runs a program, else what went wrong (bwrap's own message)."""
     code = "import os, resource; print('pippa-probe-ok')"
-    argv = [*launcher.prefix(1 << 20, 1 << 20), launcher.python, "-I", "-S", "-c", code]
+    argv = [*launcher.prefix(1 << 20, 1 << 20, uid=user), launcher.python, "-I", "-S", "-c", code]
+    popen_user = user if launcher.setpriv is None else None
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=20, cwd="/",
-                           env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                           user=user, group=user, extra_groups=[] if user is not None else None)
+                           env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, user=popen_user,
+                           group=popen_user, extra_groups=[] if popen_user is not None else None)
     except (OSError, subprocess.SubprocessError) as e:
         return str(e)
     if r.returncode == 0 and r.stdout.strip() == "pippa-probe-ok":
@@ -207,7 +216,8 @@ def _detect(force_mode: str | None, unsafe_ok: bool) -> Launcher:
                 notes.append("runs with the caller's uid inside a user namespace")
             iso = Isolation(mode, True, True, mode == "bwrap-root", True, cap, cap, tuple(notes))
             for python, binds in _python_candidates():
-                launcher = Launcher(iso, python, bwrap, cg, binds)
+                launcher = Launcher(iso, python, bwrap, cg, binds,
+                                    shutil.which("setpriv", path="/usr/bin:/bin") if root else None)
                 err = _probe(launcher, UID_BASE + UID_COUNT if mode == "bwrap-root" else None)
                 if not err:
                     return launcher

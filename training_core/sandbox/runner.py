@@ -207,15 +207,16 @@ def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launche
             sync = (info_w, block_r)
             child_fds += [info_w, block_r]
         disk = limits.disk_mb << 20
-        argv = [*launcher.prefix(disk - disk // 4, disk // 4, sync), launcher.python, "-I", "-S", "-B",
+        argv = [*launcher.prefix(disk - disk // 4, disk // 4, sync, uid), launcher.python, "-I", "-S", "-B",
                 "-c", PRELUDE, str(src), str(err_w), str(st_w), limits.rlimit_arg()]
         env = {"PATH": _ENV_PATH, "HOME": workdir or "/tmp", "TMPDIR": workdir or "/tmp", "LANG": "C.UTF-8"}
         before = cg.counters(slot) if cg and slot is not None else None
+        popen_uid = uid if launcher.bwrap is None or launcher.setpriv is None else None
         start = time.monotonic()
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             cwd=workdir or "/", env=env, pass_fds=child_fds, start_new_session=True,
-            user=uid, group=uid, extra_groups=[] if uid is not None else None)
+            user=popen_uid, group=popen_uid, extra_groups=[] if popen_uid is not None else None)
         for fd in child_fds:
             os.close(fd)
             fds.remove(fd)
