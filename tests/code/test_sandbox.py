@@ -250,3 +250,17 @@ def test_disk_is_the_size_of_the_private_tmpfs() -> None:
     code = "with open('big', 'wb') as f:\n    for _ in range(64):\n        f.write(b'x' * (1 << 20))\n"
     r = run_python(code, SandboxLimits(disk_mb=8, max_file_bytes=1 << 30))
     assert r.status is Status.RUNTIME_ERROR and r.reason == "disk cap: 8 MiB of tmpfs"
+
+
+def test_a_run_that_cannot_join_its_cgroup_never_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed: if the caps cannot be applied the program is killed before its first line."""
+    launcher = detect()
+    if launcher.cgroups is None:
+        pytest.skip("no cgroup caps on this host")
+
+    def refuse(slot: int, pid: int) -> None:
+        raise OSError("cgroup.procs not writable")
+
+    monkeypatch.setattr(launcher.cgroups, "join", refuse)
+    r = run_python("print('ran')", SMALL, launcher)
+    assert r.status is Status.KILLED and r.stdout == ""

@@ -221,7 +221,13 @@ def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launche
             os.close(fd)
             fds.remove(fd)
         if cg and slot is not None and sync is not None:
-            _join_cgroup(cg, slot, info_r, block_w, start + limits.timeout_s)
+            try:
+                joined = _join_cgroup(cg, slot, info_r, block_w, start + limits.timeout_s)
+            except OSError:
+                joined = False
+            if not joined:  # never let it run outside its caps: bwrap's child dies with its parent
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
         result = _collect(proc, launcher, limits, start, err_r, st_r, len(calls))
         if cg and slot is not None and before is not None:
             after = cg.counters(slot)
@@ -244,19 +250,20 @@ def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launche
             cg.release(slot)
 
 
-def _join_cgroup(cg: CgroupSlots, slot: int, info_r: int, block_w: int, deadline: float) -> None:
+def _join_cgroup(cg: CgroupSlots, slot: int, info_r: int, block_w: int, deadline: float) -> bool:
     """Read bwrap's child pid from its info fd, move that process (blocked before it runs anything)
-    into the slot's cgroups, then let it go. If bwrap failed, the info fd just closes."""
+    into the slot's cgroups, then let it go. False when that did not happen (bwrap failed: the info
+    fd just closes; or the deadline passed)."""
     buf = b""
     poller = select.poll()
     poller.register(info_r, select.POLLIN | select.POLLHUP)
     while True:
         left = deadline - time.monotonic()
         if left <= 0 or not poller.poll(left * 1000):
-            return
+            return False
         chunk = os.read(info_r, 4096)
         if not chunk:
-            return
+            return False
         buf += chunk
         try:
             child = int(json.loads(buf)["child-pid"])
@@ -265,6 +272,7 @@ def _join_cgroup(cg: CgroupSlots, slot: int, info_r: int, block_w: int, deadline
             continue
     cg.join(slot, child)
     os.write(block_w, b"1")
+    return True
 
 
 def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxLimits, start: float,
