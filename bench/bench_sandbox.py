@@ -1,15 +1,19 @@
-"""Sandbox throughput vs bare ``subprocess.run([python, '-c', ...])`` for trivial programs, same run.
+"""Sandbox throughput vs bare ``subprocess.run`` of the same trivial programs, measured in one run.
 
-Both sides run the same programs with the same number of parallel workers (default 2, the CI
-machine's cores); the sandbox side enforces every limit (namespaces, own uid, rlimits, wall clock,
-output caps, tree kill). Goal: ratio >= 0.8.
+Sides, alternating each round with the same number of parallel workers (default 2, the CI machine's
+cores): bare ``subprocess.run([trainer python, "-c", code])``; bare ``[sandbox python, "-I", "-S",
+"-c", code]`` (the same interpreter and flags as inside the sandbox: what isolation alone costs);
+the sandbox with every limit on (bubblewrap namespaces, own uid, cgroup caps, rlimits, wall clock,
+output caps, tree kill); and the sandbox without the per-run cgroup (what the cgroup move costs).
+Goal: sandbox / bare >= 0.8.
 
-    .venv/bin/python bench/bench_sandbox.py [--n 200] [--workers 2] [--rounds 3]
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_sandbox.py [--n 200] [--workers 2] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import subprocess
 import sys
 import time
@@ -22,9 +26,9 @@ def programs(n: int) -> list[str]:
     return [f"print(sum(range({i})))" for i in range(n)]
 
 
-def bare(codes: list[str], workers: int, flags: tuple[str, ...] = ()) -> float:
+def bare(codes: list[str], workers: int, python: str, flags: tuple[str, ...] = ()) -> float:
     def one(code: str) -> str:
-        argv = [sys.executable, *flags, "-c", code]
+        argv = [python, *flags, "-c", code]
         return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
 
     t0 = time.perf_counter()
@@ -48,24 +52,29 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best of each side counts")
     args = ap.parse_args()
     launcher = detect()
+    plain = dataclasses.replace(launcher, cgroups=None)
     print(f"isolation: {launcher.isolation}")
     print(f"sandbox python: {launcher.python}\nbare python: {sys.executable}")
     codes = programs(args.n)
-    best_bare = best_box = best_flags = 0.0
-    with SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=launcher) as pool:
+    best = {"bare": 0.0, "bare -I -S": 0.0, "sandbox": 0.0, "sandbox, no cgroup": 0.0}
+    with SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=launcher) as pool, \
+            SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=plain) as pool_plain:
         pool.map(codes[:4])  # warm
         for r in range(args.rounds):
-            b = bare(codes, args.workers)
-            s = sandboxed(codes, pool)
-            f = bare(codes, args.workers, ("-I", "-S"))
-            best_bare, best_box, best_flags = max(best_bare, b), max(best_box, s), max(best_flags, f)
-            print(f"round {r + 1}: bare {b:6.1f}/s  bare -I -S {f:6.1f}/s  sandbox {s:6.1f}/s  "
-                  f"ratio {s / b:.2f}")
-    print(f"best: bare {best_bare:.1f} prog/s, sandbox {best_box:.1f} prog/s, "
-          f"ratio {best_box / best_bare:.2f} (goal >= 0.80)")
-    # The sandbox starts Python with -I -S (no site-packages), which is part of why it can beat bare
-    # python; this second ratio isolates what namespaces, uid drop, limits and the pipes cost.
-    print(f"isolation cost alone: sandbox / bare python -I -S = {best_box / best_flags:.2f}")
+            got = {"bare": bare(codes, args.workers, sys.executable),
+                   "sandbox": sandboxed(codes, pool),
+                   "bare -I -S": bare(codes, args.workers, launcher.python, ("-I", "-S")),
+                   "sandbox, no cgroup": sandboxed(codes, pool_plain)}
+            best = {k: max(best[k], v) for k, v in got.items()}
+            print(f"round {r + 1}: " + "  ".join(f"{k} {v:6.1f}/s" for k, v in got.items())
+                  + f"  ratio {got['sandbox'] / got['bare']:.2f}")
+    print("best: " + ", ".join(f"{k} {v:.1f} prog/s" for k, v in best.items()))
+    print(f"sandbox / bare subprocess.run = {best['sandbox'] / best['bare']:.2f} (goal >= 0.80)")
+    print(f"sandbox / bare python -I -S = {best['sandbox'] / best['bare -I -S']:.2f} (isolation alone)")
+    per_run = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["bare -I -S"])
+    cgroup = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["sandbox, no cgroup"])
+    print(f"isolation cost per run: {per_run:.1f} ms of which the cgroup move {cgroup:.1f} ms "
+          f"({args.workers} workers)")
 
 
 if __name__ == "__main__":

@@ -172,6 +172,14 @@ class LoggingConfig:
 
 
 @dataclass
+class SandboxConfig:
+    # How model-written code (code rewards, MBPP eval) is isolated. "strict": bubblewrap namespaces,
+    # the run refuses to start without them; "unsafe": rlimits only, the program sees the host's file
+    # system and network with the trainer's rights (logged in the run header). Default "strict".
+    isolation: Literal["strict", "unsafe"] = "strict"
+
+
+@dataclass
 class RunConfig:
     # One line shown by `pippa recipes`.
     description: str = ""
@@ -194,3 +202,4 @@ class RunConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     # Extra trainer callbacks by registered name (e.g. the MBPP eval of the code recipes).
     callbacks: list[CallbackSpec] = field(default_factory=list)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)

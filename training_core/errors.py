@@ -30,5 +30,9 @@ class UnknownName(UsageError):
     """A dataset, reward, eval task or callback name that no registry knows."""
 
 
+class SandboxMissing(TrainingError):
+    """No real isolation for model-written code on this host (bubblewrap or user namespaces missing)."""
+
+
 class StartFailed(TrainingError):
     """The run failed before its first step (model or data did not load); the cause is chained."""

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from training_core.sandbox import SandboxLimits, SandboxPool, Status, detect, run_python
+from training_core.sandbox import SandboxLimits, SandboxPool, SandboxUnavailable, Status, detect, run_python
+from training_core.sandbox import isolation as sandbox_isolation
 
 SMALL = SandboxLimits(timeout_s=1.5, memory_mb=256, max_processes=8, max_output_bytes=64 * 1024,
                       max_file_bytes=1 << 20)
@@ -50,7 +51,8 @@ def test_isolation_applied_as_root() -> None:
     iso = detect().isolation
     if os.geteuid() != 0:
         pytest.skip("the strongest mode needs root")
-    assert (iso.mode, iso.network, iso.pid_namespace, iso.uid_dropped) == ("unshare-root", True, True, True)
+    assert (iso.mode, iso.network, iso.pid_namespace, iso.uid_dropped, iso.filesystem) == (
+        "bwrap-root", True, True, True, True)
 
 
 def test_clean_program_runs_with_output() -> None:
@@ -103,14 +105,16 @@ def test_gigabyte_of_output_is_cut_and_killed_quickly() -> None:
 def test_writes_outside_the_temp_dir_are_refused(tmp_path: Path) -> None:
     target = tmp_path / "evil.txt"
     r = run_python(f"open({str(target)!r}, 'w').write('pwned')", SMALL)
-    assert r.status is Status.RUNTIME_ERROR and "PermissionError" in r.stderr
+    assert r.status is Status.RUNTIME_ERROR and "FileNotFoundError" in r.stderr  # the host fs is not there
     assert not target.exists()
     home = Path(os.path.expanduser("~")) / f"pippa-evil-{uuid.uuid4().hex}"
     r = run_python(f"open({str(home)!r}, 'w').write('pwned')", SMALL)
     assert r.status is Status.RUNTIME_ERROR and not home.exists()
-    # its own working directory is writable, and it is emptied afterwards
+    # its own working directory is writable, and it does not outlive the run
     r = run_python("open('scratch.txt', 'w').write('ok'); import os; print(os.getcwd())", SMALL)
-    assert r.ok and not Path(r.stdout.strip()).exists()
+    assert r.ok and r.stdout == "/tmp\n"
+    r = run_python("print(open('scratch.txt').read())", SMALL)
+    assert r.status is Status.RUNTIME_ERROR and "FileNotFoundError" in r.stderr
 
 
 def test_parent_environment_secrets_are_not_visible(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -192,19 +196,71 @@ def test_pool_runs_in_parallel_and_keeps_order() -> None:
     assert elapsed < 1.4  # four 0.4 s sleeps overlapped
 
 
-@pytest.mark.parametrize("mode", ["unshare-user", "plain"])
+@pytest.mark.parametrize("mode", ["bwrap-user", "unsafe"])
 def test_weaker_modes_still_run_programs_and_say_what_is_missing(mode: str) -> None:
-    """What a non-root user gets: a user namespace (network still cut) or, failing that, rlimits only,
-    and the result's isolation says which."""
+    """What a non-root caller gets (bwrap in a user namespace: network and file system still cut) or,
+    only when asked for, unsafe mode; the result's isolation says which."""
     try:
         launcher = detect(force_mode=mode)
-    except RuntimeError:
+    except SandboxUnavailable:
         pytest.skip(f"{mode} not available here")
     r = run_python("import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9), timeout=0.5)\n"
                    "except OSError as e:\n    print(e.errno)\nprint('ran')", SMALL, launcher=launcher)
     assert r.ok and r.stdout.endswith("ran\n") and r.isolation.mode == mode
-    if mode == "unshare-user":
-        assert r.isolation.network and r.stdout.startswith("101")  # ENETUNREACH: no interface up
+    if mode == "bwrap-user":
+        assert r.isolation.network and r.isolation.filesystem and r.stdout[:3] in ("101", "111")
     else:
-        assert not r.isolation.network and r.isolation.notes
+        assert not r.isolation.network and "UNSAFE" in r.isolation.notes[0]
     assert run_python("while True:\n    pass", SMALL, launcher=launcher).status is Status.TIMEOUT
+
+
+def test_no_bwrap_refuses_with_one_line_naming_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed: without real isolation model code is refused unless unsafe mode was asked for."""
+    monkeypatch.setattr(sandbox_isolation.shutil, "which", lambda *a, **k: None)
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap") as e:
+        detect(allow_unsafe=False)
+    assert "\n" not in str(e.value) and 'sandbox.isolation = "unsafe"' in str(e.value)
+    assert detect(allow_unsafe=True).isolation.mode == "unsafe"
+
+
+def test_recipe_isolation_setting_is_explicit_and_checked() -> None:
+    """Unsafe mode exists only as a named recipe setting (it lands in the run header with the config)."""
+    from training_core.errors import BadSetting
+    from training_core.platform import PlatformFacts
+    from training_core.recipes import resolve
+
+    assert resolve("code_tests", [], PlatformFacts()).config.sandbox.isolation == "strict"
+    unsafe = resolve("code_tests", ["sandbox.isolation=unsafe"], PlatformFacts())
+    assert unsafe.as_dict()["config"]["sandbox"]["isolation"] == "unsafe"
+    with pytest.raises(BadSetting):
+        resolve("code_tests", ["sandbox.isolation=off"], PlatformFacts())
+
+
+def test_aggregate_memory_over_the_cap_ends_with_a_reason() -> None:
+    """Four children of 100 MiB each stay under RLIMIT_AS but not under the run's 256 MiB cgroup cap."""
+    if not detect().isolation.memory_cap.startswith("cgroup"):
+        pytest.skip("no cgroup here: memory is capped per process only (Isolation.memory_cap says so)")
+    code = ("import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n        b = b'x' * (100 << 20)\n"
+            "        time.sleep(2)\n        os._exit(0)\nfor _ in range(4):\n    os.wait()\n")
+    r = run_python(code, SandboxLimits(timeout_s=5, memory_mb=160, total_memory_mb=256, max_processes=8))
+    assert r.status is Status.MEMORY_LIMIT and "256 MiB for all processes" in r.reason
+
+
+def test_disk_is_the_size_of_the_private_tmpfs() -> None:
+    code = "with open('big', 'wb') as f:\n    for _ in range(64):\n        f.write(b'x' * (1 << 20))\n"
+    r = run_python(code, SandboxLimits(disk_mb=8, max_file_bytes=1 << 30))
+    assert r.status is Status.RUNTIME_ERROR and r.reason == "disk cap: 8 MiB of tmpfs"
+
+
+def test_a_run_that_cannot_join_its_cgroup_never_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed: if the caps cannot be applied the program is killed before its first line."""
+    launcher = detect()
+    if launcher.cgroups is None:
+        pytest.skip("no cgroup caps on this host")
+
+    def refuse(slot: int, pid: int) -> None:
+        raise OSError("cgroup.procs not writable")
+
+    monkeypatch.setattr(launcher.cgroups, "join", refuse)
+    r = run_python("print('ran')", SMALL, launcher)
+    assert r.status is Status.KILLED and r.stdout == ""

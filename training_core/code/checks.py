@@ -5,8 +5,6 @@ Kept apart from the reward module so MBPP evaluation and the rewards agree by co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from training_core.sandbox import SandboxResult, Status
 
 
@@ -26,13 +24,3 @@ def stdout_test_passed(result: SandboxResult, expected: str) -> bool:
     """A stdout test passes on exit 0, a finished program, no "error" in stderr, equal stripped stdout."""
     return (result.status is Status.OK and result.completed and "error" not in result.stderr.lower()
             and result.stdout.strip() == str(expected).strip())
-
-
-def assert_program(code: str, test_list: Sequence[str], setup: str = "") -> str:
-    """MBPP's check: setup code, the solution, then every assert."""
-    asserts = "\n".join(str(t) for t in test_list)
-    return f"{setup}\n{code}\n\n{asserts}\n" if setup.strip() else f"{code}\n\n{asserts}\n"
-
-
-def asserts_passed(result: SandboxResult) -> bool:
-    return result.status is Status.OK and result.completed

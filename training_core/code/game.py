@@ -4,7 +4,8 @@ The policy writes a program that prints an integer; an opponent (a frozen copy o
 named model) reads the program and predicts the integer. The true output comes from the sandbox,
 never from running the program in the trainer (the earlier script's bug). Rewards: +1 when the
 opponent is wrong, -1 when it is right, and -1 when the program fails or prints no integer (the
-earlier script rewarded crashing programs with +1: a crash is not a win).
+earlier script rewarded crashing programs with +1: a crash is not a win). Each program runs twice in
+fresh sandboxes; different outputs (randomness, ``hash()``, clocks, addresses) make it invalid (-1).
 
 The opponent is any ``predict(prompts) -> texts`` callable, so the game logic is tested without a
 model; ``hf_opponent`` wraps a transformers model.
@@ -41,6 +42,12 @@ def program_output(result: SandboxResult) -> int | None:
     if not re.fullmatch(r"[-+]?\d+", text) or len(text) > 4000:
         return None
     return int(text)
+
+
+def _stable_output(first: SandboxResult, second: SandboxResult) -> int | None:
+    """The printed integer when two runs of the program agree on it, else None (invalid)."""
+    a, b = program_output(first), program_output(second)
+    return a if a is not None and a == b else None
 
 
 def parse_prediction(text: str) -> int | None:
@@ -94,8 +101,12 @@ def play(completions: Sequence[Any], predict: Predictor, stats: GameStats | None
     codes = [prefix + code if (code := extract_code(c)) else "" for c in completions]
     pool = pool or default_pool()
     limits = limits or SandboxLimits(timeout_s=2.0)
-    ran = iter(pool.map([c for c in codes if c], limits))
-    truths = [program_output(next(ran)) if c else None for c in codes]
+    todo = [c for c in codes if c]
+    # twice, each in a fresh sandbox: a program whose output differs between runs (os.urandom, random,
+    # hash(), time, id()) is not "unpredictable", it is invalid: nothing could have predicted it
+    ran = pool.map(todo + todo, limits)
+    both = iter(zip(ran[:len(todo)], ran[len(todo):], strict=True))
+    truths = [_stable_output(*next(both)) if c else None for c in codes]
     valid = [i for i, t in enumerate(truths) if t is not None]
     guesses = predict([opponent_prompt.replace("{code}", codes[i]) for i in valid]) if valid else []
     rewards = [invalid] * len(codes)

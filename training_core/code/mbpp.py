@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from training_core.code.checks import assert_program, asserts_passed
+from training_core.code.asserts import AssertJob, assert_job, judged
 from training_core.code.extract import extract_code
 from training_core.sandbox import SandboxLimits, SandboxPool, SandboxResult, default_pool
 
@@ -102,22 +102,24 @@ def score_samples(problems: Sequence[MbppProblem], samples: Sequence[Sequence[An
                   pool: SandboxPool | None = None, timeout_s: float = 10.0) -> list[ProblemResult]:
     """Run every sample of every problem (all in one pool batch) against its asserts."""
     pool = pool or default_pool()
-    jobs: list[tuple[int, str]] = []
-    for i, (p, outs) in enumerate(zip(problems, samples, strict=True)):
+    jobs: list[AssertJob | None] = []
+    for p, outs in zip(problems, samples, strict=True):
         for out in outs:
             code = extract_code(out)
-            jobs.append((i, assert_program(code, p.test_list, p.setup) if code else ""))
+            jobs.append(assert_job(code, p.test_list, p.setup) if code else None)
     limits = SandboxLimits(timeout_s=timeout_s)
-    ran = iter(pool.map([prog for _, prog in jobs if prog], limits))
-    results: list[SandboxResult | None] = [next(ran) if prog else None for _, prog in jobs]
+    todo = [j for j in jobs if j]
+    ran = iter(pool.map([j.program for j in todo], limits, [j.calls for j in todo]))
+    results: list[SandboxResult | None] = [next(ran) if j else None for j in jobs]
     scored: list[ProblemResult] = []
     k = 0
     for p, outs in zip(problems, samples, strict=True):
         statuses = []
         for _ in outs:
-            r = results[k]
+            r, job = results[k], jobs[k]
             k += 1
-            statuses.append("no_code" if r is None else "pass" if asserts_passed(r) else r.status.value)
+            statuses.append("no_code" if r is None or job is None else "pass" if judged(job, r)
+                            else r.status.value)
         c = statuses.count("pass")
         scored.append(ProblemResult(p.task_id, len(outs), c, c / len(outs) if outs else 0.0, tuple(statuses),
                                     tuple(str(o) for o in outs)))

@@ -139,16 +139,16 @@ def _load_eval(n: int, seed: int, data: Any = None, config: str = "sanitized", s
 
 
 def _score(completion: str, answer: str) -> bool:
-    """One completion passes when its code plus every assert runs to the end with exit 0."""
-    from training_core.code.checks import assert_program, asserts_passed
+    """One completion passes when its code exits 0 and every assert holds (judged outside the sandbox)."""
+    from training_core.code.asserts import assert_job, judged
     from training_core.code.extract import extract_code
 
     spec = json.loads(answer)
     code = extract_code(completion)
     if not code:
         return False
-    program = assert_program(code, spec["test_list"], spec.get("setup", ""))
-    return asserts_passed(run_python(program, SandboxLimits(timeout_s=10.0)))
+    job = assert_job(code, spec["test_list"], spec.get("setup", ""))
+    return judged(job, run_python(job.program, SandboxLimits(timeout_s=10.0), calls=job.calls))
 
 
 def _metrics(res: dict[str, Any]) -> dict[str, Any]:

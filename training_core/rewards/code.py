@@ -9,8 +9,9 @@ trainer. A batch is scored through the shared pool so slow programs overlap.
 - ``test_cases``: stdout-compared tests (column ``tests``: a list of ``{"program", "expected"}``).
 - ``code_game`` / ``code_game_opponent_accuracy``: the adversarial game (``training_core.code.game``),
   built by factories because they need the policy model for the frozen opponent.
-- ``assert_tests``: MBPP style (columns ``test_list`` and ``test_setup``): passes when the code plus
-  all asserts exits 0 *and ran to its end*, so ``sys.exit(0)`` before the asserts is not a pass.
+- ``assert_tests``: MBPP style (columns ``test_list`` and ``test_setup``): the code runs in the
+  sandbox, the values the asserts need come out as plain data, and the asserts are judged in the
+  trainer, so the code can neither read, patch nor short-circuit them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from training_core.code.checks import assert_program, asserts_passed, execution_score, stdout_test_passed
+from training_core.code.asserts import assert_job, judged
+from training_core.code.checks import execution_score, stdout_test_passed
 from training_core.code.extract import extract_code
 from training_core.code.game import OPPONENT_PROMPT, GameStats, Predictor, hf_opponent, play
 from training_core.rewards.registry import RewardContext, RewardFn, register, register_factory
@@ -87,12 +89,15 @@ def assert_tests(
     passed: float = 1.0, failed: float = 0.0, answer_tag: bool = False, timeout_s: float = 10.0,
     memory_mb: int = 512, **_: Any,
 ) -> list[float]:
-    """``passed`` when code + all asserts exit 0 having run to the end, else ``failed``."""
+    """``passed`` when the code exits 0 and every assert holds, judged outside the sandbox on the
+    values the code returned (``training_core.code.asserts``), else ``failed``."""
     setups = test_setup or [""] * len(completions)
     codes = [extract_code(c, answer_tag=answer_tag) for c in completions]
-    programs = [assert_program(c, t, s) for c, t, s in zip(codes, test_list, setups, strict=True) if c]
-    results = iter(default_pool().map(programs, _limits(timeout_s, memory_mb)))
-    return [passed if c and asserts_passed(next(results)) else failed for c in codes]
+    jobs = [assert_job(c, t, s) for c, t, s in zip(codes, test_list, setups, strict=True) if c]
+    results = iter(default_pool().map([j.program for j in jobs], _limits(timeout_s, memory_mb),
+                                      [j.calls for j in jobs]))
+    judgments = iter([judged(j, next(results)) for j in jobs])
+    return [passed if c and next(judgments) else failed for c in codes]
 
 
 def _opponent(ctx: RewardContext, opponent: str, max_new_tokens: int) -> Predictor:

@@ -29,10 +29,13 @@ class SandboxPool:
     def run(self, code: str, limits: SandboxLimits | None = None) -> SandboxResult:
         return self._executor.submit(run_python, code, limits or self.limits, self.launcher).result()
 
-    def map(self, codes: Sequence[str], limits: SandboxLimits | None = None) -> list[SandboxResult]:
-        """Results in the order of ``codes``."""
+    def map(self, codes: Sequence[str], limits: SandboxLimits | None = None,
+            calls: Sequence[Sequence[str]] | None = None) -> list[SandboxResult]:
+        """Results in the order of ``codes``; ``calls[i]`` are evaluated after program i (``run_python``)."""
         lim = limits or self.limits
-        futures = [self._executor.submit(run_python, c, lim, self.launcher) for c in codes]
+        per = calls if calls is not None else [()] * len(codes)
+        futures = [self._executor.submit(run_python, c, lim, self.launcher, k)
+                   for c, k in zip(codes, per, strict=True)]
         return [f.result() for f in futures]
 
     def close(self) -> None:

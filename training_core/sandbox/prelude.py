@@ -1,26 +1,41 @@
 """The few lines the sandboxed interpreter runs before the untrusted program.
 
-Shipped as a string and run with ``python -I -S -c`` so it needs no readable package directory
-(the sandbox uid often cannot read the trainer's venv) and so it works on any Python >= 3.8.
+Shipped as a string and run with ``python -I -S -c`` so it needs no package directory (the sandbox
+sees only /usr). The program and the test calls arrive on an inherited file descriptor (a memfd,
+marshalled by the trainer), are read, and the descriptor is closed before the program runs: no copy
+sits in the sandbox's file system, and ``open(__file__)`` finds nothing.
 
 Why a prelude rather than ``preexec_fn``: rlimits set here apply to the program and everything it
-spawns, while the parent keeps using ``vfork``-fast spawning with no Python code between fork and
-exec (``preexec_fn`` is unsafe with the pool's threads). The prelude also compiles the program
-itself, so a syntax error is told apart from a program that raises ``SyntaxError`` at run time,
-and it reports on a private status pipe whether the program ran to its end: a program that calls
-``sys.exit(0)`` or ``os._exit(0)`` before its tests ran is not a pass.
+spawns, while the parent keeps using ``vfork``-fast spawning with no Python code between fork and exec.
+The prelude compiles the program itself, so a syntax error is told apart from a program that raises
+``SyntaxError`` at run time.
 
-Status bytes on the status fd: ``S`` compile failed, ``R`` started, ``D`` ran to the end, ``X`` it
-raised or exited early.
+Status fd protocol: ``S`` compile failed, ``R`` started, then for test calls one line
+``V[...]\\n`` with every call's value encoded (``values.decode`` reads it outside), then ``D`` ran to
+the end or ``X`` raised / exited early. Everything the prelude uses after the program started is
+bound to its own locals first, so rebinding ``os.write`` or a builtin changes nothing (``traceback``,
+which only formats the program's own error, is imported late because it costs ~30 ms). The program
+shares the process, so whatever it writes on the status fd is untrusted: the trainer reads values
+from it, never verdicts, and compares them with expected values the sandbox never saw.
 """
 
 from __future__ import annotations
 
 PRELUDE = r"""
-import os, sys, resource
+import os, sys, resource, marshal
 def _pippa_prelude():
-    err_fd, st = int(sys.argv[1]), int(sys.argv[2])
-    mem, cpu, nproc, fsize, nofile = (int(x) for x in sys.argv[3].split(","))
+    write, exit_ = os.write, os._exit
+    src_fd, err_fd, st = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    mem, cpu, nproc, fsize, nofile = (int(x) for x in sys.argv[4].split(","))
+    chunks = []
+    while True:
+        b = os.read(src_fd, 1 << 20)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(src_fd)
+    src, calls = marshal.loads(b"".join(chunks))
+    del chunks
     os.dup2(err_fd, 2)
     os.close(err_fd)
     R = resource
@@ -28,32 +43,75 @@ def _pippa_prelude():
                      (R.RLIMIT_FSIZE, fsize), (R.RLIMIT_NOFILE, nofile), (R.RLIMIT_CORE, 0)):
         if val >= 0:
             resource.setrlimit(res, (val, val))
-    with open("main.py", "rb") as f:
-        src = f.read()
+    stderr = sys.stderr
     try:
         code = compile(src, "main.py", "exec", dont_inherit=True)
+        tests = [compile(c, "<test %d>" % i, "eval", dont_inherit=True) for i, c in enumerate(calls)]
     except (SyntaxError, ValueError) as e:
-        os.write(st, b"S")
+        write(st, b"S")
         import traceback
-        sys.stderr.write("".join(traceback.format_exception_only(type(e), e)))
-        sys.stderr.flush()
-        os._exit(1)
+        stderr.write("".join(traceback.format_exception_only(type(e), e)))
+        stderr.flush()
+        exit_(1)
     del src
-    os.write(st, b"R")
+    T, L, TU, ST, FS, D = type, list, tuple, set, frozenset, dict
+    I, F, S, B, C, BO, N = int, float, str, bytes, complex, bool, type(None)
+    join, hexs, fhex, ihex = ",".join, bytes.hex, float.hex, int.__format__
+    tags = {L: "l", TU: "t", ST: "S", FS: "F"}
+
+    def enc(v, depth):
+        t = T(v)
+        if depth > 60:
+            raise ValueError
+        if t is N:
+            return '["n"]'
+        if t is BO:
+            return '["T"]' if v else '["f"]'
+        if t is I:
+            return '["i","%s"]' % ihex(v, "x")
+        if t is F:
+            return '["d","%s"]' % fhex(v)
+        if t is S:
+            return '["s","%s"]' % hexs(S.encode(v, "utf-8", "surrogatepass"))
+        if t is B:
+            return '["b","%s"]' % hexs(v)
+        if t is C:
+            return '["c","%s","%s"]' % (fhex(v.real), fhex(v.imag))
+        if t in tags:
+            return '["%s",[%s]]' % (tags[t], join([enc(x, depth + 1) for x in L(v)]))
+        if t is D:
+            return '["m",[%s]]' % join(["[%s,%s]" % (enc(k, depth + 1), enc(x, depth + 1))
+                                         for k, x in L(D.items(v))])
+        raise TypeError
+
+    write(st, b"R")
     sys.argv = ["main.py"]
     env = {"__name__": "__main__", "__file__": "main.py", "__builtins__": __builtins__}
     try:
         exec(code, env)
+        out = []
+        for t in tests:
+            try:
+                v = eval(t, env)
+            except BaseException as e:
+                out.append('["e","%s"]' % hexs(S.encode(T(e).__name__)))
+                continue
+            try:
+                out.append(enc(v, 0))
+            except BaseException:
+                out.append('["o"]')
+        if tests:
+            write(st, b"V[" + join(out).encode() + b"]\n")
     except SystemExit:
-        os.write(st, b"X")
+        write(st, b"X")
         raise
     except BaseException as e:
-        os.write(st, b"X")
-        import traceback
-        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
-        sys.stderr.flush()
+        write(st, b"X")
+        import traceback  # only here: importing it costs more than starting the interpreter
+        stderr.write("".join(traceback.format_exception(type(e), e, e.__traceback__.tb_next)))
+        stderr.flush()
         sys.stdout.flush()
-        os._exit(1)
-    os.write(st, b"D")
+        exit_(1)
+    write(st, b"D")
 _pippa_prelude()
 """

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import json
+import marshal
 import os
 import select
 import shutil
@@ -17,10 +19,14 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
+from training_core.sandbox.cgroups import CgroupSlots
 from training_core.sandbox.isolation import UIDS, Isolation, Launcher, detect
 from training_core.sandbox.prelude import PRELUDE
+from training_core.sandbox.values import decode
 
 
 class Status(str, enum.Enum):
@@ -40,7 +46,9 @@ class SandboxLimits:
     timeout_s: float = 3.0  # wall clock, seconds; the tree is killed when it passes
     cpu_s: int = 0  # CPU seconds per process (RLIMIT_CPU); 0 = ceil(timeout_s) + 1
     memory_mb: int = 512  # address space per process (RLIMIT_AS), MiB
-    max_processes: int = 16  # processes+threads of the sandbox uid (RLIMIT_NPROC); stops fork bombs
+    total_memory_mb: int = 1024  # all processes and tmpfs pages together (cgroup memory limit), MiB
+    max_processes: int = 16  # processes+threads (cgroup pids.max and RLIMIT_NPROC); stops fork bombs
+    disk_mb: int = 64  # writable space: /tmp (the working dir) gets 3/4, /dev/shm 1/4; both are tmpfs
     max_output_bytes: int = 1 << 20  # per stream; more and the program is killed (output_limit)
     max_file_bytes: int = 16 << 20  # largest file the program may write (RLIMIT_FSIZE)
     max_open_files: int = 256  # RLIMIT_NOFILE
@@ -61,8 +69,10 @@ class SandboxResult:
     cpu_s: float  # user+system CPU of the reaped tree
     completed: bool  # the program ran to its last line (no exception, no early sys.exit/os._exit)
     isolation: Isolation
-    launcher_error: str = ""  # what unshare itself printed, if anything
+    launcher_error: str = ""  # what bwrap itself printed, if anything
     truncated: bool = False  # some output was cut at the cap
+    values: tuple[Any, ...] | None = None  # the test calls' values (``values.Opaque`` if not built-in data)
+    reason: str = ""  # which cap ended or hampered the run (memory, processes, disk, output, time)
 
     @property
     def ok(self) -> bool:
@@ -84,8 +94,8 @@ _ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
 def _kill_tree(pid: int, pidfd: int, launcher: Launcher) -> None:
     """Kill the sandbox's whole tree and return only when its namespace is empty.
 
-    With a PID namespace: SIGKILL the namespace's first process (the launcher's ``--kill-child`` is
-    cleared when it changes uid, so we do it); the kernel then kills every process in the namespace
+    With a PID namespace: SIGKILL the namespace's first process (bwrap's init, the launcher's only
+    child); the kernel then kills every process in the namespace
     and the first process finishes exiting only once they are all gone, after which the launcher
     exits. Waiting for the launcher therefore means no survivor. Then, in every mode, SIGKILL the
     launcher's process group (all there is to do without a namespace)."""
@@ -147,8 +157,7 @@ def _pump(fds: dict[int, bytearray], pidfd: int, deadline: float,
 def _classify(streams: _Streams, kill_reason: str, rc: int, cpu_s: float, cpu_limit: int,
               err_text: str) -> Status:
     st = bytes(streams.status)
-    launcher = streams.launcher.decode("utf-8", "replace")
-    signaled = rc < 0 or "sigprocmask unblock failed" in launcher  # util-linux 2.38 on SIGKILL
+    signaled = rc < 0
     if kill_reason == "output":
         return Status.OUTPUT_LIMIT
     if kill_reason == "timeout":
@@ -167,49 +176,107 @@ def _classify(streams: _Streams, kill_reason: str, rc: int, cpu_s: float, cpu_li
     return Status.RUNTIME_ERROR
 
 
-def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launcher | None = None
-               ) -> SandboxResult:
-    """Run ``code`` as a ``__main__`` program in a fresh sandbox and wait for the result."""
+def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launcher | None = None,
+               calls: Sequence[str] = ()) -> SandboxResult:
+    """Run ``code`` as a ``__main__`` program in a fresh sandbox and wait for the result.
+
+    ``calls``: expressions evaluated in the program's namespace after it ran to its end; their values
+    come back in ``SandboxResult.values`` (for tests compared outside the sandbox)."""
     limits = limits or SandboxLimits()
     launcher = launcher or detect()
+    cg = launcher.cgroups
     uid = UIDS.acquire() if launcher.needs_uid else None
-    workdir = tempfile.mkdtemp(prefix="pippa-sbx-")
-    err_r, err_w = os.pipe()
-    st_r, st_w = os.pipe()
+    slot = cg.acquire(limits.total_memory_mb << 20, limits.max_processes + 1) if cg else None
+    workdir = tempfile.mkdtemp(prefix="pippa-sbx-") if launcher.bwrap is None else None
+    fds: list[int] = []
     try:
-        path = os.path.join(workdir, "main.py")
-        with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
-            f.write(code)
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-            os.chown(path, uid, uid)
-        os.chmod(workdir, 0o700)
-        argv = [*launcher.prefix(uid), launcher.python, "-I", "-S", "-B", "-c", PRELUDE,
-                str(err_w), str(st_w), limits.rlimit_arg()]
-        setuid_mode = launcher.isolation.mode == "setuid"
-        env = {"PATH": _ENV_PATH, "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
+        src = os.memfd_create("pippa-program", 0)
+        fds.append(src)
+        os.write(src, marshal.dumps((code.encode("utf-8", "surrogatepass").decode("utf-8", "replace"),
+                                     tuple(calls))))
+        os.lseek(src, 0, os.SEEK_SET)
+        err_r, err_w = os.pipe()
+        st_r, st_w = os.pipe()
+        fds += [err_r, err_w, st_r, st_w]
+        child_fds = [src, err_w, st_w]
+        sync: tuple[int, int] | None = None
+        if slot is not None:
+            info_r, info_w = os.pipe()
+            block_r, block_w = os.pipe()
+            fds += [info_r, info_w, block_r, block_w]
+            sync = (info_w, block_r)
+            child_fds += [info_w, block_r]
+        disk = limits.disk_mb << 20
+        argv = [*launcher.prefix(disk - disk // 4, disk // 4, sync, uid), launcher.python, "-I", "-S", "-B",
+                "-c", PRELUDE, str(src), str(err_w), str(st_w), limits.rlimit_arg()]
+        env = {"PATH": _ENV_PATH, "HOME": workdir or "/tmp", "TMPDIR": workdir or "/tmp", "LANG": "C.UTF-8"}
+        before = cg.counters(slot) if cg and slot is not None else None
+        popen_uid = uid if launcher.bwrap is None or launcher.setpriv is None else None
         start = time.monotonic()
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=workdir, env=env, pass_fds=(err_w, st_w), start_new_session=True,
-            user=uid if setuid_mode else None, group=uid if setuid_mode else None,
-            extra_groups=[] if setuid_mode else None)
-        os.close(err_w)
-        os.close(st_w)
-        err_w = st_w = -1
-        return _collect(proc, launcher, limits, start, err_r, st_r)
-    finally:
-        for fd in (err_r, err_w, st_r, st_w):
-            if fd >= 0:
+            cwd=workdir or "/", env=env, pass_fds=child_fds, start_new_session=True,
+            user=popen_uid, group=popen_uid, extra_groups=[] if popen_uid is not None else None)
+        for fd in child_fds:
+            os.close(fd)
+            fds.remove(fd)
+        if cg and slot is not None and sync is not None:
+            try:
+                joined = _join_cgroup(cg, slot, info_r, block_w, start + limits.timeout_s)
+            except OSError:
+                joined = False
+            if not joined:  # never let it run outside its caps: bwrap's child dies with its parent
                 with contextlib.suppress(OSError):
-                    os.close(fd)
-        shutil.rmtree(workdir, ignore_errors=True)
+                    os.killpg(proc.pid, signal.SIGKILL)
+        result = _collect(proc, launcher, limits, start, err_r, st_r, len(calls))
+        if cg and slot is not None and before is not None:
+            after = cg.counters(slot)
+            if after.oom_kills > before.oom_kills:
+                result = replace(result, status=Status.MEMORY_LIMIT,
+                                 reason=f"memory cap: {limits.total_memory_mb} MiB for all processes "
+                                        f"({cg.kind})")
+            elif after.fork_refusals > before.fork_refusals and not result.reason:
+                result = replace(result, reason=f"process cap: {limits.max_processes} ({cg.kind} pids.max)")
+        return result
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
         if uid is not None:
             UIDS.release(uid)
+        if cg and slot is not None:
+            cg.release(slot)
+
+
+def _join_cgroup(cg: CgroupSlots, slot: int, info_r: int, block_w: int, deadline: float) -> bool:
+    """Read bwrap's child pid from its info fd, move that process (blocked before it runs anything)
+    into the slot's cgroups, then let it go. False when that did not happen (bwrap failed: the info
+    fd just closes; or the deadline passed)."""
+    buf = b""
+    poller = select.poll()
+    poller.register(info_r, select.POLLIN | select.POLLHUP)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(left * 1000):
+            return False
+        chunk = os.read(info_r, 4096)
+        if not chunk:
+            return False
+        buf += chunk
+        try:
+            child = int(json.loads(buf)["child-pid"])
+            break
+        except (ValueError, KeyError, TypeError):
+            continue
+    cg.join(slot, child)
+    os.write(block_w, b"1")
+    return True
 
 
 def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxLimits, start: float,
-             err_r: int, st_r: int) -> SandboxResult:
+             err_r: int, st_r: int, n_calls: int) -> SandboxResult:
     assert proc.stdout is not None and proc.stderr is not None
     streams = _Streams()
     fds = {proc.stdout.fileno(): streams.out, err_r: streams.err, proc.stderr.fileno(): streams.launcher,
@@ -224,6 +291,8 @@ def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxL
     _, wstatus, usage = os.wait4(proc.pid, 0)
     duration = time.monotonic() - start
     rc = os.waitstatus_to_exitcode(wstatus)
+    if launcher.bwrap is not None and rc > 128:  # bwrap reports a signal as 128 + its number
+        rc = 128 - rc
     proc.returncode = rc
     proc.stdout.close()
     proc.stderr.close()
@@ -231,10 +300,18 @@ def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxL
     err_text = streams.err.decode("utf-8", "replace")
     cpu_limit = limits.cpu_s or int(limits.timeout_s) + 2
     status = _classify(streams, reason if reason != "leftover" else "", rc, cpu, cpu_limit, err_text)
-    launcher_msg = streams.launcher.decode("utf-8", "replace")
-    signaled_1 = "sigprocmask unblock failed" in launcher_msg
+    st = bytes(streams.status)
+    values = None
+    if n_calls and st.startswith(b"R") and b"V" in st:
+        line = st[st.index(b"V") + 1:].split(b"\n", 1)[0]
+        values = decode(line, n_calls)
+    why = {Status.TIMEOUT: f"time cap: {limits.timeout_s:g} s",
+           Status.OUTPUT_LIMIT: f"output cap: {limits.max_output_bytes} bytes per stream",
+           Status.MEMORY_LIMIT: f"memory cap: {limits.memory_mb} MiB per process (RLIMIT_AS)"}.get(status, "")
+    if not why and "No space left on device" in err_text:
+        why = f"disk cap: {limits.disk_mb} MiB of tmpfs"
     return SandboxResult(
-        status=status, exit_code=-9 if signaled_1 else rc,
-        stdout=streams.out.decode("utf-8", "replace"), stderr=err_text,
-        duration_s=duration, cpu_s=cpu, completed=bytes(streams.status).endswith(b"D"),
-        isolation=launcher.isolation, launcher_error=launcher_msg.strip(), truncated=streams.over_cap)
+        status=status, exit_code=rc, stdout=streams.out.decode("utf-8", "replace"), stderr=err_text,
+        duration_s=duration, cpu_s=cpu, completed=st.startswith(b"R") and st.endswith(b"D"),
+        isolation=launcher.isolation, launcher_error=streams.launcher.decode("utf-8", "replace").strip(),
+        truncated=streams.over_cap, values=values, reason=why)
