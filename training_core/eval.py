@@ -21,7 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training_core.eval", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="hub id, model/checkpoint directory, or 'tiny'")
     p.add_argument("--task", default="arithmetic", help="eval task name (arithmetic, gsm8k, ...)")
-    p.add_argument("-n", type=int, default=20, help="distinct problems to score (default 20; 0 = all the task has)")
+    p.add_argument("-n", type=int, default=20, help="distinct problems to score (default 20; 0 = all)")
     p.add_argument("--recipe", default=None, help="take prompt style and task params from this recipe")
     p.add_argument(
         "--max-new-tokens", type=int, default=0, help="default: the recipe's max_completion_length"
