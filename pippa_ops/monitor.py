@@ -25,7 +25,7 @@ from pippa_ops.errors import (
     RemoteCommandFailed,
     ToolMissing,
 )
-from pippa_ops.follow import Follower
+from pippa_ops.follow import RECONNECT_BACKOFF_S, Follower
 from pippa_ops.gpu import Gpu, GpuStream
 from pippa_ops.inventory import HostSpec
 from pippa_ops.monitor_state import (
@@ -56,7 +56,7 @@ __all__ = [
 # ------------------------------------------------------------------------------------------- monitors
 Emit = Callable[[HostEvent | RunUpdated], None]
 Sink = Callable[[bytes], None]
-BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # waits between reconnect attempts; the last repeats
+BACKOFF_S = RECONNECT_BACKOFF_S  # waits between reconnect attempts; the last repeats
 RUNS_EVERY_S = 3.0  # the run list is refreshed this often (after the previous poll finished)
 LOST = (HostUnreachable, AuthFailed, HostKeyRejected, OSError, EOFError, TimeoutError, paramiko.SSHException)
 

@@ -16,6 +16,7 @@ import io
 import os
 import select
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -155,6 +156,7 @@ class Transport(abc.ABC):
 
     name: str
     is_local: bool = False
+    agent_python: str = "python3"  # what runs the host agent (pippa_ops.agent)
 
     @abc.abstractmethod
     def run(
@@ -251,6 +253,7 @@ class LocalTransport(Transport):
 
     def __init__(self, name: str = "local") -> None:
         self.name = name
+        self.agent_python = sys.executable
 
     def run(
         self,

@@ -23,7 +23,7 @@ from pippa_ops.errors import ExitCode, PippaError
 COMMANDS: dict[str, tuple[str, str]] = {
     "hosts": (
         "pippa_ops.cli.hosts_cmd",
-        "The inventory (local, pippa.toml, ~/.config/pippa/hosts.toml), reachability checked in parallel.",
+        "Hosts (local, pippa.toml, ~/.config/pippa/hosts.toml, ~/.ssh/config aliases), checked in parallel.",
     ),
     "up": (
         "pippa_ops.cli.hosts_cmd",

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from pippa_ops.cli.common import HostOpt, JsonOpt, emit_json
+from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json
 from pippa_ops.connect import connect, open_transport
 from pippa_ops.errors import AmbiguousSession, ExitCode, PippaError, RunNotFound, SessionNotFound
 from pippa_ops.fanout import fan_out
@@ -164,28 +164,43 @@ def run_cmd(
 
 
 def ps_cmd(
-    host: HostOpt = None,
+    host: Annotated[
+        list[str] | None, typer.Option("--host", "-H", help=HOST_HELP + " Repeatable; default: every host.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Runs on every host (in parallel) or one: state, duration, last step and reward."""
-    hosts = [host] if host else _all_hosts()
+    hosts = list(dict.fromkeys(host)) if host else _all_hosts()
     results = fan_out(hosts, _host_runs)
     if as_json:
         emit_json(
             {
                 h: (
-                    {"error": str(r)}
+                    {"error": str(r), "exit_code": int(r.exit_code)}
                     if isinstance(r, PippaError)
                     else {"runs": [x.to_json() for x in r.runs]}
                 )
                 for h, r in results.items()
             }
         )
-        return
+    else:
+        render_ps(results)
+    # A host the user named that failed (unknown, unreachable, changed key) fails the command;
+    # the others were still listed.
+    failed = [r for r in results.values() if isinstance(r, PippaError)]
+    if host and failed:
+        for r in failed:
+            _note(str(r))
+        raise typer.Exit(int(failed[0].exit_code))
+
+
+def render_ps(results: dict[str, HostRuns | PippaError]) -> None:
     from rich.console import Console  # only ps draws a table: run/logs/stop start without rich
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(box=None, header_style="bold")
+    failures: list[str] = []
     for col in (
         "HOST",
         "SESSION",
@@ -201,7 +216,7 @@ def ps_cmd(
         table.add_column(col, no_wrap=col != "RECIPE/COMMAND")
     for h, r in results.items():
         if isinstance(r, PippaError):
-            table.add_row(h, "-", "-", f"[red]{r}[/red]", "unreachable", "", "", "", "", "")
+            table.add_row(h, "-", "-", f"[red]{escape(str(r))}[/red]", "unreachable", "", "", "", "", "")
             continue
         if not r.runs:
             table.add_row(h, "-", "-", "(no runs)", "", "", "", "", "", "")
@@ -219,7 +234,12 @@ def ps_cmd(
                 "-" if x.last_reward is None else f"{x.last_reward:.3f}",
                 commit,
             )
-    Console(width=None if sys.stdout.isatty() else 240).print(table)
+            if x.state == "failed" and x.error:
+                failures.append(f"{h} {x.run_id}: {x.state_text}: {x.error}")
+    console = Console(width=None if sys.stdout.isatty() else 240)
+    console.print(table)
+    for line in failures:  # why each failed run failed, in full (the table has no room for it)
+        console.print(escape(line), style="red", soft_wrap=True)
 
 
 def logs_cmd(
@@ -240,6 +260,8 @@ def logs_cmd(
             read_all(transport, f"{spec.remote_dir.rstrip('/')}/runs/{run.run_id}/output.log")
         )
         sys.stdout.buffer.flush()
+    if follow:  # the run had already ended: -f still exits with its code, as when following it
+        raise typer.Exit(_exit_for([run.exit_code]))
 
 
 def attach_cmd(

@@ -98,7 +98,8 @@ def test_run_cmd_records_output_and_exit_code_and_ps_logs_read_them(local: Local
     assert "session: job1" in p.stdout and "pippa attach job1 --host local" in p.stdout
     assert f"pippa logs {run_id} --host local -f" in p.stdout
     rec = local.wait_state(run_id, lambda r: r["state"] != "running")
-    assert (rec["state"], rec["exit_code"], rec["session"]) == ("finished", 3, "job1")
+    assert (rec["state"], rec["exit_code"], rec["session"]) == ("failed", 3, "job1")
+    assert (rec["state_text"], rec["error"]) == ("failed (exit 3)", "oops")  # why it failed
     assert rec["command"] == "echo hello from job; echo oops >&2; exit 3"
     assert (local.run_dir(run_id) / "exit_code").read_text() == "3\n"
     logs = local.pippa("logs", "job1")
