@@ -238,6 +238,21 @@ def load_inventory(repo: Path | None = None) -> dict[str, HostSpec]:
     return out
 
 
+def default_host() -> str:
+    """Where ``pippa run`` goes without ``--host``: ``default_host`` at the top of the personal
+    hosts.toml, else ``local`` (this machine)."""
+    path = personal_inventory_path()
+    if not path.is_file():
+        return LOCAL
+    try:
+        value = tomllib.loads(path.read_text()).get("default_host", LOCAL)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise UsageError(f"cannot read {path}: {e}") from e
+    if not isinstance(value, str) or not value:
+        raise UsageError(f"{path}: default_host must be a host name")
+    return value
+
+
 def local_spec(repo: Path | None = None) -> HostSpec:
     """The host ``local``: this machine, the repo root itself as remote_dir (no copy)."""
     return HostSpec(name=LOCAL, remote_dir=str(repo or repo_root()), source="local")

@@ -19,7 +19,7 @@ from pippa_ops.connect import connect, open_transport
 from pippa_ops.errors import AmbiguousSession, ExitCode, PippaError, RunNotFound, SessionNotFound
 from pippa_ops.fanout import fan_out
 from pippa_ops.follow import read_all
-from pippa_ops.inventory import LOCAL, HostSpec, load_inventory, resolve
+from pippa_ops.inventory import LOCAL, HostSpec, default_host, load_inventory, resolve
 from pippa_ops.recipes import list_recipes
 from pippa_ops.runs import DEFAULT_GRACE_S, LaunchResult, attach_argv, follow_run, launch, stop
 from pippa_ops.runs_list import HostRuns, RunRecord, current_run, list_runs, select_runs
@@ -77,10 +77,11 @@ def _label(r: RunRecord, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def render_launch(result: LaunchResult, spec: HostSpec) -> None:
+def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True) -> None:
     for run_id in result.run_ids:
         typer.echo(f"started {run_id}")
-    typer.echo(f"  host:    {result.host}")
+    where = "" if chosen else "   (the default host: --host, or default_host in ~/.config/pippa/hosts.toml)"
+    typer.echo(f"  host:    {result.host}{where}")
     typer.echo(f"  session: {result.session}")
     typer.echo(f"  attach:  {result.attach_hint()}   (or: {join(attach_argv(spec, result.session))})")
     typer.echo(f"  logs:    {result.logs_hint()}")
@@ -114,8 +115,19 @@ def _exit_for(codes: list[int | None]) -> int:
 
 
 def run_cmd(
-    recipes: Annotated[list[str] | None, typer.Argument(help="Recipe names (several: a sweep).")] = None,
-    host: HostOpt = None,
+    recipes: Annotated[
+        list[str] | None,
+        typer.Argument(help="Recipe names (several: a sweep). Default: tiny.", show_default=False),
+    ] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(
+            "--host",
+            "-H",
+            help=HOST_HELP + " Default: default_host in ~/.config/pippa/hosts.toml, else local.",
+            show_default=False,
+        ),
+    ] = None,
     name: Annotated[str, typer.Option("--name", "-n", help="tmux session name.")] = DEFAULT_SESSION,
     cmd: Annotated[
         str | None, typer.Option("--cmd", help="Run this shell command instead of a recipe.")
@@ -136,7 +148,7 @@ def run_cmd(
     names = list(recipes or [])
     if not names and cmd is None:
         names = ["tiny"]  # the README's main job
-    spec, transport = connect(host or LOCAL)
+    spec, transport = connect(host or default_host())
     with transport:
         result = launch(
             spec,
@@ -158,7 +170,7 @@ def run_cmd(
                 }
             )
         else:
-            render_launch(result, spec)
+            render_launch(result, spec, chosen=host is not None)
         if follow:
             raise typer.Exit(follow_runs(transport, spec, list(result.run_ids), result.session))
 

@@ -116,3 +116,12 @@ def test_unknown_host_lists_each_known_name_once(home: Path) -> None:
     with pytest.raises(UnknownHost) as e:
         resolve("nope")
     assert str(e.value).endswith("known: local, h100-a, h100-b")
+
+
+def test_default_host_comes_from_the_personal_file_else_local(home: Path) -> None:
+    from pippa_ops.inventory import default_host
+
+    assert default_host() == "local"
+    personal = home / ".config" / "pippa" / "hosts.toml"
+    personal.write_text('default_host = "h100-a"\n' + personal.read_text())
+    assert default_host() == "h100-a" and resolve("h100-a").address == "192.222.52.59"

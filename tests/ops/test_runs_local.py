@@ -96,6 +96,7 @@ def test_run_cmd_records_output_and_exit_code_and_ps_logs_read_them(local: Local
     assert p.returncode == 0, p.stderr
     (run_id,) = started_ids(p.stdout)
     assert "session: job1" in p.stdout and "pippa attach job1 --host local" in p.stdout
+    assert "host:    local   (the default host" in p.stdout  # no --host: it says where the run went
     assert f"pippa logs {run_id} --host local -f" in p.stdout
     rec = local.wait_state(run_id, lambda r: r["state"] != "running")
     assert (rec["state"], rec["exit_code"], rec["session"]) == ("failed", 3, "job1")
