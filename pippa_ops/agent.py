@@ -1,17 +1,20 @@
 """The host side of pippa: one stdlib-only Python program that answers each remote operation.
 
-The laptop sends this file over the already-open SSH channel with every operation (``agent_client``):
-``python3 -S -c BOOTSTRAP`` reads ``<n>\\n`` + n bytes of this program (zlib) and ``<m>\\n`` + m bytes
-of a JSON request from stdin, then runs ``main``. What follows the request on stdin belongs to the
-verb (the sync stream; for ``follow``, its end means the client went away). So one operation is one
-round trip, nothing is installed on the host, and nothing but the constant bootstrap reaches a shell.
+The laptop (``agent_client``) starts it with ONE fixed command, ``python3 -S -I -c BOOTSTRAP``, and
+sends framed JSON requests (``<n>\\n`` + n bytes) on stdin. The bootstrap runs the compiled agent
+cached on the host (``~/.cache/pippa``, by content hash, see ``agent_client``) or, on first use,
+receives it on stdin. One agent process then answers several requests in turn (``serve``): a sync's
+listing and its marker, a launch's listing and start, are one Python start-up and one channel.
 
-Verbs answer with one JSON object on stdout (``{"error": kind, "message": ...}`` for an expected
-failure), or with a raw byte stream (``follow``, ``read``). The host ``local`` runs the same program
-through ``LocalTransport``, and the unit tests call the functions below directly.
+Verbs answer with one JSON line on stdout (``{"error": kind, "message": ...}`` for an expected
+failure), or with a raw byte stream (``follow``, ``read``). A verb that reads the rest of stdin (the
+sync stream of ``sync_apply``; ``follow``, for which its end means the client went away) or streams
+its answer is the last of its process. The host ``local`` runs the same program through
+``LocalTransport``, and the unit tests call the functions below directly.
 
 Runs on python3 >= 3.8 with the standard library only: it must not import pippa_ops or anything else
-that is not on a bare host (a test parses it with ``feature_version=(3, 8)``).
+that is not on a bare host (a test parses it with ``feature_version=(3, 8)``). Start-up time counts:
+modules only some verbs need (subprocess, shutil, tempfile, threading) are imported where used.
 """
 
 from __future__ import annotations
@@ -19,13 +22,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import stat
-import subprocess
 import sys
-import tempfile
-import threading
 import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing subprocess costs every request ~10 ms
+    import subprocess
 
 # Kept in step with pippa_ops.shell / pippa_ops.tmux (this file cannot import them).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -65,13 +68,20 @@ def search_path() -> str:
 
 
 def which(tool: str) -> str | None:
-    return shutil.which(tool, path=search_path())
+    """``shutil.which`` on the search path, without importing shutil."""
+    for d in search_path().split(os.pathsep):
+        path = os.path.join(d, tool)
+        if d and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
 
 
 def run(
     argv: list[str], timeout: float = 60, input: bytes | None = None, env: dict | None = None
 ) -> subprocess.CompletedProcess:
     """Run an argument list (no shell); a missing tool reads as exit status 127."""
+    import subprocess
+
     try:
         return subprocess.run(
             argv, input=input, stdin=None if input is not None else subprocess.DEVNULL,
@@ -454,6 +464,8 @@ def follow(req: dict, poll_s: float = 0.1) -> None:
     ``end_file`` exists or ``session`` is gone; then one last read, so nothing written before the
     end is missed. Without an end condition it streams until the client goes away."""
     if req.get("watch_stdin", True):
+        import threading
+
         threading.Thread(target=_exit_on_stdin_eof, daemon=True).start()
     path = host_path(req["path"])
     offset = int(req.get("offset", 0))
@@ -563,6 +575,8 @@ class Placer:
         self.real_dir(os.path.dirname(rel))
         dst = os.path.join(self.root, rel)
         if os.path.isdir(dst) and not os.path.islink(dst):
+            import shutil
+
             shutil.rmtree(dst)  # the repo now has a file where the host had a directory
         os.rename(os.path.join(self.stage, rel), dst)  # replaces a symlink itself, never its target
 
@@ -590,6 +604,10 @@ def sync_apply(req: dict) -> dict:
     """Unpack the compressed tar that follows the request on stdin into a private stage, then move
     each file into place (rename: atomic, so every file is old or new), delete, write the marker.
     The stage is removed whatever happens."""
+    import shutil
+    import subprocess
+    import tempfile
+
     root = host_path(req["remote_dir"])
     send = [safe_rel(n) for n in req["send"]]
     delete = [safe_rel(n) for n in req["delete"]]
@@ -630,6 +648,8 @@ def sync_apply(req: dict) -> dict:
 
 
 def _remove_stale_stages(pippa: str) -> None:
+    import shutil
+
     now = time.time()
     for name in os.listdir(pippa):
         path = os.path.join(pippa, name)
@@ -677,22 +697,22 @@ def read_exact(n: int) -> bytes:
     return buf
 
 
-def read_frame() -> bytes:
-    """``<n>\\n`` then n bytes (read one byte at a time up to the newline: no read-ahead)."""
+def read_frame() -> bytes | None:
+    """``<n>\\n`` then n bytes (the header read one byte at a time: no read-ahead); None when stdin
+    ends before a frame begins (the client has no more requests)."""
     head = b""
     while not head.endswith(b"\n"):
         c = os.read(0, 1)
         if not c:
-            raise SystemExit("pippa agent: the request was cut short")
+            if head:
+                raise SystemExit("pippa agent: the request was cut short")
+            return None
         head += c
     return read_exact(int(head))
 
 
-def answer(verb: str, req: dict) -> int:
-    """Run one verb; JSON verbs print their answer (or their expected failure) as one line."""
-    if verb in STREAM_VERBS:
-        STREAM_VERBS[verb](req)
-        return 0
+def answer(verb: str, req: dict) -> None:
+    """Run one JSON verb and print its answer (or its expected failure) as one line."""
     if verb not in JSON_VERBS:
         raise SystemExit(f"pippa agent: unknown verb {verb!r}")
     try:
@@ -700,12 +720,25 @@ def answer(verb: str, req: dict) -> int:
     except AgentError as e:
         result = {"error": e.kind, "message": str(e)}
     write_out((json.dumps(result) + "\n").encode())
-    return 0
+
+
+def serve(first: bytes | None) -> None:
+    """Answer ``first`` and then each request that follows on stdin, until stdin ends; a stream verb
+    owns the rest of stdin and stdout, so it is the last request of its process."""
+    request = first
+    while request is not None:
+        message = json.loads(request)
+        verb, args = message["verb"], message.get("args", {})
+        if verb in STREAM_VERBS:
+            STREAM_VERBS[verb](args)
+            return
+        answer(verb, args)
+        request = read_frame()
 
 
 def main() -> None:
-    request = json.loads(read_frame())
-    sys.exit(answer(request["verb"], request.get("args", {})))
+    """``python3 agent.py < requests``: the same service without the bootstrap (for debugging)."""
+    serve(read_frame())
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from pippa_ops import agent_client
 from pippa_ops.errors import HostUnreachable
-from pippa_ops.transport import Process, Transport
+from pippa_ops.transport import Process, Transport, read_to_end
 
 # Waits between reconnect attempts (the last repeats): `logs -f` and the dashboard share them.
 RECONNECT_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
@@ -86,14 +86,9 @@ def read_all(transport: Transport, path: str, offset: int = 0) -> bytes:
     the file does not exist)."""
     with agent_client.start(transport, "read", {"path": path, "offset": offset}) as proc:
         proc.close_stdin()
-        out = bytearray()
-        while True:
-            data = proc.read(65536)
-            if not data:
-                break
-            out += data
+        out = read_to_end(proc)
         agent_client.check_stream(transport, "read", proc, proc.wait(60))
-        return bytes(out)
+        return out
 
 
 def follow_to_end(

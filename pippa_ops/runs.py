@@ -79,10 +79,13 @@ def local_python(root: Path) -> str:
     return sys.executable
 
 
-def sync_for_launch(spec: HostSpec, transport: Transport, marker: list[dict[str, object]]) -> SyncInfo:
+def sync_for_launch(
+    spec: HostSpec, transport: Transport, marker: list[dict[str, object]], agent: agent_client.Session
+) -> SyncInfo:
     """Sync the repo (for ``local`` it only writes the marker); commit + dirty. A no-change sync
-    leaves its marker in ``marker``: the launch request writes it (one round trip fewer)."""
-    result = sync_repo(spec, transport, repo_root(), defer_marker=marker)
+    leaves its marker in ``marker``: the launch request writes it (one round trip fewer), and its
+    agent process is the one that then launches (one Python start-up on the host, not two)."""
+    result = sync_repo(spec, transport, repo_root(), defer_marker=marker, agent=agent)
     return {"commit": result.commit, "dirty": result.dirty}
 
 
@@ -129,8 +132,25 @@ def launch(
     now = time.time()
     remote_dir = spec.remote_dir
     jobs = plan_jobs(spec, remote_dir, recipes, command, sets, now)
+    with agent_client.Session(transport) as agent:
+        sync_info = _launch(spec, transport, agent, jobs, session, replace, gap_s, sync, now)
+    return LaunchResult(spec.name, session, tuple(j.run_id for j in jobs), sync_info)
+
+
+def _launch(
+    spec: HostSpec,
+    transport: Transport,
+    agent: agent_client.Session,
+    jobs: list[Job],
+    session: str,
+    replace: bool,
+    gap_s: float,
+    sync: bool,
+    now: float,
+) -> SyncInfo | None:
+    remote_dir = spec.remote_dir
     marker: list[dict[str, object]] = []  # a no-change sync's marker: written by the launch request
-    sync_info = sync_for_launch(spec, transport, marker) if sync else None
+    sync_info = sync_for_launch(spec, transport, marker, agent) if sync else None
     runs = [
         {
             "run_id": job.run_id,
@@ -157,12 +177,12 @@ def launch(
         "sync_marker": marker[0] if marker else None,
     }
     try:
-        agent_client.call(transport, "launch", request)
+        agent.call("launch", request)
     except SessionExists as e:
         raise SessionExists(
             f"{spec.name}: tmux session {session!r} is running; stop it, pick another --name, or --replace"
         ) from e
-    return LaunchResult(spec.name, session, tuple(j.run_id for j in jobs), sync_info)
+    return sync_info
 
 
 def _tmux_new(session: str, remote_dir: str, run_ids: Sequence[str], gap_s: float) -> list[str]:
@@ -184,7 +204,14 @@ def stop(spec: HostSpec, transport: Transport, name: str, *, grace_s: float = DE
     """Interrupt the run ``name`` (run id or session) so it can save, kill after ``grace_s``:
     its runs are marked stop_requested, the session gets Ctrl-C, and is killed once the run has
     written its exit code or the grace period is over (ending a sweep's remaining runs)."""
-    host_runs = list_runs(transport, spec.remote_dir)
+    with agent_client.Session(transport) as agent:  # list, stop, list again: one agent process
+        return _stop(spec, transport, agent, name, grace_s)
+
+
+def _stop(
+    spec: HostSpec, transport: Transport, agent: agent_client.Session, name: str, grace_s: float
+) -> StopResult:
+    host_runs = list_runs(transport, spec.remote_dir, agent=agent)
     run = current_run(host_runs, name)
     if not run.active:
         return StopResult(spec.name, run.session, run, run, False)
@@ -197,8 +224,8 @@ def stop(spec: HostSpec, transport: Transport, name: str, *, grace_s: float = DE
         "grace_s": grace_s,
         "stamp": time.time(),
     }
-    answer = agent_client.call(transport, "stop", request, timeout=grace_s + 60)
-    after = _find(list_runs(transport, spec.remote_dir), run.run_id)
+    answer = agent.call("stop", request, timeout=grace_s + 60)
+    after = _find(list_runs(transport, spec.remote_dir, agent=agent), run.run_id)
     return StopResult(spec.name, run.session, run, after, bool(answer.get("killed_session")))
 
 

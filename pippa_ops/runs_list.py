@@ -188,9 +188,17 @@ def host_runs(host: str, answer: dict[str, Any]) -> HostRuns:
     return HostRuns(host=host, now=now, sessions=sessions, identities=idents, runs=tuple(runs))
 
 
-def list_runs(transport: Transport, remote_dir: str, limit: int = DEFAULT_LIMIT) -> HostRuns:
-    """Every run record on the host (the last ``limit`` run dirs), in one round trip."""
-    answer = agent_client.call(transport, "list_runs", {"remote_dir": remote_dir, "limit": limit})
+def list_runs(
+    transport: Transport,
+    remote_dir: str,
+    limit: int = DEFAULT_LIMIT,
+    *,
+    agent: agent_client.Session | None = None,
+) -> HostRuns:
+    """Every run record on the host (the last ``limit`` run dirs), in one round trip (in ``agent``'s
+    process when the caller has one going)."""
+    args = {"remote_dir": remote_dir, "limit": limit}
+    answer = agent.call("list_runs", args) if agent else agent_client.call(transport, "list_runs", args)
     return host_runs(transport.name, answer)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from pippa_ops._paramiko import paramiko
 from pippa_ops.errors import AuthFailed, HostKeyChanged, HostKeyUnknown, HostUnreachable, UnknownHost
 from pippa_ops.inventory import HostSpec, known_hosts_path, load_ssh_config, resolve
-from pippa_ops.transport import Command, CommandResult, Process, Transport, as_shell_line, finish
+from pippa_ops.transport import Command, CommandResult, Process, Transport, as_shell_line, finish, read_to_end
 
 CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15
@@ -276,14 +276,9 @@ class SSHTransport(Transport):
                 writer.start()
             else:
                 proc.close_stdin()
-            out = bytearray()
             deadline = None if timeout is None else t0 + timeout
             proc.set_deadline(deadline)
-            while True:
-                chunk = proc.read()
-                if not chunk:
-                    break
-                out += chunk
+            out = read_to_end(proc)
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             status = proc.wait(remaining)
         except TimeoutError as e:
@@ -291,7 +286,7 @@ class SSHTransport(Transport):
             raise TimeoutError(f"{self.name}: command timed out after {timeout}s") from e
         finally:
             proc.close()
-        return finish(self.name, line, status, bytes(out), proc.stderr_text(), t0, check)
+        return finish(self.name, line, status, out, proc.stderr_text(), t0, check)
 
     def start(self, command: Command) -> SSHProcess:
         chan = self.channel()

@@ -32,7 +32,7 @@ from pippa_ops import agent_client
 from pippa_ops.errors import RemoteCommandFailed, UsageError
 from pippa_ops.inventory import HostSpec
 from pippa_ops.shell import sh_path
-from pippa_ops.transport import CommandResult, Transport
+from pippa_ops.transport import Transport, read_to_end
 
 PROTECTED_TOP = (".pippa", "runs", ".venv")  # never sent, changed or deleted on the host
 IGNORE_FILE = ".pippaignore"
@@ -167,8 +167,8 @@ def parse_listing(answer: dict[str, object]) -> Listing:
     return Listing(files, bool(answer.get("zstd")))
 
 
-def remote_files(transport: Transport, remote_dir: str) -> Listing:
-    return parse_listing(agent_client.call(transport, "sync_list", {"remote_dir": remote_dir}))
+def remote_files(agent: agent_client.Session, remote_dir: str) -> Listing:
+    return parse_listing(agent.call("sync_list", {"remote_dir": remote_dir}))
 
 
 def plan(local: dict[str, FileStat], remote: dict[str, FileStat], deletable: set[str] | None) -> Plan:
@@ -246,12 +246,20 @@ def sync(
     dry_run: bool = False,
     progress: Progress | None = None,
     defer_marker: list[dict[str, object]] | None = None,
+    agent: agent_client.Session | None = None,
 ) -> SyncResult:
     """Bring ``spec.remote_dir`` on the host up to date with ``repo``; see the module docstring.
 
     ``defer_marker``: when nothing travels, append the marker (sync.json's content) here instead of
     writing it, for a caller that sends the host a request next anyway (``pippa run`` saves a round
-    trip); the caller must have it written."""
+    trip); the caller must have it written. ``agent``: the caller's agent session, to be used again
+    after the sync (``pippa run``); by default the sync has one of its own."""
+    if agent is None:
+        with agent_client.Session(transport) as own:
+            return sync(
+                spec, transport, repo, delete=delete, dry_run=dry_run, progress=progress,
+                defer_marker=defer_marker, agent=own,
+            )  # fmt: skip
     t0 = time.monotonic()
     if transport.is_local:
         commit, dirty = tree_state(repo)  # the repo is the remote dir: only the marker
@@ -268,7 +276,7 @@ def sync(
 
     def list_remote() -> None:
         try:
-            remote_box["v"] = remote_files(transport, remote_dir)
+            remote_box["v"] = remote_files(agent, remote_dir)
         except BaseException as e:  # re-raised in the caller's thread
             remote_box["v"] = e
 
@@ -298,11 +306,11 @@ def sync(
         if defer_marker is not None:
             defer_marker.append(marker)
         else:
-            agent_client.call(transport, "sync_marker", {"remote_dir": remote_dir, "marker": marker})
+            agent.call("sync_marker", {"remote_dir": remote_dir, "marker": marker})
         return _finish(result, 0, t0)
     args: dict[str, object] = {"remote_dir": remote_dir, "send": todo.send, "delete": todo.delete}
     args.update(marker=marker, zstd=zstd)
-    with agent_client.start(transport, "sync_apply", args) as proc:
+    with agent.stream("sync_apply", args) as proc:
         try:
             sent_bytes = _send_stream(repo, todo.send, proc.write, progress, zstd)
         except BaseException:
@@ -313,13 +321,11 @@ def sync(
                 proc.wait(5)
             raise
         proc.close_stdin()
-        out = bytearray()
-        while chunk := proc.read():
-            out += chunk
+        out = read_to_end(proc)
         status = proc.wait(600)
         if status != 0:
             raise RemoteCommandFailed(f"{spec.name}: sync failed on the host: {proc.stderr_text().strip()}")
-        agent_client.parse(transport, "sync", CommandResult(spec.name, "", 0, out.decode(), "", 0))
+        agent_client.parse_answer(transport, "sync", out)
     return _finish(result, sent_bytes, t0)
 
 

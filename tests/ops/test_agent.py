@@ -247,7 +247,6 @@ def test_launch_refuses_an_existing_session_without_touching_it(tmp_path: Path, 
 
 def test_session_exists_reaches_the_laptop_as_its_typed_error(tmp_path: Path) -> None:
     t = LocalTransport()
-    answer = '{"error": "session_exists", "message": "session s exists"}\n'
-    result = agent_client.CommandResult("local", "", 0, answer, "", 0.0)
+    answer = b'{"error": "session_exists", "message": "session s exists"}\n'
     with pytest.raises(SessionExists):
-        agent_client.parse(t, "launch", result)
+        agent_client.parse_answer(t, "launch", answer)
