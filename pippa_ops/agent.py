@@ -369,9 +369,12 @@ def launch(req: dict) -> dict:
         if not NAME_RE.match(r["run_id"]):
             raise AgentError("usage", f"invalid run id {r['run_id']!r}")
         d = os.path.join(base, r["run_id"])
-        os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, "run.json"), "w") as f:
-            f.write(r["run_json"] + "\n")
+        if r.get("resume"):
+            reopen_run_dir(d, session, float(req["stamp"]))
+        else:
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "run.json"), "w") as f:
+                f.write(r["run_json"] + "\n")
         with open(os.path.join(d, "cmd.sh"), "w") as f:
             f.write(r["cmd_sh"])
     p = tmux(*req["tmux_argv"][1:])
@@ -384,6 +387,27 @@ def launch(req: dict) -> dict:
         with open(os.path.join(base, r["run_id"], "tmux_session"), "w") as f:
             f.write(ident + "\n")
     return {"identity": ident}
+
+
+# What says a run has started or ended; a resumed run starts without them (its log, metrics and
+# checkpoints stay).
+RUN_STATE_FILES = ("exit_code", "exit_code.tmp", "started", "stop_requested", "tmux_session")
+
+
+def reopen_run_dir(d: str, session: str, stamp: float) -> None:
+    """Keep the run directory of a run that resumes: clear its state files, and record in run.json
+    the session it now runs in and when it resumed (its command and recipe stay as launched)."""
+    try:
+        with open(os.path.join(d, "run.json"), "rb") as f:
+            meta = json.loads(f.read())
+    except (OSError, ValueError):
+        raise AgentError("not_found", f"no run to resume at {d}") from None
+    for name in RUN_STATE_FILES:
+        if os.path.lexists(os.path.join(d, name)):
+            os.unlink(os.path.join(d, name))
+    meta["session"] = session
+    meta["resumed"] = [*meta.get("resumed", []), stamp]
+    write_atomic(os.path.join(d, "run.json"), (json.dumps(meta) + "\n").encode())
 
 
 def mark_replaced(base: str, session: str, stamp: int) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from pippa_ops.errors import RemoteCommandFailed, SessionExists, ToolMissing, UsageError
+from pippa_ops.errors import RemoteCommandFailed, RunNotFound, SessionExists, ToolMissing, UsageError
 from pippa_ops.shell import join
 from pippa_ops.transport import Process, Transport
 
@@ -87,6 +87,7 @@ exec(c,g)
 g['serve'](q)
 """
 _ERRORS: dict[str, type[Exception]] = {
+    "not_found": RunNotFound,
     "session_exists": SessionExists,
     "tool_missing": ToolMissing,
     "usage": UsageError,

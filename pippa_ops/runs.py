@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pippa_ops import agent_client
 from pippa_ops.connect import open_transport
-from pippa_ops.errors import BadSetting, SessionExists
+from pippa_ops.errors import BadSetting, NotResumable, RunStillActive, SessionExists
 from pippa_ops.follow import follow_to_end, read_all
 from pippa_ops.inventory import HostSpec
 from pippa_ops.recipes import check_recipe, check_settings
@@ -31,6 +31,7 @@ from pippa_ops.runs_script import (
     parse_sets,
     recipe_job,
     render_cmd_sh,
+    resume_job,
     run_json,
     session_argv,
 )
@@ -189,6 +190,44 @@ def _tmux_new(session: str, remote_dir: str, run_ids: Sequence[str], gap_s: floa
     from pippa_ops.tmux import new_session_argv
 
     return new_session_argv(session, session_argv(remote_dir, run_ids, gap_s))
+
+
+def resume(
+    spec: HostSpec, transport: Transport, name: str, *, session: str | None = None
+) -> LaunchResult:
+    """Continue the stopped, failed or lost recipe run ``name`` (run id or session) from its newest
+    checkpoint, in the same run directory, in a new tmux session (``session``, default: the run's
+    own). Runs what the host has (no sync): the code the run started with, unless you synced since."""
+    with agent_client.Session(transport) as agent:
+        run = current_run(list_runs(transport, spec.remote_dir, agent=agent), name)
+        if run.active:
+            raise RunStillActive(
+                f"{spec.name}: run {run.run_id} is still {run.state} in session {run.session}; "
+                f"nothing to resume (pippa stop {run.run_id} first to restart it)"
+            )
+        if run.recipe is None:
+            raise NotResumable(
+                f"{spec.name}: run {run.run_id} ran a command (--cmd), not a recipe: it has no checkpoint "
+                "to resume from"
+            )
+        session = validate_session(session or run.session)
+        job = resume_job(run.run_id, run.recipe, run.command)
+        cmd_sh = render_cmd_sh(job, spec.remote_dir, spec.env)
+        request = {
+            "remote_dir": spec.remote_dir,
+            "session": session,
+            "runs": [{"run_id": run.run_id, "resume": True, "cmd_sh": cmd_sh}],
+            "tmux_argv": _tmux_new(session, spec.remote_dir, [run.run_id], 0),
+            "replace": False,
+            "stamp": time.time(),
+        }
+        try:
+            agent.call("launch", request)
+        except SessionExists as e:
+            raise SessionExists(
+                f"{spec.name}: tmux session {session!r} is in use; resume into another with --name"
+            ) from e
+    return LaunchResult(spec.name, session, (run.run_id,), None)
 
 
 @dataclass(frozen=True)

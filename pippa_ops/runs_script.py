@@ -85,6 +85,12 @@ def recipe_job(
     return Job(run_id=run_id, recipe=recipe, command=line, argv=tuple(shown))
 
 
+def resume_job(run_id: str, recipe: str, command: str) -> Job:
+    """The recorded trainer line of a recipe run, with ``--resume``: it continues from the run
+    directory's newest checkpoint into the same metrics file (training_core.runner)."""
+    return Job(run_id=run_id, recipe=recipe, command=f"{command} --resume", argv=None)
+
+
 def cmd_job(run_id: str, command: str) -> Job:
     if not command.strip():
         raise BadSetting("--cmd needs a command")

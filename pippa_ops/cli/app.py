@@ -37,6 +37,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "pippa_ops.cli.run_cmd",
         "Start recipes (one after another) or a command in a named tmux session on a host.",
     ),
+    "resume": (
+        "pippa_ops.cli.run_cmd",
+        "Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory.",
+    ),
     "ps": (
         "pippa_ops.cli.run_cmd",
         "Runs on every host (in parallel) or one: state, duration, last step and reward.",

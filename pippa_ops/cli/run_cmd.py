@@ -21,7 +21,7 @@ from pippa_ops.fanout import fan_out
 from pippa_ops.follow import read_all
 from pippa_ops.inventory import LOCAL, HostSpec, default_host, load_inventory, resolve
 from pippa_ops.recipes import list_recipes
-from pippa_ops.runs import DEFAULT_GRACE_S, LaunchResult, attach_argv, follow_run, launch, stop
+from pippa_ops.runs import DEFAULT_GRACE_S, LaunchResult, attach_argv, follow_run, launch, resume, stop
 from pippa_ops.runs_list import HostRuns, RunRecord, current_run, list_runs, select_runs
 from pippa_ops.runs_script import DEFAULT_GAP_S, DEFAULT_SESSION
 from pippa_ops.shell import join, validate_name
@@ -171,6 +171,33 @@ def run_cmd(
             )
         else:
             render_launch(result, spec, chosen=host is not None)
+        if follow:
+            raise typer.Exit(follow_runs(transport, spec, list(result.run_ids), result.session))
+
+
+def resume_cmd(
+    name: Annotated[str, typer.Argument(help="Run id (or session: its latest run).", show_default=False)],
+    host: HostOpt = None,
+    session: Annotated[
+        str | None,
+        typer.Option(
+            "--name", "-n", help="tmux session to resume in (default: the run's own).", show_default=False
+        ),
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Stream the log until the run ends.")
+    ] = False,
+) -> None:
+    """Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory."""
+    where = _locate(name, host)
+    spec, transport = connect(where)
+    with transport:
+        result = resume(spec, transport, name, session=session)
+        typer.echo(f"resumed {result.run_ids[0]} from its newest checkpoint")
+        typer.echo(f"  host:    {result.host}")
+        typer.echo(f"  session: {result.session}")
+        typer.echo(f"  attach:  {result.attach_hint()}")
+        typer.echo(f"  logs:    {result.logs_hint()}")
         if follow:
             raise typer.Exit(follow_runs(transport, spec, list(result.run_ids), result.session))
 
@@ -335,6 +362,7 @@ def recipes_cmd(as_json: JsonOpt = False) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("run")(run_cmd)
+    app.command("resume")(resume_cmd)
     app.command("ps")(ps_cmd)
     app.command("logs")(logs_cmd)
     app.command("attach")(attach_cmd)
