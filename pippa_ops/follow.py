@@ -18,10 +18,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 from pippa_ops import agent_client
 from pippa_ops.errors import HostUnreachable
+from pippa_ops.retry import RECONNECT_BACKOFF_S, retry_delay
 from pippa_ops.transport import Process, Transport, read_to_end
-
-# Waits between reconnect attempts (the last repeats): `logs -f` and the dashboard share them.
-RECONNECT_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 
 
 class Follower:
@@ -125,7 +123,7 @@ def follow_to_end(
             if transport is not None:
                 transport.close()
                 transport = None
-            wait = backoff_s[min(failures, len(backoff_s) - 1)]
+            wait = retry_delay(failures, backoff_s)
             failures += 1
             notify(f"{e}; reconnecting in {wait:g}s (the run goes on; Ctrl-C stops following)")
             time.sleep(wait)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pippa_ops.monitor import (
-    GpuReading,
+    Gpu,
     GpuSampled,
     HostState,
     LinkChanged,
@@ -21,8 +21,8 @@ FAILED_RUN = "20260101-100000-overfit-ef56"
 DOWN_REASON = "SSH handshake failed: Error reading SSH protocol banner[Errno 104] Connection reset by peer"
 
 
-def _h100(index: int, util: float, used: float) -> GpuReading:
-    return GpuReading(index, "NVIDIA H100 80GB HBM3", util, used, 81559.0, 40 + util / 4, 70 + util * 3)
+def _h100(index: int, util: float, used: float) -> Gpu:
+    return Gpu(index, "NVIDIA H100 80GB HBM3", util, used, 81559.0, 40 + util / 4, 70 + util * 3)
 
 
 def host_a() -> HostState:

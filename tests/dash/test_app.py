@@ -9,7 +9,7 @@ from textual.widgets import Log
 from pippa_ops.dash import create_app
 from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen
 from pippa_ops.dash.widgets import HostPanel, MetricPlot, RunsTable, sparkline
-from pippa_ops.monitor import GpuReading, GpuSampled, LinkChanged, RunDetail, RunUpdated
+from pippa_ops.monitor import Gpu, GpuSampled, LinkChanged, RunDetail, RunUpdated
 
 pytestmark = pytest.mark.anyio
 
@@ -45,7 +45,7 @@ async def test_gpu_samples_from_a_worker_update_the_panel_and_history() -> None:
     app = create_app(["gpu-a"])
     async with app.run_test() as pilot:
         for u in (10.0, 50.0, 90.0):
-            reading = GpuReading(0, "NVIDIA A100", u, 1000.0, 40000.0, 50.0, 200.0)
+            reading = Gpu(0, "NVIDIA A100", u, 1000.0, 40000.0, 50.0, 200.0)
             app._emit(GpuSampled("gpu-a", (reading,), 1.0))
             await pilot.pause()
         g = app.states["gpu-a"].gpus
