@@ -136,20 +136,19 @@ def sync_command(
 
 
 def render_sync(r: SyncResult) -> None:
-    from rich.markup import escape
-
+    """Plain lines (typer.echo, no rich: a sync is often run on its own and rich costs ~30 ms to load)."""
     if r.local:
-        console().print(f"local: the repo itself is the remote dir ({escape(r.remote_dir)}); marker written")
+        typer.echo(f"local: the repo itself is the remote dir ({r.remote_dir}); marker written")
         return
     verb = ("would send", "would delete") if r.dry_run else ("sent", "deleted")
     if r.dry_run:
         for name in r.sent:
-            console().print(f"  send {escape(name)}")
+            typer.echo(f"  send {name}")
         for name in r.deleted:
-            console().print(f"  delete {escape(name)}")
+            typer.echo(f"  delete {name}")
     state = f"{(r.commit or 'no commit')[:10]}{' (dirty)' if r.dirty else ''}"
-    console().print(
-        f"{r.host}:{escape(r.remote_dir)}: {verb[0]} {len(r.sent)} of {r.files} file(s)"
+    typer.echo(
+        f"{r.host}:{r.remote_dir}: {verb[0]} {len(r.sent)} of {r.files} file(s)"
         f" ({human_bytes(r.bytes_sent)}), {verb[1]} {len(r.deleted)}; {state}; {r.elapsed_s:.2f}s"
     )
 

@@ -112,3 +112,12 @@ def test_typer_private_slots_are_not_filled_in():
     import pippa_ops
 
     assert not (pathlib.Path(pippa_ops.__file__).parent / "typer_params.py").exists()
+
+
+def test_a_sync_prints_its_line_without_loading_rich(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    probe = _PROBE.format(args=["sync", "local"]).replace('"pydantic", "invoke")', '"rich")')
+    argv = [sys.executable, "-c", probe]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "local: the repo itself is the remote dir" in p.stdout, p.stderr
+    assert not [m for m in json.loads(p.stdout.split("LOADED ", 1)[1]) if m.startswith("rich")]
