@@ -93,3 +93,13 @@ class RunNotFound(PippaError):
 
 class RemoteCommandFailed(PippaError):
     exit_code = ExitCode.FAILURE
+
+
+class RunStillActive(PippaError):
+    """A run that is still running or queued was asked to resume."""
+
+    exit_code = ExitCode.CONFLICT
+
+
+class NotResumable(UsageError):
+    """A run that has no recipe (a ``--cmd`` run) has no checkpoint to resume from."""

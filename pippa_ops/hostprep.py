@@ -1,53 +1,95 @@
 """`pippa up`: make a host ready to run the training code, and `pippa hosts`: who answers.
 
 Steps, each skipped when already done so a second ``up`` takes seconds: probe the host in one
-command (tmux, GPUs, driver, CUDA, python, uv, free disk), install uv for the user when missing,
-sync the repo, run the host's setup (default ``uv sync --extra train --extra gpu``) with its output streamed,
-push the named secrets, and report. Setup is skipped when neither its lines nor the project's
-dependency files changed since it last succeeded on that host (recorded in ``.pippa/setup.json``).
+round trip through the host agent (tmux, GPUs, driver, CUDA, python3 >= 3.8 which the agent itself
+needs, uv, free disk, the bubblewrap code sandbox), install uv for the user only when the setup uses
+it, install bubblewrap when the user may (root or passwordless sudo, apt-get; never fatal), sync the
+repo, run the host's setup (default ``uv sync --extra train --extra gpu``; ``setup = []``: none)
+with its output streamed, push the named secrets, and report. Setup is skipped when neither its
+lines nor the project's dependency files changed since it last succeeded on that host (recorded in
+``.pippa/setup.json``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pippa_ops import agent_client
 from pippa_ops.envfile import SecretsPush, push_secrets
 from pippa_ops.errors import HostUnreachable, PippaError, RemoteCommandFailed, ToolMissing
 from pippa_ops.fanout import fan_out
+from pippa_ops.follow import read_all
 from pippa_ops.inventory import HostSpec
 from pippa_ops.shell import export_line
 from pippa_ops.sync import SyncResult, remote_dir_expr, sync
 from pippa_ops.transport import Transport
 
 DEFAULT_SETUP = ("uv sync --extra train --extra gpu",)
-UV_INSTALL = (
-    "curl -LsSf https://astral.sh/uv/install.sh | env UV_NO_MODIFY_PATH=1 sh"
-    " || python3 -m pip install --user --quiet uv"
-)
 # Non-interactive ssh commands do not read ~/.profile, so uv's home is put on PATH explicitly.
 PATH_PREFIX = 'export PATH="$HOME/.local/bin:$HOME/.cargo/bin:$PATH"'
 DEPENDENCY_FILES = ("pyproject.toml", "uv.lock")
+_USES_UV = re.compile(r"(^|[\s;&|(])uvx?(\s|$)")
 
 Emit = Callable[[str], None]
 
 
 @dataclass(frozen=True)
+class Sandbox:
+    """Can the host run the code sandbox (bubblewrap)? Needed only by code recipes."""
+
+    bwrap: str | None  # its path, None when missing
+    works: bool  # a trial `bwrap --unshare-all true` succeeded
+    why: str  # why not, when it does not work
+    root: bool
+    sudo: bool  # passwordless
+    userns: bool | None  # unprivileged user namespaces allowed (None: unknown)
+    apt: bool
+
+    @classmethod
+    def from_json(cls, data: object) -> Sandbox:
+        d = data if isinstance(data, dict) else {}
+        return cls(
+            bwrap=d.get("bwrap") or None,
+            works=bool(d.get("works")),
+            why=str(d.get("why") or ""),
+            root=bool(d.get("root")),
+            sudo=bool(d.get("sudo")),
+            userns=d.get("userns"),
+            apt=bool(d.get("apt")),
+        )
+
+    @property
+    def can_install(self) -> bool:
+        return self.apt and (self.root or self.sudo)
+
+    def summary(self) -> str:
+        if self.works:
+            return f"ok ({self.bwrap})"
+        if self.bwrap is None:
+            how = "" if self.can_install else " (Debian's bubblewrap; installing needs root or sudo)"
+            return f"unavailable: bwrap is not installed{how}; only code recipes need it"
+        return f"unavailable: {self.why}; only code recipes need it"
+
+
+@dataclass(frozen=True)
 class Probe:
-    """Facts about a host, gathered in one command."""
+    """Facts about a host, gathered in one round trip by the host agent."""
 
     tmux: str | None  # "tmux 3.3a", None when missing
     gpus: tuple[str, ...]  # `nvidia-smi -L` lines; () on a host without GPU
     driver: str | None
     cuda: str | None
-    python: str | None  # version of the host's python3
+    python: str | None  # version of the host's python3 (the agent's interpreter, >= 3.8)
     uv: str | None
     free_disk_gb: float | None
+    sandbox: Sandbox | None = None
 
 
 @dataclass(frozen=True)
@@ -61,10 +103,11 @@ class UpReport:
     setup_ran: bool
     secrets: SecretsPush
     elapsed_s: float
-    notes: tuple[str, ...] = field(default=())
+    bwrap_installed: bool = False  # bubblewrap installed by this `up`
 
     def to_json(self) -> dict[str, object]:
         p = self.probe
+        sb = p.sandbox
         return {
             "host": self.host,
             "remote_dir": self.remote_dir,
@@ -72,10 +115,12 @@ class UpReport:
             "driver": p.driver,
             "cuda": p.cuda,
             "python": self.python,
+            "python3": p.python,
             "uv": p.uv,
             "uv_installed": self.uv_installed,
             "free_disk_gb": p.free_disk_gb,
             "tmux": p.tmux,
+            "sandbox": None if sb is None else {**sb.__dict__, "installed_now": self.bwrap_installed},
             "synced_files": len(self.sync.sent),
             "setup_ran": self.setup_ran,
             "secrets_pushed": list(self.secrets.pushed),
@@ -84,54 +129,44 @@ class UpReport:
         }
 
 
-_PROBE = r"""
-echo "tmux=$(tmux -V 2>/dev/null)"
-if command -v nvidia-smi >/dev/null 2>&1; then
-  nvidia-smi -L 2>/dev/null | sed 's/^/gpu=/'
-  echo "driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n1)"
-  echo "cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -n1)"
-fi
-echo "python=$(python3 --version 2>&1 | sed -n 's/^Python //p')"
-echo "uv=$(uv --version 2>/dev/null)"
-while [ ! -d "$d" ]; do d=$(dirname "$d"); done
-echo "free_kb=$(df -Pk "$d" | awk 'NR==2 {print $4}')"
-"""
+def parse_probe(answer: dict[str, object]) -> Probe:
+    """The agent's ``probe`` answer as a Probe."""
+    gpus = answer.get("gpus")
+    free = answer.get("free_disk_gb")
 
+    def opt(key: str) -> str | None:
+        value = answer.get(key)
+        return str(value) if value else None
 
-def probe_command(dir_expr: str) -> str:
-    """One shell script printing ``key=value`` facts (and ``gpu=`` lines); never fails."""
-    return f"{PATH_PREFIX}\nd={dir_expr}{_PROBE}"
-
-
-def parse_probe(text: str) -> Probe:
-    facts: dict[str, str] = {}
-    gpus: list[str] = []
-    for line in text.splitlines():
-        key, _, value = line.partition("=")
-        if key == "gpu":
-            gpus.append(value.strip())
-        else:
-            facts[key] = value.strip()
-    free_kb = facts.get("free_kb", "")
     return Probe(
-        tmux=facts.get("tmux") or None,
-        gpus=tuple(g for g in gpus if g),
-        driver=facts.get("driver") or None,
-        cuda=facts.get("cuda") or None,
-        python=facts.get("python") or None,
-        uv=facts.get("uv") or None,
-        free_disk_gb=round(int(free_kb) / 1024**2, 1) if free_kb.isdigit() else None,
+        tmux=opt("tmux"),
+        gpus=tuple(str(g) for g in gpus) if isinstance(gpus, list) else (),
+        driver=opt("driver"),
+        cuda=opt("cuda"),
+        python=opt("python"),
+        uv=opt("uv"),
+        free_disk_gb=float(free) if isinstance(free, int | float) else None,
+        sandbox=Sandbox.from_json(answer.get("sandbox")),
     )
 
 
 def probe(transport: Transport, spec: HostSpec) -> Probe:
-    r = transport.run(probe_command(remote_dir_expr(spec.remote_dir)), timeout=60)
-    return parse_probe(r.stdout)
+    return parse_probe(agent_client.call(transport, "probe", {"remote_dir": spec.remote_dir}))
+
+
+def setup_lines(spec: HostSpec) -> tuple[str, ...]:
+    """The host's setup: its own lines (``setup = []``: none), else the default uv sync."""
+    return DEFAULT_SETUP if spec.setup is None else spec.setup
+
+
+def uses_uv(lines: tuple[str, ...]) -> bool:
+    """Whether a setup runs uv (only then does `up` install it)."""
+    return any(_USES_UV.search(line) for line in lines)
 
 
 def setup_key(spec: HostSpec, repo: Path) -> str:
     """What setup's result depends on: its lines and the project's dependency files."""
-    h = hashlib.sha256("\n".join(spec.setup or DEFAULT_SETUP).encode())
+    h = hashlib.sha256("\n".join(setup_lines(spec)).encode())
     for name in DEPENDENCY_FILES:
         path = repo / name
         h.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"-") + b"\0")
@@ -168,31 +203,42 @@ def up(
     if facts.tmux is None:
         raise ToolMissing(f"{spec.name}: tmux is not installed on the host (sudo apt-get install tmux)")
     emit(
-        f"gpus: {len(facts.gpus) or 'none'}; python3 {facts.python or 'missing'}; uv {facts.uv or 'missing'}"
+        f"gpus: {len(facts.gpus) or 'none'}; python3 {facts.python}; uv {facts.uv or 'missing'}"
     )
+    lines = setup_lines(spec)
     uv_installed = False
-    if facts.uv is None:
+    if facts.uv is None and uses_uv(lines):
         emit("installing uv for the user (~/.local/bin)")
-        run_streamed(transport, UV_INSTALL, emit, "installing uv")
-        r = transport.run(f"{PATH_PREFIX}; uv --version", timeout=30)
-        if not r.ok:
-            raise ToolMissing(f"{spec.name}: uv installation did not produce a working uv")
-        facts = Probe(**{**facts.__dict__, "uv": r.stdout.strip()})
+        answer = agent_client.call(transport, "install_uv", {}, timeout=900)
+        if not answer.get("uv"):
+            why = "; ".join(str(f) for f in answer.get("failures") or []) or "no uv afterwards"
+            raise ToolMissing(f"{spec.name}: could not install uv: {why}")
+        facts = replace(facts, uv=str(answer["uv"]))
         uv_installed = True
+    bwrap_installed = False
+    if facts.sandbox is not None and not facts.sandbox.works and facts.sandbox.can_install:
+        emit("installing bubblewrap (the code sandbox) with apt-get")
+        answer = agent_client.call(transport, "install_bwrap", {}, timeout=900)
+        bwrap_installed = bool(answer.get("installed"))
+        facts = replace(facts, sandbox=Sandbox.from_json(answer.get("sandbox")))
+    if facts.sandbox is not None:
+        emit(f"sandbox: {facts.sandbox.summary()}")
     synced = sync(spec, transport, repo, progress=None)
     emit(f"synced {len(synced.sent)} changed file(s) of {synced.files}")
     dir_expr = remote_dir_expr(spec.remote_dir)  # for local: the repo root, absolute
+    record_path = f"{spec.remote_dir.rstrip('/')}/.pippa/setup.json"
     key = setup_key(spec, repo)
-    done = transport.run(f"cat {dir_expr}/.pippa/setup.json 2>/dev/null", timeout=30).stdout
-    setup_ran = _recorded_key(done) != key
-    if setup_ran:
-        lines = " && ".join(f"( {line}\n)" for line in (spec.setup or DEFAULT_SETUP))
-        emit(f"setup: {'; '.join(spec.setup or DEFAULT_SETUP)}")
-        run_streamed(
-            transport, f"{PATH_PREFIX} && {export_line(spec.env)} && cd {dir_expr} && {lines}", emit, "setup"
-        )
-        record = shlex.quote(json.dumps({"key": key, "time": time.time()}))
-        transport.run(f"mkdir -p {dir_expr}/.pippa && printf '%s\\n' {record} > {dir_expr}/.pippa/setup.json")
+    recorded = _recorded_key(read_all(transport, record_path).decode(errors="replace"))
+    setup_ran = bool(lines) and recorded != key
+    if not lines:
+        emit("setup: none (setup = [])")
+    elif setup_ran:
+        chained = " && ".join(f"( {line}\n)" for line in lines)
+        emit(f"setup: {'; '.join(lines)}")
+        line = f"{PATH_PREFIX} && {export_line(spec.env)} && cd {dir_expr} && {chained}"
+        run_streamed(transport, line, emit, "setup")
+        record = json.dumps({"key": key, "time": time.time()}) + "\n"
+        agent_client.call(transport, "write_file", {"path": record_path, "text": record})
     else:
         emit("setup: up to date")
     python = spec.python or f"{spec.remote_dir.rstrip('/')}/.venv/bin/python"
@@ -212,6 +258,7 @@ def up(
         setup_ran=setup_ran,
         secrets=secrets,
         elapsed_s=time.monotonic() - t0,
+        bwrap_installed=bwrap_installed,
     )
 
 
@@ -236,6 +283,7 @@ class HostRow:
     reachable: bool
     latency_ms: float | None
     error: str | None
+    origins: dict[str, str] = field(default_factory=dict)  # field -> hosts.toml | ssh_config | pippa.toml
 
     def to_json(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -275,6 +323,7 @@ def survey(
                 reachable=ok,
                 latency_ms=round(res, 1) if not isinstance(res, PippaError) else None,
                 error=None if ok else str(res),
+                origins=dict(spec.origins),
             )
         )
     return rows

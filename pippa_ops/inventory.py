@@ -1,8 +1,11 @@
 """Hosts: inventory entries, ~/.ssh/config aliases, bare addresses, and the host ``local``.
 
 Two inventory files: ``pippa.toml`` at the repo root (team hosts, committed; ``$PIPPA_INVENTORY``
-names another file, which the tests use) and ``~/.config/pippa/hosts.toml`` (personal; its fields win
-over the team's for the same host). Both hold ``[hosts.NAME]`` tables with the HostSpec fields.
+names another file, which the tests use) and ``~/.config/pippa/hosts.toml`` (personal). For one
+host name, how to reach it (address, user, port, identity_file, proxy_jump) comes from the user's
+own files first: hosts.toml > ~/.ssh/config (an alias of that name) > pippa.toml; the other fields
+from hosts.toml > pippa.toml. ``HostSpec.origins`` records where each field came from. Both files
+hold ``[hosts.NAME]`` tables with the HostSpec fields.
 ``resolve`` turns whatever the user typed into a HostSpec, or raises UnknownHost with what is known.
 """
 
@@ -11,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +51,8 @@ class HostSpec:
     env: dict[str, str] = field(default_factory=dict)  # extra non-secret variables (HF_HOME, ...)
     secrets: tuple[str, ...] = DEFAULT_SECRETS  # names pushed from the local .env
     source: str = "address"  # "inventory:<file>", "ssh_config", "address", "local"
+    # Where each set field came from: "hosts.toml", "ssh_config" or "pippa.toml" (`pippa hosts --explain`).
+    origins: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_local(self) -> bool:
@@ -58,6 +63,11 @@ _ADDRESS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,253}$")
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _STR_FIELDS = ("address", "user", "identity_file", "proxy_jump", "remote_dir", "python")
 _FIELDS = (*_STR_FIELDS, "port", "setup", "env", "secrets")
+# How to reach a host. For these, the user's own files win over the team's: personal hosts.toml >
+# ~/.ssh/config > team pippa.toml (a team entry never overrides the user's ssh alias of that name).
+# The other fields (remote_dir, python, setup, env, secrets): hosts.toml > pippa.toml.
+CONNECTION_FIELDS = ("address", "user", "port", "identity_file", "proxy_jump")
+PERSONAL, SSH_CONFIG, TEAM = "hosts.toml", "ssh_config", "pippa.toml"
 
 
 def ssh_dir() -> Path:
@@ -178,19 +188,89 @@ def _check_address(address: str, where: str) -> None:
         raise UsageError(f"{where}: invalid address {address!r}")
 
 
+def ssh_alias_fields(config: paramiko.SSHConfig, alias: str) -> dict[str, Any]:
+    """The connection fields ~/.ssh/config sets for ``alias`` (only those it sets)."""
+    found = config.lookup(alias)
+    out: dict[str, Any] = {}
+    out["address"] = found.get("hostname", alias)
+    if found.get("user"):
+        out["user"] = found["user"]
+    if found.get("port"):
+        out["port"] = int(found["port"])
+    if found.get("identityfile"):
+        out["identity_file"] = found["identityfile"][0]
+    if found.get("proxyjump") and found["proxyjump"] != "none":
+        out["proxy_jump"] = found["proxyjump"]
+    return out
+
+
+def merge_entry(
+    team: Mapping[str, Any], ssh: Mapping[str, Any], personal: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """One host's fields by the documented rule (see CONNECTION_FIELDS), and where each came from."""
+    merged: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for key in _FIELDS:
+        order = [(PERSONAL, personal), (SSH_CONFIG, ssh), (TEAM, team)]
+        if key not in CONNECTION_FIELDS:
+            order = [(PERSONAL, personal), (TEAM, team)]
+        for origin, entry in order:
+            if key in entry:
+                merged[key] = entry[key]
+                origins[key] = origin
+                break
+    merged["_file"] = personal.get("_file") or team.get("_file") or str(ssh_config_path())
+    return merged, origins
+
+
 def load_inventory(repo: Path | None = None) -> dict[str, HostSpec]:
-    """Team and personal inventories merged field by field (personal wins), sorted by name."""
+    """The inventory hosts (team and personal files), merged by the rule of CONNECTION_FIELDS."""
     team = _read_file(team_inventory_path(repo))
     personal = _read_file(personal_inventory_path())
-    merged: dict[str, dict[str, Any]] = {}
-    for name in sorted(set(team) | set(personal)):
-        merged[name] = {**team.get(name, {}), **personal.get(name, {})}
-    return {name: _spec_from_entry(name, entry) for name, entry in merged.items()}
+    names = sorted(set(team) | set(personal))
+    config = load_ssh_config() if names and ssh_config_path().is_file() else None
+    aliases = set(ssh_aliases(config)) if config is not None else set()
+    out = {}
+    for name in names:
+        ssh = ssh_alias_fields(config, name) if config is not None and name in aliases else {}
+        entry, origins = merge_entry(team.get(name, {}), ssh, personal.get(name, {}))
+        out[name] = replace(_spec_from_entry(name, entry), origins=origins)
+    return out
+
+
+def default_host() -> str:
+    """Where ``pippa run`` goes without ``--host``: ``default_host`` at the top of the personal
+    hosts.toml, else ``local`` (this machine)."""
+    path = personal_inventory_path()
+    if not path.is_file():
+        return LOCAL
+    try:
+        value = tomllib.loads(path.read_text()).get("default_host", LOCAL)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise UsageError(f"cannot read {path}: {e}") from e
+    if not isinstance(value, str) or not value:
+        raise UsageError(f"{path}: default_host must be a host name")
+    return value
 
 
 def local_spec(repo: Path | None = None) -> HostSpec:
     """The host ``local``: this machine, the repo root itself as remote_dir (no copy)."""
     return HostSpec(name=LOCAL, remote_dir=str(repo or repo_root()), source="local")
+
+
+def alias_spec(config: paramiko.SSHConfig, name: str) -> HostSpec:
+    """A host known only as an alias of ~/.ssh/config."""
+    fields = ssh_alias_fields(config, name)
+    return HostSpec(
+        name=name,
+        address=fields.get("address", name),
+        user=fields.get("user"),
+        port=fields.get("port"),
+        identity_file=fields.get("identity_file"),
+        proxy_jump=fields.get("proxy_jump"),
+        source="ssh_config",
+        origins=dict.fromkeys(fields, SSH_CONFIG),
+    )
 
 
 def resolve(name: str, repo: Path | None = None) -> HostSpec:
@@ -203,23 +283,12 @@ def resolve(name: str, repo: Path | None = None) -> HostSpec:
     config = load_ssh_config()
     aliases = ssh_aliases(config)
     if name in aliases:
-        found = config.lookup(name)
-        port = found.get("port")
-        identity = found.get("identityfile")
-        return HostSpec(
-            name=name,
-            address=found.get("hostname", name),
-            user=found.get("user"),
-            port=int(port) if port else None,
-            identity_file=identity[0] if identity else None,
-            proxy_jump=found.get("proxyjump"),
-            source="ssh_config",
-        )
+        return alias_spec(config, name)
     user, _, address = name.rpartition("@")
     looks_like_address = bool(user) or "." in address or ":" in address or address == "localhost"
     if looks_like_address and _ADDRESS_RE.fullmatch(address) and (not user or _USER_RE.fullmatch(user)):
         return HostSpec(name=name, address=address, user=user or None, source="address")
-    known = [LOCAL, *inventory, *aliases]
+    known = list(dict.fromkeys([LOCAL, *inventory, *aliases]))
     raise UnknownHost(
         f"unknown host {name!r}: not in the inventory (pippa.toml, ~/.config/pippa/hosts.toml), "
         f"not an alias in ~/.ssh/config, not an address; known: {', '.join(known)}"

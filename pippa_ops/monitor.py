@@ -13,6 +13,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol
 
 from pippa_ops._paramiko import paramiko
@@ -29,7 +30,6 @@ from pippa_ops.follow import Follower
 from pippa_ops.gpu import Gpu, GpuStream
 from pippa_ops.inventory import HostSpec
 from pippa_ops.monitor_state import (
-    GpuReading,
     GpuSampled,
     GpuState,
     HostEvent,
@@ -43,20 +43,20 @@ from pippa_ops.monitor_state import (
     RunUpdated,
     apply,
 )
+from pippa_ops.retry import retry_delay
 from pippa_ops.runs import stop
 from pippa_ops.runs_list import RunRecord, list_runs
 from pippa_ops.shell import validate_name
 from pippa_ops.transport import Transport
 
 __all__ = [
-    "GpuReading", "GpuSampled", "GpuState", "HostEvent", "HostMonitor", "HostState", "LinkChanged",
+    "Gpu", "GpuSampled", "GpuState", "HostEvent", "HostMonitor", "HostState", "LinkChanged",
     "Monitor", "RunDetail", "RunRow", "RunUpdated", "RunsListed", "apply",
 ]  # fmt: skip
 
 # ------------------------------------------------------------------------------------------- monitors
 Emit = Callable[[HostEvent | RunUpdated], None]
 Sink = Callable[[bytes], None]
-BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # waits between reconnect attempts; the last repeats
 RUNS_EVERY_S = 3.0  # the run list is refreshed this often (after the previous poll finished)
 LOST = (HostUnreachable, AuthFailed, HostKeyRejected, OSError, EOFError, TimeoutError, paramiko.SSHException)
 
@@ -83,11 +83,9 @@ def reason_of(error: BaseException) -> str:
     return text.split(": ", 1)[1] if ": " in text and not text.startswith("[") else text
 
 
-def gpu_reading(g: Gpu, fallback_index: int) -> GpuReading:
-    return GpuReading(
-        g.index if g.index is not None else fallback_index,
-        g.name, g.util_pct, g.mem_used_mib, g.mem_total_mib, g.temp_c, g.power_w, g.uuid,
-    )  # fmt: skip
+def indexed(g: Gpu, position: int) -> Gpu:
+    """The GPU with an index to draw it by: its own, else its position in the sample."""
+    return g if g.index is not None else replace(g, index=position)
 
 
 def run_row(r: RunRecord, now: float) -> RunRow:
@@ -167,7 +165,7 @@ class HostMonitor:
                 t = self._connect()
             except LOST as e:
                 self.lose(e)
-                self._wait_retry(emit, reason_of(e), BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+                self._wait_retry(emit, reason_of(e), retry_delay(attempt))
                 attempt += 1
                 continue
             attempt = 0
@@ -180,7 +178,7 @@ class HostMonitor:
                     self.lose(e)
             if self._closed.is_set():
                 return
-            self._wait_retry(emit, getattr(self, "_lost_reason", "connection lost"), BACKOFF_S[0])
+            self._wait_retry(emit, getattr(self, "_lost_reason", "connection lost"), retry_delay(0))
 
     def _gpu_samples(self, t: Transport, emit: Emit) -> None:
         stream = GpuStream(t, self.interval_s)  # a host silent for its stall_s raises HostUnreachable
@@ -192,7 +190,7 @@ class HostMonitor:
         try:
             for gpus in stream.samples():
                 got = True
-                readings = tuple(gpu_reading(g, i) for i, g in enumerate(gpus))
+                readings = tuple(indexed(g, i) for i, g in enumerate(gpus))
                 emit(GpuSampled(self.name, readings, time.time()))
         except ToolMissing as e:
             self._no_gpu = f"no GPU ({reason_of(e).removeprefix('no NVIDIA GPU (').rstrip(')')})"

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from pippa_ops.gpu import Gpu
+
 HISTORY = 60  # samples kept per GPU for the sparklines (one minute at the default 1 s interval)
 LOG_TAIL = 200  # lines of output.log kept for the run detail view
 PLOTTED = ("reward/mean", "loss/total", "completions/mean_length", "grad/norm")
@@ -21,24 +23,10 @@ Link = Literal["connecting", "up", "down"]
 
 # ----------------------------------------------------------------------------------------------- state
 @dataclass(frozen=True)
-class GpuReading:
-    """One GPU in one nvidia-smi sample (None where the driver reports N/A)."""
-
-    index: int
-    name: str
-    util_pct: float | None
-    mem_used_mib: float | None
-    mem_total_mib: float | None
-    temp_c: float | None
-    power_w: float | None
-    uuid: str | None = None
-
-
-@dataclass(frozen=True)
 class GpuState:
     """A GPU as drawn: the latest reading plus short histories for the sparklines."""
 
-    reading: GpuReading
+    reading: Gpu
     util_history: tuple[float, ...] = ()  # percent, oldest first
     mem_history: tuple[float, ...] = ()  # percent of total, oldest first
 
@@ -96,7 +84,7 @@ class LinkChanged:
 @dataclass(frozen=True)
 class GpuSampled:
     host: str
-    gpus: tuple[GpuReading, ...]  # () when the host has no GPU
+    gpus: tuple[Gpu, ...]  # () when the host has no GPU
     time: float | None = None  # the sample's timestamp on the host (unix s), when nvidia-smi gave one
     note: str | None = None
 
@@ -121,12 +109,6 @@ def _push(history: tuple[float, ...], value: float | None) -> tuple[float, ...]:
     return (*history, value)[-HISTORY:]
 
 
-def _mem_pct(r: GpuReading) -> float | None:
-    if r.mem_used_mib is None or not r.mem_total_mib:
-        return None
-    return 100.0 * r.mem_used_mib / r.mem_total_mib
-
-
 def apply(state: HostState, event: HostEvent) -> HostState:
     """Fold one event into a host's state (pure: the same inputs always draw the same screen)."""
     if isinstance(event, LinkChanged):
@@ -137,7 +119,7 @@ def apply(state: HostState, event: HostEvent) -> HostState:
         for r in event.gpus:
             prev = old.get(r.index, GpuState(r))
             gpus.append(
-                GpuState(r, _push(prev.util_history, r.util_pct), _push(prev.mem_history, _mem_pct(r)))
+                GpuState(r, _push(prev.util_history, r.util_pct), _push(prev.mem_history, r.mem_pct))
             )
         return replace(
             state,

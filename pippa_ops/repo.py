@@ -6,6 +6,8 @@ clone syncs that clone), else the checkout this package was installed from.
 
 from __future__ import annotations
 
+import functools
+import os
 import subprocess
 from pathlib import Path
 
@@ -13,7 +15,14 @@ _PACKAGE_CHECKOUT = Path(__file__).resolve().parent.parent
 
 
 def git_toplevel(cwd: Path | None = None) -> Path | None:
-    """The git toplevel of ``cwd`` (default: the working directory), or None outside a checkout."""
+    """The git toplevel of ``cwd`` (default: the working directory), or None outside a checkout.
+    Asked of git once per directory and process: ``pippa run`` needs it 3-4 times (pippa.toml,
+    recipes, sync), and each ``git rev-parse`` is a process start."""
+    return _toplevel(os.path.abspath(cwd if cwd is not None else os.getcwd()))
+
+
+@functools.cache
+def _toplevel(cwd: str) -> Path | None:
     try:
         p = subprocess.run(
             ["git", "rev-parse", "--show-toplevel"],

@@ -1,21 +1,22 @@
 """Runs: launch recipes or commands in a named tmux session on a host, and stop them.
 
-A launch is (sync, when the host is not ``local``) then ONE remote command that checks tmux,
-refuses or replaces the session, writes ``runs/<id>/{run.json,cmd.sh}`` and starts the session.
+A launch is a sync (for ``local``: only the marker) then ONE request to the host agent
+(``pippa_ops.agent.launch``) that checks tmux, refuses or replaces the session, writes
+``runs/<id>/{run.json,cmd.sh}`` and starts the session.
 Listing and state live in ``runs_list``; the script builders in ``runs_script``; this module only
 orders the steps. It imports no typer/rich/textual: the dashboard reuses it.
 """
 
 from __future__ import annotations
 
-import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pippa_ops import agent_client
 from pippa_ops.connect import open_transport
-from pippa_ops.errors import BadSetting, SessionExists
+from pippa_ops.errors import BadSetting, NotResumable, RunStillActive, SessionExists
 from pippa_ops.follow import follow_to_end, read_all
 from pippa_ops.inventory import HostSpec
 from pippa_ops.recipes import check_recipe, check_settings
@@ -24,21 +25,20 @@ from pippa_ops.runs_list import HostRuns, RunRecord, current_run, list_runs
 from pippa_ops.runs_script import (
     DEFAULT_GAP_S,
     DEFAULT_SESSION,
-    SESSION_EXISTS_STATUS,
     Job,
     cmd_job,
-    launch_script,
     new_run_id,
     parse_sets,
     recipe_job,
     render_cmd_sh,
+    resume_job,
     run_json,
     session_argv,
 )
-from pippa_ops.shell import join, sh_path, validate_session
+from pippa_ops.shell import join, validate_session
 from pippa_ops.sync import sync as sync_repo
 from pippa_ops.tmux import attach_argv as tmux_attach_argv
-from pippa_ops.tmux import check_tool, kill_session_argv, switch_client_argv, target
+from pippa_ops.tmux import switch_client_argv
 from pippa_ops.transport import Transport
 
 DEFAULT_GRACE_S = 30.0
@@ -80,10 +80,13 @@ def local_python(root: Path) -> str:
     return sys.executable
 
 
-def default_sync(spec: HostSpec, transport: Transport, prelude: list[str] | None = None) -> SyncInfo | None:
-    """Sync the repo with the sync module (for ``local`` it only writes the marker); commit + dirty.
-    ``prelude``: a no-change sync leaves its marker write here, to run in the launch command."""
-    result = sync_repo(spec, transport, repo_root(), defer_marker=prelude)
+def sync_for_launch(
+    spec: HostSpec, transport: Transport, marker: list[dict[str, object]], agent: agent_client.Session
+) -> SyncInfo:
+    """Sync the repo (for ``local`` it only writes the marker); commit + dirty. A no-change sync
+    leaves its marker in ``marker``: the launch request writes it (one round trip fewer), and its
+    agent process is the one that then launches (one Python start-up on the host, not two)."""
+    result = sync_repo(spec, transport, repo_root(), defer_marker=marker, agent=agent)
     return {"commit": result.commit, "dirty": result.dirty}
 
 
@@ -122,19 +125,37 @@ def launch(
     sets: Sequence[str] = (),
     replace: bool = False,
     gap_s: float = DEFAULT_GAP_S,
-    sync: Callable[[HostSpec, Transport], SyncInfo | None] = default_sync,
+    sync: bool = True,
 ) -> LaunchResult:
-    """Start ``recipes`` (one after another) or ``command`` in tmux ``session`` on the host."""
+    """Start ``recipes`` (one after another) or ``command`` in tmux ``session`` on the host.
+    ``sync=False`` launches what the host already has (the run records no commit)."""
     validate_session(session)
     now = time.time()
     remote_dir = spec.remote_dir
     jobs = plan_jobs(spec, remote_dir, recipes, command, sets, now)
-    prelude: list[str] = []  # a no-change sync's marker write: one round trip with the launch
-    sync_info = default_sync(spec, transport, prelude) if sync is default_sync else sync(spec, transport)
-    files = [
-        (
-            job.run_id,
-            run_json(
+    with agent_client.Session(transport) as agent:
+        sync_info = _launch(spec, transport, agent, jobs, session, replace, gap_s, sync, now)
+    return LaunchResult(spec.name, session, tuple(j.run_id for j in jobs), sync_info)
+
+
+def _launch(
+    spec: HostSpec,
+    transport: Transport,
+    agent: agent_client.Session,
+    jobs: list[Job],
+    session: str,
+    replace: bool,
+    gap_s: float,
+    sync: bool,
+    now: float,
+) -> SyncInfo | None:
+    remote_dir = spec.remote_dir
+    marker: list[dict[str, object]] = []  # a no-change sync's marker: written by the launch request
+    sync_info = sync_for_launch(spec, transport, marker, agent) if sync else None
+    runs = [
+        {
+            "run_id": job.run_id,
+            "run_json": run_json(
                 job,
                 session=session,
                 host=spec.name,
@@ -143,32 +164,70 @@ def launch(
                 sweep_index=i,
                 sweep_size=len(jobs),
             ),
-            render_cmd_sh(job, remote_dir, spec.env),
-        )
+            "cmd_sh": render_cmd_sh(job, remote_dir, spec.env),
+        }
         for i, job in enumerate(jobs)
     ]
-    script = launch_script(
-        session=session,
-        remote_dir=remote_dir,
-        files=files,
-        tmux_argv=_tmux_new(session, remote_dir, [j.run_id for j in jobs], gap_s),
-        replace=replace,
-        stamp=now,
-        prelude=prelude,
-    )
-    result = check_tool(transport.run(script, timeout=60))
-    if result.exit_status == SESSION_EXISTS_STATUS:
+    request = {
+        "remote_dir": remote_dir,
+        "session": session,
+        "runs": runs,
+        "tmux_argv": _tmux_new(session, remote_dir, [j.run_id for j in jobs], gap_s),
+        "replace": replace,
+        "stamp": now,
+        "sync_marker": marker[0] if marker else None,
+    }
+    try:
+        agent.call("launch", request)
+    except SessionExists as e:
         raise SessionExists(
             f"{spec.name}: tmux session {session!r} is running; stop it, pick another --name, or --replace"
-        )
-    result.check()
-    return LaunchResult(spec.name, session, tuple(j.run_id for j in jobs), sync_info)
+        ) from e
+    return sync_info
 
 
 def _tmux_new(session: str, remote_dir: str, run_ids: Sequence[str], gap_s: float) -> list[str]:
     from pippa_ops.tmux import new_session_argv
 
     return new_session_argv(session, session_argv(remote_dir, run_ids, gap_s))
+
+
+def resume(
+    spec: HostSpec, transport: Transport, name: str, *, session: str | None = None
+) -> LaunchResult:
+    """Continue the stopped, failed or lost recipe run ``name`` (run id or session) from its newest
+    checkpoint, in the same run directory, in a new tmux session (``session``, default: the run's
+    own). Runs what the host has (no sync): the code the run started with, unless you synced since."""
+    with agent_client.Session(transport) as agent:
+        run = current_run(list_runs(transport, spec.remote_dir, agent=agent), name)
+        if run.active:
+            raise RunStillActive(
+                f"{spec.name}: run {run.run_id} is still {run.state} in session {run.session}; "
+                f"nothing to resume (pippa stop {run.run_id} first to restart it)"
+            )
+        if run.recipe is None:
+            raise NotResumable(
+                f"{spec.name}: run {run.run_id} ran a command (--cmd), not a recipe: it has no checkpoint "
+                "to resume from"
+            )
+        session = validate_session(session or run.session)
+        job = resume_job(run.run_id, run.recipe, run.command)
+        cmd_sh = render_cmd_sh(job, spec.remote_dir, spec.env)
+        request = {
+            "remote_dir": spec.remote_dir,
+            "session": session,
+            "runs": [{"run_id": run.run_id, "resume": True, "cmd_sh": cmd_sh}],
+            "tmux_argv": _tmux_new(session, spec.remote_dir, [run.run_id], 0),
+            "replace": False,
+            "stamp": time.time(),
+        }
+        try:
+            agent.call("launch", request)
+        except SessionExists as e:
+            raise SessionExists(
+                f"{spec.name}: tmux session {session!r} is in use; resume into another with --name"
+            ) from e
+    return LaunchResult(spec.name, session, (run.run_id,), None)
 
 
 @dataclass(frozen=True)
@@ -180,34 +239,33 @@ class StopResult:
     killed_session: bool
 
 
-def stop_script(session: str, run_dirs: Sequence[str], grace_s: float, stamp: float, watch_dir: str) -> str:
-    """ONE remote command: mark runs stop_requested, Ctrl-C, wait for the exit code up to the grace
-    period, then kill the session (ends a sweep's remaining runs; kills a job that ignored Ctrl-C)."""
-    marks = "; ".join(f"echo {int(stamp)} > {d}/stop_requested" for d in run_dirs) or ":"
-    ticks = max(1, int(grace_s * 4))
-    return (
-        f"{marks}\n"
-        f"{shlex.join(['tmux', 'send-keys', '-t', target(session, pane=True), 'C-c'])} 2>/dev/null || true\n"
-        f"i=0; while [ $i -lt {ticks} ]; do [ -e {watch_dir}/exit_code ] && break; "
-        f"tmux has-session -t {target(session)} 2>/dev/null || break; sleep 0.25; i=$((i+1)); done\n"
-        f"if {shlex.join(kill_session_argv(session))} 2>/dev/null; then echo killed-session; fi\n"
-        "exit 0"
-    )
-
-
 def stop(spec: HostSpec, transport: Transport, name: str, *, grace_s: float = DEFAULT_GRACE_S) -> StopResult:
-    """Interrupt the run ``name`` (run id or session) so it can save, kill after ``grace_s``."""
-    host_runs = list_runs(transport, spec.remote_dir)
+    """Interrupt the run ``name`` (run id or session) so it can save, kill after ``grace_s``:
+    its runs are marked stop_requested, the session gets Ctrl-C, and is killed once the run has
+    written its exit code or the grace period is over (ending a sweep's remaining runs)."""
+    with agent_client.Session(transport) as agent:  # list, stop, list again: one agent process
+        return _stop(spec, transport, agent, name, grace_s)
+
+
+def _stop(
+    spec: HostSpec, transport: Transport, agent: agent_client.Session, name: str, grace_s: float
+) -> StopResult:
+    host_runs = list_runs(transport, spec.remote_dir, agent=agent)
     run = current_run(host_runs, name)
     if not run.active:
         return StopResult(spec.name, run.session, run, run, False)
-    session_runs = [r for r in host_runs.runs if r.session == run.session and r.active]
-    base = spec.remote_dir.rstrip("/") + "/runs/"
-    dirs = [sh_path(base + r.run_id) for r in session_runs]
-    script = stop_script(run.session, dirs, grace_s, time.time(), sh_path(base + run.run_id))
-    result = transport.run(script, timeout=grace_s + 60).check()
-    after = _find(list_runs(transport, spec.remote_dir), run.run_id)
-    return StopResult(spec.name, run.session, run, after, "killed-session" in result.stdout)
+    session_runs = [r.run_id for r in host_runs.runs if r.session == run.session and r.active]
+    request = {
+        "remote_dir": spec.remote_dir,
+        "session": run.session,
+        "run_ids": session_runs,
+        "watch": run.run_id,
+        "grace_s": grace_s,
+        "stamp": time.time(),
+    }
+    answer = agent.call("stop", request, timeout=grace_s + 60)
+    after = _find(list_runs(transport, spec.remote_dir, agent=agent), run.run_id)
+    return StopResult(spec.name, run.session, run, after, bool(answer.get("killed_session")))
 
 
 def _find(host_runs: HostRuns, run_id: str) -> RunRecord | None:

@@ -1,21 +1,20 @@
-"""Run records on a host: read every run directory in ONE remote command and derive each run's state.
+"""Run records on a host: every run directory read in ONE round trip (the host agent), states derived.
 
 A run's state comes from its files (docs/CONTRACTS.md) plus the host's tmux sessions, never from
 memory on the laptop, so ``ps``, ``logs`` and the dashboard agree and a finished run stays
-inspectable after its session is gone. Times are the host's clock (file mtimes, ``date +%s`` in the
-same command), so a skewed laptop clock does not make durations lie.
+inspectable after its session is gone. Times are the host's clock (file mtimes and the
+agent's ``time.time()`` in the same answer), so a skewed laptop clock does not make durations lie.
 """
 
 from __future__ import annotations
 
-import json
-import secrets
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pippa_ops import agent_client
 from pippa_ops.errors import RunNotFound
 from pippa_ops.shell import NAME_RE, SESSION_RE
-from pippa_ops.tmux import LIST_FORMAT, parse_sessions
+from pippa_ops.tmux import parse_sessions
 from pippa_ops.transport import Transport
 
 # A session belongs to a run when it was created within this many seconds of the run's run.json
@@ -33,7 +32,7 @@ class RunRecord:
     session: str
     recipe: str | None
     command: str
-    state: str  # running | queued | finished | stopped | killed | cancelled | lost
+    state: str  # running | queued | finished | failed | stopped | killed | cancelled | lost
     exit_code: int | None = None
     started: float | None = None  # host unix time the job began (launch time while queued)
     ended: float | None = None
@@ -45,6 +44,7 @@ class RunRecord:
     dirty: bool | None = None
     sweep_index: int | None = None
     sweep_size: int | None = None
+    error: str | None = None  # why it failed: its metrics' end error, else the last error line of its log
 
     @property
     def label(self) -> str:
@@ -56,7 +56,7 @@ class RunRecord:
 
     @property
     def state_text(self) -> str:
-        if self.state in ("finished", "stopped") and self.exit_code is not None:
+        if self.state in ("finished", "failed", "stopped") and self.exit_code is not None:
             return f"{self.state} (exit {self.exit_code})"
         return self.state
 
@@ -73,49 +73,16 @@ class HostRuns:
     runs: tuple[RunRecord, ...] = ()
 
 
-def runs_dir_word(remote_dir: str) -> str:
-    """``<remote_dir>/runs`` as one shell word, with a leading ``~`` expanded by the host's shell."""
-    from pippa_ops.shell import sh_path
-
-    return sh_path(remote_dir.rstrip("/") + "/runs")
-
-
-def list_script(remote_dir: str, marker: str, limit: int = DEFAULT_LIMIT) -> str:
-    """The one shell command that prints every run record, each line tagged with ``marker``."""
-    m = marker
-    return f"""echo "{m}NOW $(date +%s)"
-tmux list-sessions -F '{LIST_FORMAT}' 2>/dev/null | sed 's/^/{m}SESSION /'
-cd {runs_dir_word(remote_dir)} 2>/dev/null || exit 0
-for d in $(ls -1d -- */ 2>/dev/null | tail -n {int(limit)}); do
-  d=${{d%/}}
-  [ -f "$d/run.json" ] || continue
-  echo "{m}RUN $d"
-  printf '%s' "{m}JSON "; tr -d '\\n' < "$d/run.json"; echo
-  echo "{m}CTIME $(stat -c %Y "$d/run.json")"
-  [ -f "$d/tmux_session" ] && echo "{m}TMUX $(head -c 64 "$d/tmux_session")"
-  [ -f "$d/exit_code" ] && echo "{m}EXIT $(head -c 16 "$d/exit_code") $(stat -c %Y "$d/exit_code")"
-  [ -f "$d/started" ] && echo "{m}STARTED $(head -c 32 "$d/started")"
-  [ -f "$d/stop_requested" ] && echo "{m}STOP $(head -c 32 "$d/stop_requested")"
-  [ -f "$d/output.log" ] && echo "{m}LOGTIME $(stat -c %Y "$d/output.log")"
-  [ -f "$d/metrics.jsonl" ] && tail -c 65536 "$d/metrics.jsonl" | grep '"type": *"step"' \\
-    | tail -n 2 | sed 's/^/{m}STEP /'
-done
-exit 0"""
-
-
-def _num(text: str) -> float | None:
+def _num(value: object) -> float | None:
+    """A number from a file's text (``"1712345678\n"``), or None."""
     try:
-        return float(text.split()[0])
+        return float(str(value).split()[0]) if value is not None else None
     except (ValueError, IndexError):
         return None
 
 
-def _last_step(lines: list[str]) -> tuple[int | None, float | None]:
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # a partial last line: ignore it until its newline arrives
+def _last_step(steps: list[Any]) -> tuple[int | None, float | None]:
+    for rec in reversed(steps):
         if isinstance(rec, dict) and rec.get("type") == "step":
             step = rec.get("step")
             reward = rec.get("reward/mean", rec.get("reward"))
@@ -135,7 +102,9 @@ def derive_state(
 ) -> str:
     """The run's state from its files and whether its own tmux session is alive (pure)."""
     if exit_code is not None:
-        return "stopped" if stop_requested else "finished"
+        if stop_requested:
+            return "stopped"
+        return "finished" if exit_code == 0 else "failed"
     if session_alive:
         return "running" if started else "queued"
     if stop_requested:
@@ -144,48 +113,40 @@ def derive_state(
 
 
 def _record(
-    host: str,
-    run_id: str,
-    raw: dict[str, list[str]],
-    now: float,
-    sessions: dict[str, float],
-    idents: dict[str, str],
+    host: str, raw: dict[str, Any], now: float, sessions: dict[str, float], idents: dict[str, str]
 ) -> RunRecord | None:
-    try:
-        meta = json.loads(raw["JSON"][0])
-    except (KeyError, IndexError, ValueError):
-        return None
-    if not isinstance(meta, dict):
+    """One run from the agent's facts about its directory (pippa_ops.agent.list_runs)."""
+    run_id, meta = raw.get("run_id"), raw.get("meta")
+    if not isinstance(run_id, str) or not NAME_RE.fullmatch(run_id) or not isinstance(meta, dict):
         return None
     session = str(meta.get("session", ""))
-    ctime = _num(raw.get("CTIME", [""])[0])
+    ctime = _num(raw.get("ctime"))
     created = sessions.get(session)
-    if "TMUX" in raw:  # the launch recorded its session's identity: exact
-        alive = idents.get(session) == raw["TMUX"][0].strip()
+    if raw.get("tmux_session"):  # the launch recorded its session's identity: exact
+        alive = idents.get(session) == str(raw["tmux_session"]).strip()
     else:
         alive = created is not None and ctime is not None and abs(created - ctime) <= SESSION_MATCH_S
-    exit_code: int | None = None
-    ended: float | None = None
-    if "EXIT" in raw:
-        parts = raw["EXIT"][0].split()
-        if parts and parts[0].lstrip("-").isdigit():
-            exit_code = int(parts[0])
-            ended = _num(parts[1]) if len(parts) > 1 else None
-    started_host = _num(raw.get("STARTED", [""])[0])
-    stop = _num(raw.get("STOP", [""])[0]) if "STOP" in raw else None
+    exit_text = str(raw.get("exit_code") or "")
+    exit_code = int(exit_text) if exit_text.lstrip("-").isdigit() else None
+    ended = _num(raw.get("ended")) if exit_code is not None else None
+    started_host = _num(raw.get("started"))
+    stop_requested = raw.get("stop_requested") is not None
+    started = started_host is not None
     state = derive_state(
-        session_alive=alive,
-        exit_code=exit_code,
-        started=started_host is not None,
-        stop_requested="STOP" in raw,
+        session_alive=alive, exit_code=exit_code, started=started, stop_requested=stop_requested
     )
     if ended is None and state in ("killed", "lost"):
-        ended = _num(raw.get("LOGTIME", [""])[0])
-    started = started_host if started_host is not None else ctime
+        ended = _num(raw.get("log_time"))
     duration = None
     if started_host is not None:
         duration = max(0.0, (ended if ended is not None else now) - started_host)
-    step, reward = _last_step(raw.get("STEP", []))
+    steps = raw.get("steps")
+    step, reward = _last_step(steps if isinstance(steps, list) else [])
+    end = raw.get("end")
+    error = None
+    if exit_code not in (None, 0):
+        from_metrics = end.get("error") if isinstance(end, dict) else None
+        error = str(from_metrics or raw.get("error") or "") or None
     raw_sync = meta.get("sync")
     sync: dict[str, Any] = raw_sync if isinstance(raw_sync, dict) else {}
     return RunRecord(
@@ -196,55 +157,49 @@ def _record(
         command=str(meta.get("command", "")),
         state=state,
         exit_code=exit_code,
-        started=started,
+        started=started_host if started_host is not None else ctime,
         ended=ended,
         duration_s=duration,
-        stop_requested=stop,
+        stop_requested=_num(raw.get("stop_requested")),
         last_step=step,
         last_reward=reward,
         commit=sync.get("commit"),
         dirty=sync.get("dirty"),
         sweep_index=meta.get("sweep_index"),
         sweep_size=meta.get("sweep_size"),
+        error=error,
     )
 
 
-def parse_listing(host: str, text: str, marker: str) -> HostRuns:
-    """Parse ``list_script`` output (pure; unit-tested on captured text)."""
-    now = 0.0
+def host_runs(host: str, answer: dict[str, Any]) -> HostRuns:
+    """The agent's ``list_runs`` answer as records with their states (pure; unit-tested)."""
+    now = _num(answer.get("now")) or 0.0
     sessions: dict[str, float] = {}
     idents: dict[str, str] = {}
-    blocks: list[tuple[str, dict[str, list[str]]]] = []
-    for line in text.splitlines():
-        if not line.startswith(marker):
-            continue
-        tag, _, rest = line[len(marker) :].partition(" ")
-        if tag == "NOW":
-            now = _num(rest) or 0.0
-        elif tag == "SESSION":
-            for info in parse_sessions(rest):
-                sessions[info.name] = info.created
-                idents[info.name] = info.identity
-        elif tag == "RUN":
-            blocks.append((rest.strip(), {}))
-        elif blocks:
-            blocks[-1][1].setdefault(tag, []).append(rest)
+    for info in parse_sessions(str(answer.get("sessions") or "")):
+        sessions[info.name] = info.created
+        idents[info.name] = info.identity
     runs = []
-    for run_id, raw in blocks:
-        if not NAME_RE.fullmatch(run_id):
-            continue
-        rec = _record(host, run_id, raw, now, sessions, idents)
+    for raw in answer.get("runs") or []:
+        rec = _record(host, raw, now, sessions, idents) if isinstance(raw, dict) else None
         if rec is not None:
             runs.append(rec)
     runs.sort(key=lambda r: (r.started or 0.0, r.run_id))
     return HostRuns(host=host, now=now, sessions=sessions, identities=idents, runs=tuple(runs))
 
 
-def list_runs(transport: Transport, remote_dir: str, limit: int = DEFAULT_LIMIT) -> HostRuns:
-    """Every run record on the host (the last ``limit`` run dirs), in one remote command."""
-    marker = "@@" + secrets.token_hex(4) + ":"
-    result = transport.run(list_script(remote_dir, marker, limit), timeout=60).check()
-    return parse_listing(transport.name, result.stdout, marker)
+def list_runs(
+    transport: Transport,
+    remote_dir: str,
+    limit: int = DEFAULT_LIMIT,
+    *,
+    agent: agent_client.Session | None = None,
+) -> HostRuns:
+    """Every run record on the host (the last ``limit`` run dirs), in one round trip (in ``agent``'s
+    process when the caller has one going)."""
+    args = {"remote_dir": remote_dir, "limit": limit}
+    answer = agent.call("list_runs", args) if agent else agent_client.call(transport, "list_runs", args)
+    return host_runs(transport.name, answer)
 
 
 def select_runs(host_runs: HostRuns, name: str) -> list[RunRecord]:

@@ -22,13 +22,11 @@ from dataclasses import dataclass
 
 from pippa_ops.errors import BadSetting
 from pippa_ops.inventory import SECRETS_PATH
-from pippa_ops.shell import SESSION_RE, export_line, sh_path, validate_name, validate_session
+from pippa_ops.shell import export_line, sh_path, validate_name
 
 SET_KEY_RE = re.compile(r"^[a-z_][a-z0-9_.]*$")
 DEFAULT_SESSION = "training"
 DEFAULT_GAP_S = 10.0
-# Exit status of the launch command when the session already exists (distinct from tmux's own 1).
-SESSION_EXISTS_STATUS = 17
 
 
 def new_run_id(label: str, now: float | None = None) -> str:
@@ -85,6 +83,12 @@ def recipe_job(
         line += " " + shlex.join(tail)
     shown = ["python", *argv, f"runs/{run_id}", *tail]
     return Job(run_id=run_id, recipe=recipe, command=line, argv=tuple(shown))
+
+
+def resume_job(run_id: str, recipe: str, command: str) -> Job:
+    """The recorded trainer line of a recipe run, with ``--resume``: it continues from the run
+    directory's newest checkpoint into the same metrics file (training_core.runner)."""
+    return Job(run_id=run_id, recipe=recipe, command=f"{command} --resume", argv=None)
 
 
 def cmd_job(run_id: str, command: str) -> Job:
@@ -156,56 +160,3 @@ def session_argv(remote_dir: str, run_ids: Sequence[str], gap_s: float) -> list[
     steps = [f"sh {sh_path(base + rid + '/cmd.sh')}" for rid in run_ids]
     gap = f"; sleep {float(gap_s):g}; " if gap_s > 0 else "; "
     return ["sh", "-c", "trap : INT; " + gap.join(steps)]
-
-
-def launch_script(
-    *,
-    session: str,
-    remote_dir: str,
-    files: Sequence[tuple[str, str, str]],  # (run_id, run.json text, cmd.sh text)
-    tmux_argv: Sequence[str],
-    replace: bool,
-    stamp: float,
-    prelude: Sequence[str] = (),
-) -> str:
-    """ONE remote command: check tmux, refuse or replace the session, write the run dirs, start it.
-    ``prelude``: shell lines built elsewhere (already quoted) run first, e.g. the sync marker write."""
-    validate_session(session)
-    assert SESSION_RE.fullmatch(session)
-    runs = sh_path(remote_dir.rstrip("/") + "/runs")
-    lines = [*prelude, "command -v tmux >/dev/null 2>&1 || { echo 'tmux: not found' >&2; exit 127; }"]
-    # --replace: the old session is renamed aside and killed only once the new one exists. Killing it
-    # first could stop the tmux server (its last session) and a new server numbers sessions from $0
-    # again, so a new session created within the same second would carry the old run's identity.
-    old = f"{session}-replaced-{int(stamp)}"
-    if replace:
-        # Record how the replaced runs ended before their session goes.
-        lines.append(
-            f"old=; if tmux has-session -t ={session} 2>/dev/null; then "
-            f'for d in {runs}/*/; do [ -e "$d/exit_code" ] && continue; '
-            f'grep -q \'"session": "{session}"\' "$d/run.json" 2>/dev/null && '
-            f'echo {int(stamp)} > "$d/stop_requested"; done; '
-            f"tmux rename-session -t ={session} {old}; old=1; fi"
-        )
-    else:
-        lines.append(
-            f"if tmux has-session -t ={session} 2>/dev/null; then "
-            f"echo 'session {session} exists' >&2; exit {SESSION_EXISTS_STATUS}; fi"
-        )
-    for run_id, meta, script in files:
-        validate_name("run", run_id)
-        d = sh_path(remote_dir.rstrip("/") + f"/runs/{run_id}")
-        lines.append(f"mkdir -p {d}")
-        lines.append(f"printf '%s\\n' {shlex.quote(meta)} > {d}/run.json")
-        lines.append(f"printf '%s' {shlex.quote(script)} > {d}/cmd.sh")
-    if replace:  # a failed start still ends the replaced session, as asked
-        kill_old = f"tmux kill-session -t ={old} 2>/dev/null || true"
-        lines.append(f'ident=$({shlex.join(tmux_argv)}) || {{ [ -z "$old" ] || {kill_old}; exit 1; }}')
-        lines.append(f'[ -z "$old" ] || {kill_old}')
-    else:
-        lines.append(f"ident=$({shlex.join(tmux_argv)})")  # new-session -P prints the session's identity
-    for run_id, _, _ in files:
-        lines.append(
-            f"printf '%s\\n' \"$ident\" > {sh_path(remote_dir.rstrip('/') + f'/runs/{run_id}')}/tmux_session"
-        )
-    return "set -e\n" + "\n".join(lines)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from pippa_ops.errors import InvalidName
 
@@ -42,11 +42,6 @@ def validate_env_key(key: str) -> str:
 def join(argv: Sequence[str]) -> str:
     """Quote an argument list once, for a POSIX shell."""
     return shlex.join(list(argv))
-
-
-def chain(commands: Iterable[Sequence[str]], sep: str = " && ") -> str:
-    """Join several argument lists into one shell line (each quoted, joined by ``sep``)."""
-    return sep.join(join(c) for c in commands)
 
 
 def sh_path(path: str) -> str:

@@ -17,13 +17,13 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pippa_ops._paramiko import paramiko
 from pippa_ops.errors import AuthFailed, HostKeyChanged, HostKeyUnknown, HostUnreachable, UnknownHost
 from pippa_ops.inventory import HostSpec, known_hosts_path, load_ssh_config, resolve
-from pippa_ops.transport import Command, CommandResult, Process, Transport, as_shell_line, finish
+from pippa_ops.transport import Command, CommandResult, Process, Transport, as_shell_line, finish, read_to_end
 
 CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15
@@ -67,6 +67,26 @@ def endpoint(spec: HostSpec) -> Endpoint:
         identity_files=tuple(str(Path(p).expanduser()) for p in identities),
         proxy_jump=None if proxy in (None, "none") else proxy,
     )
+
+
+def jump_host(chain: str) -> HostSpec:
+    """The hop next to the target of a ProxyJump ``chain`` (``a,b``: through a, then b), itself
+    reached through the hops before it; each hop is a host name or ``[user@]host[:port]``."""
+    *before, last = [hop.strip() for hop in chain.split(",") if hop.strip()]
+    user, _, rest = last.rpartition("@")
+    host, port = rest, None
+    if rest.count(":") == 1:  # host:port (an IPv6 address has several colons)
+        host, _, port_text = rest.partition(":")
+        if not port_text.isdigit():
+            raise UnknownHost(f"invalid ProxyJump hop {last!r}")
+        port = int(port_text)
+    spec = resolve(host)
+    overrides: dict[str, object] = {"proxy_jump": ",".join(before) or None}
+    if user:
+        overrides["user"] = user
+    if port is not None:
+        overrides["port"] = port
+    return replace(spec, **overrides)  # type: ignore[arg-type]
 
 
 class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
@@ -160,9 +180,13 @@ class SSHTransport(Transport):
 
     def _connect(self) -> paramiko.SSHClient:
         ep = endpoint(self.spec)
+        if self._jump is not None:  # a reconnect: the old hop's connection goes with the old one
+            self._jump.close()
+            self._jump = None
         if ep.proxy_jump:
-            jump_name = ep.proxy_jump.split(",")[0]
-            self._jump = SSHTransport(resolve(jump_name), accept_new=self._accept_new, timeout=self._timeout)
+            jump_spec = jump_host(ep.proxy_jump)
+            jump_name = jump_spec.name
+            self._jump = SSHTransport(jump_spec, accept_new=self._accept_new, timeout=self._timeout)
             try:
                 sock: socket.socket | paramiko.Channel = self._jump.connection().open_channel(
                     "direct-tcpip", (ep.hostname, ep.port), ("127.0.0.1", 0), timeout=self._timeout
@@ -252,14 +276,9 @@ class SSHTransport(Transport):
                 writer.start()
             else:
                 proc.close_stdin()
-            out = bytearray()
             deadline = None if timeout is None else t0 + timeout
             proc.set_deadline(deadline)
-            while True:
-                chunk = proc.read()
-                if not chunk:
-                    break
-                out += chunk
+            out = read_to_end(proc)
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             status = proc.wait(remaining)
         except TimeoutError as e:
@@ -267,7 +286,7 @@ class SSHTransport(Transport):
             raise TimeoutError(f"{self.name}: command timed out after {timeout}s") from e
         finally:
             proc.close()
-        return finish(self.name, line, status, bytes(out), proc.stderr_text(), t0, check)
+        return finish(self.name, line, status, out, proc.stderr_text(), t0, check)
 
     def start(self, command: Command) -> SSHProcess:
         chan = self.channel()

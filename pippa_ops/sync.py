@@ -1,12 +1,14 @@
 """Copy the working tree to a host: only changed files, in one stream, never a half-written file.
 
 The file set is what git tracks plus untracked files git does not ignore, minus ``.env`` files and
-what ``.pippaignore`` lists (gitignore syntax, applied by git itself). The host is listed in ONE
-command (size + mtime of every file), changed files travel as ONE compressed tar stream over one
-channel (packed by the local tar and zstd, or gzip when either end lacks zstd, running in parallel
-with the sending) into a staging directory under ``<remote_dir>/.pippa/``; a generated script renames each
-file into place (rename is atomic, so an interrupted sync leaves every file either old or new; the
-stage is removed when the host-side shell exits). ``.pippa/``, ``runs/`` and ``.venv/`` at the top
+what ``.pippaignore`` lists (gitignore syntax, applied by git itself). The host agent
+(``pippa_ops.agent``) lists the host in ONE round trip (size + mtime of every file), changed files
+travel as ONE compressed tar stream over one channel (packed by the local tar and zstd, or gzip when
+either end lacks zstd, running in parallel with the sending) into a staging directory under
+``<remote_dir>/.pippa/``; the agent renames each file into place (rename is atomic, so an interrupted
+sync leaves every file either old or new), never following a host-side symlink on the way (a
+directory that is a symlink on the host is replaced by a real one), and removes the stage.
+``.pippa/``, ``runs/`` and ``.venv/`` at the top
 of the host's tree are never listed, sent, changed or deleted. Deletions happen only with
 ``delete=True`` and spare host files that git would ignore (caches, wandb/, ...), like rsync's
 excludes. Afterwards the host records ``.pippa/sync.json`` (docs/CONTRACTS.md).
@@ -17,8 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
-import shlex
 import shutil
 import subprocess
 import threading
@@ -28,15 +28,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
+from pippa_ops import agent_client
 from pippa_ops.errors import RemoteCommandFailed, UsageError
 from pippa_ops.inventory import HostSpec
 from pippa_ops.shell import sh_path
-from pippa_ops.transport import Transport
+from pippa_ops.transport import Transport, read_to_end
 
 PROTECTED_TOP = (".pippa", "runs", ".venv")  # never sent, changed or deleted on the host
 IGNORE_FILE = ".pippaignore"
 MARKER = ".pippa/sync.json"
-_ARG_CHUNK = 64_000  # bytes of quoted paths per generated mv/rm line
 
 Progress = Callable[[int], None]  # called with the bytes sent so far
 
@@ -139,24 +139,19 @@ def ignored_by_git(repo: Path, paths: Iterable[str]) -> set[str]:
     return {p.decode(errors="surrogateescape") for p in out.split(b"\0") if p}
 
 
-# -- the host side ---------------------------------------------------------------------------------
-def remote_dir_expr(remote_dir: str) -> str:
-    """``sh_path`` of a remote_dir setting, refusing one that is relative or holds a newline."""
+# -- the host side (pippa_ops.agent.sync_list / sync_apply) ----------------------------------------
+def check_remote_dir(remote_dir: str) -> str:
+    """A remote_dir setting, refusing one that is relative or holds a newline."""
     if "\n" in remote_dir or "\0" in remote_dir:
         raise UsageError(f"invalid remote_dir {remote_dir!r}")
     if not (remote_dir == "~" or remote_dir.startswith(("~/", "/"))):
         raise UsageError(f"remote_dir must be absolute or start with ~/: {remote_dir!r}")
-    return sh_path(remote_dir)
+    return remote_dir
 
 
-def listing_command(dir_expr: str) -> str:
-    """``Z <0|1>`` (does the host have zstd), then ``size mtime path`` per file, NUL-separated."""
-    prune = " -o ".join(f"-path ./{p}" for p in PROTECTED_TOP)
-    return (
-        "if command -v zstd >/dev/null 2>&1; then printf 'Z 1\\0'; else printf 'Z 0\\0'; fi; "
-        f"cd {dir_expr} 2>/dev/null || exit 0; "
-        f"find . \\( {prune} \\) -prune -o \\( -type f -o -type l \\) -printf '%s %T@ %P\\0'"
-    )
+def remote_dir_expr(remote_dir: str) -> str:
+    """A checked remote_dir as one shell word (``~`` left to the host's ``$HOME``)."""
+    return sh_path(check_remote_dir(remote_dir))
 
 
 @dataclass(frozen=True)
@@ -165,32 +160,15 @@ class Listing:
     zstd: bool  # the host can unpack zstd
 
 
-def parse_listing(raw: bytes) -> Listing:
-    out: dict[str, FileStat] = {}
-    zstd = False
-    for entry in raw.split(b"\0"):
-        if not entry:
-            continue
-        if entry.startswith(b"Z "):
-            zstd = entry == b"Z 1"
-            continue
-        size, mtime, name = entry.split(b" ", 2)
-        out[name.decode(errors="surrogateescape")] = FileStat(int(size), int(float(mtime)))
-    return Listing(out, zstd)
+def parse_listing(answer: dict[str, object]) -> Listing:
+    """The agent's ``sync_list`` answer: ``{"zstd": bool, "files": [[name, size, mtime], ...]}``."""
+    rows = answer.get("files")
+    files = {str(n): FileStat(int(size), int(mt)) for n, size, mt in (rows if isinstance(rows, list) else [])}
+    return Listing(files, bool(answer.get("zstd")))
 
 
-def remote_files(transport: Transport, dir_expr: str) -> Listing:
-    proc = transport.start(listing_command(dir_expr))
-    with proc:
-        proc.close_stdin()
-        chunks = []
-        while chunk := proc.read():
-            chunks.append(chunk)
-        if proc.wait(60) != 0:
-            raise RemoteCommandFailed(
-                f"{transport.name}: listing the remote dir failed: {proc.stderr_text()}"
-            )
-    return parse_listing(b"".join(chunks))
+def remote_files(agent: agent_client.Session, remote_dir: str) -> Listing:
+    return parse_listing(agent.call("sync_list", {"remote_dir": remote_dir}))
 
 
 def plan(local: dict[str, FileStat], remote: dict[str, FileStat], deletable: set[str] | None) -> Plan:
@@ -199,97 +177,6 @@ def plan(local: dict[str, FileStat], remote: dict[str, FileStat], deletable: set
     if deletable is not None:
         p.delete = sorted(deletable)
     return p
-
-
-def _chunked(words: list[str]) -> Iterable[list[str]]:
-    batch: list[str] = []
-    size = 0
-    for w in words:
-        if batch and size + len(w) > _ARG_CHUNK:
-            yield batch
-            batch, size = [], 0
-        batch.append(w)
-        size += len(w) + 1
-    if batch:
-        yield batch
-
-
-def fresh_tops(send: Iterable[str], remote: Iterable[str]) -> set[str]:
-    """Top-level directories of ``send`` under which the host listed no file: a cold sync's whole tree."""
-    taken = {n.split("/", 1)[0] for n in remote}
-    return {n.split("/", 1)[0] for n in send if "/" in n} - taken
-
-
-def _move_lines(names: list[str]) -> list[str]:
-    """Rename staged files into place, one ``mv`` per directory (and per ~64 KB of names)."""
-    lines = []
-    by_dir: dict[str, list[str]] = {}
-    for name in names:
-        by_dir.setdefault(os.path.dirname(name) or ".", []).append(name)
-    for d, batch_names in sorted(by_dir.items()):
-        if d != ".":
-            lines.append(f"mkdir -p -- {shlex.quote(d)}")
-        for batch in _chunked([shlex.quote(n) for n in batch_names]):
-            lines.append(f'(cd "$S" && exec mv -f -t "$D"/{shlex.quote(d)} -- {" ".join(batch)})')
-    return lines
-
-
-def apply_script(
-    send: list[str], delete: list[str], marker: dict[str, object], fresh: set[str] | None = None
-) -> str:
-    """The host-side script, run as ``sh apply.sh DEST STAGE``: rename staged files into place,
-    delete, then write the marker (tmp + rename). Every path is quoted here, once.
-
-    ``fresh`` (see ``fresh_tops``): top-level directories the host had no file under. Each one is
-    renamed whole, all of them in one ``mv`` (a cold sync: one process instead of one per directory);
-    the stage holds only complete files (apply.sh runs after tar succeeded), so a renamed directory
-    is never half-written. One that exists by now (empty, or created since the listing) takes the
-    per-file path instead."""
-    lines = ["set -e", 'D="$1"', 'S="$2/files"', 'cd "$D"']
-    fresh = fresh or set()
-    under: dict[str, list[str]] = {}
-    rest: list[str] = []
-    for name in send:
-        top = name.split("/", 1)[0]
-        if "/" in name and top in fresh:
-            under.setdefault(top, []).append(name)
-        else:
-            rest.append(name)
-    if under:
-        lines.append("set --")
-        for top, names in sorted(under.items()):
-            q = shlex.quote(top)
-            fallback = "; ".join(_move_lines(names))
-            lines.append(f'if [ -e "$D"/{q} ] || [ -L "$D"/{q} ]; then {fallback}; else set -- "$@" {q}; fi')
-        lines.append('[ "$#" -eq 0 ] || (cd "$S" && exec mv -t "$D" -- "$@")')
-    lines += _move_lines(rest)
-    for batch in _chunked([shlex.quote(n) for n in delete]):
-        lines.append(f"rm -f -- {' '.join(batch)}")
-    lines += marker_lines(marker)
-    return "\n".join(lines) + "\n"
-
-
-def marker_lines(marker: dict[str, object]) -> list[str]:
-    """Shell lines (run in the remote dir) that write .pippa/sync.json atomically."""
-    body = shlex.quote(json.dumps(marker))
-    return [
-        "mkdir -p .pippa",
-        f"printf '%s\\n' {body} > .pippa/sync.json.tmp",
-        "mv -f .pippa/sync.json.tmp .pippa/sync.json",
-    ]
-
-
-def receive_command(dir_expr: str, stage_id: str, zstd: bool) -> str:
-    """Read ``<n>\\n`` + n bytes of apply.sh, then unpack the tar.gz into a private stage and run
-    apply.sh; the stage goes when the shell exits, whether it succeeded or not."""
-    return (
-        f'set -e; D={dir_expr}; mkdir -p "$D/.pippa"; S="$D/.pippa/stage-{stage_id}"; '
-        'trap \'rm -rf "$S"\' EXIT; mkdir -p "$S/files"; '
-        'find "$D/.pippa" -maxdepth 1 -name "stage-*" -mmin +1440 -exec rm -rf {} + 2>/dev/null || true; '
-        'IFS= read -r n; head -c "$n" > "$S/apply.sh"; '
-        + ("zstd -dcq | " if zstd else "gzip -dc | ")
-        + 'tar -xpf - --no-same-owner -C "$S/files"; sh "$S/apply.sh" "$D" "$S"'
-    )
 
 
 def _pack(repo: Path, zstd: bool) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
@@ -309,18 +196,10 @@ def _pack(repo: Path, zstd: bool) -> tuple[subprocess.Popen[bytes], subprocess.P
 
 
 def _send_stream(
-    repo: Path,
-    send: list[str],
-    script: str,
-    write: Callable[[bytes], None],
-    progress: Progress | None,
-    zstd: bool,
+    repo: Path, send: list[str], write: Callable[[bytes], None], progress: Progress | None, zstd: bool
 ) -> int:
-    """Header, apply.sh, then the packed files; returns bytes written. ``progress`` may raise."""
-    data = script.encode()
-    header = f"{len(data)}\n".encode() + data
-    write(header)
-    sent = len(header)
+    """The packed files; returns bytes written. ``progress`` may raise."""
+    sent = 0
     tar, gz = _pack(repo, zstd)
     assert tar.stdin is not None and gz.stdout is not None
     # names as ./x so that none reads as an option
@@ -366,13 +245,21 @@ def sync(
     delete: bool = False,
     dry_run: bool = False,
     progress: Progress | None = None,
-    defer_marker: list[str] | None = None,
+    defer_marker: list[dict[str, object]] | None = None,
+    agent: agent_client.Session | None = None,
 ) -> SyncResult:
     """Bring ``spec.remote_dir`` on the host up to date with ``repo``; see the module docstring.
 
-    ``defer_marker``: when nothing travels, append the marker's shell command (one subshell) here
-    instead of running it, for a caller that runs a command on the host next anyway (``pippa run``
-    saves a round trip); the caller must run it."""
+    ``defer_marker``: when nothing travels, append the marker (sync.json's content) here instead of
+    writing it, for a caller that sends the host a request next anyway (``pippa run`` saves a round
+    trip); the caller must have it written. ``agent``: the caller's agent session, to be used again
+    after the sync (``pippa run``); by default the sync has one of its own."""
+    if agent is None:
+        with agent_client.Session(transport) as own:
+            return sync(
+                spec, transport, repo, delete=delete, dry_run=dry_run, progress=progress,
+                defer_marker=defer_marker, agent=own,
+            )  # fmt: skip
     t0 = time.monotonic()
     if transport.is_local:
         commit, dirty = tree_state(repo)  # the repo is the remote dir: only the marker
@@ -384,12 +271,12 @@ def sync(
         return SyncResult(
             spec.name, str(repo), len(files), (), (), 0, commit, dirty, dry_run, time.monotonic() - t0, True
         )
-    dir_expr = remote_dir_expr(spec.remote_dir)
+    remote_dir = check_remote_dir(spec.remote_dir)
     remote_box: dict[str, Listing | BaseException] = {}
 
     def list_remote() -> None:
         try:
-            remote_box["v"] = remote_files(transport, dir_expr)
+            remote_box["v"] = remote_files(agent, remote_dir)
         except BaseException as e:  # re-raised in the caller's thread
             remote_box["v"] = e
 
@@ -415,31 +302,30 @@ def sync(
     if dry_run:
         return _finish(result, 0, t0)
     marker: dict[str, object] = {"commit": commit, "dirty": dirty, "time": time.time(), "files": len(local)}
-    if not todo.send and not todo.delete:  # nothing travels: only the marker, in one small command
-        marker_cmd = "; ".join(["set -e", f"mkdir -p {dir_expr}", f"cd {dir_expr}", *marker_lines(marker)])
+    if not todo.send and not todo.delete:  # nothing travels: only the marker, in one small request
         if defer_marker is not None:
-            defer_marker.append(f"( {marker_cmd} )")
+            defer_marker.append(marker)
         else:
-            transport.run(marker_cmd, check=True)
+            agent.call("sync_marker", {"remote_dir": remote_dir, "marker": marker})
         return _finish(result, 0, t0)
-    script = apply_script(todo.send, todo.delete, marker, fresh_tops(todo.send, remote))
-    proc = transport.start(receive_command(dir_expr, secrets.token_hex(4), zstd))
-    with proc:
+    args: dict[str, object] = {"remote_dir": remote_dir, "send": todo.send, "delete": todo.delete}
+    args.update(marker=marker, zstd=zstd)
+    with agent.stream("sync_apply", args) as proc:
         try:
-            sent_bytes = _send_stream(repo, todo.send, script, proc.write, progress, zstd)
+            sent_bytes = _send_stream(repo, todo.send, proc.write, progress, zstd)
         except BaseException:
             # End the stream instead of killing: the host's tar sees a truncated archive and fails,
-            # apply.sh never runs, and the shell's EXIT trap removes the stage.
+            # nothing is moved into place, and the agent removes the stage.
             proc.close_stdin()
             with contextlib.suppress(Exception):
                 proc.wait(5)
             raise
         proc.close_stdin()
-        while proc.read():
-            pass
+        out = read_to_end(proc)
         status = proc.wait(600)
         if status != 0:
             raise RemoteCommandFailed(f"{spec.name}: sync failed on the host: {proc.stderr_text().strip()}")
+        agent_client.parse_answer(transport, "sync", out)
     return _finish(result, sent_bytes, t0)
 
 

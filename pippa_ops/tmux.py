@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pippa_ops.errors import SessionExists, SessionNotFound, ToolMissing
+from pippa_ops.errors import ToolMissing
 from pippa_ops.shell import join, validate_session
 from pippa_ops.transport import CommandResult, Transport
 
@@ -126,7 +126,8 @@ def check_tool(result: CommandResult, tool: str = TMUX) -> CommandResult:
 
 
 class Tmux:
-    """tmux on one host. Stateless besides the transport; every method is one remote command."""
+    """tmux on one host. Stateless besides the transport; every method is one remote command.
+    (Launch, stop and listing go through the host agent, which runs tmux there itself.)"""
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
@@ -136,35 +137,3 @@ class Tmux:
 
     def has_session(self, session: str) -> bool:
         return self._run(has_session_argv(session)).ok
-
-    def list_sessions(self) -> list[SessionInfo]:
-        result = self._run(list_sessions_argv())
-        if not result.ok:
-            if is_no_server(result):
-                return []
-            result.check()
-        return parse_sessions(result.stdout)
-
-    def new_session(self, session: str, argv: Sequence[str]) -> None:
-        result = self._run(new_session_argv(session, argv))
-        if not result.ok and "duplicate session" in result.stderr:
-            raise SessionExists(f"{self.transport.name}: tmux session {session!r} already exists")
-        result.check()
-
-    def interrupt(self, session: str) -> None:
-        self._require(self._run(interrupt_argv(session)), session)
-
-    def kill(self, session: str) -> bool:
-        """Kill ``session``; False when it was already gone."""
-        return self._run(kill_session_argv(session)).ok
-
-    def capture(self, session: str, lines: int = 50) -> str:
-        result = self._run(capture_pane_argv(session, lines))
-        self._require(result, session)
-        return result.stdout
-
-    def _require(self, result: CommandResult, session: str) -> None:
-        if not result.ok:
-            if "can't find" in result.stderr or is_no_server(result):
-                raise SessionNotFound(f"{self.transport.name}: no tmux session {session!r}")
-            result.check()

@@ -16,6 +16,7 @@ import io
 import os
 import select
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -150,11 +151,20 @@ class Process(abc.ABC):
         self.kill()
 
 
+def read_to_end(proc: Process) -> bytes:
+    """Everything the process writes to stdout from here to its end (the one read-until-EOF loop)."""
+    out = bytearray()
+    while chunk := proc.read():
+        out += chunk
+    return bytes(out)
+
+
 class Transport(abc.ABC):
     """Runs commands on one host. Connections open lazily and close idempotently."""
 
     name: str
     is_local: bool = False
+    agent_python: str = "python3"  # what runs the host agent (pippa_ops.agent)
 
     @abc.abstractmethod
     def run(
@@ -218,6 +228,7 @@ class _LocalProcess(Process):
     def write(self, data: bytes) -> None:
         assert self._p.stdin is not None
         self._p.stdin.write(data)
+        self._p.stdin.flush()  # a request must reach the agent now, not when a buffer fills
 
     def close_stdin(self) -> None:
         if self._p.stdin is not None and not self._p.stdin.closed:
@@ -251,6 +262,7 @@ class LocalTransport(Transport):
 
     def __init__(self, name: str = "local") -> None:
         self.name = name
+        self.agent_python = sys.executable
 
     def run(
         self,

@@ -29,6 +29,9 @@ freely), as a ``ClientEnv``:
 
 ``ssh_env`` (function): ``client_env`` already applied to this process with monkeypatch.
 
+``own_home`` (autouse, tests/ops and tests/dash): HOME and XDG_CONFIG_HOME point at an empty
+directory of the test's own, so no test reads the real ``~/.config/pippa/secrets.env`` or ``~/.ssh``.
+
 ``PIPPA``: path of the ``pippa`` script in the venv running the tests.
 
 Tests using these carry ``@pytest.mark.ssh``; they are skipped (with the reason) only when not root or
@@ -80,6 +83,24 @@ class ClientEnv:
         for key, value in self.vars.items():
             monkeypatch.setenv(key, value)
         monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def own_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every ops/dash test gets its own empty HOME (so its own secrets.env, ~/.ssh, hosts.toml):
+    none reads the developer's files, and a concurrent process writing them breaks no test.
+    (``client_env`` then points HOME at its client directory.)"""
+    if not any(part in ("ops", "dash") for part in Path(str(request.node.path)).parts[-3:-1]):
+        yield
+        return
+    home = tmp_path_factory.mktemp("home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HOME", str(home))
+    mp.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    try:
+        yield
+    finally:
+        mp.undo()
 
 
 @pytest.fixture(scope="session")

@@ -143,12 +143,21 @@ class SSHHost:
         if self._proc is None:
             return
         listener = self._proc.pid
-        children = []
+        parent_of: dict[int, int] = {}
+        name_of: dict[int, str] = {}
         for stat in Path("/proc").glob("[0-9]*/stat"):
             with contextlib.suppress(OSError, IndexError, ValueError):
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-                if int(fields[1]) == listener:
-                    children.append(int(stat.parent.name))
+                head, rest = stat.read_text().rsplit(")", 1)
+                pid = int(stat.parent.name)
+                parent_of[pid] = int(rest.split()[1])
+                name_of[pid] = head.split("(", 1)[1]
+        # Each connection's sshd processes: the monitor (the listener's child) and, below it, the
+        # unprivileged sshd that holds the TCP connection (killing only the monitor leaves that one
+        # serving established sessions).
+        children = [p for p, parent in parent_of.items() if parent == listener]
+        children += [
+            p for p, parent in parent_of.items() if parent in children and name_of[p].startswith("sshd")
+        ]
         self.stop()
         for pid in children:
             with contextlib.suppress(ProcessLookupError):

@@ -23,7 +23,7 @@ from pippa_ops.errors import ExitCode, PippaError
 COMMANDS: dict[str, tuple[str, str]] = {
     "hosts": (
         "pippa_ops.cli.hosts_cmd",
-        "The inventory (local, pippa.toml, ~/.config/pippa/hosts.toml), reachability checked in parallel.",
+        "Hosts (local, pippa.toml, ~/.config/pippa/hosts.toml, ~/.ssh/config aliases), checked in parallel.",
     ),
     "up": (
         "pippa_ops.cli.hosts_cmd",
@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": (
         "pippa_ops.cli.run_cmd",
         "Start recipes (one after another) or a command in a named tmux session on a host.",
+    ),
+    "resume": (
+        "pippa_ops.cli.run_cmd",
+        "Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory.",
     ),
     "ps": (
         "pippa_ops.cli.run_cmd",
@@ -62,12 +66,30 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class PippaCommand(typer.core.TyperCommand):
+    """Usage lines name arguments the usual way (``pippa logs [OPTIONS] NAME``), not ``{name}``."""
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, typer.core.TyperArgument):
+                name = param.display_name_raw.upper()
+                pieces.append((name if param.required else f"[{name}]") + ("..." if param.nargs != 1 else ""))
+        return pieces
+
+
 def load_commands(module_name: str) -> dict[str, typer.core.TyperCommand]:
-    """Import one command module and build its click commands (name -> command)."""
+    """Import one command module and build its click commands (name -> command).
+
+    Help is click's plain layout (``rich_markup_mode=None``): typer's rich panels cost ~0.3 s per
+    ``--help`` to draw and label every flag ``<bool>``."""
     module = importlib.import_module(module_name)
-    sub = typer.Typer(add_completion=False)
+    sub = typer.Typer(add_completion=False, rich_markup_mode=None)
     sub.callback()(lambda: None)  # always a group, even for a module with one command
     module.register(sub)
+    for info in sub.registered_commands:
+        if info.cls in (None, typer.core.TyperCommand):
+            info.cls = PippaCommand
     group = typer.main.get_command(sub)
     assert isinstance(group, TyperGroup)
     return dict(group.commands)  # type: ignore[arg-type]
@@ -92,17 +114,7 @@ class _LazyGroup(TyperGroup):
         if name in COMMANDS and name not in self.commands:
             for cmd_name, cmd in load_commands(COMMANDS[name][0]).items():
                 self.commands[cmd_name] = cmd
-        if name is not None and name in self.commands:
-            from pippa_ops import typer_params  # typer's own coercion would load pydantic
-
-            typer_params.install(self.commands[name].get_params(ctx))  # type: ignore[arg-type]
         return super().resolve_command(ctx, args)
-
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
-        from pippa_ops import typer_params
-
-        typer_params.install(self.get_params(ctx))  # type: ignore[arg-type]
-        return super().parse_args(ctx, args)
 
 
 app = typer.Typer(
@@ -111,6 +123,7 @@ app = typer.Typer(
     help="Train language models with RL on a few GPU hosts: hosts, sync, runs in tmux, GPUs, dashboard.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
 

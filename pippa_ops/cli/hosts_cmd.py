@@ -19,20 +19,31 @@ if TYPE_CHECKING:
     from pippa_ops.sync import SyncResult
 
 
-def hosts_command(json_out: JsonOpt = False) -> None:
-    """The inventory (local, pippa.toml, ~/.config/pippa/hosts.toml), reachability checked in parallel."""
+def hosts_command(
+    json_out: JsonOpt = False,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain", help="Show where each field came from (hosts.toml, ssh_config, pippa.toml)."
+        ),
+    ] = False,
+) -> None:
+    """Hosts (local, pippa.toml, ~/.config/pippa/hosts.toml, ~/.ssh/config aliases), checked in parallel."""
     from pippa_ops.connect import open_transport
     from pippa_ops.hostprep import survey
-    from pippa_ops.inventory import load_inventory, local_spec
+    from pippa_ops.inventory import alias_spec, load_inventory, load_ssh_config, local_spec, ssh_aliases
 
-    rows = survey([local_spec(), *load_inventory().values()], open_transport)
+    inventory = load_inventory()
+    config = load_ssh_config()
+    aliases = [alias_spec(config, a) for a in ssh_aliases(config) if a not in inventory]
+    rows = survey([local_spec(), *inventory.values(), *aliases], open_transport)
     if json_out:
         emit_json([r.to_json() for r in rows])
     else:
-        render_hosts(rows)
+        render_hosts(rows, explain)
 
 
-def render_hosts(rows: list[HostRow]) -> None:
+def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -46,6 +57,8 @@ def render_hosts(rows: list[HostRow]) -> None:
             f"[green]up[/] {r.latency_ms:.0f} ms" if r.reachable else f"[red]down[/] {escape(r.error or '')}"
         )
         table.add_row(r.name, escape(where), escape(r.remote_dir), r.source.split(":")[0], status)
+        if explain and r.origins:
+            table.add_row("", escape(", ".join(f"{k} from {v}" for k, v in r.origins.items())), "", "", "")
     console().print(table)
 
 
@@ -80,6 +93,8 @@ def render_up(r: UpReport) -> None:
         ("python", r.python),
         ("uv", (p.uv or "-") + (" (installed now)" if r.uv_installed else "")),
         ("tmux", p.tmux or "-"),
+        ("python3", f"{p.python} (runs pippa's host agent; needs >= 3.8)"),
+        ("sandbox", (p.sandbox.summary() if p.sandbox else "-") + (" (installed now)" * r.bwrap_installed)),
         ("free disk", f"{p.free_disk_gb} GB" if p.free_disk_gb is not None else "-"),
         ("remote dir", r.remote_dir),
         ("synced", f"{len(r.sync.sent)} changed file(s) of {r.sync.files}"),
@@ -121,20 +136,19 @@ def sync_command(
 
 
 def render_sync(r: SyncResult) -> None:
-    from rich.markup import escape
-
+    """Plain lines (typer.echo, no rich: a sync is often run on its own and rich costs ~30 ms to load)."""
     if r.local:
-        console().print(f"local: the repo itself is the remote dir ({escape(r.remote_dir)}); marker written")
+        typer.echo(f"local: the repo itself is the remote dir ({r.remote_dir}); marker written")
         return
     verb = ("would send", "would delete") if r.dry_run else ("sent", "deleted")
     if r.dry_run:
         for name in r.sent:
-            console().print(f"  send {escape(name)}")
+            typer.echo(f"  send {name}")
         for name in r.deleted:
-            console().print(f"  delete {escape(name)}")
+            typer.echo(f"  delete {name}")
     state = f"{(r.commit or 'no commit')[:10]}{' (dirty)' if r.dirty else ''}"
-    console().print(
-        f"{r.host}:{escape(r.remote_dir)}: {verb[0]} {len(r.sent)} of {r.files} file(s)"
+    typer.echo(
+        f"{r.host}:{r.remote_dir}: {verb[0]} {len(r.sent)} of {r.files} file(s)"
         f" ({human_bytes(r.bytes_sent)}), {verb[1]} {len(r.deleted)}; {state}; {r.elapsed_s:.2f}s"
     )
 

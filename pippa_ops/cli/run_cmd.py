@@ -14,14 +14,14 @@ from typing import Annotated
 
 import typer
 
-from pippa_ops.cli.common import HostOpt, JsonOpt, emit_json
+from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json
 from pippa_ops.connect import connect, open_transport
 from pippa_ops.errors import AmbiguousSession, ExitCode, PippaError, RunNotFound, SessionNotFound
 from pippa_ops.fanout import fan_out
 from pippa_ops.follow import read_all
-from pippa_ops.inventory import LOCAL, HostSpec, load_inventory, resolve
+from pippa_ops.inventory import LOCAL, HostSpec, default_host, load_inventory, resolve
 from pippa_ops.recipes import list_recipes
-from pippa_ops.runs import DEFAULT_GRACE_S, LaunchResult, attach_argv, follow_run, launch, stop
+from pippa_ops.runs import DEFAULT_GRACE_S, LaunchResult, attach_argv, follow_run, launch, resume, stop
 from pippa_ops.runs_list import HostRuns, RunRecord, current_run, list_runs, select_runs
 from pippa_ops.runs_script import DEFAULT_GAP_S, DEFAULT_SESSION
 from pippa_ops.shell import join, validate_name
@@ -77,10 +77,11 @@ def _label(r: RunRecord, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def render_launch(result: LaunchResult, spec: HostSpec) -> None:
+def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True) -> None:
     for run_id in result.run_ids:
         typer.echo(f"started {run_id}")
-    typer.echo(f"  host:    {result.host}")
+    where = "" if chosen else "   (the default host: --host, or default_host in ~/.config/pippa/hosts.toml)"
+    typer.echo(f"  host:    {result.host}{where}")
     typer.echo(f"  session: {result.session}")
     typer.echo(f"  attach:  {result.attach_hint()}   (or: {join(attach_argv(spec, result.session))})")
     typer.echo(f"  logs:    {result.logs_hint()}")
@@ -114,8 +115,19 @@ def _exit_for(codes: list[int | None]) -> int:
 
 
 def run_cmd(
-    recipes: Annotated[list[str] | None, typer.Argument(help="Recipe names (several: a sweep).")] = None,
-    host: HostOpt = None,
+    recipes: Annotated[
+        list[str] | None,
+        typer.Argument(help="Recipe names (several: a sweep). Default: tiny.", show_default=False),
+    ] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(
+            "--host",
+            "-H",
+            help=HOST_HELP + " Default: default_host in ~/.config/pippa/hosts.toml, else local.",
+            show_default=False,
+        ),
+    ] = None,
     name: Annotated[str, typer.Option("--name", "-n", help="tmux session name.")] = DEFAULT_SESSION,
     cmd: Annotated[
         str | None, typer.Option("--cmd", help="Run this shell command instead of a recipe.")
@@ -136,7 +148,7 @@ def run_cmd(
     names = list(recipes or [])
     if not names and cmd is None:
         names = ["tiny"]  # the README's main job
-    spec, transport = connect(host or LOCAL)
+    spec, transport = connect(host or default_host())
     with transport:
         result = launch(
             spec,
@@ -158,34 +170,76 @@ def run_cmd(
                 }
             )
         else:
-            render_launch(result, spec)
+            render_launch(result, spec, chosen=host is not None)
+        if follow:
+            raise typer.Exit(follow_runs(transport, spec, list(result.run_ids), result.session))
+
+
+def resume_cmd(
+    name: Annotated[str, typer.Argument(help="Run id (or session: its latest run).", show_default=False)],
+    host: HostOpt = None,
+    session: Annotated[
+        str | None,
+        typer.Option(
+            "--name", "-n", help="tmux session to resume in (default: the run's own).", show_default=False
+        ),
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Stream the log until the run ends.")
+    ] = False,
+) -> None:
+    """Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory."""
+    where = _locate(name, host)
+    spec, transport = connect(where)
+    with transport:
+        result = resume(spec, transport, name, session=session)
+        typer.echo(f"resumed {result.run_ids[0]} from its newest checkpoint")
+        typer.echo(f"  host:    {result.host}")
+        typer.echo(f"  session: {result.session}")
+        typer.echo(f"  attach:  {result.attach_hint()}")
+        typer.echo(f"  logs:    {result.logs_hint()}")
         if follow:
             raise typer.Exit(follow_runs(transport, spec, list(result.run_ids), result.session))
 
 
 def ps_cmd(
-    host: HostOpt = None,
+    host: Annotated[
+        list[str] | None, typer.Option("--host", "-H", help=HOST_HELP + " Repeatable; default: every host.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Runs on every host (in parallel) or one: state, duration, last step and reward."""
-    hosts = [host] if host else _all_hosts()
+    hosts = list(dict.fromkeys(host)) if host else _all_hosts()
     results = fan_out(hosts, _host_runs)
     if as_json:
         emit_json(
             {
                 h: (
-                    {"error": str(r)}
+                    {"error": str(r), "exit_code": int(r.exit_code)}
                     if isinstance(r, PippaError)
                     else {"runs": [x.to_json() for x in r.runs]}
                 )
                 for h, r in results.items()
             }
         )
-        return
+    else:
+        render_ps(results)
+    # A host the user named that failed (unknown, unreachable, changed key) fails the command;
+    # the others were still listed.
+    failed = [r for r in results.values() if isinstance(r, PippaError)]
+    if host and failed:
+        for r in failed:
+            _note(str(r))
+        raise typer.Exit(int(failed[0].exit_code))
+
+
+def render_ps(results: dict[str, HostRuns | PippaError]) -> None:
     from rich.console import Console  # only ps draws a table: run/logs/stop start without rich
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(box=None, header_style="bold")
+    failures: list[str] = []
     for col in (
         "HOST",
         "SESSION",
@@ -201,7 +255,7 @@ def ps_cmd(
         table.add_column(col, no_wrap=col != "RECIPE/COMMAND")
     for h, r in results.items():
         if isinstance(r, PippaError):
-            table.add_row(h, "-", "-", f"[red]{r}[/red]", "unreachable", "", "", "", "", "")
+            table.add_row(h, "-", "-", f"[red]{escape(str(r))}[/red]", "unreachable", "", "", "", "", "")
             continue
         if not r.runs:
             table.add_row(h, "-", "-", "(no runs)", "", "", "", "", "", "")
@@ -219,7 +273,12 @@ def ps_cmd(
                 "-" if x.last_reward is None else f"{x.last_reward:.3f}",
                 commit,
             )
-    Console(width=None if sys.stdout.isatty() else 240).print(table)
+            if x.state == "failed" and x.error:
+                failures.append(f"{h} {x.run_id}: {x.state_text}: {x.error}")
+    console = Console(width=None if sys.stdout.isatty() else 240)
+    console.print(table)
+    for line in failures:  # why each failed run failed, in full (the table has no room for it)
+        console.print(escape(line), style="red", soft_wrap=True)
 
 
 def logs_cmd(
@@ -240,6 +299,8 @@ def logs_cmd(
             read_all(transport, f"{spec.remote_dir.rstrip('/')}/runs/{run.run_id}/output.log")
         )
         sys.stdout.buffer.flush()
+    if follow:  # the run had already ended: -f still exits with its code, as when following it
+        raise typer.Exit(_exit_for([run.exit_code]))
 
 
 def attach_cmd(
@@ -301,6 +362,7 @@ def recipes_cmd(as_json: JsonOpt = False) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("run")(run_cmd)
+    app.command("resume")(resume_cmd)
     app.command("ps")(ps_cmd)
     app.command("logs")(logs_cmd)
     app.command("attach")(attach_cmd)

@@ -83,7 +83,8 @@ class RunsTable(DataTable[str]):
         self._shown: tuple[RunRow, ...] | None = None
 
     def on_mount(self) -> None:
-        self.add_columns("run", "recipe/cmd", "state", "step", "reward", "elapsed")
+        # state and session first: a half-width panel (120 columns) scrolls the rest off to the right.
+        self.add_columns("state", "session", "run", "step", "reward", "elapsed", "recipe/cmd")
 
     def show(self, runs: tuple[RunRow, ...]) -> None:
         if runs == self._shown:
@@ -94,7 +95,8 @@ class RunsTable(DataTable[str]):
         for r in runs:
             reward = "" if r.last_reward is None else f"{r.last_reward:.3f}"
             step = "" if r.step is None else str(r.step)
-            self.add_row(r.run_id, r.what, r.state, step, reward, _fmt_elapsed(r.elapsed_s), key=r.run_id)
+            elapsed = _fmt_elapsed(r.elapsed_s)
+            self.add_row(r.state, r.session or "-", r.run_id, step, reward, elapsed, r.what, key=r.run_id)
         ids = [r.run_id for r in runs]
         if selected in ids:
             self.move_cursor(row=ids.index(selected), animate=False)
@@ -208,7 +210,8 @@ class RunView(Vertical):
         head = Text()
         head.append(detail.run_id, style="bold")
         head.append(f" on {detail.host}")
-        state = detail.end_status or (row.state if row else None)
+        # How the run ended comes from its exit code (ps's state), not from what its metrics last said.
+        state = row.state if row else detail.end_status
         if state:
             head.append(f" · {state}")
         if detail.wandb_url:

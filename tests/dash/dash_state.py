@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pippa_ops.monitor import (
-    GpuReading,
+    Gpu,
     GpuSampled,
     HostState,
     LinkChanged,
@@ -16,10 +16,13 @@ from pippa_ops.monitor import (
 __all__ = ["apply"]
 
 HOSTS = ("gpu-a", "gpu-b", "local")
+FAILED_RUN = "20260101-100000-overfit-ef56"
+# A reason as long as real ones get (paramiko's messages): the status line must show all of it.
+DOWN_REASON = "SSH handshake failed: Error reading SSH protocol banner[Errno 104] Connection reset by peer"
 
 
-def _h100(index: int, util: float, used: float) -> GpuReading:
-    return GpuReading(index, "NVIDIA H100 80GB HBM3", util, used, 81559.0, 40 + util / 4, 70 + util * 3)
+def _h100(index: int, util: float, used: float) -> Gpu:
+    return Gpu(index, "NVIDIA H100 80GB HBM3", util, used, 81559.0, 40 + util / 4, 70 + util * 3)
 
 
 def host_a() -> HostState:
@@ -36,14 +39,16 @@ def runs_listed(host: str) -> RunsListed:
         host,
         (
             RunRow("20260101-120000-tiny-ab12", "tiny", "running", "tiny-ab12", 42, 0.375, 754.0),
-            RunRow("20260101-110000-cmd-cd34", "echo hello", "completed", None, None, None, 3.0),
-            RunRow("20260101-100000-overfit-ef56", "overfit", "failed", None, 7, -0.5, 3725.0),
+            RunRow(
+                "20260101-110000-cmd-cd34", "echo hello", "finished (exit 0)", "training", None, None, 3.0
+            ),
+            RunRow(FAILED_RUN, "overfit", "failed (exit 1)", "sweep", 7, -0.5, 3725.0),
         ),
     )
 
 
 def host_b() -> HostState:
-    return apply(HostState("gpu-b"), LinkChanged("gpu-b", "down", "connection refused", 8.0))
+    return apply(HostState("gpu-b"), LinkChanged("gpu-b", "down", DOWN_REASON, 8.0))
 
 
 def host_local() -> HostState:

@@ -9,7 +9,7 @@ from textual.widgets import Log
 from pippa_ops.dash import create_app
 from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen
 from pippa_ops.dash.widgets import HostPanel, MetricPlot, RunsTable, sparkline
-from pippa_ops.monitor import GpuReading, GpuSampled, LinkChanged, RunDetail, RunUpdated
+from pippa_ops.monitor import Gpu, GpuSampled, LinkChanged, RunDetail, RunUpdated
 
 pytestmark = pytest.mark.anyio
 
@@ -35,7 +35,7 @@ async def test_each_host_has_a_panel_with_status_gpus_and_runs() -> None:
         gpus = str(a.query_one(".gpus").render())
         assert "H100 80GB HBM3" in gpus and "°C" in gpus and "/80G" in gpus
         assert a.query_one(RunsTable).row_count == 3
-        assert "unreachable (connection refused), retrying in 8s" in str(
+        assert f"unreachable ({S.DOWN_REASON}), retrying in 8s" in str(
             app.query_one("#host-1 .status").render()
         )
         assert "no GPU" in str(app.query_one("#host-2 .status").render())
@@ -45,7 +45,7 @@ async def test_gpu_samples_from_a_worker_update_the_panel_and_history() -> None:
     app = create_app(["gpu-a"])
     async with app.run_test() as pilot:
         for u in (10.0, 50.0, 90.0):
-            reading = GpuReading(0, "NVIDIA A100", u, 1000.0, 40000.0, 50.0, 200.0)
+            reading = Gpu(0, "NVIDIA A100", u, 1000.0, 40000.0, 50.0, 200.0)
             app._emit(GpuSampled("gpu-a", (reading,), 1.0))
             await pilot.pause()
         g = app.states["gpu-a"].gpus
@@ -173,3 +173,40 @@ async def test_selection_follows_one_run_the_full_log_pauses_polling_and_stop_ne
         await pilot.press("r")
         assert all(("reconnect", None) in m.calls for m in mons.values())
     assert all(("close", None) in m.calls for m in mons.values())
+
+
+def _visible_text(widget) -> str:
+    """What the widget shows on screen now (its rendered lines), not the text it was given."""
+    from textual.geometry import Region
+
+    lines = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
+    return "\n".join(line.text for line in lines)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (160, 48)])
+async def test_each_runs_state_and_session_are_on_screen_and_unreachable_text_is_whole(size) -> None:
+    app = create_app(S.HOSTS, states=S.states(), detail=S.detail())
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        table = app.query_one("#host-0").query_one(RunsTable)
+        shown = _visible_text(table)
+        for state in ("running", "finished (exit 0)", "failed (exit 1)"):
+            assert state in shown, (size, shown)
+        assert "tiny-ab12" in shown  # the tmux session, what `pippa attach` takes
+        status = _visible_text(app.query_one("#host-1 .status"))
+        assert S.DOWN_REASON.split()[-1] in status and "retrying in 8s" in status, status
+
+
+async def test_the_run_view_says_how_the_run_ended_from_its_exit_code_not_its_metrics() -> None:
+    from dataclasses import replace
+
+    failed = S.runs_listed("gpu-a").runs[2]
+    detail = replace(S.detail(), run_id=failed.run_id, end_status="finished")  # metrics said so, exit 1
+    app = create_app(S.HOSTS, states=S.states())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()  # the first table's cursor selects its first run on mount
+        app.select("gpu-a", failed.run_id)
+        app._emit(RunUpdated(detail))
+        await pilot.pause()
+        title = _visible_text(app.query_one("#run-title"))
+        assert "failed (exit 1)" in title and "finished" not in title

@@ -14,7 +14,7 @@ from pippa_ops.inventory import local_spec
 from pippa_ops.monitor import HostMonitor, RunUpdated
 from pippa_ops.monitor_state import (
     HISTORY,
-    GpuReading,
+    Gpu,
     GpuSampled,
     HostState,
     LinkChanged,
@@ -86,7 +86,7 @@ def test_log_tail_keeps_the_last_lines_and_the_last_state_of_a_progress_bar() ->
 def test_gpu_history_is_capped_and_a_down_event_keeps_the_gpus() -> None:
     s = HostState("h")
     for i in range(HISTORY + 5):
-        s = apply(s, GpuSampled("h", (GpuReading(0, "G", float(i), 1.0, 2.0, 30.0, 100.0),), float(i)))
+        s = apply(s, GpuSampled("h", (Gpu(0, "G", float(i), 1.0, 2.0, 30.0, 100.0),), float(i)))
     assert s.gpus is not None and len(s.gpus[0].util_history) == HISTORY
     assert s.gpus[0].util_history[-1] == HISTORY + 4
     s = apply(s, LinkChanged("h", "down", "connection refused", 2))
@@ -165,3 +165,14 @@ def test_core_imports_no_tui(module: str) -> None:
         "bad = [m for m in ('textual', 'rich', 'typer') if m in sys.modules]; assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_dashboard_draws_gpu_gpu_the_one_gpu_type_and_indexes_unnumbered_ones() -> None:
+    import pippa_ops.monitor_state as ms
+    from pippa_ops import gpu
+    from pippa_ops.monitor import indexed
+
+    assert not hasattr(ms, "GpuReading") and ms.GpuState.__annotations__["reading"] in ("Gpu", gpu.Gpu)
+    g = gpu.Gpu(None, "T4", 50.0, 10.0, 40.0)
+    s = apply(HostState("h"), GpuSampled("h", (indexed(g, 3),), 1.0))
+    assert s.gpus is not None and s.gpus[0].reading.index == 3 and s.gpus[0].mem_history == (25.0,)

@@ -1,4 +1,4 @@
-"""Layout snapshots of the main screen at the two sizes people use (80x24 and 160x48).
+"""Layout snapshots of the main screen at the sizes people use (80x24, 120x40 and 160x48).
 
 Deterministic state only (no clock, no network): a host up with two GPUs and three runs, a host
 down with its retry countdown, ``local`` without GPU, and a selected run with curves and a W&B link.
@@ -18,6 +18,10 @@ def _app():
 
 def test_main_layout_80x24(snap_compare) -> None:
     assert snap_compare(_app(), terminal_size=(80, 24))
+
+
+def test_main_layout_120x40(snap_compare) -> None:
+    assert snap_compare(_app(), terminal_size=(120, 40))
 
 
 def test_main_layout_160x48(snap_compare) -> None:

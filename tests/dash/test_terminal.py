@@ -52,7 +52,7 @@ def test_dash_in_tmux_keys_help_attach_detach_quit(ssh_hosts, ssh_env) -> None:
     spec = resolve(t4.name)
     with open_transport(spec) as t:
         run_id = launch(spec, t, command="echo attached-here; sleep 300", session=session,
-                        sync=lambda s, tr: None).run_ids[0]  # fmt: skip
+                        sync=False).run_ids[0]  # fmt: skip
 
     term = Term(env)
     term.tmux("new-session", "-d", "-s", "dash", "-x", "160", "-y", "48", PIPPA, "dash", t4.name)

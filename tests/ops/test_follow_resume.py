@@ -47,3 +47,10 @@ def test_follow_survives_a_dropped_connection_without_losing_or_repeating_output
         h.start()
     assert dropped.is_set() and notes and "reconnecting in 0.5s" in notes[0]
     assert got.decode().split() == [f"line-{i}" for i in range(1, 61)]  # every line, once, in order
+
+
+def test_logs_follow_and_the_dashboard_wait_by_one_retry_schedule() -> None:
+    from pippa_ops import follow, monitor, retry
+
+    assert [retry.retry_delay(a) for a in (0, 1, 5, 99)] == [1.0, 2.0, 30.0, 30.0]
+    assert not hasattr(monitor, "BACKOFF_S") and follow.RECONNECT_BACKOFF_S is retry.RECONNECT_BACKOFF_S

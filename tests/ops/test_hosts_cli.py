@@ -42,7 +42,10 @@ def test_hosts_json_reports_every_host_with_one_down(client_env, ssh_hosts):
     p = pippa(client_env, "hosts", "--json")
     assert p.returncode == 0, p.stderr
     rows = {r["name"]: r for r in json.loads(p.stdout)}
-    assert set(rows) == {"local", "t1", "t2", "t3", "t4"}
+    aliases = {"ssh-t1", "ssh-t2", "ssh-t3", "ssh-t4"}  # ~/.ssh/config aliases are listed too
+    assert set(rows) == {"local", "t1", "t2", "t3", "t4", *aliases}
+    assert {rows[a]["source"] for a in aliases} == {"ssh_config"} and not rows["ssh-t2"]["reachable"]
+    assert rows["t1"]["origins"]["address"] == "hosts.toml"
     assert [rows[n]["reachable"] for n in ("local", "t1", "t2", "t3", "t4")] == [
         True,
         True,
@@ -103,3 +106,20 @@ def test_sync_cli_dry_run_lists_files_and_json_reports(client_env, ssh_hosts, re
     done = pippa(client_env, "sync", "t1", "--json", cwd=repo)
     assert json.loads(done.stdout)["sent"] == ["a.txt"]
     assert (ssh_hosts[0].home / "pippa" / "a.txt").read_text() == "a\n"
+
+
+def test_ps_fails_for_a_named_host_that_fails_and_still_lists_the_others(client_env, ssh_hosts, repo):
+    p = pippa(client_env, "ps", "--host", "local", "--host", "no-such-host", "--json", cwd=repo)
+    assert p.returncode == ExitCode.UNKNOWN_HOST, p.stderr
+    table = json.loads(p.stdout)
+    assert "runs" in table["local"] and "unknown host" in table["no-such-host"]["error"]
+    ssh_hosts[1].stop()
+    p = pippa(client_env, "ps", "--host", ssh_hosts[1].name, cwd=repo)
+    assert p.returncode == ExitCode.UNREACHABLE and "unreachable" in p.stdout
+    assert pippa(client_env, "ps", "--host", ssh_hosts[0].name, cwd=repo).returncode == 0
+
+
+def test_hosts_explain_says_where_each_field_came_from(client_env, ssh_hosts):
+    p = pippa(client_env, "hosts", "--explain")
+    assert p.returncode == 0, p.stderr
+    assert "address from hosts.toml" in p.stdout and "address from ssh_config" in p.stdout

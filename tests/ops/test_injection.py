@@ -63,19 +63,14 @@ def test_core_launch_validates_before_touching_the_host(
     monkeypatch.setenv("TMUX_TMPDIR", env["TMUX_TMPDIR"])
     monkeypatch.chdir(repo)
     spec = HostSpec(name="local", remote_dir=str(repo))
-    calls: list[str] = []
-
-    def sync(s: HostSpec, t: LocalTransport) -> None:
-        calls.append("sync")
-
     t = LocalTransport()
     with pytest.raises(InvalidName):
-        launch(spec, t, command="true", session=f"x; touch {pwned}", sync=sync)
+        launch(spec, t, command="true", session=f"x; touch {pwned}")
     with pytest.raises(InvalidName):
-        launch(spec, t, recipes=[f"tiny && touch {pwned}"], sync=sync)
+        launch(spec, t, recipes=[f"tiny && touch {pwned}"])
     with pytest.raises(UnknownRecipe):
-        launch(spec, t, recipes=["nosuch"], sync=sync)
+        launch(spec, t, recipes=["nosuch"])
     with pytest.raises(BadSetting):
-        launch(spec, t, recipes=["tiny"], sets=[f"a|touch {pwned}=1"], sync=sync)
-    assert calls == []  # refused before the sync, before any remote command
+        launch(spec, t, recipes=["tiny"], sets=[f"a|touch {pwned}=1"])
+    assert not (repo / ".pippa" / "sync.json").exists()  # refused before the sync (local: the marker)
     _no_side_effect(repo, env, pwned)

@@ -86,3 +86,42 @@ def test_unknown_inventory_key_is_one_clear_error(home: Path, monkeypatch: pytes
     monkeypatch.setenv("PIPPA_INVENTORY", str(bad))
     with pytest.raises(UsageError, match="unknown key 'addres'"):
         resolve("x")
+
+
+def test_the_users_ssh_alias_beats_a_team_entry_of_the_same_name_for_connection_fields(
+    home: Path,
+) -> None:
+    cfg = home / ".ssh" / "config"
+    cfg.write_text("Host h100-a\n  HostName 10.9.9.9\n  User me\n  Port 2222\n\n" + cfg.read_text())
+    a = resolve("h100-a")
+    # address/user/port: ~/.ssh/config over pippa.toml; identity_file: hosts.toml over both;
+    # setup (not a connection field): pippa.toml, as nothing personal sets it.
+    assert (a.address, a.user, a.port, a.identity_file, a.setup) == (
+        "10.9.9.9",
+        "me",
+        2222,
+        "~/.ssh/lab",
+        ("make",),
+    )
+    assert a.origins == {
+        "address": "ssh_config", "user": "ssh_config", "port": "ssh_config",
+        "identity_file": "hosts.toml", "secrets": "hosts.toml", "setup": "pippa.toml",
+    }  # fmt: skip
+    (home / ".config" / "pippa" / "hosts.toml").write_text('[hosts.h100-a]\nuser = "mine"\n')
+    assert resolve("h100-a").user == "mine"  # the personal file beats the ssh alias
+
+
+def test_unknown_host_lists_each_known_name_once(home: Path) -> None:
+    (home / ".ssh" / "config").write_text("Host h100-a\n  HostName 10.9.9.9\n")
+    with pytest.raises(UnknownHost) as e:
+        resolve("nope")
+    assert str(e.value).endswith("known: local, h100-a, h100-b")
+
+
+def test_default_host_comes_from_the_personal_file_else_local(home: Path) -> None:
+    from pippa_ops.inventory import default_host
+
+    assert default_host() == "local"
+    personal = home / ".config" / "pippa" / "hosts.toml"
+    personal.write_text('default_host = "h100-a"\n' + personal.read_text())
+    assert default_host() == "h100-a" and resolve("h100-a").address == "192.222.52.59"

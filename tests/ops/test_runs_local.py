@@ -96,9 +96,11 @@ def test_run_cmd_records_output_and_exit_code_and_ps_logs_read_them(local: Local
     assert p.returncode == 0, p.stderr
     (run_id,) = started_ids(p.stdout)
     assert "session: job1" in p.stdout and "pippa attach job1 --host local" in p.stdout
+    assert "host:    local   (the default host" in p.stdout  # no --host: it says where the run went
     assert f"pippa logs {run_id} --host local -f" in p.stdout
     rec = local.wait_state(run_id, lambda r: r["state"] != "running")
-    assert (rec["state"], rec["exit_code"], rec["session"]) == ("finished", 3, "job1")
+    assert (rec["state"], rec["exit_code"], rec["session"]) == ("failed", 3, "job1")
+    assert (rec["state_text"], rec["error"]) == ("failed (exit 3)", "oops")  # why it failed
     assert rec["command"] == "echo hello from job; echo oops >&2; exit 3"
     assert (local.run_dir(run_id) / "exit_code").read_text() == "3\n"
     logs = local.pippa("logs", "job1")
@@ -242,3 +244,30 @@ def test_bad_set_key_or_value_is_refused_before_anything_starts(tmp_path: Path) 
         assert p.stderr.startswith(f"pippa: recipe tiny: {why}") and p.stderr.count("\n") == 1
     assert (set((root / "runs").glob("*")) if (root / "runs").is_dir() else set()) == runs_before
     assert not list((tmp_path / "tmux").rglob("default"))  # no tmux server was ever started
+
+
+def test_resume_continues_a_failed_recipe_run_in_its_own_run_dir_with_resume(local: Local) -> None:
+    p = local.pippa("run", "fail_2", "--name", "res")
+    (run_id,) = started_ids(p.stdout)
+    local.wait_state(run_id, lambda r: r["state"] == "failed")
+    r = local.pippa("resume", run_id, "--host", "local", "--follow")
+    assert r.returncode == 2, r.stderr  # the resumed job's code
+    assert f"resumed {run_id}" in r.stdout and "session: res" in r.stdout
+    (rec,) = local.ps()  # the same run, not a new one
+    assert (rec["run_id"], rec["state_text"], rec["session"]) == (run_id, "failed (exit 2)", "res")
+    log = (local.run_dir(run_id) / "output.log").read_text().splitlines()
+    run_dir = local.run_dir(run_id)
+    assert log == [f"train fail_2 --run-dir {run_dir}", f"train fail_2 --run-dir {run_dir} --resume"]
+    assert len(json.loads((run_dir / "run.json").read_text())["resumed"]) == 1
+
+
+def test_resume_refuses_a_running_run_and_a_command_run_in_one_line(local: Local) -> None:
+    p = local.pippa("run", "--cmd", "sleep 30", "--name", "busy")
+    (run_id,) = started_ids(p.stdout)
+    local.wait_state(run_id, lambda r: r["state"] == "running")
+    busy = local.pippa("resume", run_id, "--host", "local")
+    assert busy.returncode == 8 and "still running" in busy.stderr and busy.stderr.count("\n") == 1
+    local.pippa("stop", run_id, "--grace", "1")
+    cmd = local.pippa("resume", "busy", "--host", "local")
+    assert cmd.returncode == 2 and "(--cmd), not a recipe" in cmd.stderr and cmd.stderr.count("\n") == 1
+    assert local.tmux("has-session", "-t", "=busy").returncode != 0  # nothing was started

@@ -188,3 +188,21 @@ def test_failed_handshake_is_one_line_without_paramiko_traceback(client_env, tmp
     assert "Traceback" not in synced.stderr
     assert synced.stderr.strip().splitlines() == [synced.stderr.strip()]
     assert synced.stderr.startswith("pippa: mute: cannot reach 127.0.0.1")
+
+
+def test_a_proxy_jump_chain_goes_through_every_hop_and_a_reconnect_closes_the_old_hops(ssh_env, ssh_hosts):
+    from dataclasses import replace
+
+    target = resolve(ssh_hosts[0].name)
+    t = SSHTransport(replace(target, proxy_jump=f"{ssh_hosts[1].name},{ssh_hosts[2].name}"))
+    with t:
+        assert t.run("whoami", check=True).stdout.strip() == ssh_hosts[0].user
+        last, first = t._jump, t._jump._jump if t._jump else None
+        assert last is not None and first is not None
+        assert (last.name, first.name) == (ssh_hosts[2].name, ssh_hosts[1].name)  # t2, then t3
+        client = t._client
+        assert client is not None
+        client.close()  # the connection dies: the next command reconnects
+        assert t.run("true").ok
+        assert last._client is None and first._client is None, "the old hops were closed"
+        assert t._jump is not last

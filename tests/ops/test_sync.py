@@ -149,3 +149,21 @@ def test_local_host_only_writes_the_marker(repo, monkeypatch):
     result = sync(local_spec(repo), LocalTransport(), repo)
     assert result.local and result.sent == ()
     assert json.loads((repo / ".pippa" / "sync.json").read_text())["files"] == 5
+
+
+def test_a_directory_that_was_a_symlink_on_the_host_is_never_written_through(ssh_env, ssh_hosts, repo):
+    h = ssh_hosts[3]
+    outside = h.home / "outside"
+    h.run_as_user(["sh", "-c", f"rm -rf ~/pippa {outside} && mkdir {outside}"]).check_returncode()
+    (repo / "assets").symlink_to(outside)  # a repo symlink: synced as a symlink
+    spec, t = connect(h.name)
+    with t:
+        sync(spec, t, repo)
+        assert (h.home / "pippa" / "assets").is_symlink()
+        (repo / "assets").unlink()  # later the repo has a real directory there
+        (repo / "assets").mkdir()
+        (repo / "assets" / "cfg.json").write_text("{}")
+        sync(spec, t, repo)
+    assert list(outside.iterdir()) == [], "a synced file landed outside remote_dir"
+    dest = h.home / "pippa" / "assets"
+    assert not dest.is_symlink() and (dest / "cfg.json").read_text() == "{}"

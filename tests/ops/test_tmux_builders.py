@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 
 import pytest
 
 from pippa_ops import tmux
-from pippa_ops.errors import BadSetting, InvalidName
-from pippa_ops.follow import follow_script
-from pippa_ops.runs_list import derive_state, parse_listing
+from pippa_ops.errors import BadSetting
+from pippa_ops.runs_list import derive_state, host_runs
 from pippa_ops.runs_script import (
     cmd_job,
-    launch_script,
     new_run_id,
     parse_sets,
     recipe_job,
     render_cmd_sh,
-    run_json,
     session_argv,
 )
 from pippa_ops.shell import NAME_RE, sh_path
@@ -103,40 +99,11 @@ def test_sweep_session_runs_each_cmd_sh_in_turn_with_a_gap_and_survives_ctrl_c()
     )
 
 
-def test_launch_script_refuses_an_existing_session_unless_replace() -> None:
-    files = [
-        (
-            "r-1",
-            run_json(
-                cmd_job("r-1", "true"),
-                session="s",
-                host="h",
-                started=1.0,
-                sync=None,
-                sweep_index=0,
-                sweep_size=1,
-            ),
-            "#!/bin/sh\n",
-        )
-    ]
-    plain = launch_script(
-        session="s", remote_dir="~/p", files=files, tmux_argv=["tmux", "x"], replace=False, stamp=5
-    )
-    assert "exit 17" in plain and "kill-session" not in plain
-    replaced = launch_script(
-        session="s", remote_dir="~/p", files=files, tmux_argv=["tmux", "x"], replace=True, stamp=5
-    )
-    assert "kill-session -t =s" in replaced and "stop_requested" in replaced
-    with pytest.raises(InvalidName):
-        launch_script(
-            session="s;x", remote_dir="~/p", files=files, tmux_argv=["tmux"], replace=False, stamp=5
-        )
-
-
 def test_state_is_derived_from_files_and_the_runs_own_session() -> None:
     assert derive_state(session_alive=True, exit_code=None, started=True, stop_requested=False) == "running"
     assert derive_state(session_alive=True, exit_code=None, started=False, stop_requested=False) == "queued"
-    assert derive_state(session_alive=False, exit_code=3, started=True, stop_requested=False) == "finished"
+    assert derive_state(session_alive=False, exit_code=0, started=True, stop_requested=False) == "finished"
+    assert derive_state(session_alive=False, exit_code=3, started=True, stop_requested=False) == "failed"
     assert derive_state(session_alive=False, exit_code=130, started=True, stop_requested=True) == "stopped"
     assert derive_state(session_alive=False, exit_code=None, started=True, stop_requested=True) == "killed"
     assert (
@@ -145,8 +112,7 @@ def test_state_is_derived_from_files_and_the_runs_own_session() -> None:
     assert derive_state(session_alive=False, exit_code=None, started=True, stop_requested=False) == "lost"
 
 
-def test_listing_parser_matches_sessions_by_creation_time_and_reads_last_step() -> None:
-    m = "@@x:"
+def test_listing_matches_sessions_by_creation_time_and_reads_last_step() -> None:
     meta = {
         "run_id": "r-old",
         "session": "training",
@@ -155,59 +121,49 @@ def test_listing_parser_matches_sessions_by_creation_time_and_reads_last_step() 
         "sync": {"commit": "abc", "dirty": True},
     }
     meta2 = {**meta, "run_id": "r-new", "recipe": "tiny"}
-    step = json.dumps({"type": "step", "step": 7, "reward/mean": 0.25})
-    text = "\n".join(
-        [
-            f"{m}NOW 2000",
-            f"{m}SESSION training|1900|0|1|$4",
-            f"{m}RUN r-old",
-            f"{m}JSON {json.dumps(meta)}",
-            f"{m}CTIME 1000",
-            f"{m}STARTED 1000",
-            f"{m}RUN r-new",
-            f"{m}JSON {json.dumps(meta2)}",
-            f"{m}CTIME 1899",
-            f"{m}STARTED 1900",
-            f"{m}STEP {step}",
-            f'{m}STEP {{"type": "step", "st',  # a partial last line is ignored
-            "noise without the marker",
-        ]
-    )
-    runs = {r.run_id: r for r in parse_listing("h", text, m).runs}
+    answer = {
+        "now": 2000,
+        "sessions": "training|1900|0|1|$4\n",
+        "runs": [
+            {"run_id": "r-old", "meta": meta, "ctime": 1000, "started": "1000\n"},
+            {
+                "run_id": "r-new", "meta": meta2, "ctime": 1899, "started": "1900",
+                "steps": [{"type": "step", "step": 7, "reward/mean": 0.25}],
+            },
+            {"run_id": "bad;name", "meta": meta},
+            {"run_id": "r-nometa", "meta": "x"},
+        ],
+    }  # fmt: skip
+    runs = {r.run_id: r for r in host_runs("h", answer).runs}
+    assert set(runs) == {"r-old", "r-new"}
     assert runs["r-old"].state == "lost"  # the live 'training' session belongs to the newer run
     assert runs["r-new"].state == "running" and runs["r-new"].duration_s == 100
     assert (runs["r-new"].last_step, runs["r-new"].last_reward) == (7, 0.25)
     assert (runs["r-new"].commit, runs["r-new"].dirty) == ("abc", True)
 
 
-def test_follow_script_resumes_from_the_byte_after_the_offset_and_ends_with_the_run() -> None:
-    script = follow_script("~/p/runs/r/output.log", 10, end_file="~/p/runs/r/exit_code", session="training")
-    assert 'tail -c +11 -F "$HOME"/p/runs/r/output.log' in script
-    assert '[ -e "$HOME"/p/runs/r/exit_code ]' in script
-    assert "! tmux has-session -t =training" in script
-    assert "cat <&3" in script  # the host's tail stops when the client closes the channel
+def test_a_failed_run_says_failed_with_its_exit_code_and_why() -> None:
+    meta = {"run_id": "r-f", "session": "s", "command": "python boom.py"}
+    raw = {"run_id": "r-f", "meta": meta, "ctime": 10, "started": "10", "exit_code": "1", "ended": 20}
+    (rec,) = host_runs("h", {"now": 30, "runs": [{**raw, "error": "ValueError: boom"}]}).runs
+    assert (rec.state, rec.state_text, rec.error) == ("failed", "failed (exit 1)", "ValueError: boom")
+    assert rec.to_json()["error"] == "ValueError: boom"
+    end = {"type": "end", "status": "failed", "error": "RuntimeError: CUDA out of memory"}
+    (rec,) = host_runs("h", {"now": 30, "runs": [{**raw, "error": "x", "end": end}]}).runs
+    assert rec.error == "RuntimeError: CUDA out of memory"  # the trainer's own words first
+    (ok,) = host_runs("h", {"now": 30, "runs": [{**raw, "exit_code": "0"}]}).runs
+    assert (ok.state_text, ok.error) == ("finished (exit 0)", None)
 
 
 def test_a_session_reusing_the_name_within_seconds_is_not_the_replaced_runs() -> None:
-    m = "@@x:"
     meta = {"run_id": "r-a", "session": "dup", "command": "sleep 30"}
-    lines = [f"{m}NOW 100", f"{m}SESSION dup|100|0|1|$7", f"{m}RUN r-a", f"{m}JSON {json.dumps(meta)}"]
-    old = [*lines, f"{m}CTIME 100", f"{m}TMUX $6@100", f"{m}STARTED 100", f"{m}STOP 100"]
-    (rec,) = parse_listing("h", "\n".join(old), m).runs
+    base = {"run_id": "r-a", "meta": meta, "ctime": 100, "started": "100"}
+    old = {
+        "now": 100,
+        "sessions": "dup|100|0|1|$7",
+        "runs": [{**base, "tmux_session": "$6@100", "stop_requested": "100"}],
+    }
+    (rec,) = host_runs("h", old).runs
     assert rec.state == "killed"  # same name, same second, but another tmux session ($6 vs $7)
-    new = [*lines, f"{m}CTIME 100", f"{m}TMUX $7@100", f"{m}STARTED 100"]
-    assert parse_listing("h", "\n".join(new), m).runs[0].state == "running"
-
-
-def test_attach_is_one_command_line_for_pippa_attach_and_the_dashboard(tmp_path, monkeypatch) -> None:
-    from pippa_ops.inventory import HostSpec, local_spec
-    from pippa_ops.runs import attach_argv
-
-    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ssh/config: the spec alone says where
-    local = local_spec(tmp_path)
-    assert attach_argv(local, "train") == ["tmux", "attach-session", "-t", "=train"]
-    assert attach_argv(local, "train", switch_client=True) == tmux.switch_client_argv("train")
-    remote = attach_argv(HostSpec("gpu1", address="10.0.0.5", user="me", port=2222), "train")
-    assert remote[0] == "ssh" and "-t" in remote
-    assert remote[-2:] == ["10.0.0.5", "tmux attach-session -t =train"]
-    assert remote[remote.index("-p") + 1] == "2222" and remote[remote.index("-l") + 1] == "me"
+    new = {"now": 100, "sessions": "dup|100|0|1|$7", "runs": [{**base, "tmux_session": "$7@100"}]}
+    assert host_runs("h", new).runs[0].state == "running"

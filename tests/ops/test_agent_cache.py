@@ -1,0 +1,121 @@
+"""What makes an operation cheap on the host: the agent cached there (compiled, by content hash, in a
+private directory, never a file another user could have written) and one agent process per operation.
+Run through the host ``local`` (the same bootstrap SSH uses); every test has its own HOME."""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pippa_ops import agent_client, runs
+from pippa_ops.inventory import HostSpec
+from pippa_ops.sync import sync
+from pippa_ops.transport import LocalTransport, Process
+
+
+class CountingTransport(LocalTransport):
+    """``local`` seen as a remote host (so sync lists and sends through the agent); counts the
+    commands started on it (each one an agent process: a Python start-up on the host)."""
+
+    is_local = False
+
+    def __init__(self) -> None:
+        super().__init__("counted")
+        self.starts = 0
+
+    def start(self, command: object) -> Process:
+        self.starts += 1
+        return super().start(command)  # type: ignore[arg-type]
+
+
+def cache_file() -> Path:
+    tag = sys.implementation.cache_tag  # LocalTransport runs the agent with this interpreter
+    return Path.home() / ".cache" / "pippa" / f"agent-{agent_client.digest()}-{tag}.code"
+
+
+def test_the_agent_is_cached_privately_on_first_use_and_not_sent_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = LocalTransport()
+    agent_client.call(t, "list_runs", {"remote_dir": str(tmp_path)})
+    f = cache_file()
+    assert f.parent.stat().st_mode & 0o777 == 0o700 and f.stat().st_mode & 0o777 == 0o600
+    monkeypatch.setattr(agent_client, "program", lambda: pytest.fail("the cached agent was sent again"))
+    assert agent_client.call(t, "list_runs", {"remote_dir": str(tmp_path)})["runs"] == []
+
+
+def _plant(path: Path, pwned: Path) -> None:
+    """A cache file with a valid checksum line whose code would leave ``pwned`` behind."""
+    code = marshal.dumps(compile(f"open({str(pwned)!r}, 'w').close()\ndef serve(q): pass\n", "x", "exec"))
+    check = hashlib.sha256(agent_client.digest().encode() + code).hexdigest().encode() + b"\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(check + code)
+
+
+@pytest.mark.parametrize("case", ["group-writable file", "open directory", "wrong checksum"])
+def test_a_cached_agent_others_could_have_written_is_never_run(case: str, tmp_path: Path) -> None:
+    f, pwned = cache_file(), tmp_path / "pwned"
+    _plant(f, pwned)
+    os.chmod(f.parent, 0o700)
+    os.chmod(f, 0o600)
+    if case == "group-writable file":
+        os.chmod(f, 0o620)
+    elif case == "open directory":
+        os.chmod(f.parent, 0o757)
+    else:
+        data = f.read_bytes()
+        f.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    assert agent_client.call(LocalTransport(), "list_runs", {"remote_dir": str(tmp_path)})["runs"] == []
+    assert not pwned.exists()
+    assert f.parent.stat().st_mode & 0o777 == 0o700  # the agent made the directory private again
+    assert b"def serve(first" not in f.read_bytes() and f.stat().st_mode & 0o777 == 0o600  # replaced
+
+
+def test_one_session_answers_several_requests_in_one_agent_process(tmp_path: Path) -> None:
+    t = CountingTransport()
+    with agent_client.Session(t) as s:
+        s.call("sync_marker", {"remote_dir": str(tmp_path), "marker": {"n": 1}})
+        assert s.call("sync_list", {"remote_dir": str(tmp_path)})["files"] == []
+        s.call("write_file", {"path": str(tmp_path / "x.txt"), "text": "hi"})
+    assert t.starts == 1 and (tmp_path / "x.txt").read_text() == "hi"
+
+
+def _repo(path: Path) -> Path:
+    path.mkdir()
+    (path / "a.py").write_text("x = 1\n")
+    ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    for argv in (["init", "-q"], ["add", "-A"], [*ident, "commit", "-qm", "x"]):
+        subprocess.run(["git", *argv], cwd=path, check=True)
+    return path
+
+
+def test_a_sync_is_one_agent_process_whether_files_travel_or_not(tmp_path: Path) -> None:
+    repo, remote = _repo(tmp_path / "repo"), tmp_path / "remote"
+    spec = HostSpec(name="counted", address="x", remote_dir=str(remote))
+    t = CountingTransport()
+    assert sync(spec, t, repo).sent == ("a.py",) and t.starts == 1  # listing + files
+    assert sync(spec, t, repo).sent == () and t.starts == 2  # listing + marker
+    assert (remote / "a.py").read_text() == "x = 1\n" and (remote / ".pippa" / "sync.json").exists()
+
+
+def test_a_launch_after_a_no_change_sync_is_one_agent_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, remote = _repo(tmp_path / "repo"), tmp_path / "remote"
+    monkeypatch.chdir(repo)
+    spec = HostSpec(name="counted", address="x", remote_dir=str(remote))
+    t = CountingTransport()
+    sync(spec, t, repo)
+    before = t.starts
+    session = f"cache-{os.getpid()}"
+    try:
+        runs.launch(spec, t, command="true", session=session)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", "=" + session], capture_output=True)
+    assert t.starts - before == 1
