@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import tomllib
 
 from pippa_ops.errors import UnknownHost, UsageError
 from pippa_ops.repo import repo_root

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import tomllib
 
 from pippa_ops.errors import BadSetting, UnknownRecipe
 from pippa_ops.repo import repo_root

@@ -13,13 +13,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import tomllib
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from training_core.config import CallbackSpec, RewardSpec, RunConfig
 from training_core.errors import BadSetting, UnknownRecipe

@@ -29,7 +29,7 @@ from training_core.sandbox.prelude import PRELUDE
 from training_core.sandbox.values import decode
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     OK = "ok"  # exit status 0
     SYNTAX_ERROR = "syntax_error"  # the program did not compile (SyntaxError, IndentationError)
     RUNTIME_ERROR = "runtime_error"  # non-zero exit status
