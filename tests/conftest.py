@@ -29,8 +29,10 @@ freely), as a ``ClientEnv``:
 
 ``ssh_env`` (function): ``client_env`` already applied to this process with monkeypatch.
 
-``own_home`` (autouse, tests/ops and tests/dash): HOME and XDG_CONFIG_HOME point at an empty
-directory of the test's own, so no test reads the real ``~/.config/pippa/secrets.env`` or ``~/.ssh``.
+``own_home`` (autouse, every test): HOME, XDG_CONFIG_HOME and XDG_CACHE_HOME point at an empty
+directory of the test's own, so no test reads the real ``~/.config/pippa/secrets.env`` or ``~/.ssh``,
+or writes a cache there. ``PIPPA_CACHE`` (the tiny model) and ``HF_HOME`` point at one directory of
+the session's (``PIPPA_CACHE`` set by the caller is kept), so the tiny model is built once per run.
 
 ``PIPPA``: path of the ``pippa`` script in the venv running the tests.
 
@@ -85,18 +87,23 @@ class ClientEnv:
         monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
 
 
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return Path(os.environ.get("PIPPA_CACHE") or tmp_path_factory.mktemp("cache"))
+
+
 @pytest.fixture(autouse=True)
-def own_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Every ops/dash test gets its own empty HOME (so its own secrets.env, ~/.ssh, hosts.toml):
-    none reads the developer's files, and a concurrent process writing them breaks no test.
+def own_home(tmp_path_factory: pytest.TempPathFactory, session_cache: Path) -> Iterator[None]:
+    """Every test gets its own empty HOME (so its own secrets.env, ~/.ssh, hosts.toml, caches): none
+    reads the developer's files, and a concurrent process writing them breaks no test.
     (``client_env`` then points HOME at its client directory.)"""
-    if not any(part in ("ops", "dash") for part in Path(str(request.node.path)).parts[-3:-1]):
-        yield
-        return
     home = tmp_path_factory.mktemp("home")
     mp = pytest.MonkeyPatch()
     mp.setenv("HOME", str(home))
     mp.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    mp.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    mp.setenv("PIPPA_CACHE", str(session_cache))
+    mp.setenv("HF_HOME", str(session_cache / "huggingface"))
     try:
         yield
     finally:
