@@ -195,7 +195,7 @@ def _tmux_new(session: str, remote_dir: str, run_ids: Sequence[str], gap_s: floa
 def resume(
     spec: HostSpec, transport: Transport, name: str, *, session: str | None = None
 ) -> LaunchResult:
-    """Continue the stopped, failed or lost recipe run ``name`` (run id or session) from its newest
+    """Continue the stopped, failed, killed or lost recipe run ``name`` (run id or session) from its newest
     checkpoint, in the same run directory, in a new tmux session (``session``, default: the run's
     own). Runs what the host has (no sync): the code the run started with, unless you synced since."""
     with agent_client.Session(transport) as agent:
@@ -205,6 +205,8 @@ def resume(
                 f"{spec.name}: run {run.run_id} is still {run.state} in session {run.session}; "
                 f"nothing to resume (pippa stop {run.run_id} first to restart it)"
             )
+        if run.state == "finished":
+            raise NotResumable(f"{spec.name}: run {run.run_id} finished (exit 0): nothing to resume")
         if run.recipe is None:
             raise NotResumable(
                 f"{spec.name}: run {run.run_id} ran a command (--cmd), not a recipe: it has no checkpoint "

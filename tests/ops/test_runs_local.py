@@ -261,7 +261,7 @@ def test_resume_continues_a_failed_recipe_run_in_its_own_run_dir_with_resume(loc
     assert len(json.loads((run_dir / "run.json").read_text())["resumed"]) == 1
 
 
-def test_resume_refuses_a_running_run_and_a_command_run_in_one_line(local: Local) -> None:
+def test_resume_refuses_a_running_a_command_and_a_finished_run_in_one_line(local: Local) -> None:
     p = local.pippa("run", "--cmd", "sleep 30", "--name", "busy")
     (run_id,) = started_ids(p.stdout)
     local.wait_state(run_id, lambda r: r["state"] == "running")
@@ -270,4 +270,8 @@ def test_resume_refuses_a_running_run_and_a_command_run_in_one_line(local: Local
     local.pippa("stop", run_id, "--grace", "1")
     cmd = local.pippa("resume", "busy", "--host", "local")
     assert cmd.returncode == 2 and "(--cmd), not a recipe" in cmd.stderr and cmd.stderr.count("\n") == 1
+    done = local.pippa("run", "ok_0", "--name", "done", "--follow")
+    (done_id,) = started_ids(done.stdout)
+    again = local.pippa("resume", done_id, "--host", "local")
+    assert again.returncode == 2 and "finished (exit 0): nothing to resume" in again.stderr
     assert local.tmux("has-session", "-t", "=busy").returncode != 0  # nothing was started
