@@ -173,6 +173,9 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
     apply_offline_env(facts)
     # HF libraries read the offline switches at import time: set them before importing them.
     from transformers import PrinterCallback, set_seed
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" / "Writing model shards" bars clutter the run's log
 
     from training_core import callbacks as cb_registry
     from training_core import evaluation, metrics, sandbox
