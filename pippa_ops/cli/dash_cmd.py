@@ -9,11 +9,11 @@ from typing import Annotated
 import typer
 
 from pippa_ops.errors import UsageError
-from pippa_ops.inventory import HostSpec, load_inventory, resolve
+from pippa_ops.hosts.inventory import HostSpec, load_inventory, resolve
 
 
 def _attacher(specs: dict[str, HostSpec]):  # type: ignore[no-untyped-def]
-    from pippa_ops.runs import attach_argv
+    from pippa_ops.runs.launch import attach_argv
 
     def attach(host: str, session: str) -> int:
         spec = specs[host]
@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError("no hosts in the inventory: name some (`pippa dash local` watches this machine)")
         specs = {spec.name: spec for spec in map(resolve, names)}
         from pippa_ops.dash import create_app
-        from pippa_ops.monitor import HostMonitor
+        from pippa_ops.monitor.host import HostMonitor
 
         monitors = {name: HostMonitor(spec, interval_s=interval) for name, spec in specs.items()}
         create_app(list(specs), monitors, attach=_attacher(specs)).run()

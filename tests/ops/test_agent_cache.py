@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pippa_ops import agent_client, runs
-from pippa_ops.inventory import HostSpec
+from pippa_ops.hosts.inventory import HostSpec
+from pippa_ops.runs import launch
 from pippa_ops.sync import sync
-from pippa_ops.transport import LocalTransport, Process
+from pippa_ops.transport import agent_client
+from pippa_ops.transport.base import LocalTransport, Process
 
 
 class CountingTransport(LocalTransport):
@@ -115,7 +116,7 @@ def test_a_launch_after_a_no_change_sync_is_one_agent_process(
     before = t.starts
     session = f"cache-{os.getpid()}"
     try:
-        runs.launch(spec, t, command="true", session=session)
+        launch.launch(spec, t, command="true", session=session)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", "=" + session], capture_output=True)
     assert t.starts - before == 1

@@ -1,4 +1,4 @@
-"""The laptop side of the host agent (``pippa_ops.agent``): start it, ask it things, read the answers.
+"""The laptop side of the host agent (``transport.agent``): start it, ask it things, read the answers.
 
 Every agent process is started by ONE fixed command on the host, quoted once:
 ``python3 -S -I -c BOOTSTRAP``, where BOOTSTRAP names the sha256 of this version of the agent. No
@@ -29,8 +29,8 @@ from types import TracebackType
 from typing import Any
 
 from pippa_ops.errors import RemoteCommandFailed, RunNotFound, SessionExists, ToolMissing, UsageError
-from pippa_ops.shell import join
-from pippa_ops.transport import Process, Transport
+from pippa_ops.transport.base import Process, Transport
+from pippa_ops.transport.shell import join
 
 __all__ = ["Session", "call", "check_stream", "command", "parse_answer", "start"]
 
