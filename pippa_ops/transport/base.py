@@ -222,8 +222,10 @@ class _LocalProcess(Process):
                 raise TimeoutError("read timed out")
             # The raw pipe: one os.read, so select never misses bytes parked in a Python buffer.
             return cast(io.BufferedReader, out).raw.read(n) or b""
-        except ValueError:  # kill() from another thread closed the pipe: the stream has ended
-            return b""
+        except (ValueError, OSError):
+            if out.closed:  # kill() from another thread closed the pipe (EBADF mid-select): ended
+                return b""
+            raise
 
     def write(self, data: bytes) -> None:
         assert self._p.stdin is not None
