@@ -340,6 +340,7 @@ def stop_cmd(
     """Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period."""
     where = _locate(name, host)
     spec, transport = connect(where)
+    typer.echo(f"{spec.name}: Ctrl-C to {name}; waiting up to {grace:g}s for it to save and exit", err=True)
     with transport:
         result = stop(spec, transport, name, grace_s=grace)
     final = result.after or result.before

@@ -41,7 +41,9 @@ from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import join, validate_session
 
-DEFAULT_GRACE_S = 30.0
+# A trainer finishes its step, then saves (a GRPO step of a 1.5B model plus its checkpoint can take
+# minutes on one GPU); the wait ends as soon as the run has written its exit code.
+DEFAULT_GRACE_S = 180.0
 SyncInfo = dict[str, object]
 
 
