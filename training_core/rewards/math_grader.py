@@ -52,8 +52,12 @@ class _Worker:
         if self.proc is None or self.proc.poll() is not None:
             self.proc = self._start()
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({"gold": gold, "pred": pred}).encode() + b"\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(json.dumps({"gold": gold, "pred": pred}).encode() + b"\n")
+            self.proc.stdin.flush()
+        except OSError:  # it died since the poll (killed from outside, out of memory): like a timeout
+            self.close()
+            return None
         line = _readline(self.proc.stdout, timeout_s)
         if line is None:
             self.close()
