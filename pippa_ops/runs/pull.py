@@ -14,7 +14,7 @@ import os
 import shlex
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,17 +79,62 @@ def _safe_rel(rel: object) -> str:
     return rel
 
 
-def _frame(proc: Process, what: str) -> bytes:
+def _frame(proc: Process) -> bytes:
     head = proc.readline()
     if not head.endswith(b"\n") or not head[:-1].isdigit():
-        raise HostUnreachable(f"connection dropped while pulling {what}")
+        raise HostUnreachable("the stream ended early")
     n, data = int(head), bytearray()
     while len(data) < n:
         chunk = proc.read(n - len(data))
         if not chunk:
-            raise HostUnreachable(f"connection dropped while pulling {what}")
+            raise HostUnreachable("the stream ended early")
         data += chunk
     return bytes(data)
+
+
+@dataclass
+class _Tally:
+    new: list[str] = field(default_factory=list)
+    grown: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    received: int = 0
+
+
+def _receive(proc: Process, manifest: dict[str, Any], dest: Path, progress: Progress | None) -> _Tally:
+    """Write each sent file beside its place and rename it there once whole."""
+    tally = _Tally()
+    total = int(manifest.get("send", 0))
+    if progress:
+        progress(0, total)
+    for rel, size, offset, mtime in manifest["files"]:
+        rel = _safe_rel(rel)
+        if offset >= size:
+            tally.unchanged += 1
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_name(f"{PART}{target.name}-{os.getpid()}")
+        try:
+            if offset:
+                shutil.copyfile(target, part)  # the copy's prefix; the new bytes are appended
+            got = offset
+            with open(part, "ab" if offset else "wb") as out:
+                while chunk := _frame(proc):
+                    out.write(chunk)
+                    got += len(chunk)
+                    tally.received += len(chunk)
+                    if progress:
+                        progress(tally.received, total)
+            if got != size:
+                tally.changed.append(rel)  # replaced on the host meanwhile (a resume): keep ours
+                continue
+            os.utime(part, (mtime, mtime))
+            os.replace(part, target)
+            (tally.grown if offset else tally.new).append(rel)
+        finally:
+            part.unlink(missing_ok=True)
+    return tally
 
 
 def pull_run(
@@ -103,71 +148,34 @@ def pull_run(
 ) -> PullResult:
     """Bring ``run_id`` from ``spec`` into ``local_dir(root, ...)``; ``checkpoint``: None (no
     checkpoint), ``latest`` or a ``checkpoint-N``/``N`` name."""
+    remote = f"{spec.remote_dir.rstrip('/')}/runs/{validate_name('run', run_id)}"
     if spec.is_local:
-        raise UsageError(
-            f"run {run_id} is on this machine already: {spec.remote_dir.rstrip('/')}/runs/{run_id}"
-        )
+        raise UsageError(f"run {run_id} is on this machine already: {remote}")
     dest = local_dir(root, spec.name, run_id)
-    args = {
-        "run_dir": f"{spec.remote_dir.rstrip('/')}/runs/{run_id}",
-        "have": _have(dest),
-        "checkpoint": checkpoint,
-    }
-    new: list[str] = []
-    grown: list[str] = []
-    changed: list[str] = []
-    received = 0
+    args = {"run_dir": remote, "have": _have(dest), "checkpoint": checkpoint}
     with agent_client.start(transport, "pull", args) as proc:
         proc.close_stdin()
-        line = proc.readline()
-        if not line.endswith(b"\n"):
-            status = proc.wait(30)
-            agent_client.check_stream(transport, "pull", proc, status)
-            raise HostUnreachable(f"{transport.name}: connection dropped while pulling {run_id}")
-        manifest = agent_client.parse_answer(transport, "pull", line)
-        total = int(manifest.get("send", 0))
-        if progress:
-            progress(0, total)
-        unchanged = 0
-        for rel, size, offset, mtime in manifest["files"]:
-            rel = _safe_rel(rel)
-            if offset >= size:
-                unchanged += 1
-                continue
-            target = dest / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            part = target.with_name(f"{PART}{target.name}-{os.getpid()}")
-            try:
-                if offset:
-                    shutil.copyfile(target, part)
-                got = offset
-                with open(part, "ab" if offset else "wb") as out:
-                    while chunk := _frame(proc, f"{run_id}/{rel}"):
-                        out.write(chunk)
-                        got += len(chunk)
-                        received += len(chunk)
-                        if progress:
-                            progress(received, total)
-                if got != size:
-                    changed.append(rel)  # replaced on the host meanwhile (a resume): keep ours
-                    continue
-                os.utime(part, (mtime, mtime))
-                os.replace(part, target)
-                (grown if offset else new).append(rel)
-            finally:
-                part.unlink(missing_ok=True)
+        try:
+            line = proc.readline()
+            if not line.endswith(b"\n"):
+                agent_client.check_stream(transport, "pull", proc, proc.wait(30))
+                raise HostUnreachable("no answer")
+            manifest = agent_client.parse_answer(transport, "pull", line)
+            tally = _receive(proc, manifest, dest, progress)
+        except HostUnreachable as e:
+            raise HostUnreachable(f"{transport.name}: connection dropped while pulling {run_id} ({e})") from e
         agent_client.check_stream(transport, "pull", proc, proc.wait(30))
     return PullResult(
         host=spec.name,
         run_id=run_id,
         path=dest,
-        new=tuple(new),
-        grown=tuple(grown),
-        unchanged=unchanged,
-        received=received,
+        new=tuple(tally.new),
+        grown=tuple(tally.grown),
+        unchanged=tally.unchanged,
+        received=tally.received,
         checkpoints=tuple(manifest.get("checkpoints") or ()),
         checkpoint=manifest.get("chosen"),
-        changed=tuple(changed),
+        changed=tuple(tally.changed),
     )
 
 
