@@ -182,7 +182,7 @@ class MetricPlot(PlotextPlot):
                 plt.scatter([p[0] for p in pts], [p[1] for p in pts], marker="●", label=key)
         if steps:
             ticks = integer_ticks(min(steps), max(steps), most=5)
-            plt.xticks(ticks, [str(t) for t in ticks])
+            plt.xticks([float(t) for t in ticks], [str(t) for t in ticks])
         self.refresh()
 
 

@@ -759,8 +759,10 @@ def wandb_sync(req: dict) -> dict:
     except FileNotFoundError:
         why = f"{python[0]} not found on the host (pippa up installs it)"
         raise AgentError("tool_missing", why) from None
-    except subprocess.TimeoutExpired:
-        return {"synced": found, "status": 124, "why": f"wandb sync did not finish within {timeout:g}s"}
+    except subprocess.TimeoutExpired as e:
+        said = last_line(subprocess.CompletedProcess(argv, 124, e.stdout or b"", e.stderr or b""))
+        why = f"wandb sync did not finish within {timeout:g}s ({said})"
+        return {"synced": found, "status": 124, "why": why}
     return {"synced": found, "status": p.returncode, "why": "" if p.returncode == 0 else last_line(p)}
 
 

@@ -30,7 +30,8 @@ def _listing(state: str) -> RunsListed:
 def test_only_a_run_that_was_active_counts_as_ended() -> None:
     running, failed = _listing("running").runs, _listing("failed (exit 1)").runs
     assert [r.run_id for r in ended_runs(running, failed)] == [RUNNING]
-    assert ended_runs((), failed) == [] and ended_runs(failed, failed) == [] and ended_runs(running, running) == []
+    assert ended_runs((), failed) == [] and ended_runs(failed, failed) == []
+    assert ended_runs(running, running) == []
 
 
 async def test_a_run_that_ends_rings_and_shows_one_line() -> None:

@@ -226,8 +226,7 @@ def test_compare_shows_the_config_keys_that_differ_and_plots_the_curves(daily: D
     assert ticks and all(t.isdigit() for t in ticks)  # whole steps on the x axis
 
     rd = str(daily.runs_dir)
-    for run in (daily.real, daily.fake):
-        assert pippa(env, "pull", run, "--host", h, "--runs-dir", rd).returncode == 0
+    assert pippa(env, "pull", daily.real, daily.fake, "--host", h, "--runs-dir", rd).returncode == 0
     daily.host.stop()  # ended runs that were pulled compare without their host
     try:
         offline = pippa(env, "compare", daily.real, daily.fake, "--runs-dir", rd, "--json")
@@ -266,3 +265,28 @@ def test_wait_exits_with_the_run_status_times_out_and_rides_out_a_drop(ssh_hosts
     waiter.join(30)
     assert got and (got[0].state, got[0].exit_code) == ("failed", 4)
     assert notes and "reconnecting in 0.5s" in notes[0]
+
+
+def test_pull_wandb_sync_runs_wandb_sync_on_the_host_with_its_key(daily: Daily, monkeypatch) -> None:
+    """No network here: without a key on the host it says so; with one (and W&B's address pointing
+    nowhere) the real `wandb sync` starts on the run's offline W&B run and is stopped at the timeout."""
+    from pippa_ops.errors import RemoteCommandFailed
+    from pippa_ops.hosts.connect import connect
+    from pippa_ops.runs.pull import wandb_sync
+
+    env, h = daily.env, daily.host
+    p = pippa(env, "pull", daily.real, "--host", h.name, "--runs-dir", str(daily.runs_dir), "--wandb-sync")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no WANDB_API_KEY on the host" in p.stderr
+    secrets_file = h.home / ".config" / "pippa" / "secrets.env"
+    h.run_as_user(["mkdir", "-p", str(secrets_file.parent)]).check_returncode()
+    key = "local-" + "0" * 40
+    text = f"WANDB_API_KEY='{key}'\nWANDB_BASE_URL='http://127.0.0.1:9'\n"
+    h.run_as_user(["sh", "-c", f'umask 077; cat > "{secrets_file}"'], input=text).check_returncode()
+    for name in ("HOME", "XDG_CONFIG_HOME", "PIPPA_INVENTORY"):
+        monkeypatch.setenv(name, env[name])
+    spec, transport = connect(h.name)
+    try:
+        with transport, pytest.raises(RemoteCommandFailed, match=r"sync of .* did not finish within 5s"):
+            wandb_sync(transport, spec, daily.real, timeout_s=5)
+    finally:
+        secrets_file.unlink()

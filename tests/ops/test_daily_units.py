@@ -244,3 +244,18 @@ def test_the_real_wandb_api_lists_a_project() -> None:
 
     runs = list_runs(project, limit=3)
     assert runs and all(r.id and r.url for r in runs)
+
+
+def test_the_daily_core_loads_no_cli_tui_plotting_or_torch() -> None:
+    """The core modules in a fresh interpreter: typer, rich, textual, torch stay out; plotext,
+    matplotlib and wandb load only when a plot is drawn or W&B is asked."""
+    import sys
+
+    mods = ("runs.pull", "runs.catalog", "runs.curves", "runs.compare", "runs.wait", "runs.plots",
+            "runs.wandb_api", "transport.forward", "notify")  # fmt: skip
+    code = "import sys\n" + "".join(f"import pippa_ops.{m}\n" for m in mods) + (
+        "tops = ('typer', 'rich', 'textual', 'torch', 'plotext', 'matplotlib', 'wandb')\n"
+        "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in tops)))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert p.stdout.strip() == ""
