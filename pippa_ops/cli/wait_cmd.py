@@ -65,9 +65,14 @@ def wait_cmd(
 
 def spawn_watcher(host: str, run_ids: list[str]) -> int:
     """``pippa wait RUN... --host H --notify`` detached from this command (its own session, so the
-    shell's Ctrl-C and hang-up leave it alone); it writes its line to this terminal. Its pid."""
+    shell's Ctrl-C and hang-up leave it alone). It writes its line to this terminal's stderr when
+    that is a terminal; a pipe it would hold open (``out=$(pippa run --notify ...)`` would wait for
+    the run), so then only the desktop notification tells. Its pid."""
     argv = [sys.executable, "-m", "pippa_ops.cli.app", "wait", *run_ids, "--host", host, "--notify"]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+    stderr = None if sys.stderr.isatty() else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
+    )
     return proc.pid
 
 

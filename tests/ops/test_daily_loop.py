@@ -290,3 +290,21 @@ def test_pull_wandb_sync_runs_wandb_sync_on_the_host_with_its_key(daily: Daily, 
             wandb_sync(transport, spec, daily.real, timeout_s=5)
     finally:
         secrets_file.unlink()
+
+
+def test_run_notify_tells_when_the_run_ends_after_the_command_returned(ssh_hosts, client_env, tmp_path):
+    bin_dir, notes = tmp_path / "bin", tmp_path / "notes.txt"
+    bin_dir.mkdir()
+    (bin_dir / "notify-send").write_text(NOTIFY_SEND.format(notes=notes))
+    (bin_dir / "notify-send").chmod(0o755)
+    env = {**client_env.env, "PATH": f"{bin_dir}:{os.environ['PATH']}", "DISPLAY": ":0"}
+    h = ssh_hosts[2]
+    t0 = time.monotonic()
+    p = pippa(env, "run", "--cmd", "sleep 2; exit 2", "--host", h.name, "--name", "notified", "--notify")
+    run_id = started(p)
+    assert "notify:  when it ends (watcher pid" in p.stdout
+    assert not notes.exists()  # the command returned while the run goes on
+    while not notes.exists() and time.monotonic() - t0 < 60:
+        time.sleep(0.3)
+    told = notes.read_text().splitlines()[3]
+    assert told.startswith(f"{h.name}: run {run_id} (sleep 2; exit 2) failed (exit 2)")
