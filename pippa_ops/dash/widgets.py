@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import ComposeResult, RenderResult
 from textual.containers import Grid, Vertical
 from textual.reactive import reactive
 from textual.widget import Widget
@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
 from pippa_ops.monitor.state import PLOTTED, GpuState, HostState, RunDetail, RunRow
-from pippa_ops.runs.curves import integer_ticks, smooth
+from pippa_ops.runs.curves import smooth, ticks_for_width
 
 Points = tuple[tuple[int, float], ...]
 BARS = "▁▂▃▄▅▆▇█"
@@ -165,6 +165,7 @@ class MetricPlot(PlotextPlot):
         self.key = key
         self._points: Points | None = None
         self._smoothing = 0.0
+        self._steps: tuple[int, int] | None = None  # the x range, ticked at render time (width known)
 
     def show(self, points: Points, evals: dict[str, Points], smoothing: float = 0.0) -> None:
         if points == self._points and smoothing == self._smoothing and not evals:
@@ -180,10 +181,14 @@ class MetricPlot(PlotextPlot):
         if self.key == "reward/mean":
             for key, pts in evals.items():
                 plt.scatter([p[0] for p in pts], [p[1] for p in pts], marker="●", label=key)
-        if steps:
-            ticks = integer_ticks(min(steps), max(steps), most=5)
-            plt.xticks([float(t) for t in ticks], [str(t) for t in ticks])
+        self._steps = (min(steps), max(steps)) if steps else None
         self.refresh()
+
+    def render(self) -> RenderResult:
+        if self._steps is not None:
+            ticks = ticks_for_width(*self._steps, self.size.width)
+            self.plt.xticks([float(t) for t in ticks], [str(t) for t in ticks])
+        return super().render()
 
 
 class LogTailView(Widget):

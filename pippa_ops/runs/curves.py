@@ -98,16 +98,26 @@ def smooth(points: Points, weight: float) -> Points:
 
 
 def integer_ticks(lo: float, hi: float, most: int = 6) -> list[int]:
-    """At most ``most`` whole-number ticks (steps 1, 2, 5 x 10^k) between ``lo`` and ``hi``: steps are
-    integers, so an axis never reads 12.5."""
+    """At most ``most`` whole-number ticks (spacing 1, 2, 5 x 10^k) between ``lo`` and ``hi``: steps
+    are integers, so an axis never reads 12.5."""
     first, last = math.ceil(lo), math.floor(hi)
     if last < first:
         return [round(lo)]
+
+    def count(step: int) -> int:
+        return last // step - math.ceil(first / step) + 1
+
     step = 1
-    while (last - first) // step + 1 > most:
+    while count(step) > max(1, most):
         step = _next_step(step)
     start = math.ceil(first / step) * step
-    return list(range(start, last + 1, step))
+    return list(range(start, last + 1, step)) or [first]
+
+
+def ticks_for_width(lo: float, hi: float, width: int) -> list[int]:
+    """Integer ticks that fit ``width`` columns of a plot without their labels running together."""
+    label = len(str(math.floor(abs(hi)))) + (1 if min(lo, hi) < 0 else 0)
+    return integer_ticks(lo, hi, most=max(2, (width - 8) // (label + 3)))
 
 
 def _next_step(step: int) -> int:

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from pippa_ops.runs.curves import Points, integer_ticks, smooth
+from pippa_ops.runs.curves import Points, smooth, ticks_for_width
 
 MARKERS = ("braille", "dot", "x", "+", "o", "*")  # one per run where colour is off
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -43,7 +43,7 @@ def terminal_plot(
         drawn = True
     if not drawn:
         return f"{metric}: no points in any of the runs\n"
-    ticks = integer_ticks(*_x_range(runs))
+    ticks = ticks_for_width(*_x_range(runs), width)
     plt.xticks(ticks, [str(t) for t in ticks])
     plt.xlabel("step")
     text = plt.build()

@@ -16,7 +16,7 @@ from conftest import PIPPA
 from pippa_ops.errors import RunNotFound, UsageError, WaitTimeout
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.catalog import infos_from_answer, parse_since, select
-from pippa_ops.runs.curves import config_diff, ema, integer_ticks, parse_metrics, smooth
+from pippa_ops.runs.curves import config_diff, ema, integer_ticks, parse_metrics, smooth, ticks_for_width
 from pippa_ops.runs.listing import RunRecord
 from pippa_ops.runs.pull import pull_run
 from pippa_ops.runs.wait import exit_status
@@ -73,6 +73,12 @@ def test_ema_is_tensorboards_debiased_average() -> None:
 )  # fmt: skip
 def test_integer_ticks_are_whole_steps(lo: float, hi: float, ticks: list[int]) -> None:
     assert integer_ticks(lo, hi) == ticks
+
+
+def test_ticks_thin_out_to_fit_a_narrow_plot() -> None:
+    assert ticks_for_width(1, 42, 19) == [20, 40]  # an 80-column dashboard's plot: labels never collide
+    assert ticks_for_width(1, 42, 38) == [10, 20, 30, 40]
+    assert integer_ticks(41, 59, most=1) == [50]
 
 
 def test_config_diff_keeps_only_the_keys_that_differ() -> None:
