@@ -200,7 +200,9 @@ def locate(names: Sequence[str], host: str | None = None) -> dict[str, RunRecord
     for name in names:
         where = [r for r in results.values() if not isinstance(r, PippaError) and select_runs(r, name)]
         if not where:
-            raise RunNotFound(f"no host has a run or session named {name!r} (see `pippa ps`)")
+            down = [h for h, r in results.items() if isinstance(r, PippaError)]
+            unasked = f"; not reachable: {', '.join(down)}" if down else ""
+            raise RunNotFound(f"no host has a run or session named {name!r} (see `pippa ps`){unasked}")
         if len(where) > 1:
             raise AmbiguousSession(
                 f"{name!r} exists on several hosts ({', '.join(w.host for w in where)}); add --host"
