@@ -36,6 +36,9 @@ class ModelConfig:
     lora_alpha: int = 32
     # LoRA dropout probability (unused when lora_r = 0). Default 0.05.
     lora_dropout: float = 0.05
+    # Start from another run's newest checkpoint: a run id under this run's runs directory (e.g. an
+    # `sft` run before GRPO). Replaces `name` when set; "" = off. A checkpoint path in `name` works too.
+    from_run: str = ""
 
 
 @dataclass
@@ -180,11 +183,38 @@ class SandboxConfig:
 
 
 @dataclass
+class SFTSettings:
+    # Row column holding the target response; the loss is taken on its tokens only (TRL's
+    # prompt-completion format). Default "answer" (the arithmetic loaders' answer; GSM8K's worked
+    # solution is "solution").
+    response_column: str = "answer"
+
+
+@dataclass
+class DPOSettings:
+    # Strength of the pull towards the reference (initial) model (Rafailov et al. 2023). Default 0.1.
+    beta: float = 0.1
+    # TRL's DPO loss: "sigmoid" is the paper's; "ipo" (Azar et al. 2023) and "hinge" for comparison.
+    loss_type: Literal["sigmoid", "ipo", "hinge"] = "sigmoid"
+    # Row column holding the preferred response. Default "answer" (the right answer).
+    chosen_column: str = "answer"
+    # Row column holding the dispreferred one; a row without it gets another row's different chosen
+    # value (a wrong answer), drawn with the run's seed. Default "rejected".
+    rejected_column: str = "rejected"
+
+
+Method = Literal["grpo", "sft", "dpo"]
+
+
+@dataclass
 class RunConfig:
     # One line shown by `pippa recipes`.
     description: str = ""
     # Seed for data shuffling, sampling and init. Default 42 (the team's).
     seed: int = 42
+    # Which TRL trainer runs: "grpo" (GRPOTrainer with the rewards), "sft" (SFTTrainer, loss on the
+    # response only) or "dpo" (DPOTrainer on chosen/rejected pairs). Default "grpo".
+    method: Method = "grpo"
     # Extra modules imported before resolving names (they register datasets, rewards, evals, callbacks).
     plugins: list[str] = field(default_factory=list)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -203,3 +233,6 @@ class RunConfig:
     # Extra trainer callbacks by registered name (e.g. the MBPP eval of the code recipes).
     callbacks: list[CallbackSpec] = field(default_factory=list)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    # Settings of the sft and dpo methods (GRPO ignores them).
+    sft: SFTSettings = field(default_factory=SFTSettings)
+    dpo: DPOSettings = field(default_factory=DPOSettings)

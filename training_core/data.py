@@ -196,7 +196,8 @@ def gsm8k(
 ) -> list[Row]:
     """``openai/gsm8k`` config ``main`` (the config is required), or local JSON rows in the same format
     via ``data_files`` (tests, offline hosts). ``template`` ("r1_zero", or a string with ``{question}``)
-    puts the question in a prompt template, as the MATH loader does (training_core.math_data)."""
+    puts the question in a prompt template, as the MATH loader does (training_core.math_data).
+    ``solution`` is the worked answer (the sft recipe's target)."""
     import datasets
 
     if data_files:
@@ -206,7 +207,10 @@ def gsm8k(
     if n_rows > 0:
         ds = ds.select(range(min(n_rows, len(ds))))
     suffix = f"\n{instruction}" if instruction else ""
-    rows = [{"prompt": r["question"] + suffix, "answer": gsm8k_answer(r["answer"])} for r in ds]
+    rows = [
+        {"prompt": r["question"] + suffix, "answer": gsm8k_answer(r["answer"]), "solution": r["answer"]}
+        for r in ds
+    ]
     if template:
         from training_core.math_data import render
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import re
 import tomllib
 import types
 import typing
@@ -26,6 +27,7 @@ from training_core.platform import PLATFORMS, PlatformFacts, resolve_auto
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 _NAME_ONLY_KEYS = ("description", "platform")
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # docs/CONTRACTS.md run ids
 
 
 @dataclass
@@ -281,6 +283,11 @@ def _validate(cfg: RunConfig) -> None:
     ):
         if getattr(t, k) < 1:
             raise BadSetting(f"bad value for train.{k}: must be >= 1, got {getattr(t, k)}")
+    if cfg.model.from_run and not RUN_ID_RE.match(cfg.model.from_run):
+        raise BadSetting(f"bad value for model.from_run: not a run id: {cfg.model.from_run!r}")
+    if cfg.method != "grpo":
+        _validate_supervised(cfg)
+        return
     if t.num_generations < 2:
         raise BadSetting("bad value for train.num_generations: GRPO needs a group of at least 2")
     gen_batch = t.generation_batch_size or t.per_device_train_batch_size * t.gradient_accumulation_steps
@@ -302,6 +309,15 @@ def _validate(cfg: RunConfig) -> None:
             raise BadSetting("a [[rewards]] entry has no name")
     if not cfg.rewards:
         raise BadSetting("the recipe has no rewards")
+    for c in cfg.callbacks:
+        if not c.name:
+            raise BadSetting("a [[callbacks]] entry has no name")
+
+
+def _validate_supervised(cfg: RunConfig) -> None:
+    """sft / dpo read no rewards and sample nothing: only what their trainers use is checked."""
+    if cfg.method == "dpo" and cfg.dpo.beta <= 0:
+        raise BadSetting(f"bad value for dpo.beta: must be > 0, got {cfg.dpo.beta}")
     for c in cfg.callbacks:
         if not c.name:
             raise BadSetting("a [[callbacks]] entry has no name")
