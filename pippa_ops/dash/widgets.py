@@ -10,7 +10,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from pippa_ops.monitor.state import PLOTTED, GpuState, HostState, RunDetail, RunRow
+from pippa_ops.monitor.state import PLOTTED, STAND_INS, GpuState, HostState, RunDetail, RunRow
 from pippa_ops.runs.curves import smooth, ticks_for_width
 
 Points = tuple[tuple[int, float], ...]
@@ -21,6 +21,9 @@ TITLES = {
     "loss/total": "loss",
     "completions/mean_length": "completion length",
     "grad/norm": "grad norm",
+    "rewards/margins": "DPO reward margin",
+    "rewards/accuracies": "DPO preference accuracy",
+    "policy/token_accuracy": "SFT token accuracy",
 }
 
 
@@ -167,13 +170,15 @@ class MetricPlot(PlotextPlot):
         self._smoothing = 0.0
         self._steps: tuple[int, int] | None = None  # the x range, ticked at render time (width known)
 
-    def show(self, points: Points, evals: dict[str, Points], smoothing: float = 0.0) -> None:
+    def show(
+        self, points: Points, evals: dict[str, Points], smoothing: float = 0.0, key: str | None = None
+    ) -> None:
         if points == self._points and smoothing == self._smoothing and not evals:
             return
         self._points, self._smoothing = points, smoothing
         plt = self.plt
         plt.clear_data()
-        plt.title(TITLES[self.key] + (f" (EMA {smoothing:g})" if smoothing > 0 else ""))
+        plt.title(TITLES[key or self.key] + (f" (EMA {smoothing:g})" if smoothing > 0 else ""))
         steps = [p[0] for p in points] + [p[0] for pts in evals.values() for p in pts]
         if points:
             shown = smooth(points, smoothing)
@@ -235,5 +240,7 @@ class RunView(Vertical):
         plots.display = detail.has_metrics
         if detail.has_metrics:
             for plot in self.query(MetricPlot):
-                plot.show(detail.series.get(plot.key, ()), detail.evals, smoothing)
+                keys = (plot.key, *STAND_INS.get(plot.key, ()))
+                key = next((k for k in keys if detail.series.get(k)), plot.key)
+                plot.show(detail.series.get(key, ()), detail.evals, smoothing, key)
         log.lines = detail.log_tail

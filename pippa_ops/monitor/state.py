@@ -16,6 +16,9 @@ from pippa_ops.gpu import Gpu
 HISTORY = 60  # samples kept per GPU for the sparklines (one minute at the default 1 s interval)
 LOG_TAIL = 200  # lines of output.log kept for the run detail view
 PLOTTED = ("reward/mean", "loss/total", "completions/mean_length", "grad/norm")
+# A run that samples nothing (SFT, DPO) draws its own curve in the slot it leaves empty, the first it logs.
+STAND_INS = {"reward/mean": ("rewards/margins",),
+             "completions/mean_length": ("rewards/accuracies", "policy/token_accuracy")}  # fmt: skip
 EVAL_PLOTTED = ("eval/accuracy", "mbpp_eval/pass_rate")  # fractions, drawn as points on the reward plot
 
 Link = Literal["connecting", "up", "down"]
@@ -198,10 +201,10 @@ class MetricsParser:
                 self.wandb_url = wandb["url"]
         elif kind == "step" and isinstance(step, int):
             self.last_step = step
-            for key in PLOTTED:
+            for key in (*PLOTTED, *(k for keys in STAND_INS.values() for k in keys)):
                 v = rec.get(key)
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    self.series[key].append((step, float(v)))
+                    self.series.setdefault(key, []).append((step, float(v)))
         elif kind == "eval" and isinstance(step, int):
             for key in EVAL_PLOTTED:
                 v = rec.get(key)
