@@ -57,7 +57,8 @@ def test_math_and_gsm8k_rows_from_local_files_in_the_r1_zero_template(tmp_path: 
     assert rows[0]["prompt"].endswith("Assistant: <think>")
     gsm = _jsonl(tmp_path / "gsm.jsonl", [{"question": "Tom has 1,200 apples?", "answer": "...\n#### 1,200"}])
     rows = load_rows(DataConfig(dataset="gsm8k", params={"data_files": gsm, "template": "r1_zero"}), 0)
-    assert rows == [{"prompt": render("Tom has 1,200 apples?", "r1_zero"), "answer": "1200"}]
+    prompt = render("Tom has 1,200 apples?", "r1_zero")
+    assert rows == [{"prompt": prompt, "answer": "1200", "solution": "...\n#### 1,200"}]
     # the math eval reads GSM8K in the same template when asked (eval.params.dataset = "gsm8k")
     assert EVAL_TASKS.get("math").load(0, 0, data=DataConfig(), dataset="gsm8k", data_files=gsm) == rows
 
