@@ -27,7 +27,9 @@ def test_observation_has_the_role_prompt_board_available_moves_and_next_action()
 
 def test_spiral_prompt_wraps_the_observation_and_asks_for_a_boxed_answer() -> None:
     p = spiral_prompt(BOARD, 0)
-    assert p.startswith("You are playing a two-player zero-sum game. Make valid actions to win.\nObservation: ")
+    assert p.startswith(
+        "You are playing a two-player zero-sum game. Make valid actions to win.\nObservation: "
+    )
     assert p.endswith("Next Action:\nPlease reason step by step, and put your final answer within \\boxed{}.")
 
 

@@ -34,7 +34,9 @@ def test_state_round_trips_and_decay_is_checked() -> None:
 def _game(moves: list[int | None]) -> Game:
     g = Game(TicTacToe())
     for m in moves:
-        g.turns.append(Turn(g.game.player, f"p{len(g.turns)}", f"r{len(g.turns)}", "", m is not None, 1, False))
+        g.turns.append(
+            Turn(g.game.player, f"p{len(g.turns)}", f"r{len(g.turns)}", "", m is not None, 1, False)
+        )
         g.game.step(m)
     return g
 
