@@ -15,6 +15,7 @@ from training_core.selfplay.opponents import OPPONENTS
 from training_core.selfplay.rollout import Game, Player, RolloutStats, versus
 
 OUTCOMES = ("win", "draw", "loss", "invalid")
+GAME_TASKS = ("tictactoe",)  # eval tasks played as games (python -m training_core.eval --task)
 
 
 def outcome(g: Game, role: int) -> str:

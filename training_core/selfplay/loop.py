@@ -80,7 +80,7 @@ def _check_prompt(res: Resolved, tokenizer: Any, model: Any) -> None:
         )
     text = render(TicTacToe().board, 0, cfg.selfplay.prompt, cfg.data.prompt_style, tokenizer)
     ids = tokenizer(text)["input_ids"]
-    if tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids:
+    if tokenizer.decode(ids, skip_special_tokens=True) != text and cfg.data.prompt_style == "plain":
         raise UsageError(
             f"the {cfg.selfplay.prompt!r} prompt has characters the tokenizer of {cfg.model.name!r} does not "
             'know (the tiny character model needs selfplay.prompt = "board")'

@@ -5,7 +5,7 @@ prompt, the current board (free cells show their number), ``Available Moves: '[0
 ``Next Action:``. ``spiral_prompt`` wraps it in SPIRAL's instruction (arXiv 2506.24119, spiral/template.py),
 to be rendered with the model's chat template. ``board_prompt`` is the short form for the tiny
 character-level model (no chat template, 64 positions, lower-case vocabulary): the nine cells with free
-ones numbered, then the player's mark, e.g. ``"o1x345678 x:"``. ``parse_action`` is SPIRAL's
+ones numbered, then the player's mark, e.g. ``"o1x345678x:"``. ``parse_action`` is SPIRAL's
 ``extract_action``: the last ``\\boxed{...}`` (else the whole text), a short bare answer bracketed, and
 anything that is not exactly one of the available ``[n]`` is invalid.
 """
@@ -51,7 +51,7 @@ def spiral_prompt(board: list[str], player: int) -> str:
 
 def board_prompt(board: list[str], player: int) -> str:
     cells = "".join(v.lower() if v else str(i) for i, v in enumerate(board))
-    return f"{cells} {MARKS[player].lower()}:"
+    return f"{cells}{MARKS[player].lower()}:"  # no space: the tiny tokenizer drops whitespace
 
 
 def render(board: list[str], player: int, kind: PromptKind, style: str, tokenizer: Any) -> str:

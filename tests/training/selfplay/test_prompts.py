@@ -43,8 +43,8 @@ class _Chat:
 
 def test_render_uses_the_chat_template_for_chat_and_the_raw_text_for_plain() -> None:
     assert render(BOARD, 0, "spiral", "chat", _Chat()) == f"<user>{spiral_prompt(BOARD, 0)}</user><assistant>"
-    assert render(BOARD, 1, "board", "plain", None) == "o1x345678 x:"
-    assert board_prompt([""] * 9, 0) == "012345678 o:"
+    assert render(BOARD, 1, "board", "plain", None) == "o1x345678x:"
+    assert board_prompt([""] * 9, 0) == "012345678o:"
 
 
 @pytest.mark.parametrize(
