@@ -5,6 +5,10 @@ per step), the eval CLI on a checkpoint, and a clear refusal of a prompt the tin
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,3 +103,36 @@ def test_the_spiral_prompt_on_the_tiny_model_is_refused_in_one_line(
     )
     assert code == 2 and "no chat template" in capsys.readouterr().err
     assert _records(run_dir)[-1]["status"] == "failed"
+
+
+def test_sigterm_saves_the_current_step_and_ends_interrupted(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    metrics = run_dir / "metrics.jsonl"
+
+    def signal_after_first_step() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if metrics.is_file() and '"type": "step"' in metrics.read_text():
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.02)
+
+    sender = threading.Thread(target=signal_after_first_step, daemon=True)
+    sender.start()
+    argv = [
+        *SHORT,
+        "--set",
+        "train.max_steps=200",
+        "--set",
+        "checkpoint.every=1000",
+        "--set",
+        "eval.task=none",
+    ]
+    assert train.main(["tictactoe_tiny", "--run-dir", str(run_dir), *argv]) == 130
+    sender.join()
+    recs = _records(run_dir)
+    last_step = max(r["step"] for r in recs if r["type"] == "step")
+    assert recs[-1]["type"] == "end" and recs[-1]["status"] == "interrupted" and recs[-1]["step"] == last_step
+    assert last_step < 200
+    # the step that was running finished and was saved, although no periodic save was due
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [f"checkpoint-{last_step}"]
