@@ -330,6 +330,10 @@ def _validate_selfplay(cfg: RunConfig) -> None:
         raise BadSetting("selfplay has no KL term (SPIRAL trains with beta 0): set train.beta = 0")
     if cfg.model.lora_r > 0:
         raise BadSetting("selfplay trains the full model: set model.lora_r = 0")
+    if t.lr_scheduler_type not in ("constant", "linear"):
+        raise BadSetting(f"selfplay schedules the lr 'constant' or 'linear', got {t.lr_scheduler_type!r}")
+    if t.optim != "adamw_torch":
+        raise BadSetting(f"selfplay optimizes with torch AdamW (train.optim 'adamw_torch'), got {t.optim!r}")
     if cfg.eval.task not in ("tictactoe", "none"):
         raise BadSetting(f"selfplay evaluates by playing games: eval.task must be 'tictactoe' or 'none', "
                          f"got {cfg.eval.task!r}")

@@ -99,7 +99,6 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> _
     facts: PlatformFacts = detect(offline_probe=cfg.model.name != "tiny")
     apply_offline_env(facts)
     import torch
-    from transformers import get_scheduler, set_seed
     from transformers.utils import logging as hf_logging
 
     from training_core import metrics
@@ -117,7 +116,8 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> _
         if moved:
             print(f"resume: moved {moved} redone lines to metrics.superseded.jsonl", flush=True)
 
-    set_seed(cfg.seed)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)  # seeds CUDA too; sampling of the moves draws from it
     name = cfg.model.name
     if resume_from is not None:
         cfg.model.name = str(resume_from)  # the checkpoint's weights; the header keeps the recipe's name
@@ -144,12 +144,7 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> _
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.learning_rate, weight_decay=t.weight_decay)
     total = t.max_steps * t.num_iterations  # one optimizer step per PPO epoch
-    scheduler = get_scheduler(
-        t.lr_scheduler_type,
-        optimizer,
-        num_warmup_steps=round(t.warmup_ratio * total),
-        num_training_steps=total,
-    )
+    scheduler = lr_schedule(optimizer, t.lr_scheduler_type, round(t.warmup_ratio * total), total)
     rng = random.Random(cfg.seed)
     baselines = RoleBaselines(sp.rae_decay)
     start_step = 0
@@ -168,6 +163,21 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> _
     return _Run(
         model, tokenizer, optimizer, scheduler, baselines, rng, start_step, player, eval_player, n_params
     )
+
+
+def lr_schedule(optimizer: Any, kind: str, warmup: int, total: int) -> Any:
+    """Linear warmup, then constant (SPIRAL's) or linear decay to 0. Written here rather than taken from
+    transformers.get_scheduler, whose import pulls in the Trainer stack (~8 s of a short run on CPU)."""
+    import torch
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        if kind == "linear":
+            return max(0.0, (total - step) / max(1, total - warmup))
+        return 1.0
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def game_metrics(games: list[Game]) -> dict[str, float]:
