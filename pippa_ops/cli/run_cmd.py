@@ -1,7 +1,7 @@
 """``pippa run / ps / logs / attach / stop / recipes``: parse options, call the core, render, exit.
 
 No shell strings or business logic here: launching, listing, following and stopping live in
-``pippa_ops.runs`` / ``runs_list`` / ``follow``; this module only turns their values into lines.
+``runs.launch`` / ``runs.listing`` / ``runs.follow``; this module only turns their values into lines.
 rich is imported only by ``ps``, which draws a table, so ``run``/``logs``/``stop`` start without it.
 """
 
@@ -15,18 +15,18 @@ from typing import Annotated
 import typer
 
 from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json
-from pippa_ops.connect import connect, open_transport
 from pippa_ops.errors import AmbiguousSession, ExitCode, PippaError, RunNotFound, SessionNotFound
 from pippa_ops.fanout import fan_out
-from pippa_ops.follow import read_all
-from pippa_ops.inventory import LOCAL, HostSpec, default_host, load_inventory, resolve
-from pippa_ops.recipes import list_recipes
-from pippa_ops.runs import DEFAULT_GRACE_S, LaunchResult, attach_argv, follow_run, launch, resume, stop
-from pippa_ops.runs_list import HostRuns, RunRecord, current_run, list_runs, select_runs
-from pippa_ops.runs_script import DEFAULT_GAP_S, DEFAULT_SESSION
-from pippa_ops.shell import join, validate_name
-from pippa_ops.tmux import Tmux
-from pippa_ops.transport import Transport
+from pippa_ops.hosts.connect import connect, open_transport
+from pippa_ops.hosts.inventory import LOCAL, HostSpec, default_host, load_inventory, resolve
+from pippa_ops.runs.follow import read_all
+from pippa_ops.runs.launch import DEFAULT_GRACE_S, LaunchResult, attach_argv, follow_run, launch, resume, stop
+from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, select_runs
+from pippa_ops.runs.recipes import list_recipes
+from pippa_ops.runs.script import DEFAULT_GAP_S, DEFAULT_SESSION
+from pippa_ops.runs.tmux import Tmux
+from pippa_ops.transport.base import Transport
+from pippa_ops.transport.shell import join, validate_name
 
 
 def _all_hosts() -> list[str]:
@@ -142,6 +142,10 @@ def run_cmd(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Stream the log until the run ends.")
     ] = False,
+    notify: Annotated[
+        bool,
+        typer.Option("--notify", help="When the runs end: terminal bell, a line, a desktop notification."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start recipes (one after another) or a command in a named tmux session on a host."""
@@ -171,8 +175,19 @@ def run_cmd(
             )
         else:
             render_launch(result, spec, chosen=host is not None)
+        if notify and not follow:
+            from pippa_ops.cli.wait_cmd import spawn_watcher
+
+            pid = spawn_watcher(spec.name, list(result.run_ids))
+            if not as_json:
+                typer.echo(f"  notify:  when it ends (watcher pid {pid})")
         if follow:
-            raise typer.Exit(follow_runs(transport, spec, list(result.run_ids), result.session))
+            code = follow_runs(transport, spec, list(result.run_ids), result.session)
+            if notify:
+                from pippa_ops.cli.wait_cmd import notify_ended
+
+                notify_ended(spec.name, list(result.run_ids))
+            raise typer.Exit(code)
 
 
 def resume_cmd(
@@ -325,7 +340,7 @@ def attach_cmd(
 
 
 def _is_session_name(name: str) -> bool:
-    from pippa_ops.shell import SESSION_RE
+    from pippa_ops.transport.shell import SESSION_RE
 
     return bool(SESSION_RE.fullmatch(name))
 
@@ -340,6 +355,7 @@ def stop_cmd(
     """Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period."""
     where = _locate(name, host)
     spec, transport = connect(where)
+    typer.echo(f"{spec.name}: Ctrl-C to {name}; waiting up to {grace:g}s for it to save and exit", err=True)
     with transport:
         result = stop(spec, transport, name, grace_s=grace)
     final = result.after or result.before

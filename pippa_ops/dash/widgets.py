@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import ComposeResult, RenderResult
 from textual.containers import Grid, Vertical
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from pippa_ops.monitor_state import PLOTTED, GpuState, HostState, RunDetail, RunRow
+from pippa_ops.monitor.state import PLOTTED, GpuState, HostState, RunDetail, RunRow
+from pippa_ops.runs.curves import smooth, ticks_for_width
 
 Points = tuple[tuple[int, float], ...]
 BARS = "▁▂▃▄▅▆▇█"
@@ -157,26 +158,37 @@ class HostPanel(Vertical):
 
 
 class MetricPlot(PlotextPlot):
-    """One curve against step, with eval points when the key has them."""
+    """One curve against whole steps (EMA-smoothed when asked), with eval points when the key has them."""
 
     def __init__(self, key: str) -> None:
         super().__init__(id="plot-" + key.replace("/", "-"), classes="plot")
         self.key = key
         self._points: Points | None = None
+        self._smoothing = 0.0
+        self._steps: tuple[int, int] | None = None  # the x range, ticked at render time (width known)
 
-    def show(self, points: Points, evals: dict[str, Points]) -> None:
-        if points == self._points and not evals:
+    def show(self, points: Points, evals: dict[str, Points], smoothing: float = 0.0) -> None:
+        if points == self._points and smoothing == self._smoothing and not evals:
             return
-        self._points = points
+        self._points, self._smoothing = points, smoothing
         plt = self.plt
         plt.clear_data()
-        plt.title(TITLES[self.key])
+        plt.title(TITLES[self.key] + (f" (EMA {smoothing:g})" if smoothing > 0 else ""))
+        steps = [p[0] for p in points] + [p[0] for pts in evals.values() for p in pts]
         if points:
-            plt.plot([p[0] for p in points], [p[1] for p in points], marker="braille")
+            shown = smooth(points, smoothing)
+            plt.plot([p[0] for p in shown], [p[1] for p in shown], marker="braille")
         if self.key == "reward/mean":
             for key, pts in evals.items():
                 plt.scatter([p[0] for p in pts], [p[1] for p in pts], marker="●", label=key)
+        self._steps = (min(steps), max(steps)) if steps else None
         self.refresh()
+
+    def render(self) -> RenderResult:
+        if self._steps is not None:
+            ticks = ticks_for_width(*self._steps, self.size.width)
+            self.plt.xticks([float(t) for t in ticks], [str(t) for t in ticks])
+        return super().render()
 
 
 class LogTailView(Widget):
@@ -198,7 +210,7 @@ class RunView(Vertical):
                 yield MetricPlot(key)
         yield LogTailView(id="log-tail")
 
-    def show(self, detail: RunDetail | None, row: RunRow | None) -> None:
+    def show(self, detail: RunDetail | None, row: RunRow | None, smoothing: float = 0.0) -> None:
         title = self.query_one("#run-title", Static)
         plots = self.query_one("#plots", Grid)
         log = self.query_one(LogTailView)
@@ -223,5 +235,5 @@ class RunView(Vertical):
         plots.display = detail.has_metrics
         if detail.has_metrics:
             for plot in self.query(MetricPlot):
-                plot.show(detail.series.get(plot.key, ()), detail.evals)
+                plot.show(detail.series.get(plot.key, ()), detail.evals, smoothing)
         log.lines = detail.log_tail

@@ -2,7 +2,7 @@
 them, and the pure reducer and parsers that turn streamed bytes into that state.
 
 Core (no textual/rich/typer, no IO): the same inputs always draw the same screen, so Pilot and
-snapshot tests feed it directly. ``pippa_ops.monitor`` produces the events; the app folds them in.
+snapshot tests feed it directly. ``pippa_ops.monitor.host`` produces the events; the app folds them in.
 """
 
 from __future__ import annotations
@@ -101,6 +101,16 @@ class RunUpdated:
 
 
 HostEvent = LinkChanged | GpuSampled | RunsListed
+
+
+ACTIVE = ("running", "queued")
+
+
+def ended_runs(before: tuple[RunRow, ...], after: tuple[RunRow, ...]) -> list[RunRow]:
+    """Runs that were running or queued in the previous listing and are not any more: what the
+    dashboard tells the user about (the first listing of a host tells nothing)."""
+    was_active = {r.run_id for r in before if r.state in ACTIVE}
+    return [r for r in after if r.run_id in was_active and r.state not in ACTIVE]
 
 
 def _push(history: tuple[float, ...], value: float | None) -> tuple[float, ...]:

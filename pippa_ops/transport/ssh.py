@@ -12,6 +12,7 @@ typed errors (unreachable, auth, host key).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -20,10 +21,18 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pippa_ops._paramiko import paramiko
 from pippa_ops.errors import AuthFailed, HostKeyChanged, HostKeyUnknown, HostUnreachable, UnknownHost
-from pippa_ops.inventory import HostSpec, known_hosts_path, load_ssh_config, resolve
-from pippa_ops.transport import Command, CommandResult, Process, Transport, as_shell_line, finish, read_to_end
+from pippa_ops.hosts.inventory import HostSpec, known_hosts_path, load_ssh_config, resolve
+from pippa_ops.transport._paramiko import paramiko
+from pippa_ops.transport.base import (
+    Command,
+    CommandResult,
+    Process,
+    Transport,
+    as_shell_line,
+    finish,
+    read_to_end,
+)
 
 CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15
@@ -338,6 +347,8 @@ class SSHProcess(Process):
             return self._chan.recv(n)
         except TimeoutError as e:
             raise TimeoutError("read timed out") from e
+        except EOFError as e:  # paramiko, when the window adjust after a large read finds the link gone
+            raise HostUnreachable("lost the SSH connection while reading") from e
 
     def write(self, data: bytes) -> None:
         self._chan.sendall(data)
@@ -381,4 +392,5 @@ class SSHProcess(Process):
         return True
 
     def close(self) -> None:
-        self._chan.close()
+        with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
+            self._chan.close()  # raises only when the connection is gone, and the channel with it
