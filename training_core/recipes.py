@@ -330,6 +330,10 @@ def _validate_selfplay(cfg: RunConfig) -> None:
         raise BadSetting("selfplay has no KL term (SPIRAL trains with beta 0): set train.beta = 0")
     if cfg.model.lora_r > 0:
         raise BadSetting("selfplay trains the full model: set model.lora_r = 0")
+    if cfg.model.precision in ("fp16", "bf16_amp"):
+        raise BadSetting(
+            f"selfplay trains in bf16 or fp32, not {cfg.model.precision}: --set model.precision=fp32 or bf16"
+        )
     if t.lr_scheduler_type not in ("constant", "linear"):
         raise BadSetting(f"selfplay schedules the lr 'constant' or 'linear', got {t.lr_scheduler_type!r}")
     if t.optim != "adamw_torch":
