@@ -203,7 +203,37 @@ class DPOSettings:
     rejected_column: str = "rejected"
 
 
-Method = Literal["grpo", "sft", "dpo"]
+@dataclass
+class SelfPlayConfig:
+    """SPIRAL self-play (Liu et al. 2025, arXiv 2506.24119); used when ``method = "selfplay"``. The
+    update reads train.learning_rate, max_grad_norm, temperature, top_p, max_completion_length (generation
+    cap and the Dr GRPO divisor), num_iterations (PPO epochs), epsilon (clip range), max_steps,
+    warmup_ratio, lr_scheduler_type and weight_decay; eval.interval / eval.n schedule the game eval."""
+
+    # The game; only "tictactoe" (TextArena TicTacToe-v0's rules and wording) for now.
+    game: Literal["tictactoe"] = "tictactoe"
+    # "spiral": SPIRAL's instruction + TextArena observation, answer in \boxed{} (chat template per
+    # data.prompt_style). "board": the nine cells and the player's mark, for the tiny model. Default "spiral".
+    prompt: Literal["spiral", "board"] = "spiral"
+    # Turn samples per optimizer step: games are played until this many non-zero-advantage turns exist,
+    # then this many are drawn from them (SPIRAL: rollout_batch_size 128). Default 128.
+    samples_per_step: int = 128
+    # Games generated together in one batch of HF generate calls. Default 16.
+    parallel_games: int = 16
+    # Turns (both players') after which a game is stopped and scored a draw (SPIRAL: max_turns 50).
+    max_turns: int = 50
+    # EMA decay α of the per-role baselines, b ← α·b + (1−α)·R (SPIRAL: 0.95).
+    rae_decay: float = 0.95
+    # Drop turn samples whose advantage is exactly 0: they carry no gradient (SPIRAL: filter_zero_adv).
+    drop_zero_advantage: bool = True
+    # Sequences per forward/backward pass (gradient accumulation inside a step). Default 8.
+    micro_batch_size: int = 8
+    # Sampling of the evaluation games (SPIRAL: eval_temperature 0.6, eval_top_p 0.95); 0 = greedy.
+    eval_temperature: float = 0.6
+    eval_top_p: float = 0.95
+
+
+Method = Literal["grpo", "sft", "dpo", "selfplay"]
 
 
 @dataclass
@@ -212,8 +242,9 @@ class RunConfig:
     description: str = ""
     # Seed for data shuffling, sampling and init. Default 42 (the team's).
     seed: int = 42
-    # Which TRL trainer runs: "grpo" (GRPOTrainer with the rewards), "sft" (SFTTrainer, loss on the
-    # response only) or "dpo" (DPOTrainer on chosen/rejected pairs). Default "grpo".
+    # Which trainer runs: "grpo" (TRL's GRPOTrainer with the rewards, Dr GRPO), "sft" (SFTTrainer, loss on
+    # the response only), "dpo" (DPOTrainer on chosen/rejected pairs) or "selfplay" (SPIRAL self-play on a
+    # game in pippa's own loop, training_core.selfplay). Default "grpo".
     method: Method = "grpo"
     # Extra modules imported before resolving names (they register datasets, rewards, evals, callbacks).
     plugins: list[str] = field(default_factory=list)
@@ -236,3 +267,5 @@ class RunConfig:
     # Settings of the sft and dpo methods (GRPO ignores them).
     sft: SFTSettings = field(default_factory=SFTSettings)
     dpo: DPOSettings = field(default_factory=DPOSettings)
+    # Settings of the selfplay method.
+    selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)

@@ -112,7 +112,7 @@ def _load_model(res: Resolved, facts: PlatformFacts) -> tuple[Any, Any]:
 
 def run_checkpoint(runs_dir: Path, run_id: str) -> Path:
     """The newest checkpoint of run ``run_id`` beside this run (``model.from_run``): SFT, then GRPO."""
-    from training_core.trainer import newest_checkpoint
+    from training_core.checkpoints import newest_checkpoint
 
     ckpt = newest_checkpoint(runs_dir / run_id / "checkpoints")
     if ckpt is None:
@@ -194,10 +194,11 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
 
     from training_core import callbacks as cb_registry
     from training_core import evaluation, metrics, sandbox
+    from training_core.checkpoints import newest_checkpoint
     from training_core.data import build_dataset, load_rows
     from training_core.eval_tasks import EVAL_TASKS
     from training_core.rewards import registry
-    from training_core.trainer import PippaGRPOTrainer, grpo_args, newest_checkpoint
+    from training_core.trainer import PippaGRPOTrainer, grpo_args
 
     ckpt_dir = run_dir / "checkpoints"
     resume_from = newest_checkpoint(ckpt_dir) if resume else None

@@ -13,7 +13,6 @@ place, so a kill at any moment leaves no half-written ``checkpoint-<step>``; it 
 from __future__ import annotations
 
 import dataclasses
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -23,9 +22,8 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from training_core.checkpoints import checkpoints
 from training_core.config import RunConfig
-
-CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
 def training_args(
@@ -90,19 +88,6 @@ def grpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str
         reward_weights=[r.weight for r in cfg.rewards],
         **extra,
     )
-
-
-def checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints, oldest first (staging directories are never listed)."""
-    if not ckpt_dir.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := CKPT_RE.match(p.name)) and p.is_dir()]
-    return sorted(found)
-
-
-def newest_checkpoint(ckpt_dir: Path) -> Path | None:
-    found = checkpoints(ckpt_dir)
-    return found[-1][1] if found else None
 
 
 class AtomicCheckpoints:
