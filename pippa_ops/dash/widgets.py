@@ -10,7 +10,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from pippa_ops.monitor.state import PLOTTED, STAND_INS, GpuState, HostState, RunDetail, RunRow
+from pippa_ops.monitor.state import PLOTTED, SLOT_KEYS, GpuState, HostState, RunDetail, RunRow
 from pippa_ops.runs.curves import smooth, ticks_for_width
 
 Points = tuple[tuple[int, float], ...]
@@ -24,6 +24,7 @@ TITLES = {
     "rewards/margins": "DPO reward margin",
     "rewards/accuracies": "DPO preference accuracy",
     "policy/token_accuracy": "SFT token accuracy",
+    "game/invalid_rate": "games ended by an invalid move",
 }
 
 
@@ -240,7 +241,7 @@ class RunView(Vertical):
         plots.display = detail.has_metrics
         if detail.has_metrics:
             for plot in self.query(MetricPlot):
-                keys = (plot.key, *STAND_INS.get(plot.key, ()))
+                keys = SLOT_KEYS.get(plot.key, (plot.key,))
                 key = next((k for k in keys if detail.series.get(k)), plot.key)
                 plot.show(detail.series.get(key, ()), detail.evals, smoothing, key)
         log.lines = detail.log_tail

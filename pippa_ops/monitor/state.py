@@ -16,10 +16,16 @@ from pippa_ops.gpu import Gpu
 HISTORY = 60  # samples kept per GPU for the sparklines (one minute at the default 1 s interval)
 LOG_TAIL = 200  # lines of output.log kept for the run detail view
 PLOTTED = ("reward/mean", "loss/total", "completions/mean_length", "grad/norm")
-# A run that samples nothing (SFT, DPO) draws its own curve in the slot it leaves empty, the first it logs.
-STAND_INS = {"reward/mean": ("rewards/margins",),
-             "completions/mean_length": ("rewards/accuracies", "policy/token_accuracy")}  # fmt: skip
-EVAL_PLOTTED = ("eval/accuracy", "mbpp_eval/pass_rate")  # fractions, drawn as points on the reward plot
+# The keys each slot draws, the first one a run logs: SFT and DPO runs sample nothing and fill the
+# reward and length slots with their own curves; a self-play run's length slot shows its invalid moves.
+SLOT_KEYS = {
+    "reward/mean": ("reward/mean", "rewards/margins"),
+    "completions/mean_length": (
+        "game/invalid_rate", "completions/mean_length", "rewards/accuracies", "policy/token_accuracy",
+    ),
+}  # fmt: skip
+# Fractions, drawn as points on the reward plot (self-play: wins and invalid-move losses vs random).
+EVAL_PLOTTED = ("eval/accuracy", "mbpp_eval/pass_rate", "eval/vs_random/win", "eval/vs_random/invalid")
 
 Link = Literal["connecting", "up", "down"]
 
@@ -201,7 +207,7 @@ class MetricsParser:
                 self.wandb_url = wandb["url"]
         elif kind == "step" and isinstance(step, int):
             self.last_step = step
-            for key in (*PLOTTED, *(k for keys in STAND_INS.values() for k in keys)):
+            for key in dict.fromkeys((*PLOTTED, *(k for keys in SLOT_KEYS.values() for k in keys))):
                 v = rec.get(key)
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     self.series.setdefault(key, []).append((step, float(v)))

@@ -1,4 +1,5 @@
-"""SFT and DPO runs sample nothing: the dashboard draws their own curves in the reward and length slots."""
+"""SFT and DPO runs sample nothing: the dashboard draws their own curves in the reward and length slots;
+a self-play run shows its invalid-move rate and its games against a random player."""
 
 from __future__ import annotations
 
@@ -46,3 +47,23 @@ async def test_a_dpo_run_shows_margin_and_preference_accuracy_an_sft_run_token_a
     async with app.run_test(size=(160, 48)):
         assert app.query_one("#plot-completions-mean_length", MetricPlot)._points == pts[:2]
         assert app.query_one("#plot-reward-mean", MetricPlot)._points == ()
+
+
+@pytest.mark.anyio
+async def test_a_selfplay_run_shows_invalid_moves_and_wins_against_random() -> None:
+    p = MetricsParser()
+    length = {"completions/mean_length": 1.0}
+    recs = [
+        {"type": "header"},
+        {"type": "step", "step": 1, "reward/mean": -0.4, "game/invalid_rate": 0.9, **length},
+        {"type": "step", "step": 2, "reward/mean": -0.1, "game/invalid_rate": 0.5, **length},
+        {"type": "eval", "step": 2, "eval/vs_random/win": 0.3, "eval/vs_random/invalid": 0.4},
+    ]
+    p.feed(b"".join(json.dumps(r).encode() + b"\n" for r in recs))
+    assert p.series["game/invalid_rate"] == [(1, 0.9), (2, 0.5)]
+    assert p.evals == {"eval/vs_random/win": [(2, 0.3)], "eval/vs_random/invalid": [(2, 0.4)]}
+    series = {k: tuple(v) for k, v in p.series.items()}
+    app = create_app(S.HOSTS, states=S.states(), detail=_detail(series))
+    async with app.run_test(size=(160, 48)):
+        assert app.query_one("#plot-completions-mean_length", MetricPlot)._points == ((1, 0.9), (2, 0.5))
+        assert app.query_one("#plot-reward-mean", MetricPlot)._points == ((1, -0.4), (2, -0.1))
