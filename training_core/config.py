@@ -180,6 +180,23 @@ class SandboxConfig:
 
 
 @dataclass
+class LaunchConfig:
+    # Training processes per host: 1 = one plain `python -m training_core.train` (the default; no
+    # accelerate). N > 1 = `accelerate launch` with N ranks (one per GPU; gloo ranks on a CPU host).
+    processes: int = 1
+    # How the ranks share the model. "ddp": a full replica per rank, gradients all-reduced; "zero2":
+    # DeepSpeed ZeRO-2 (optimizer state and gradients sharded); "zero3": ZeRO-3 (weights sharded too, for
+    # models whose training state does not fit one GPU; the team's 7-GPU runs). Rajbhandari et al. 2020.
+    strategy: Literal["ddp", "zero2", "zero3"] = "ddp"
+    # accelerate's mixed precision. "auto": from model.precision (bf16 / bf16_amp -> "bf16", fp16 ->
+    # "fp16", fp32 -> "no"); an explicit value must agree with it (one precision per run).
+    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = "auto"
+    # GPU ids this run may use (CUDA_VISIBLE_DEVICES), e.g. "0-6" or "0,2"; "" = every GPU. Lets several
+    # runs share one 8-GPU host; with processes = 1 it only pins the GPU.
+    gpus: str = ""
+
+
+@dataclass
 class RunConfig:
     # One line shown by `pippa recipes`.
     description: str = ""
@@ -203,3 +220,5 @@ class RunConfig:
     # Extra trainer callbacks by registered name (e.g. the MBPP eval of the code recipes).
     callbacks: list[CallbackSpec] = field(default_factory=list)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    # How many processes train and where (training_core.launch reads it; the trainer only records it).
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
