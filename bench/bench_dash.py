@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT / "tests" / "dash"))
 import fake_smi
 
 from pippa_ops.dash.app import DashApp
-from pippa_ops.inventory import resolve
-from pippa_ops.monitor import HostMonitor
+from pippa_ops.hosts.inventory import resolve
+from pippa_ops.monitor.host import HostMonitor
 
 CPU_GOAL = 5.0  # % of one core
 LATENCY_GOAL_S = 1.5  # p95

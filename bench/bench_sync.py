@@ -44,7 +44,7 @@ def in_process_sync(host: str, client: Path, repo: Path) -> float:
     """The same no-change sync without the CLI's interpreter start and imports (fresh connection)."""
     os.environ.update(sshd.client_vars(client))
     os.environ.pop("SSH_AUTH_SOCK", None)
-    from pippa_ops.connect import connect
+    from pippa_ops.hosts.connect import connect
     from pippa_ops.sync import sync
 
     t0 = time.perf_counter()

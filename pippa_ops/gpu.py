@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pippa_ops.errors import HostUnreachable, ToolMissing
-from pippa_ops.shell import join
-from pippa_ops.transport import Process, Transport
+from pippa_ops.transport.base import Process, Transport
+from pippa_ops.transport.shell import join
 
 NVIDIA_SMI = "nvidia-smi"
 # The fields pippa asks for, in order (uuid last: it maps compute processes to their GPU).

@@ -73,7 +73,7 @@ class PippaCommand(typer.core.TyperCommand):
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
             if isinstance(param, typer.core.TyperArgument):
-                name = param.display_name_raw.upper()
+                name = (param.metavar or param.name or "arg").upper()
                 pieces.append((name if param.required else f"[{name}]") + ("..." if param.nargs != 1 else ""))
         return pieces
 

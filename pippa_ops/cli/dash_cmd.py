@@ -9,11 +9,11 @@ from typing import Annotated
 import typer
 
 from pippa_ops.errors import UsageError
-from pippa_ops.inventory import HostSpec, load_inventory, resolve
+from pippa_ops.hosts.inventory import HostSpec, load_inventory, resolve
 
 
 def _attacher(specs: dict[str, HostSpec]):  # type: ignore[no-untyped-def]
-    from pippa_ops.runs import attach_argv
+    from pippa_ops.runs.launch import attach_argv
 
     def attach(host: str, session: str) -> int:
         spec = specs[host]
@@ -32,18 +32,19 @@ def register(app: typer.Typer) -> None:
             list[str] | None, typer.Argument(help="Hosts to watch (default: every inventory host).")
         ] = None,
         interval: Annotated[
-            int, typer.Option("--interval", help="Seconds between GPU samples (nvidia-smi -l; 1 or more).")
+            float,
+            typer.Option("--interval", help="Whole seconds between GPU samples (nvidia-smi -l; 1 or more)."),
         ] = 1,
     ) -> None:
         """Live dashboard: GPUs, runs and training curves across hosts."""
-        if interval < 1:
-            raise UsageError(f"--interval must be 1 or more (whole seconds, like nvidia-smi -l): {interval}")
+        if interval < 1 or interval != int(interval):  # 2.0 is 2; 2.5 is refused, not rounded
+            raise UsageError(f"--interval must be 1 or more whole seconds (like nvidia-smi -l): {interval:g}")
         names = list(dict.fromkeys(hosts or load_inventory()))
         if not names:
             raise UsageError("no hosts in the inventory: name some (`pippa dash local` watches this machine)")
         specs = {spec.name: spec for spec in map(resolve, names)}
         from pippa_ops.dash import create_app
-        from pippa_ops.monitor import HostMonitor
+        from pippa_ops.monitor.host import HostMonitor
 
-        monitors = {name: HostMonitor(spec, interval_s=interval) for name, spec in specs.items()}
+        monitors = {name: HostMonitor(spec, interval_s=int(interval)) for name, spec in specs.items()}
         create_app(list(specs), monitors, attach=_attacher(specs)).run()

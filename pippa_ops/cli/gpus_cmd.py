@@ -12,10 +12,10 @@ from rich.live import Live
 from rich.table import Table
 
 from pippa_ops.cli.common import HOST_HELP, JsonOpt, emit_json
-from pippa_ops.connect import connect
 from pippa_ops.errors import ExitCode
 from pippa_ops.gpu import Gpu, GpuStream, query
-from pippa_ops.inventory import LOCAL
+from pippa_ops.hosts.connect import connect
+from pippa_ops.hosts.inventory import LOCAL
 
 
 def _fmt(v: float | None, unit: str = "", digits: int = 0) -> str:

@@ -15,7 +15,7 @@ from pippa_ops.cli.common import AcceptNewOpt, HostArg, JsonOpt, console, emit_j
 from pippa_ops.errors import ExitCode
 
 if TYPE_CHECKING:
-    from pippa_ops.hostprep import HostRow, UpReport
+    from pippa_ops.hosts.prep import HostRow, UpReport
     from pippa_ops.sync import SyncResult
 
 
@@ -29,9 +29,9 @@ def hosts_command(
     ] = False,
 ) -> None:
     """Hosts (local, pippa.toml, ~/.config/pippa/hosts.toml, ~/.ssh/config aliases), checked in parallel."""
-    from pippa_ops.connect import open_transport
-    from pippa_ops.hostprep import survey
-    from pippa_ops.inventory import alias_spec, load_inventory, load_ssh_config, local_spec, ssh_aliases
+    from pippa_ops.hosts.connect import open_transport
+    from pippa_ops.hosts.inventory import alias_spec, load_inventory, load_ssh_config, local_spec, ssh_aliases
+    from pippa_ops.hosts.prep import survey
 
     inventory = load_inventory()
     config = load_ssh_config()
@@ -66,8 +66,8 @@ def up_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOp
     """Prepare a host: check tmux/GPUs/python/disk, install uv, sync, run setup, push secrets."""
     from rich.markup import escape
 
-    from pippa_ops.connect import connect
-    from pippa_ops.hostprep import up
+    from pippa_ops.hosts.connect import connect
+    from pippa_ops.hosts.prep import up
     from pippa_ops.repo import repo_root
 
     spec, transport = connect(host, accept_new=accept_new)
@@ -122,7 +122,7 @@ def sync_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Copy the working tree to the host: changed files only, one stream, deletions only with --delete."""
-    from pippa_ops.connect import connect
+    from pippa_ops.hosts.connect import connect
     from pippa_ops.repo import repo_root
     from pippa_ops.sync import sync
 

@@ -1,7 +1,7 @@
 """``pippa run / ps / logs / attach / stop / recipes``: parse options, call the core, render, exit.
 
 No shell strings or business logic here: launching, listing, following and stopping live in
-``pippa_ops.runs`` / ``runs_list`` / ``follow``; this module only turns their values into lines.
+``runs.launch`` / ``runs.listing`` / ``runs.follow``; this module only turns their values into lines.
 rich is imported only by ``ps``, which draws a table, so ``run``/``logs``/``stop`` start without it.
 """
 
@@ -15,18 +15,18 @@ from typing import Annotated
 import typer
 
 from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json
-from pippa_ops.connect import connect, open_transport
 from pippa_ops.errors import AmbiguousSession, ExitCode, PippaError, RunNotFound, SessionNotFound
 from pippa_ops.fanout import fan_out
-from pippa_ops.follow import read_all
-from pippa_ops.inventory import LOCAL, HostSpec, default_host, load_inventory, resolve
-from pippa_ops.recipes import list_recipes
-from pippa_ops.runs import DEFAULT_GRACE_S, LaunchResult, attach_argv, follow_run, launch, resume, stop
-from pippa_ops.runs_list import HostRuns, RunRecord, current_run, list_runs, select_runs
-from pippa_ops.runs_script import DEFAULT_GAP_S, DEFAULT_SESSION
-from pippa_ops.shell import join, validate_name
-from pippa_ops.tmux import Tmux
-from pippa_ops.transport import Transport
+from pippa_ops.hosts.connect import connect, open_transport
+from pippa_ops.hosts.inventory import LOCAL, HostSpec, default_host, load_inventory, resolve
+from pippa_ops.runs.follow import read_all
+from pippa_ops.runs.launch import DEFAULT_GRACE_S, LaunchResult, attach_argv, follow_run, launch, resume, stop
+from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, select_runs
+from pippa_ops.runs.recipes import list_recipes
+from pippa_ops.runs.script import DEFAULT_GAP_S, DEFAULT_SESSION
+from pippa_ops.runs.tmux import Tmux
+from pippa_ops.transport.base import Transport
+from pippa_ops.transport.shell import join, validate_name
 
 
 def _all_hosts() -> list[str]:
@@ -325,7 +325,7 @@ def attach_cmd(
 
 
 def _is_session_name(name: str) -> bool:
-    from pippa_ops.shell import SESSION_RE
+    from pippa_ops.transport.shell import SESSION_RE
 
     return bool(SESSION_RE.fullmatch(name))
 
@@ -340,6 +340,7 @@ def stop_cmd(
     """Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period."""
     where = _locate(name, host)
     spec, transport = connect(where)
+    typer.echo(f"{spec.name}: Ctrl-C to {name}; waiting up to {grace:g}s for it to save and exit", err=True)
     with transport:
         result = stop(spec, transport, name, grace_s=grace)
     final = result.after or result.before

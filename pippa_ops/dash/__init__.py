@@ -1,4 +1,4 @@
-"""``pippa dash``: the Textual dashboard (TUI layer on top of ``pippa_ops.monitor``)."""
+"""``pippa dash``: the Textual dashboard (TUI layer on top of ``pippa_ops.monitor.host``)."""
 
 from pippa_ops.dash.app import DashApp, create_app
 

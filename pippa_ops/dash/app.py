@@ -24,7 +24,7 @@ from textual.widgets import DataTable, Footer, Header
 
 from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen, MainHidden
 from pippa_ops.dash.widgets import HostPanel, RunsTable, RunView
-from pippa_ops.monitor import (
+from pippa_ops.monitor.host import (
     GpuSampled,
     HostEvent,
     HostState,

@@ -10,7 +10,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from pippa_ops.monitor_state import PLOTTED, GpuState, HostState, RunDetail, RunRow
+from pippa_ops.monitor.state import PLOTTED, GpuState, HostState, RunDetail, RunRow
 
 Points = tuple[tuple[int, float], ...]
 BARS = "▁▂▃▄▅▆▇█"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pippa_ops.monitor import (
+from pippa_ops.monitor.host import (
     Gpu,
     GpuSampled,
     HostState,

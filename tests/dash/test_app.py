@@ -9,7 +9,7 @@ from textual.widgets import Log
 from pippa_ops.dash import create_app
 from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen
 from pippa_ops.dash.widgets import HostPanel, MetricPlot, RunsTable, sparkline
-from pippa_ops.monitor import Gpu, GpuSampled, LinkChanged, RunDetail, RunUpdated
+from pippa_ops.monitor.host import Gpu, GpuSampled, LinkChanged, RunDetail, RunUpdated
 
 pytestmark = pytest.mark.anyio
 

@@ -12,7 +12,7 @@ import pytest
 
 from pippa_ops.errors import HostUnreachable
 from pippa_ops.gpu import Gpu, GpuStream
-from pippa_ops.transport import LocalTransport
+from pippa_ops.transport.base import LocalTransport
 
 
 def _smi_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> None:

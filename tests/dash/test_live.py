@@ -13,12 +13,12 @@ import fake_smi
 import pytest
 from textual.widgets import Log
 
-from pippa_ops.connect import open_transport
 from pippa_ops.dash import DashApp, create_app
 from pippa_ops.dash.screens import ConfirmStop
-from pippa_ops.inventory import resolve
-from pippa_ops.monitor import HostMonitor
-from pippa_ops.runs import launch
+from pippa_ops.hosts.connect import open_transport
+from pippa_ops.hosts.inventory import resolve
+from pippa_ops.monitor.host import HostMonitor
+from pippa_ops.runs.launch import launch
 
 pytestmark = [pytest.mark.ssh, pytest.mark.anyio]
 

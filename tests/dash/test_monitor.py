@@ -10,9 +10,9 @@ from pathlib import Path
 import fake_smi
 import pytest
 
-from pippa_ops.inventory import local_spec
-from pippa_ops.monitor import HostMonitor, RunUpdated
-from pippa_ops.monitor_state import (
+from pippa_ops.hosts.inventory import local_spec
+from pippa_ops.monitor.host import HostMonitor, RunUpdated
+from pippa_ops.monitor.state import (
     HISTORY,
     Gpu,
     GpuSampled,
@@ -155,7 +155,7 @@ def test_local_host_streams_gpus_lists_runs_and_follows_a_runs_metrics(tmp_path:
     assert not any(th.is_alive() for th in threads), "close() ends the monitor's loops"
 
 
-@pytest.mark.parametrize("module", ["pippa_ops.monitor", "pippa_ops.monitor_state"])
+@pytest.mark.parametrize("module", ["pippa_ops.monitor.host", "pippa_ops.monitor.state"])
 def test_core_imports_no_tui(module: str) -> None:
     import subprocess
     import sys
@@ -168,9 +168,9 @@ def test_core_imports_no_tui(module: str) -> None:
 
 
 def test_the_dashboard_draws_gpu_gpu_the_one_gpu_type_and_indexes_unnumbered_ones() -> None:
-    import pippa_ops.monitor_state as ms
+    import pippa_ops.monitor.state as ms
     from pippa_ops import gpu
-    from pippa_ops.monitor import indexed
+    from pippa_ops.monitor.host import indexed
 
     assert not hasattr(ms, "GpuReading") and ms.GpuState.__annotations__["reading"] in ("Gpu", gpu.Gpu)
     g = gpu.Gpu(None, "T4", 50.0, 10.0, 40.0)

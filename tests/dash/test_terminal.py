@@ -12,9 +12,9 @@ import fake_smi
 import pytest
 from conftest import PIPPA
 
-from pippa_ops.connect import open_transport
-from pippa_ops.inventory import resolve
-from pippa_ops.runs import launch
+from pippa_ops.hosts.connect import open_transport
+from pippa_ops.hosts.inventory import resolve
+from pippa_ops.runs.launch import launch
 
 pytestmark = pytest.mark.ssh
 

@@ -1,4 +1,4 @@
-"""The host agent (pippa_ops.agent): its functions called directly, and whole requests through the
+"""The host agent (pippa_ops.transport.agent): its functions called directly, and whole requests through the
 host ``local`` (the same bootstrap and framing SSH uses). Every test has its own HOME."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from pippa_ops import agent, agent_client
 from pippa_ops.errors import RemoteCommandFailed, SessionExists, ToolMissing
-from pippa_ops.follow import Follower, read_all
-from pippa_ops.transport import LocalTransport
+from pippa_ops.runs.follow import Follower, read_all
+from pippa_ops.transport import agent, agent_client
+from pippa_ops.transport.base import LocalTransport
 
 AGENT = Path(agent.__file__)
 

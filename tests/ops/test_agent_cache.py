@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pippa_ops import agent_client, runs
-from pippa_ops.inventory import HostSpec
+from pippa_ops.hosts.inventory import HostSpec
+from pippa_ops.runs import launch
 from pippa_ops.sync import sync
-from pippa_ops.transport import LocalTransport, Process
+from pippa_ops.transport import agent_client
+from pippa_ops.transport.base import LocalTransport, Process
 
 
 class CountingTransport(LocalTransport):
@@ -115,7 +116,25 @@ def test_a_launch_after_a_no_change_sync_is_one_agent_process(
     before = t.starts
     session = f"cache-{os.getpid()}"
     try:
-        runs.launch(spec, t, command="true", session=session)
+        launch.launch(spec, t, command="true", session=session)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", "=" + session], capture_output=True)
     assert t.starts - before == 1
+
+
+def test_storing_a_new_agent_deletes_versions_unused_for_two_weeks_and_a_use_keeps_a_version(
+    tmp_path: Path,
+) -> None:
+    d = cache_file().parent
+    d.mkdir(parents=True, mode=0o700, exist_ok=True)
+    old, recent = d / "agent-old-cpython-38.code", d / "agent-recent-cpython-38.code"
+    for f, age_days in ((old, 30), (recent, 3)):
+        f.write_bytes(b"x")
+        os.utime(f, (f.stat().st_atime, f.stat().st_mtime - age_days * 86400))
+    t = LocalTransport()
+    agent_client.call(t, "list_runs", {"remote_dir": str(tmp_path)})  # stores this version
+    assert cache_file().exists() and recent.exists() and not old.exists()
+    stale = cache_file().stat().st_mtime - 20 * 86400
+    os.utime(cache_file(), (stale, stale))
+    agent_client.call(t, "list_runs", {"remote_dir": str(tmp_path)})  # a cache hit touches it
+    assert cache_file().stat().st_mtime > stale + 19 * 86400

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pippa_ops import gpu
-from pippa_ops.transport import LocalTransport
+from pippa_ops.transport.base import LocalTransport
 
 FIX = Path(__file__).parent.parent / "fixtures" / "nvidia-smi"
 

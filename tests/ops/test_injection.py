@@ -10,9 +10,9 @@ import pytest
 from conftest import PIPPA
 
 from pippa_ops.errors import BadSetting, InvalidName, UnknownRecipe
-from pippa_ops.inventory import HostSpec
-from pippa_ops.runs import launch
-from pippa_ops.transport import LocalTransport
+from pippa_ops.hosts.inventory import HostSpec
+from pippa_ops.runs.launch import launch
+from pippa_ops.transport.base import LocalTransport
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pippa_ops.errors import UnknownHost, UsageError
-from pippa_ops.inventory import DEFAULT_REMOTE_DIR, DEFAULT_SECRETS, load_inventory, resolve
+from pippa_ops.hosts.inventory import DEFAULT_REMOTE_DIR, DEFAULT_SECRETS, load_inventory, resolve
 
 
 @pytest.fixture
@@ -119,7 +119,7 @@ def test_unknown_host_lists_each_known_name_once(home: Path) -> None:
 
 
 def test_default_host_comes_from_the_personal_file_else_local(home: Path) -> None:
-    from pippa_ops.inventory import default_host
+    from pippa_ops.hosts.inventory import default_host
 
     assert default_host() == "local"
     personal = home / ".config" / "pippa" / "hosts.toml"

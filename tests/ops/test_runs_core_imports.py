@@ -8,8 +8,9 @@ import sys
 import pytest
 
 CORE = (
-    "transport", "ssh", "connect", "inventory", "sync", "tmux", "runs", "runs_list", "runs_script",
-    "follow", "gpu", "monitor", "monitor_state", "hostprep", "envfile", "fanout", "recipes",
+    "transport.base", "transport.ssh", "transport.agent_client", "hosts.connect", "hosts.inventory", "sync",
+    "runs.tmux", "runs.launch", "runs.listing", "runs.script", "runs.follow", "gpu", "monitor.host",
+    "monitor.state", "hosts.prep", "hosts.envfile", "fanout", "runs.recipes",
 )  # fmt: skip
 
 
@@ -29,7 +30,7 @@ def test_commands_on_local_load_no_paramiko() -> None:
     """Resolving and running on ``local`` never needs SSH: paramiko (and invoke) stay unloaded."""
     code = (
         "import sys\n"
-        "from pippa_ops.connect import connect\n"
+        "from pippa_ops.hosts.connect import connect\n"
         "spec, t = connect('local')\n"
         "assert t.run(['echo', 'hi']).stdout == 'hi\\n'\n"
         "print(sorted(m for m in ('paramiko', 'invoke') if m in sys.modules))\n"

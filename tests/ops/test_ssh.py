@@ -11,11 +11,11 @@ import threading
 import pytest
 from conftest import PIPPA
 
-from pippa_ops.connect import connect, open_transport, ssh_argv
 from pippa_ops.errors import AuthFailed, ExitCode, HostKeyChanged, HostKeyUnknown, HostUnreachable
-from pippa_ops.inventory import resolve
-from pippa_ops.ssh import SSHTransport
-from pippa_ops.transport import LocalTransport
+from pippa_ops.hosts.connect import connect, open_transport, ssh_argv
+from pippa_ops.hosts.inventory import resolve
+from pippa_ops.transport.base import LocalTransport
+from pippa_ops.transport.ssh import SSHTransport
 
 pytestmark = pytest.mark.ssh
 

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from pippa_ops.connect import connect
-from pippa_ops.transport import LocalTransport, Process
+from pippa_ops.hosts.connect import connect
+from pippa_ops.transport.base import LocalTransport, Process
 
 MIXED = "printf 'a\\nbc\\nrest'"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pippa_ops.connect import connect
+from pippa_ops.hosts.connect import connect
 from pippa_ops.sync import sync
 
 pytestmark = pytest.mark.ssh
@@ -143,8 +143,8 @@ def test_interrupted_sync_leaves_no_partial_file(ssh_env, ssh_hosts, repo):
 
 
 def test_local_host_only_writes_the_marker(repo, monkeypatch):
-    from pippa_ops.inventory import local_spec
-    from pippa_ops.transport import LocalTransport
+    from pippa_ops.hosts.inventory import local_spec
+    from pippa_ops.transport.base import LocalTransport
 
     result = sync(local_spec(repo), LocalTransport(), repo)
     assert result.local and result.sent == ()

@@ -6,10 +6,10 @@ import shlex
 
 import pytest
 
-from pippa_ops import tmux
 from pippa_ops.errors import BadSetting
-from pippa_ops.runs_list import derive_state, host_runs
-from pippa_ops.runs_script import (
+from pippa_ops.runs import tmux
+from pippa_ops.runs.listing import derive_state, host_runs
+from pippa_ops.runs.script import (
     cmd_job,
     new_run_id,
     parse_sets,
@@ -17,7 +17,7 @@ from pippa_ops.runs_script import (
     render_cmd_sh,
     session_argv,
 )
-from pippa_ops.shell import NAME_RE, sh_path
+from pippa_ops.transport.shell import NAME_RE, sh_path
 
 
 def test_tmux_targets_use_exact_match_so_a_prefix_never_hits_another_session() -> None:

@@ -2,10 +2,10 @@
 
 Everything above the transport (sync, tmux, runs, gpus, the dashboard) talks to a ``Transport`` and
 never knows which one it has; the host ``local`` gets ``LocalTransport``, every other host the
-paramiko-backed ``SSHTransport`` in ``pippa_ops.ssh``.
+paramiko-backed ``SSHTransport`` in ``pippa_ops.transport.ssh``.
 
 Results are values (``CommandResult``); raising on a non-zero exit is the caller's choice (``check``).
-A command given as a string is a shell line the caller built with ``pippa_ops.shell``; a sequence is
+A command given as a string is a shell line the caller built with ``pippa_ops.transport.shell``; a sequence is
 an argument list quoted here, once.
 """
 
@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import cast
 
 from pippa_ops.errors import RemoteCommandFailed
-from pippa_ops.shell import join
+from pippa_ops.transport.shell import join
 
 Command = str | Sequence[str]
 
@@ -164,7 +164,7 @@ class Transport(abc.ABC):
 
     name: str
     is_local: bool = False
-    agent_python: str = "python3"  # what runs the host agent (pippa_ops.agent)
+    agent_python: str = "python3"  # what runs the host agent (pippa_ops.transport.agent)
 
     @abc.abstractmethod
     def run(
@@ -222,8 +222,10 @@ class _LocalProcess(Process):
                 raise TimeoutError("read timed out")
             # The raw pipe: one os.read, so select never misses bytes parked in a Python buffer.
             return cast(io.BufferedReader, out).raw.read(n) or b""
-        except ValueError:  # kill() from another thread closed the pipe: the stream has ended
-            return b""
+        except (ValueError, OSError):
+            if out.closed:  # kill() from another thread closed the pipe (EBADF mid-select): ended
+                return b""
+            raise
 
     def write(self, data: bytes) -> None:
         assert self._p.stdin is not None

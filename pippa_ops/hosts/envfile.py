@@ -13,10 +13,10 @@ from pathlib import Path
 
 from dotenv import dotenv_values
 
-from pippa_ops.inventory import SECRETS_PATH
-from pippa_ops.shell import validate_env_key
+from pippa_ops.hosts.inventory import SECRETS_PATH
 from pippa_ops.sync import remote_dir_expr
-from pippa_ops.transport import Transport
+from pippa_ops.transport.base import Transport
+from pippa_ops.transport.shell import validate_env_key
 
 
 @dataclass(frozen=True)

@@ -21,15 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pippa_ops import agent_client
-from pippa_ops.envfile import SecretsPush, push_secrets
 from pippa_ops.errors import HostUnreachable, PippaError, RemoteCommandFailed, ToolMissing
 from pippa_ops.fanout import fan_out
-from pippa_ops.follow import read_all
-from pippa_ops.inventory import HostSpec
-from pippa_ops.shell import export_line
+from pippa_ops.hosts.envfile import SecretsPush, push_secrets
+from pippa_ops.hosts.inventory import HostSpec
+from pippa_ops.runs.follow import read_all
 from pippa_ops.sync import SyncResult, remote_dir_expr, sync
-from pippa_ops.transport import Transport
+from pippa_ops.transport import agent_client
+from pippa_ops.transport.base import Transport
+from pippa_ops.transport.shell import export_line
 
 DEFAULT_SETUP = ("uv sync --extra train --extra gpu",)
 # Non-interactive ssh commands do not read ~/.profile, so uv's home is put on PATH explicitly.

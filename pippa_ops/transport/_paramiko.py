@@ -6,7 +6,7 @@ of every pippa command that touches a host, about as much as the rest of paramik
 registered as a stand-in module before paramiko loads: the name resolves as before (an ``import
 invoke`` elsewhere, concurrent or later, gets the real module on first use), and invoke's code runs on
 first attribute use, i.e. only when a ``Match exec`` line is evaluated. Every module here imports
-paramiko through this one (``from pippa_ops._paramiko import paramiko``), so this runs first.
+paramiko through this one (``from pippa_ops.transport._paramiko import paramiko``), so this runs first.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """From a host name to something that runs commands there, and to an OpenSSH command line.
 
 ``open_transport`` is the one door the core uses: LocalTransport for ``local``, SSHTransport
-otherwise (connecting lazily; pippa_ops.ssh, and so paramiko, is imported only then, so commands on
+otherwise (connecting lazily; pippa_ops.transport.ssh, and so paramiko, is imported only then, so commands on
 ``local`` never load it). ``ssh_argv`` builds the equivalent ``ssh`` command for what paramiko
 cannot do well: a real interactive terminal (``pippa attach``). It uses the same endpoint and the same
 known_hosts with strict checking, so both paths trust exactly the same keys.
@@ -9,8 +9,8 @@ known_hosts with strict checking, so both paths trust exactly the same keys.
 
 from __future__ import annotations
 
-from pippa_ops.inventory import HostSpec, known_hosts_path, resolve, ssh_config_path
-from pippa_ops.transport import LocalTransport, Transport
+from pippa_ops.hosts.inventory import HostSpec, known_hosts_path, resolve, ssh_config_path
+from pippa_ops.transport.base import LocalTransport, Transport
 
 __all__ = ["connect", "open_transport", "resolve", "ssh_argv"]
 
@@ -19,7 +19,7 @@ def open_transport(spec: HostSpec, *, accept_new: bool = False) -> Transport:
     """A transport for ``spec``; nothing connects until the first command."""
     if spec.is_local:
         return LocalTransport(spec.name)
-    from pippa_ops.ssh import SSHTransport  # paramiko: only a remote host needs it
+    from pippa_ops.transport.ssh import SSHTransport  # paramiko: only a remote host needs it
 
     return SSHTransport(spec, accept_new=accept_new)
 
@@ -37,7 +37,7 @@ def ssh_argv(spec: HostSpec, *, tty: bool = True) -> list[str]:
     """
     if spec.is_local:
         raise ValueError("the host 'local' needs no ssh")
-    from pippa_ops.ssh import endpoint
+    from pippa_ops.transport.ssh import endpoint
 
     ep = endpoint(spec)
     argv = ["ssh"]

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pippa_ops.errors import ToolMissing
-from pippa_ops.shell import join, validate_session
-from pippa_ops.transport import CommandResult, Transport
+from pippa_ops.transport.base import CommandResult, Transport
+from pippa_ops.transport.shell import join, validate_session
 
 TMUX = "tmux"
 # Exit status a shell gives for "command not found"; how we learn tmux is missing on a host.

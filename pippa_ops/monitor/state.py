@@ -2,7 +2,7 @@
 them, and the pure reducer and parsers that turn streamed bytes into that state.
 
 Core (no textual/rich/typer, no IO): the same inputs always draw the same screen, so Pilot and
-snapshot tests feed it directly. ``pippa_ops.monitor`` produces the events; the app folds them in.
+snapshot tests feed it directly. ``pippa_ops.monitor.host`` produces the events; the app folds them in.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Follow a file on a host from a byte offset, over one channel, resumable after a reconnect.
 
 ``logs -f`` and the dashboard's metrics stream both need "what was appended since byte N, as it
-comes". One request to the host agent (``pippa_ops.agent.follow``) per follow streams it over a
+comes". One request to the host agent (``pippa_ops.transport.agent.follow``) per follow streams it over a
 single channel (no polling round trips). The follower counts the bytes it has handed out, so after
 a dropped connection a new ``Follower(..., offset=old.offset)`` resumes exactly where the old one
 stopped.
@@ -16,10 +16,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from pippa_ops import agent_client
 from pippa_ops.errors import HostUnreachable
-from pippa_ops.retry import RECONNECT_BACKOFF_S, retry_delay
-from pippa_ops.transport import Process, Transport, read_to_end
+from pippa_ops.transport import agent_client
+from pippa_ops.transport.base import Process, Transport, read_to_end
+from pippa_ops.transport.retry import RECONNECT_BACKOFF_S, retry_delay
 
 
 class Follower:

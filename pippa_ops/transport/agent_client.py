@@ -1,4 +1,4 @@
-"""The laptop side of the host agent (``pippa_ops.agent``): start it, ask it things, read the answers.
+"""The laptop side of the host agent (``transport.agent``): start it, ask it things, read the answers.
 
 Every agent process is started by ONE fixed command on the host, quoted once:
 ``python3 -S -I -c BOOTSTRAP``, where BOOTSTRAP names the sha256 of this version of the agent. No
@@ -11,7 +11,8 @@ Start-up is most of what an operation costs on the host, so:
   group/other permissions, the file a regular file owned by the user with none either (so no other
   user can have written it), and the file's checksum line matches the rest. Otherwise it answers
   ``?``, receives the program on stdin, checks it against the sha256 in the command line, compiles
-  it and stores it (write to a temporary name, then rename) for the next time; ``+`` means cached;
+  it and stores it (write to a temporary name, then rename) for the next time; ``+`` means cached.
+  A use touches the file; storing a version deletes those unused for KEEP_UNUSED_S;
 - one ``Session`` keeps one agent process for several requests (a sync's listing then its marker,
   a launch's listing then its start): one Python start-up and one channel instead of several.
 """
@@ -29,13 +30,16 @@ from types import TracebackType
 from typing import Any
 
 from pippa_ops.errors import RemoteCommandFailed, RunNotFound, SessionExists, ToolMissing, UsageError
-from pippa_ops.shell import join
-from pippa_ops.transport import Process, Transport
+from pippa_ops.transport.base import Process, Transport
+from pippa_ops.transport.shell import join
 
 __all__ = ["Session", "call", "check_stream", "command", "parse_answer", "start"]
 
 MIN_PYTHON = (3, 8)
 CACHE_DIR = "~/.cache/pippa"
+# Storing a new agent version deletes the cached versions unused this long (a use touches its file):
+# old versions do not pile up, and laptops on another pippa version sharing the account keep theirs.
+KEEP_UNUSED_S = 14 * 86400
 # Reads the first request frame, then runs the cached agent or receives it (see the module
 # docstring). Frames are "<n>\n" + n bytes, read from fd 0 without read-ahead, so the rest of stdin
 # stays the agent's. Checksum line of a cache file: sha256(H + code) in hex, then "\n", then code.
@@ -80,8 +84,14 @@ if c is None:
    m=marshal.dumps(c);t='%%s.%%d'%%(p,os.getpid())
    with open(os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600),'wb') as o:o.write(s(m)+m)
    os.replace(t,p)
+   for n in os.listdir(d):
+    x=d+'/'+n
+    if n[:6]=='agent-'and x!=p and os.lstat(x).st_mtime<os.lstat(p).st_mtime-%(keep)d:os.unlink(x)
  except OSError:pass
-else:os.write(1,b'+')
+else:
+ os.write(1,b'+')
+ try:os.utime(p)
+ except OSError:pass
 g={'__name__':'pippa_agent'}
 exec(c,g)
 g['serve'](q)
@@ -113,7 +123,7 @@ def program() -> bytes:
 
 @functools.cache
 def bootstrap() -> str:
-    return _BOOTSTRAP % {"min": MIN_PYTHON, "sha": digest(), "dir": CACHE_DIR}
+    return _BOOTSTRAP % {"min": MIN_PYTHON, "sha": digest(), "dir": CACHE_DIR, "keep": KEEP_UNUSED_S}
 
 
 def frame(data: bytes) -> bytes:

@@ -2,7 +2,7 @@
 
 Core: no textual, rich or typer. The dashboard's thread workers call the blocking ``HostMonitor``
 loops and post the events they emit; the app folds each event into its state with
-``monitor_state.apply``. One host, one SSH connection (one paramiko Transport): the GPU stream
+``monitor.state.apply``. One host, one SSH connection (one paramiko Transport): the GPU stream
 (nvidia-smi's own loop on one channel) supervises it, with backoff; the run poll and the followers
 wait for it and resume from their byte offsets after a reconnect.
 """
@@ -16,8 +16,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
-from pippa_ops._paramiko import paramiko
-from pippa_ops.connect import open_transport
 from pippa_ops.errors import (
     AuthFailed,
     HostKeyRejected,
@@ -26,10 +24,10 @@ from pippa_ops.errors import (
     RemoteCommandFailed,
     ToolMissing,
 )
-from pippa_ops.follow import Follower
 from pippa_ops.gpu import Gpu, GpuStream
-from pippa_ops.inventory import HostSpec
-from pippa_ops.monitor_state import (
+from pippa_ops.hosts.connect import open_transport
+from pippa_ops.hosts.inventory import HostSpec
+from pippa_ops.monitor.state import (
     GpuSampled,
     GpuState,
     HostEvent,
@@ -43,11 +41,13 @@ from pippa_ops.monitor_state import (
     RunUpdated,
     apply,
 )
-from pippa_ops.retry import retry_delay
-from pippa_ops.runs import stop
-from pippa_ops.runs_list import RunRecord, list_runs
-from pippa_ops.shell import validate_name
-from pippa_ops.transport import Transport
+from pippa_ops.runs.follow import Follower
+from pippa_ops.runs.launch import stop
+from pippa_ops.runs.listing import RunRecord, list_runs
+from pippa_ops.transport._paramiko import paramiko
+from pippa_ops.transport.base import Transport
+from pippa_ops.transport.retry import retry_delay
+from pippa_ops.transport.shell import validate_name
 
 __all__ = [
     "Gpu", "GpuSampled", "GpuState", "HostEvent", "HostMonitor", "HostState", "LinkChanged",

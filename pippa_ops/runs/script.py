@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pippa_ops.errors import BadSetting
-from pippa_ops.inventory import SECRETS_PATH
-from pippa_ops.shell import export_line, sh_path, validate_name
+from pippa_ops.hosts.inventory import SECRETS_PATH
+from pippa_ops.transport.shell import export_line, sh_path, validate_name
 
 SET_KEY_RE = re.compile(r"^[a-z_][a-z0-9_.]*$")
 DEFAULT_SESSION = "training"

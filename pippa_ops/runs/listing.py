@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pippa_ops import agent_client
 from pippa_ops.errors import RunNotFound
-from pippa_ops.shell import NAME_RE, SESSION_RE
-from pippa_ops.tmux import parse_sessions
-from pippa_ops.transport import Transport
+from pippa_ops.runs.tmux import parse_sessions
+from pippa_ops.transport import agent_client
+from pippa_ops.transport.base import Transport
+from pippa_ops.transport.shell import NAME_RE, SESSION_RE
 
 # A session belongs to a run when it was created within this many seconds of the run's run.json
 # (both written by the same launch command); a later session reusing the name does not.
@@ -115,7 +115,7 @@ def derive_state(
 def _record(
     host: str, raw: dict[str, Any], now: float, sessions: dict[str, float], idents: dict[str, str]
 ) -> RunRecord | None:
-    """One run from the agent's facts about its directory (pippa_ops.agent.list_runs)."""
+    """One run from the agent's facts about its directory (pippa_ops.transport.agent.list_runs)."""
     run_id, meta = raw.get("run_id"), raw.get("meta")
     if not isinstance(run_id, str) or not NAME_RE.fullmatch(run_id) or not isinstance(meta, dict):
         return None

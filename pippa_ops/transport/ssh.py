@@ -20,10 +20,18 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pippa_ops._paramiko import paramiko
 from pippa_ops.errors import AuthFailed, HostKeyChanged, HostKeyUnknown, HostUnreachable, UnknownHost
-from pippa_ops.inventory import HostSpec, known_hosts_path, load_ssh_config, resolve
-from pippa_ops.transport import Command, CommandResult, Process, Transport, as_shell_line, finish, read_to_end
+from pippa_ops.hosts.inventory import HostSpec, known_hosts_path, load_ssh_config, resolve
+from pippa_ops.transport._paramiko import paramiko
+from pippa_ops.transport.base import (
+    Command,
+    CommandResult,
+    Process,
+    Transport,
+    as_shell_line,
+    finish,
+    read_to_end,
+)
 
 CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15

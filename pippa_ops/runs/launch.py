@@ -1,9 +1,9 @@
 """Runs: launch recipes or commands in a named tmux session on a host, and stop them.
 
 A launch is a sync (for ``local``: only the marker) then ONE request to the host agent
-(``pippa_ops.agent.launch``) that checks tmux, refuses or replaces the session, writes
+(``pippa_ops.transport.agent.launch``) that checks tmux, refuses or replaces the session, writes
 ``runs/<id>/{run.json,cmd.sh}`` and starts the session.
-Listing and state live in ``runs_list``; the script builders in ``runs_script``; this module only
+Listing and state live in ``runs.listing``; the script builders in ``runs.script``; this module only
 orders the steps. It imports no typer/rich/textual: the dashboard reuses it.
 """
 
@@ -14,15 +14,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pippa_ops import agent_client
-from pippa_ops.connect import open_transport
 from pippa_ops.errors import BadSetting, NotResumable, RunStillActive, SessionExists
-from pippa_ops.follow import follow_to_end, read_all
-from pippa_ops.inventory import HostSpec
-from pippa_ops.recipes import check_recipe, check_settings
+from pippa_ops.hosts.connect import open_transport
+from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.repo import repo_root
-from pippa_ops.runs_list import HostRuns, RunRecord, current_run, list_runs
-from pippa_ops.runs_script import (
+from pippa_ops.runs.follow import follow_to_end, read_all
+from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs
+from pippa_ops.runs.recipes import check_recipe, check_settings
+from pippa_ops.runs.script import (
     DEFAULT_GAP_S,
     DEFAULT_SESSION,
     Job,
@@ -35,13 +34,16 @@ from pippa_ops.runs_script import (
     run_json,
     session_argv,
 )
-from pippa_ops.shell import join, validate_session
+from pippa_ops.runs.tmux import attach_argv as tmux_attach_argv
+from pippa_ops.runs.tmux import switch_client_argv
 from pippa_ops.sync import sync as sync_repo
-from pippa_ops.tmux import attach_argv as tmux_attach_argv
-from pippa_ops.tmux import switch_client_argv
-from pippa_ops.transport import Transport
+from pippa_ops.transport import agent_client
+from pippa_ops.transport.base import Transport
+from pippa_ops.transport.shell import join, validate_session
 
-DEFAULT_GRACE_S = 30.0
+# A trainer finishes its step, then saves (a GRPO step of a 1.5B model plus its checkpoint can take
+# minutes on one GPU); the wait ends as soon as the run has written its exit code.
+DEFAULT_GRACE_S = 180.0
 SyncInfo = dict[str, object]
 
 
@@ -63,7 +65,7 @@ def attach_argv(spec: HostSpec, session: str, *, switch_client: bool = False) ->
     """The one attach command line (``pippa attach``, the dashboard, the launch hint): tmux attach,
     over ``ssh -t`` unless the host is local; ``switch_client`` (a local client already inside
     tmux) switches that client instead of nesting one."""
-    from pippa_ops.connect import ssh_argv  # paramiko, only for a remote host
+    from pippa_ops.hosts.connect import ssh_argv  # paramiko, only for a remote host
 
     if spec.is_local:
         return switch_client_argv(session) if switch_client else tmux_attach_argv(session)
@@ -187,7 +189,7 @@ def _launch(
 
 
 def _tmux_new(session: str, remote_dir: str, run_ids: Sequence[str], gap_s: float) -> list[str]:
-    from pippa_ops.tmux import new_session_argv
+    from pippa_ops.runs.tmux import new_session_argv
 
     return new_session_argv(session, session_argv(remote_dir, run_ids, gap_s))
 

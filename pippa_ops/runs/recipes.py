@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pippa_ops.errors import BadSetting, UnknownRecipe
 from pippa_ops.repo import repo_root
-from pippa_ops.shell import validate_name
+from pippa_ops.transport.shell import validate_name
 
 # Files in recipes/ that are not runnable recipes (the documented base others override).
 NOT_RECIPES = frozenset({"base"})

@@ -30,7 +30,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing subprocess costs every request ~10 ms
     import subprocess
 
-# Kept in step with pippa_ops.shell / pippa_ops.tmux (this file cannot import them).
+# Kept in step with pippa_ops.transport.shell / pippa_ops.runs.tmux (this file cannot import them).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 LIST_FORMAT = "#{session_name}|#{session_created}|#{session_attached}|#{session_windows}|#{session_id}"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pippa_ops.errors import UnknownHost, UsageError
 from pippa_ops.repo import repo_root
-from pippa_ops.shell import NAME_RE, validate_env_key
+from pippa_ops.transport.shell import NAME_RE, validate_env_key
 
 if TYPE_CHECKING:
     import paramiko
@@ -45,7 +45,7 @@ class HostSpec:
     proxy_jump: str | None = None
     remote_dir: str = DEFAULT_REMOTE_DIR  # for local: the repo root itself (no copy)
     python: str | None = None  # how the host runs training code; None: <remote_dir>/.venv/bin/python
-    # Shell lines `up` runs after sync; None: hostprep.DEFAULT_SETUP (uv sync --extra train --extra gpu).
+    # Shell lines `up` runs after sync; None: hosts.prep.DEFAULT_SETUP (uv sync --extra train --extra gpu).
     setup: tuple[str, ...] | None = None
     env: dict[str, str] = field(default_factory=dict)  # extra non-secret variables (HF_HOME, ...)
     secrets: tuple[str, ...] = DEFAULT_SECRETS  # names pushed from the local .env
@@ -93,7 +93,7 @@ def personal_inventory_path() -> Path:
 
 def load_ssh_config() -> paramiko.SSHConfig:
     """~/.ssh/config as paramiko reads it (imported here: resolving ``local`` never needs it)."""
-    from pippa_ops._paramiko import paramiko
+    from pippa_ops.transport._paramiko import paramiko
 
     path = ssh_config_path()
     if not path.is_file():

@@ -1,0 +1,1 @@
+"""Runs: recipes, launching into tmux, listing run records, following their files."""
