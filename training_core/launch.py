@@ -206,16 +206,21 @@ def plan(
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))} if gpus else {}
         return Plan([python, *train], env, None)
     cfg = accelerate_config(launch, precision, facts, rdv)
-    argv = [python, "-m", "accelerate.commands.launch", "--config_file", str(run_dir / CONFIG_NAME)]
+    argv = [python, "-m", "accelerate.commands.launch", "--config_file", str(run_dir / config_name(rdv))]
     # OMP threads per rank: accelerate would otherwise set cores / ranks, ignoring other runs on the host
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")} if facts.gpu_count == 0 else {}
     return Plan([*argv, *train], env, cfg)
 
 
-def write_config(run_dir: Path, cfg: dict[str, object]) -> Path:
+def config_name(rdv: Rendezvous) -> str:
+    """One file per machine: with a shared run directory (SLURM) each launcher writes its own rank."""
+    return CONFIG_NAME if rdv.machines == 1 else f"accelerate.machine{rdv.machine_rank}.yaml"
+
+
+def write_config(run_dir: Path, cfg: dict[str, object], name: str = CONFIG_NAME) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / CONFIG_NAME
-    tmp = path.with_name(f".{CONFIG_NAME}.tmp")
+    path = run_dir / name
+    tmp = path.with_name(f".{name}.tmp")
     tmp.write_text(to_yaml(cfg), encoding="utf-8")
     os.replace(tmp, path)
     return path
@@ -261,7 +266,7 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     if p.config is not None:
-        write_config(run_dir, p.config)
+        write_config(run_dir, p.config, config_name(rdv))
     if args.print:
         import shlex
 

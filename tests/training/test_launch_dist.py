@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -33,45 +32,7 @@ CPU = PlatformFacts()
 H100x8 = PlatformFacts(gpu_name="NVIDIA H100 80GB HBM3", gpu_count=8, gpu_memory_gb=80, bf16=True)
 STEPS = 2
 
-PROBE_RECIPE = textwrap.dedent(
-    """
-    description = "tiny, two short steps, every rank records what it saw"
-    plugins = ["tests.training.dist_probe"]
-    [model]
-    name = "tiny"
-    [data]
-    dataset = "synthetic_arithmetic"
-    prompt_style = "plain"
-    max_prompt_length = 8
-    [data.params]
-    n = 128
-    max_operand = 9
-    max_answer = 9
-    holdout = 0.25
-    ops = "+"
-    template = "{a}{op}{b}="
-    balance_answers = true
-    [train]
-    max_steps = {steps}
-    learning_rate = 1e-3
-    warmup_ratio = 0.0
-    per_device_train_batch_size = 32
-    gradient_accumulation_steps = 1
-    num_generations = 8
-    max_completion_length = 1
-    temperature = 1.0
-    [[rewards]]
-    name = "baseline_correctness"
-    params = { right = 1.0, wrong = 0.0 }
-    [eval]
-    task = "none"
-    [checkpoint]
-    every = {steps}
-    keep = 1
-    [[callbacks]]
-    name = "dist_probe"
-    """
-).replace("{steps}", str(STEPS))
+PROBE_RECIPE = Path(__file__).with_name("probe.toml")  # STEPS steps, a checkpoint at the last
 
 
 # --- the launch plan, without starting anything ---------------------------------------------------
@@ -185,8 +146,7 @@ def _train(run_dir: Path, recipe: Path, *args: str) -> dict[int, dict[str, Any]]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[int, dict[str, Any]]]]:
     base = tmp_path_factory.mktemp("dist")
-    recipe = base / "probe.toml"
-    recipe.write_text(PROBE_RECIPE)
+    recipe = PROBE_RECIPE
     out = {}
     for name, args in (
         ("single", ()),
