@@ -194,6 +194,17 @@ class LaunchConfig:
     # GPU ids this run may use (CUDA_VISIBLE_DEVICES), e.g. "0-6" or "0,2"; "" = every GPU. Lets several
     # runs share one 8-GPU host; with processes = 1 it only pins the GPU.
     gpus: str = ""
+    # vLLM server mode (train.use_vllm = true, train.vllm_mode = "server"): the GPUs, out of the run's, that
+    # run `trl vllm-serve`; the others train (training_core.vllm_server). E.g. "7" next to processes = 7.
+    vllm_gpus: str = ""
+    # Tensor-parallel size of the server; 0 = every server GPU. Must divide their number.
+    vllm_tensor_parallel: int = 0
+    # Port of the server on 127.0.0.1 (the trainer connects there). Default 8000 (TRL's).
+    vllm_port: int = 8000
+    # Seconds to wait for the server's /health before the run fails (model download and load). Default 600.
+    vllm_timeout_s: float = 600.0
+    # Extra `trl vllm-serve` arguments, e.g. ["--max-model-len", "8192"] (the team's code runs).
+    vllm_args: list[str] = field(default_factory=list)
 
 
 @dataclass

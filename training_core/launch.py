@@ -16,6 +16,7 @@ CUDA starts two ranks that each train alone unless the trainer is told ``use_cpu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -24,7 +25,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from training_core.config import LaunchConfig
+from training_core.config import LaunchConfig, RunConfig
 from training_core.errors import BadSetting, TrainingError, UsageError
 from training_core.platform import PlatformFacts, detect
 from training_core.recipes import resolve
@@ -260,6 +261,10 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
         rdv = Rendezvous(args.machines, args.machine_rank, args.main_addr, args.main_port)
         cfg = res.config
         p = plan(args.recipe, sets, run_dir, args.resume, cfg.launch, cfg.model.precision, facts, rdv)
+        server_mode = cfg.train.use_vllm is True and cfg.train.vllm_mode == "server"
+        server = _server(cfg, facts, run_dir) if server_mode else None
+        if server is not None:
+            p = plan(args.recipe, sets, run_dir, args.resume, server[0], cfg.model.precision, facts, rdv)
     except TrainingError as e:
         if args.debug:
             traceback.print_exception(e)
@@ -270,10 +275,36 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
     if args.print:
         import shlex
 
+        if server is not None:
+            print(shlex.join([*(f"{k}={v}" for k, v in server[2].items()), *server[1]]))
         print(shlex.join([*(f"{k}={v}" for k, v in p.env.items()), *p.argv]))
         return 0
     sys.stdout.flush()
+    if server is not None:
+        from training_core import vllm_server
+
+        _, serve, serve_env = server
+        health = f"http://127.0.0.1:{cfg.launch.vllm_port}/health"
+        return vllm_server.supervise(
+            serve, {**os.environ, **serve_env}, p.argv, {**os.environ, **p.env},
+            health, run_dir / "vllm.log", cfg.launch.vllm_timeout_s,
+        )  # fmt: skip
     os.execvpe(p.argv[0], p.argv, {**os.environ, **p.env})
+
+
+def _server(
+    cfg: RunConfig, facts: PlatformFacts, run_dir: Path
+) -> tuple[LaunchConfig, list[str], dict[str, str]]:
+    """vLLM server mode: the trainer's launch settings on the GPUs left over, the server's argv and env."""
+    from training_core import vllm_server
+
+    split = vllm_server.split_gpus(cfg.launch, facts.gpu_count)
+    train = dataclasses.replace(cfg.launch, gpus=",".join(map(str, split.train)))
+    serve = vllm_server.serve_argv(
+        sys.executable, cfg.model.name, split.tensor_parallel, cfg.launch.vllm_port, cfg.launch.vllm_args
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return train, serve, {"CUDA_VISIBLE_DEVICES": ",".join(map(str, split.serve))}
 
 
 if __name__ == "__main__":

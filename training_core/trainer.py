@@ -34,6 +34,9 @@ def grpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str
         extra["generation_batch_size"] = t.generation_batch_size
     if t.use_vllm:
         extra.update(vllm_mode=t.vllm_mode, vllm_gpu_memory_utilization=t.vllm_gpu_memory_utilization)
+    if t.use_vllm and t.vllm_mode == "server":  # the server training_core.launch started and waited for
+        extra.update(vllm_server_host="127.0.0.1", vllm_server_port=cfg.launch.vllm_port,
+                     vllm_server_timeout=cfg.launch.vllm_timeout_s)  # fmt: skip
     # transformers 5.18+ renamed gradient checkpointing to activation_checkpointing; the [vllm] install
     # set holds transformers at 5.17 (vLLM's cap), so use whichever name this version has.
     new_name = "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}
