@@ -103,3 +103,7 @@ class RunStillActive(PippaError):
 
 class NotResumable(UsageError):
     """A run that has no recipe (a ``--cmd`` run) has no checkpoint to resume from."""
+
+
+class NotAttachable(UsageError):
+    """``attach`` to a run that has no terminal (a SLURM batch job): the message says what to use."""

@@ -132,11 +132,15 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurm.Cl
     reason = slurm.why_unavailable()
     if reason:
         pytest.skip(reason)
-    cluster = slurm.start_cluster(tmp_path_factory.mktemp("slurm"))
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="pippa-slurm-"))  # outside pytest's 0700 tree: users read slurm.conf
+    cluster = slurm.start_cluster(base)
     try:
         yield cluster
     finally:
         cluster.close()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ ProctrackType=proctrack/linuxproc, TaskPlugin=task/none, no accounting, SlurmUse
 every state and log file under ``base``. Client commands (sbatch, squeue, scontrol, scancel, srun)
 find it through ``SLURM_CONF`` (``Cluster.env``). Nothing touches /etc/slurm or a system munged.
 
+``client_wrapper(tool)`` is a script that runs a client command against this cluster, for users
+whose environment has no SLURM_CONF (the loopback SSH hosts' users).
 ``why_unavailable()`` names what is missing (root, the packages), for a skip with that reason.
 """
 
@@ -71,6 +73,9 @@ class Cluster:
         return subprocess.run(argv, env=self.client_env(), capture_output=True, text=True, timeout=30,
                               check=check)  # fmt: skip
 
+    def client_wrapper(self, tool: str) -> str:
+        return f'#!/bin/sh\nSLURM_CONF={self.conf} exec {shutil.which(tool) or tool} "$@"\n'
+
     def logs(self) -> str:
         return "\n".join(
             f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.base.glob("*.log"))
@@ -134,13 +139,15 @@ PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubsc
 
 
 def start_cluster(base: Path, timeout: float = 60) -> Cluster:
-    """munged, slurmctld and slurmd under ``base``; returns once the node accepts jobs."""
+    """munged, slurmctld and slurmd under ``base``; returns once the node accepts jobs. ``base`` and
+    its parents must be readable by every user that submits (slurm.conf is read by each client)."""
     base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o755)
     node = socket.gethostname().split(".")[0]
     munge = pwd.getpwnam("munge")
     # munged runs as the munge user, which cannot enter pytest's 0700 temp tree: its own directory
     mdir = Path(tempfile.mkdtemp(prefix="pippa-munge-"))
+    mdir.chmod(0o755)  # every user's client reaches the socket
     key = mdir / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)

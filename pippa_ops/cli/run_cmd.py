@@ -7,6 +7,7 @@ rich is imported only by ``ps``, which draws a table, so ``run``/``logs``/``stop
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -15,7 +16,14 @@ from typing import Annotated
 import typer
 
 from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json
-from pippa_ops.errors import AmbiguousSession, ExitCode, PippaError, RunNotFound, SessionNotFound
+from pippa_ops.errors import (
+    AmbiguousSession,
+    ExitCode,
+    NotAttachable,
+    PippaError,
+    RunNotFound,
+    SessionNotFound,
+)
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect, open_transport
 from pippa_ops.hosts.inventory import LOCAL, HostSpec, default_host, load_inventory, resolve
@@ -77,11 +85,28 @@ def _label(r: RunRecord, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def launch_sets(gpus: str | None, processes: int | None, strategy: str | None) -> list[str]:
+    """``--gpus/--processes/--strategy`` as the recipe settings they stand for (the trainer checks them)."""
+    out = []
+    if gpus is not None:
+        out.append(f"launch.gpus={json.dumps(gpus)}")
+    if processes is not None:
+        out.append(f"launch.processes={processes}")
+    if strategy is not None:
+        out.append(f"launch.strategy={json.dumps(strategy)}")
+    return out
+
+
 def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True) -> None:
-    for run_id in result.run_ids:
-        typer.echo(f"started {run_id}")
+    for i, run_id in enumerate(result.run_ids):
+        job = f"   (SLURM job {result.job_ids[i]})" if result.job_ids else ""
+        typer.echo(f"started {run_id}{job}")
     where = "" if chosen else "   (the default host: --host, or default_host in ~/.config/pippa/hosts.toml)"
     typer.echo(f"  host:    {result.host}{where}")
+    if result.job_ids:
+        typer.echo(f"  attach:  {result.attach_hint()}")
+        typer.echo(f"  logs:    {result.logs_hint()}")
+        return
     typer.echo(f"  session: {result.session}")
     typer.echo(f"  attach:  {result.attach_hint()}   (or: {join(attach_argv(spec, result.session))})")
     typer.echo(f"  logs:    {result.logs_hint()}")
@@ -139,6 +164,18 @@ def run_cmd(
         bool, typer.Option("--replace", help="Replace a running session of that name.")
     ] = False,
     gap: Annotated[float, typer.Option("--gap", help="Seconds between the runs of a sweep.")] = DEFAULT_GAP_S,
+    gpus: Annotated[
+        str | None, typer.Option("--gpus", help="GPU ids for the run, e.g. 0-6 or 0,2 (launch.gpus).")
+    ] = None,
+    processes: Annotated[
+        int | None, typer.Option("--processes", help="Training processes, one per GPU (launch.processes).")
+    ] = None,
+    strategy: Annotated[
+        str | None, typer.Option("--strategy", help="ddp, zero2 or zero3 (launch.strategy).")
+    ] = None,
+    nodes: Annotated[
+        int | None, typer.Option("--nodes", help="SLURM hosts: nodes for the job (over the host entry's).")
+    ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Stream the log until the run ends.")
     ] = False,
@@ -148,6 +185,7 @@ def run_cmd(
     names = list(recipes or [])
     if not names and cmd is None:
         names = ["tiny"]  # the README's main job
+    sets = [*(set_ or []), *launch_sets(gpus, processes, strategy)]
     spec, transport = connect(host or default_host())
     with transport:
         result = launch(
@@ -156,9 +194,10 @@ def run_cmd(
             recipes=names,
             command=cmd,
             session=name,
-            sets=set_ or [],
+            sets=sets,
             replace=replace,
             gap_s=gap,
+            nodes=nodes,
         )
         if as_json:
             emit_json(
@@ -166,6 +205,7 @@ def run_cmd(
                     "host": result.host,
                     "session": result.session,
                     "run_ids": list(result.run_ids),
+                    "job_ids": list(result.job_ids),
                     "sync": result.sync,
                 }
             )
@@ -308,9 +348,18 @@ def attach_cmd(
     host: HostOpt = None,
 ) -> None:
     """Attach this terminal to the run's tmux session (detach with C-b d; the run goes on)."""
-    where = _locate(name, host, live_session=True)
+    where = _locate(name, host, live_session=_wants_live_session(host))
     spec = resolve(where)
     with open_transport(spec) as transport:
+        if spec.scheduler == "slurm":
+            run = current_run(list_runs(transport, spec.remote_dir), name)
+            raise NotAttachable(
+                f"{spec.name}: run {run.run_id} is SLURM batch job {run.job_id} "
+                f"({run.slurm_state or run.state}): a batch job has no terminal to attach to; "
+                f"`pippa logs {run.run_id} --host {spec.name} -f` "
+                f"follows its output, `srun --jobid {run.job_id} --overlap --pty bash` on the login node "
+                "opens a shell on its first node"
+            )
         session = name
         if not (_is_session_name(name) and Tmux(transport).has_session(name)):
             run = current_run(list_runs(transport, spec.remote_dir), name)
@@ -322,6 +371,11 @@ def attach_cmd(
     # Already in a client of the local tmux server: switch it, don't nest.
     argv = attach_argv(spec, session, switch_client=bool(os.environ.get("TMUX")))
     os.execvp(argv[0], argv)
+
+
+def _wants_live_session(host: str | None) -> bool:
+    """``attach`` looks for a live tmux session, except on a named SLURM host (runs are jobs there)."""
+    return not (host is not None and resolve(host).scheduler == "slurm")
 
 
 def _is_session_name(name: str) -> bool:

@@ -45,6 +45,8 @@ class RunRecord:
     sweep_index: int | None = None
     sweep_size: int | None = None
     error: str | None = None  # why it failed: its metrics' end error, else the last error line of its log
+    job_id: str | None = None  # the SLURM job of a run on a SLURM host (None: a tmux run)
+    slurm_state: str | None = None  # squeue/scontrol's state and reason, e.g. "PENDING (Resources)"
 
     @property
     def label(self) -> str:
@@ -58,6 +60,8 @@ class RunRecord:
     def state_text(self) -> str:
         if self.state in ("finished", "failed", "stopped") and self.exit_code is not None:
             return f"{self.state} (exit {self.exit_code})"
+        if self.slurm_state and self.exit_code is None:
+            return f"{self.state} ({self.slurm_state})"  # e.g. "queued (PENDING (Resources))"
         return self.state
 
     def to_json(self) -> dict[str, Any]:
@@ -112,6 +116,31 @@ def derive_state(
     return "lost"  # no exit status, no session, nobody asked it to stop (host reboot, tmux killed)
 
 
+# SLURM job states (squeue / scontrol / sacct) -> whether the job can still run the script.
+SLURM_WAITING = ("PENDING", "CONFIGURING", "REQUEUED", "RESIZING", "REQUEUE_HOLD", "SUSPENDED")
+SLURM_RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING")
+
+
+def slurm_state(
+    state: str, *, exit_code: int | None, started: bool, stop_requested: bool
+) -> str:
+    """A SLURM run's state: its files say how the run ended; while they do not, the job's state says
+    whether it waits (queued), runs, or ended without the script recording it (cancelled, killed,
+    failed: a time limit, a node failure, out of memory)."""
+    if exit_code is not None:
+        return derive_state(session_alive=False, exit_code=exit_code, started=started,
+                            stop_requested=stop_requested)  # fmt: skip
+    if state in SLURM_WAITING:
+        return "queued"
+    if state in SLURM_RUNNING:
+        return "running"
+    if state == "CANCELLED":
+        return "killed" if started else "cancelled"
+    if state in ("COMPLETED", "UNKNOWN", ""):
+        return "lost"
+    return "failed"  # FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, PREEMPTED
+
+
 def _record(
     host: str, raw: dict[str, Any], now: float, sessions: dict[str, float], idents: dict[str, str]
 ) -> RunRecord | None:
@@ -135,6 +164,14 @@ def _record(
     state = derive_state(
         session_alive=alive, exit_code=exit_code, started=started, stop_requested=stop_requested
     )
+    job = raw.get("slurm") if isinstance(raw.get("slurm"), dict) else None
+    job_state = None
+    if job is not None:
+        sstate = str(job.get("state") or "")
+        state = slurm_state(sstate, exit_code=exit_code, started=started, stop_requested=stop_requested)
+        reason = str(job.get("reason") or "")
+        job_state = f"{sstate} ({reason})" if reason and reason != "None" else sstate or None
+        session = f"slurm:{job.get('job_id')}"
     if ended is None and state in ("killed", "lost"):
         ended = _num(raw.get("log_time"))
     duration = None
@@ -147,6 +184,8 @@ def _record(
     if exit_code not in (None, 0):
         from_metrics = end.get("error") if isinstance(end, dict) else None
         error = str(from_metrics or raw.get("error") or "") or None
+    elif state == "failed" and job_state:
+        error = f"SLURM job {job_state}"  # the job ended before its script could record why
     raw_sync = meta.get("sync")
     sync: dict[str, Any] = raw_sync if isinstance(raw_sync, dict) else {}
     return RunRecord(
@@ -168,6 +207,8 @@ def _record(
         sweep_index=meta.get("sweep_index"),
         sweep_size=meta.get("sweep_size"),
         error=error,
+        job_id=str(job["job_id"]) if job is not None else None,
+        slurm_state=job_state,
     )
 
 

@@ -71,9 +71,10 @@ def python_words(python: str | None, remote_dir: str) -> list[str]:
 def recipe_job(
     run_id: str, recipe: str, python: str | None, remote_dir: str, sets: Sequence[tuple[str, str]]
 ) -> Job:
-    """``<python> -m training_core.train RECIPE --run-dir <abs run dir> [--set k=v ...]``."""
+    """``<python> -m training_core.launch RECIPE --run-dir <abs run dir> [--set k=v ...]``: the launcher
+    runs the trainer itself for one process, ``accelerate launch`` for a recipe's ``[launch]`` table."""
     validate_name("recipe", recipe)
-    argv = ["-m", "training_core.train", recipe, "--run-dir"]
+    argv = ["-m", "training_core.launch", recipe, "--run-dir"]
     tail: list[str] = []
     for key, value in sets:
         tail += ["--set", f"{key}={value}"]

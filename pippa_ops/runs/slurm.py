@@ -13,41 +13,14 @@ trainer saves its checkpoint and exits 130, then the script records that.
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from pippa_ops.errors import BadSetting
 from pippa_ops.hosts.inventory import SECRETS_PATH
+from pippa_ops.hosts.scheduler import SlurmSpec
 from pippa_ops.transport.shell import export_line, sh_path
 
-_WORD_RE = re.compile(r"^[A-Za-z0-9_.:,@+-]{1,128}$")  # partition, account, time ("1-00:00:00"), qos
 PORT_BASE, PORT_SPAN = 20000, 20000  # rendezvous port: PORT_BASE + job id % PORT_SPAN
-
-
-@dataclass(frozen=True)
-class SlurmSpec:
-    """What the cluster is asked for (a host entry's ``[hosts.X.slurm]`` table, ``--nodes`` over it)."""
-
-    partition: str = ""  # "" = the cluster's default partition
-    account: str = ""  # "" = the user's default account
-    time: str = ""  # sbatch --time, e.g. "04:00:00"; "" = the partition's limit
-    nodes: int = 1
-    gpus_per_node: int = 0  # --gres=gpu:N on every node; 0 = none requested
-    cpus_per_task: int = 0  # 0 = the cluster's default
-    tasks_per_node: int = 1  # launchers per node: 1 (each starts one rank per GPU); >1 only rehearses
-
-    def check(self) -> None:
-        for name in ("partition", "account", "time"):
-            value = getattr(self, name)
-            if value and not _WORD_RE.match(value):
-                raise BadSetting(f"bad slurm {name} {value!r}")
-        for name in ("nodes", "tasks_per_node"):
-            if getattr(self, name) < 1:
-                raise BadSetting(f"bad slurm {name}: must be >= 1")
-        if self.gpus_per_node < 0 or self.cpus_per_task < 0:
-            raise BadSetting("bad slurm gpus_per_node / cpus_per_task: must be >= 0")
 
 
 def directives(spec: SlurmSpec, run_id: str) -> list[str]:
@@ -83,14 +56,21 @@ def render_sbatch(
     remote_dir: str,
     command: str,
     env: dict[str, str],
+    rendezvous: bool = True,
 ) -> str:
     """The batch script; ``command`` is the launch line (``launch_words``, its words already quoted),
-    to which each srun task appends its machine rank and the rendezvous address."""
+    to which each srun task appends its machine rank and the rendezvous address (``rendezvous``; a
+    ``--cmd`` job's shell line runs as it is, once per task)."""
     run_dir = f"{remote_dir.rstrip('/')}/runs/{run_id}"
     head = "\n".join(directives(spec, run_id))
-    rendezvous = (
+    meet = (
         'a=$1 p=$2; shift 2; exec "$@" --machines "$SLURM_NTASKS" --machine-rank "$SLURM_PROCID" '
         '--main-addr "$a" --main-port "$p"'
+    )
+    step = (
+        f'sh -c {shlex.quote(meet)} sh "$MAIN_ADDR" "$MAIN_PORT" {command}'
+        if rendezvous
+        else f"sh -c {shlex.quote(command)}"
     )
     return f"""#!/bin/sh
 {head}
@@ -106,7 +86,7 @@ export PIPPA_RUN_ID={shlex.quote(run_id)} PIPPA_RUN_DIR="$RUN_DIR"
 if [ -f {sh_path(SECRETS_PATH)} ]; then set -a; . {sh_path(SECRETS_PATH)}; set +a; fi
 MAIN_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 MAIN_PORT=$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))
-srun --kill-on-bad-exit=1 sh -c {shlex.quote(rendezvous)} sh "$MAIN_ADDR" "$MAIN_PORT" {command}
+srun --kill-on-bad-exit=1 {step}
 code=$?
 echo $code > "$RUN_DIR/exit_code.tmp"
 mv -f "$RUN_DIR/exit_code.tmp" "$RUN_DIR/exit_code"

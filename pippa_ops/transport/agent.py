@@ -482,7 +482,7 @@ def slurm_submit(req: dict) -> dict:
         raise AgentError("usage", f"invalid run id {rid!r}")
     d = os.path.join(runs_dir(req["remote_dir"]), rid)
     if req.get("resume"):
-        reopen_run_dir(d, "", float(req["stamp"]))
+        reopen_run_dir(d, "slurm", float(req["stamp"]))
         if os.path.lexists(os.path.join(d, "slurm_job")):
             os.unlink(os.path.join(d, "slurm_job"))
     else:

@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 import slurm
 
-from pippa_ops.errors import BadSetting
-from pippa_ops.runs.slurm import SlurmSpec, launch_words, render_sbatch
+from pippa_ops.errors import UsageError
+from pippa_ops.hosts.scheduler import SlurmSpec
+from pippa_ops.runs.listing import slurm_state
+from pippa_ops.runs.slurm import launch_words, render_sbatch
 from pippa_ops.transport import agent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,8 +40,52 @@ def test_the_script_asks_for_what_the_host_entry_says_and_quotes_every_value() -
     assert "'train.learning_rate=1e-5; rm -rf ~'" in text and "HF_HOME='/scratch/hf cache'" in text
     assert '--machine-rank "$SLURM_PROCID"' in text and "scontrol show hostnames" in text
     assert "WANDB_API_KEY" not in text and "secrets.env" in text
-    with pytest.raises(BadSetting, match="partition"):
+    with pytest.raises(UsageError, match="partition"):
         render_sbatch(SlurmSpec(partition="gpu\n#SBATCH --uid=0"), "r1", "/p", command, {})
+
+
+@pytest.mark.parametrize(
+    ("job_state", "exit_code", "started", "stop", "state"),
+    [
+        ("PENDING", None, False, False, "queued"),
+        ("RUNNING", None, True, False, "running"),
+        ("COMPLETING", None, True, False, "running"),
+        ("CANCELLED", None, False, True, "cancelled"),  # cancelled before it started
+        ("CANCELLED", None, True, False, "killed"),
+        ("TIMEOUT", None, True, False, "failed"),  # killed by the time limit before the script recorded it
+        ("NODE_FAIL", None, True, False, "failed"),
+        ("", 0, True, False, "finished"),  # the script recorded the run's end: that is what counts
+        ("", 130, True, True, "stopped"),
+        ("", 2, True, False, "failed"),
+        ("UNKNOWN", None, True, False, "lost"),  # ended long ago, no accounting, no exit code
+    ],
+)
+def test_a_slurm_runs_state_comes_from_its_files_then_from_the_job(
+    job_state: str, exit_code: int | None, started: bool, stop: bool, state: str
+) -> None:
+    assert slurm_state(job_state, exit_code=exit_code, started=started, stop_requested=stop) == state
+
+
+def test_a_slurm_host_entry_is_checked_where_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pippa_ops.hosts.inventory import load_inventory
+
+    team = tmp_path / "pippa.toml"
+    monkeypatch.setenv("PIPPA_INVENTORY", str(team))
+    team.write_text('[hosts.cluster]\naddress = "login.example.org"\nremote_dir = "/scratch/me/pippa"\n'
+                    'scheduler = "slurm"\n[hosts.cluster.slurm]\npartition = "h100"\nnodes = 2\n'
+                    'gpus_per_node = 8\ntime = "12:00:00"\n')  # fmt: skip
+    spec = load_inventory()["cluster"]
+    assert spec.scheduler == "slurm" and spec.slurm == SlurmSpec(partition="h100", nodes=2, gpus_per_node=8,
+                                                                 time="12:00:00")  # fmt: skip
+    for bad, why in (('scheduler = "pbs"', "scheduler must be one of"),
+                     ('scheduler = "slurm"\n[hosts.cluster.slurm]\nnodes = "2"', "must be an integer"),
+                     ('scheduler = "slurm"\n[hosts.cluster.slurm]\ngpus = 8', "unknown key 'gpus'"),
+                     ('[hosts.cluster.slurm]\nnodes = 2', "scheduler is not")):  # fmt: skip
+        team.write_text(f'[hosts.cluster]\naddress = "login.example.org"\n{bad}\n')
+        with pytest.raises(UsageError, match=why):
+            load_inventory()
 
 
 # --- a real cluster -----------------------------------------------------------------------------
@@ -157,3 +203,54 @@ def test_two_srun_tasks_rendezvous_like_two_nodes_and_train_as_one_gloo_group(si
     assert [r["type"] for r in records(run_dir)] == ["header", "step", "end"]
     assert {p.name for p in run_dir.glob("accelerate*.yaml")} == {"accelerate.machine0.yaml",
                                                                   "accelerate.machine1.yaml"}  # fmt: skip
+
+
+# --- the laptop side: pippa run / ps / logs / attach / stop on a SLURM login node over SSH --------
+
+SLURM_TOOLS = ("sbatch", "squeue", "scontrol", "scancel", "sacct", "srun", "sinfo")
+
+
+@pytest.mark.ssh
+def test_pippa_runs_ps_logs_attach_and_stops_a_job_on_a_slurm_login_node(
+    slurm_cluster: slurm.Cluster, ssh_hosts: list[Any], client_env: Any, tmp_path: Path
+) -> None:
+    from conftest import PIPPA
+
+    host = ssh_hosts[0]
+    for tool in SLURM_TOOLS:  # the cluster's commands on that user's PATH, pointed at the test cluster
+        host.install_bin(tool, slurm_cluster.client_wrapper(tool))
+    inv = client_env.personal_inventory
+    text = inv.read_text().replace(f"[hosts.{host.name}]\n", f'[hosts.{host.name}]\nscheduler = "slurm"\n', 1)
+    inv.write_text(text + f'\n[hosts.{host.name}.slurm]\npartition = "debug"\ntime = "00:10:00"\n')
+    repo = tmp_path / "repo"
+    (repo / "recipes").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+
+    def pippa(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PIPPA, *args], cwd=repo, env=client_env.env, capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
+
+    p = pippa("run", "--host", host.name, "--cmd", "echo hello from slurm on $SLURM_JOB_NODELIST; sleep 120")
+    assert p.returncode == 0, p.stderr
+    run_id = next(ln.split()[1] for ln in p.stdout.splitlines() if ln.startswith("started "))
+    assert "(SLURM job " in p.stdout and "session:" not in p.stdout
+
+    def ps() -> dict[str, Any]:
+        out = pippa("ps", "--host", host.name, "--json")
+        assert out.returncode == 0, out.stderr
+        return next(r for r in json.loads(out.stdout)[host.name]["runs"] if r["run_id"] == run_id)
+
+    rec = wait("the job running", lambda: ps()["state"] == "running" and ps())
+    assert rec["session"] == f"slurm:{rec['job_id']}" and rec["slurm_state"].startswith("RUNNING")
+    wait("its output", lambda: "hello from slurm on " in pippa("logs", run_id, "--host", host.name).stdout)
+
+    a = pippa("attach", run_id, "--host", host.name)
+    assert a.returncode == 2 and "batch job" in a.stderr and f"pippa logs {run_id}" in a.stderr
+
+    s = pippa("stop", run_id, "--host", host.name, "--grace", "20")
+    assert s.returncode == 0, s.stderr
+    final = ps()
+    assert final["state"] == "stopped" and final["exit_code"] not in (None, 0), final
+
+    bad = pippa("run", "--host", "local", "--cmd", "true", "--nodes", "2")
+    assert bad.returncode == 2 and "--nodes needs a SLURM host" in bad.stderr
