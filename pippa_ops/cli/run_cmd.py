@@ -18,6 +18,7 @@ import typer
 from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json
 from pippa_ops.errors import (
     AmbiguousSession,
+    BadSetting,
     ExitCode,
     NotAttachable,
     PippaError,
@@ -28,8 +29,18 @@ from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect, open_transport
 from pippa_ops.hosts.inventory import LOCAL, HostSpec, default_host, load_inventory, resolve
 from pippa_ops.runs.follow import read_all
-from pippa_ops.runs.launch import DEFAULT_GRACE_S, LaunchResult, attach_argv, follow_run, launch, resume, stop
-from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, select_runs
+from pippa_ops.runs.launch import (
+    DEFAULT_GRACE_S,
+    LaunchResult,
+    StopResult,
+    attach_argv,
+    follow_run,
+    launch,
+    launch_group,
+    resume,
+    stop,
+)
+from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, merge_groups, select_runs
 from pippa_ops.runs.recipes import list_recipes
 from pippa_ops.runs.script import DEFAULT_GAP_S, DEFAULT_SESSION
 from pippa_ops.runs.tmux import Tmux
@@ -45,6 +56,26 @@ def _host_runs(name: str) -> HostRuns:
     spec, transport = connect(name)
     with transport:
         return list_runs(transport, spec.remote_dir)
+
+
+def _locate_run(name: str, host: str | None) -> list[str]:
+    """The hosts of run/session ``name``: one host, or every host of a run over several (rank 0 first)."""
+    where = [host] if host is not None else _hosts_having(name)
+    if host is None and not where:
+        raise RunNotFound(f"no host has a run or session named {name!r}")
+    runs = select_runs(_host_runs(where[0]), name)
+    group = next((r.hosts for r in runs if r.hosts and len(r.hosts) > 1), None)
+    if group is not None and (host is not None or set(where) <= set(group)):
+        return list(group)
+    if len(where) > 1:
+        raise AmbiguousSession(f"{name!r} exists on several hosts ({', '.join(where)}); add --host")
+    return where
+
+
+def _hosts_having(name: str) -> list[str]:
+    validate_name("run or session", name)
+    return [h for h, r in fan_out(_all_hosts(), _host_runs).items()
+            if not isinstance(r, PippaError) and select_runs(r, name)]  # fmt: skip
 
 
 def _locate(name: str, host: str | None, *, live_session: bool = False) -> str:
@@ -176,6 +207,10 @@ def run_cmd(
     nodes: Annotated[
         int | None, typer.Option("--nodes", help="SLURM hosts: nodes for the job (over the host entry's).")
     ] = None,
+    hosts: Annotated[
+        str | None,
+        typer.Option("--hosts", help="One run over several hosts, e.g. h100-a,h100-b (first: rendezvous)."),
+    ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Stream the log until the run ends.")
     ] = False,
@@ -186,6 +221,20 @@ def run_cmd(
     if not names and cmd is None:
         names = ["tiny"]  # the README's main job
     sets = [*(set_ or []), *launch_sets(gpus, processes, strategy)]
+    if hosts is not None:
+        if host is not None or cmd is not None or len(names) != 1:
+            raise BadSetting("--hosts runs one recipe over several hosts (no --host, no --cmd, no sweep)")
+        result = _run_group([h for h in hosts.split(",") if h], names[0], name, sets)
+        if as_json:
+            emit_json({"host": result.host, "session": result.session, "run_ids": list(result.run_ids),
+                       "sync": result.sync})  # fmt: skip
+        else:
+            typer.echo(f"started {result.run_ids[0]}")
+            typer.echo(f"  hosts:   {result.host}   (machine rank 0 first: the rendezvous)")
+            typer.echo(f"  session: {result.session} on each")
+            typer.echo(f"  logs:    pippa logs {result.run_ids[0]} -f   (rank 0's output)")
+            typer.echo(f"  stop:    pippa stop {result.run_ids[0]}   (every host)")
+        return
     spec, transport = connect(host or default_host())
     with transport:
         result = launch(
@@ -213,6 +262,16 @@ def run_cmd(
             render_launch(result, spec, chosen=host is not None)
         if follow:
             raise typer.Exit(follow_runs(transport, spec, list(result.run_ids), result.session))
+
+
+def _run_group(names: list[str], recipe: str, session: str, sets: list[str]) -> LaunchResult:
+    connected = [connect(n) for n in dict.fromkeys(names)]
+    try:
+        return launch_group([c[0] for c in connected], [c[1] for c in connected], recipe, session=session,
+                            sets=sets)  # fmt: skip
+    finally:
+        for _, transport in connected:
+            transport.close()
 
 
 def resume_cmd(
@@ -293,28 +352,28 @@ def render_ps(results: dict[str, HostRuns | PippaError]) -> None:
         "COMMIT",
     ):
         table.add_column(col, no_wrap=col != "RECIPE/COMMAND")
+    answered = {h: r for h, r in results.items() if not isinstance(r, PippaError)}
     for h, r in results.items():
         if isinstance(r, PippaError):
             table.add_row(h, "-", "-", f"[red]{escape(str(r))}[/red]", "unreachable", "", "", "", "", "")
-            continue
-        if not r.runs:
+        elif not r.runs:
             table.add_row(h, "-", "-", "(no runs)", "", "", "", "", "", "")
-        for x in r.runs:
-            commit = "-" if not x.commit else x.commit[:8] + ("+dirty" if x.dirty else "")
-            table.add_row(
-                h,
-                x.session,
-                x.run_id,
-                _label(x),
-                x.state_text,
-                _when(x.started),
-                _duration(x.duration_s),
-                "-" if x.last_step is None else str(x.last_step),
-                "-" if x.last_reward is None else f"{x.last_reward:.3f}",
-                commit,
-            )
-            if x.state == "failed" and x.error:
-                failures.append(f"{h} {x.run_id}: {x.state_text}: {x.error}")
+    for x in merge_groups(answered):  # a run over several hosts: one row, hosts joined with "+"
+        commit = "-" if not x.commit else x.commit[:8] + ("+dirty" if x.dirty else "")
+        table.add_row(
+            x.host,
+            x.session,
+            x.run_id,
+            _label(x),
+            x.state_text,
+            _when(x.started),
+            _duration(x.duration_s),
+            "-" if x.last_step is None else str(x.last_step),
+            "-" if x.last_reward is None else f"{x.last_reward:.3f}",
+            commit,
+        )
+        if x.state == "failed" and x.error:
+            failures.append(f"{x.host} {x.run_id}: {x.state_text}: {x.error}")
     console = Console(width=None if sys.stdout.isatty() else 240)
     console.print(table)
     for line in failures:  # why each failed run failed, in full (the table has no room for it)
@@ -329,7 +388,7 @@ def logs_cmd(
     ] = False,
 ) -> None:
     """Print a run's output (the session's current run, or a run id); -f follows it."""
-    where = _locate(name, host)
+    where = _locate_run(name, host)[0]  # a run over several hosts: machine rank 0's output
     spec, transport = connect(where)
     with transport:
         run = current_run(list_runs(transport, spec.remote_dir), name)
@@ -392,8 +451,20 @@ def stop_cmd(
     ),
 ) -> None:
     """Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period."""
-    where = _locate(name, host)
-    spec, transport = connect(where)
+    where = _locate_run(name, host)
+    if len(where) > 1:  # a run over several hosts: every rank, in parallel
+        typer.echo(f"{'+'.join(where)}: Ctrl-C to {name} on each; waiting up to {grace:g}s", err=True)
+        results = fan_out(where, lambda h: _stop_one(h, name, grace))
+        for h, r in results.items():
+            if isinstance(r, PippaError):
+                typer.echo(f"{h}: {r}", err=True)
+            else:
+                final = r.after or r.before
+                typer.echo(f"{r.host}: run {final.run_id} (rank {final.machine_rank}): {final.state_text}")
+        if any(isinstance(r, PippaError) for r in results.values()):
+            raise typer.Exit(int(ExitCode.FAILURE))
+        return
+    spec, transport = connect(where[0])
     typer.echo(f"{spec.name}: Ctrl-C to {name}; waiting up to {grace:g}s for it to save and exit", err=True)
     with transport:
         result = stop(spec, transport, name, grace_s=grace)
@@ -402,6 +473,12 @@ def stop_cmd(
         typer.echo(f"{result.host}: run {final.run_id} had already ended: {final.state_text}")
         return
     typer.echo(f"{result.host}: run {final.run_id} (session {result.session}): {final.state_text}")
+
+
+def _stop_one(host: str, name: str, grace: float) -> StopResult:
+    spec, transport = connect(host)
+    with transport:
+        return stop(spec, transport, name, grace_s=grace)
 
 
 def recipes_cmd(as_json: JsonOpt = False) -> None:

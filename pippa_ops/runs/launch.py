@@ -28,10 +28,12 @@ from pippa_ops.runs.script import (
     DEFAULT_SESSION,
     Job,
     cmd_job,
+    group_port,
     new_run_id,
     parse_sets,
     recipe_job,
     render_cmd_sh,
+    rendezvous_args,
     resume_job,
     run_json,
     session_argv,
@@ -117,10 +119,15 @@ def plan_jobs(
     for name in recipes:
         check_recipe(name)
         check_settings(name, sets)
-    python = spec.python
-    if spec.is_local and python is None:
-        python = local_python(Path(remote_dir))
+    python = _python(spec)
     return [recipe_job(new_run_id(name, now), name, python, remote_dir, parsed) for name in recipes]
+
+
+def _python(spec: HostSpec) -> str | None:
+    """The host's python setting; for ``local`` without one, the repo's venv (else this interpreter)."""
+    if spec.is_local and spec.python is None:
+        return local_python(Path(spec.remote_dir))
+    return spec.python
 
 
 def launch(
@@ -150,6 +157,63 @@ def launch(
             raise BadSetting(f"--nodes needs a SLURM host; {spec.name} runs jobs in tmux")
         sync_info = _launch(spec, transport, agent, jobs, session, replace, gap_s, sync, now)
     return LaunchResult(spec.name, session, tuple(j.run_id for j in jobs), sync_info)
+
+
+def launch_group(
+    specs: Sequence[HostSpec],
+    transports: Sequence[Transport],
+    recipe: str,
+    *,
+    session: str = DEFAULT_SESSION,
+    sets: Sequence[str] = (),
+    main_port: int | None = None,
+    sync: bool = True,
+) -> LaunchResult:
+    """One run over several hosts: each is synced and starts one launcher (machine rank = its place in
+    ``specs``) in tmux ``session``, all meeting over c10d at the first host's address. Every host's
+    run directory has the same run id; its run.json names all the hosts (``runs.listing`` merges them)."""
+    validate_session(session)
+    if len(specs) < 2 or len({s.name for s in specs}) != len(specs):
+        raise BadSetting("--hosts needs two or more different hosts")
+    first = specs[0]
+    if first.is_local or not first.address:
+        raise BadSetting("the first of --hosts is the rendezvous: it needs an address the others reach")
+    if any(s.scheduler != "tmux" for s in specs):
+        raise BadSetting("--hosts starts runs in tmux; a SLURM cluster spans nodes with --nodes")
+    now = time.time()
+    names = [s.name for s in specs]
+    run_id = plan_jobs(first, first.remote_dir, [recipe], None, sets, now)[0].run_id  # checks it all once
+    port = main_port or group_port(run_id)
+    sync_info: SyncInfo | None = None
+    for rank, (spec, transport) in enumerate(zip(specs, transports, strict=True)):
+        job = recipe_job(run_id, recipe, _python(spec), spec.remote_dir, parse_sets(sets))
+        meet = rendezvous_args(len(specs), rank, str(first.address), port)
+        job = dataclasses.replace(job, command=f"{job.command} {meet}")
+        with agent_client.Session(transport) as agent:
+            marker: list[dict[str, object]] = []
+            info = sync_for_launch(spec, transport, marker, agent) if sync else None
+            sync_info = sync_info or info
+            request = {
+                "remote_dir": spec.remote_dir,
+                "session": session,
+                "runs": [{
+                    "run_id": run_id,
+                    "run_json": run_json(job, session=session, host=spec.name, started=now, sync=info,
+                                         sweep_index=0, sweep_size=1, hosts=names, machine_rank=rank),
+                    "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env),
+                }],
+                "tmux_argv": _tmux_new(session, spec.remote_dir, [run_id], 0),
+                "replace": False,
+                "stamp": now,
+                "sync_marker": marker[0] if marker else None,
+            }  # fmt: skip
+            try:
+                agent.call("launch", request)
+            except SessionExists as e:
+                raise SessionExists(
+                    f"{spec.name}: tmux session {session!r} is running; stop it or pick another --name"
+                ) from e
+    return LaunchResult(",".join(names), session, (run_id,), sync_info)
 
 
 def _submit(

@@ -8,7 +8,7 @@ agent's ``time.time()`` in the same answer), so a skewed laptop clock does not m
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pippa_ops.errors import RunNotFound
@@ -45,6 +45,8 @@ class RunRecord:
     sweep_index: int | None = None
     sweep_size: int | None = None
     error: str | None = None  # why it failed: its metrics' end error, else the last error line of its log
+    hosts: tuple[str, ...] | None = None  # a run over several hosts: all of them, machine rank 0 first
+    machine_rank: int | None = None  # this host's rank in such a run
     job_id: str | None = None  # the SLURM job of a run on a SLURM host (None: a tmux run)
     slurm_state: str | None = None  # squeue/scontrol's state and reason, e.g. "PENDING (Resources)"
 
@@ -207,6 +209,8 @@ def _record(
         sweep_index=meta.get("sweep_index"),
         sweep_size=meta.get("sweep_size"),
         error=error,
+        hosts=tuple(str(h) for h in meta["hosts"]) if isinstance(meta.get("hosts"), list) else None,
+        machine_rank=meta.get("machine_rank") if isinstance(meta.get("machine_rank"), int) else None,
         job_id=str(job["job_id"]) if job is not None else None,
         slurm_state=job_state,
     )
@@ -263,3 +267,41 @@ def current_run(host_runs: HostRuns, name: str) -> RunRecord:
         if active:
             return active[0]
     return runs[-1]
+
+
+# A multi-host run's state from its hosts' states: a rank that died (failed, lost) fails the run, then
+# any rank still going keeps it going, then the way the ranks ended.
+_GROUP_ORDER = ("failed", "lost", "running", "queued", "killed", "stopped", "cancelled", "finished")
+
+
+def merge_group(records: list[RunRecord]) -> RunRecord:
+    """The hosts' records of one multi-host run as one record: machine rank 0's steps and times, the
+    state the ranks add up to, the hosts joined with "+" (``ps``, the dashboard)."""
+    records = sorted(records, key=lambda r: r.machine_rank if r.machine_rank is not None else 0)
+    head = records[0]
+    state = min((r.state for r in records), key=_GROUP_ORDER.index)
+    bad = next((r for r in records if r.state == state and r.state != "finished"), head)
+    return replace(
+        head,
+        host="+".join(r.host for r in records),
+        state=state,
+        exit_code=bad.exit_code,
+        error=bad.error if bad is not head else head.error or bad.error,
+        ended=max((r.ended or 0.0 for r in records), default=None) or None,
+    )
+
+
+def merge_groups(results: dict[str, HostRuns]) -> list[RunRecord]:
+    """Every run of these hosts in host order, a multi-host run once (merged, where its first host's
+    copy was) when all its hosts answered."""
+    out: list[RunRecord | str] = []
+    groups: dict[str, list[RunRecord]] = {}
+    for host_runs in results.values():
+        for r in host_runs.runs:
+            if r.hosts and len(r.hosts) > 1 and set(r.hosts) <= set(results):
+                if r.run_id not in groups:
+                    out.append(r.run_id)
+                groups.setdefault(r.run_id, []).append(r)
+            else:
+                out.append(r)
+    return [merge_group(groups[x]) if isinstance(x, str) else x for x in out]
