@@ -4,9 +4,10 @@ alternating (single, ddp, single, ddp, ...) so machine load hits both alike.
 
 Two DDP shapes: "same per-rank batch" (each rank trains the recipe's batch: twice the completions per
 step, the usual way to scale out) and "same global batch" (each rank half of it: the same optimizer
-step, ideally in half the time). The single process runs once with a thread per core and once with one
-thread (a loaded machine punishes torch's spinning threads); each rank gets cores / 2 threads, so all
-use the same cores. On a CPU this measures the launch path and the all-reduce overhead, not a GPU
+step, ideally in half the time). Ratios are against one process on one thread (one core: what each
+of two 1-thread ranks has), so "2 ranks" at 2.0x throughput is perfect scaling; the single process also
+runs with a thread per core (the same cores as the two ranks; a loaded machine punishes torch's
+spinning threads). On a CPU this measures the launch path and the all-reduce overhead, not a GPU
 speed-up.
 
     .venv/bin/python bench/bench_ddp.py [--steps 30] [--rounds 2]
@@ -59,9 +60,9 @@ def main() -> None:
     args = ap.parse_args()
     cores = os.cpu_count() or 2
     half = max(1, cores // 2)
-    shapes = {  # name: (processes, per-rank batch, threads per process)
-        f"1 process, {cores} threads": (1, BATCH, cores),
+    shapes = {  # name: (processes, per-rank batch, threads per process); ratios against the first
         "1 process, 1 thread": (1, BATCH, 1),
+        f"1 process, {cores} threads": (1, BATCH, cores),
         f"2 ranks x {half} thr, same per-rank batch": (2, BATCH, half),
         f"2 ranks x {half} thr, same global batch": (2, BATCH // 2, half),
     }

@@ -260,11 +260,10 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
         run_dir = (args.run_dir or Path("runs") / new_run_id(args.recipe)).resolve()
         rdv = Rendezvous(args.machines, args.machine_rank, args.main_addr, args.main_port)
         cfg = res.config
-        p = plan(args.recipe, sets, run_dir, args.resume, cfg.launch, cfg.model.precision, facts, rdv)
         server_mode = cfg.train.use_vllm is True and cfg.train.vllm_mode == "server"
         server = _server(cfg, facts, run_dir) if server_mode else None
-        if server is not None:
-            p = plan(args.recipe, sets, run_dir, args.resume, server[0], cfg.model.precision, facts, rdv)
+        train = server[0] if server is not None else cfg.launch  # server mode: the GPUs left to train
+        p = plan(args.recipe, sets, run_dir, args.resume, train, cfg.model.precision, facts, rdv)
     except TrainingError as e:
         if args.debug:
             traceback.print_exception(e)
