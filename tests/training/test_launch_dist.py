@@ -125,17 +125,19 @@ def torch_extensions_dir() -> Path:
     return Path(sys.prefix) / "torch_extensions"
 
 
-def _train(run_dir: Path, recipe: Path, *args: str) -> dict[int, dict[str, Any]]:
-    import torch
-
+def _start(run_dir: Path, recipe: Path, *args: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "ACCELERATE_"))}
     env.update(PYTHONPATH=str(REPO), TORCH_EXTENSIONS_DIR=str(torch_extensions_dir()))
     env["CUDA_VISIBLE_DEVICES"] = ""
-    r = subprocess.run(
+    return subprocess.Popen(
         [sys.executable, "-m", "training_core.launch", str(recipe), "--run-dir", str(run_dir), *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=400,
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def _probes(run_dir: Path) -> dict[int, dict[str, Any]]:
+    import torch
+
     probes = {}
     for path in sorted(run_dir.glob("probe-rank*.pt")):
         probe = torch.load(path)
@@ -145,17 +147,15 @@ def _train(run_dir: Path, recipe: Path, *args: str) -> dict[int, dict[str, Any]]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[int, dict[str, Any]]]]:
+    """The three runs at once (each is deterministic: sharing the cores changes only their speed)."""
     base = tmp_path_factory.mktemp("dist")
-    recipe = PROBE_RECIPE
-    out = {}
-    for name, args in (
-        ("single", ()),
-        ("ddp", ("--processes", "2")),
-        ("zero3", ("--processes", "2", "--strategy", "zero3")),
-    ):
-        run_dir = base / f"20260101-000000-{name}-abcd"
-        out[name] = (run_dir, _train(run_dir, recipe, *args))
-    return out
+    shapes = {"single": (), "ddp": ("--processes", "2"), "zero3": ("--processes", "2", "--strategy", "zero3")}
+    dirs = {name: base / f"20260101-000000-{name}-abcd" for name in shapes}
+    procs = {name: _start(dirs[name], PROBE_RECIPE, *args) for name, args in shapes.items()}
+    for name, proc in procs.items():
+        out, _ = proc.communicate(timeout=400)
+        assert proc.returncode == 0, f"{name}:\n{out[-4000:]}"
+    return {name: (dirs[name], _probes(dirs[name])) for name in shapes}
 
 
 def _max_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
