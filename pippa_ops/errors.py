@@ -20,6 +20,7 @@ class ExitCode(IntEnum):
     MISSING_TOOL = 7  # tmux / nvidia-smi / python missing on the host
     CONFLICT = 8  # duplicate session, ambiguous session
     NOT_FOUND = 9  # no such session / run
+    TIMEOUT = 124  # `pippa wait --timeout` ran out (as timeout(1) exits)
     INTERRUPTED = 130
 
 
@@ -103,6 +104,12 @@ class RunStillActive(PippaError):
 
 class NotResumable(UsageError):
     """A run that has no recipe (a ``--cmd`` run) has no checkpoint to resume from."""
+
+
+class WaitTimeout(PippaError):
+    """``pippa wait --timeout`` passed before the runs ended."""
+
+    exit_code = ExitCode.TIMEOUT
 
 
 class NotAttachable(UsageError):

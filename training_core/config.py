@@ -36,6 +36,9 @@ class ModelConfig:
     lora_alpha: int = 32
     # LoRA dropout probability (unused when lora_r = 0). Default 0.05.
     lora_dropout: float = 0.05
+    # Start from another run's newest checkpoint: a run id under this run's runs directory (e.g. an
+    # `sft` run before GRPO). Replaces `name` when set; "" = off. A checkpoint path in `name` works too.
+    from_run: str = ""
 
 
 @dataclass
@@ -208,11 +211,69 @@ class LaunchConfig:
 
 
 @dataclass
+class SFTSettings:
+    # Row column holding the target response; the loss is taken on its tokens only (TRL's
+    # prompt-completion format). Default "answer" (the arithmetic loaders' answer; GSM8K's worked
+    # solution is "solution").
+    response_column: str = "answer"
+
+
+@dataclass
+class DPOSettings:
+    # Strength of the pull towards the reference (initial) model (Rafailov et al. 2023). Default 0.1.
+    beta: float = 0.1
+    # TRL's DPO loss: "sigmoid" is the paper's; "ipo" (Azar et al. 2023) and "hinge" for comparison.
+    loss_type: Literal["sigmoid", "ipo", "hinge"] = "sigmoid"
+    # Row column holding the preferred response. Default "answer" (the right answer).
+    chosen_column: str = "answer"
+    # Row column holding the dispreferred one; a row without it gets another row's different chosen
+    # value (a wrong answer), drawn with the run's seed. Default "rejected".
+    rejected_column: str = "rejected"
+
+
+@dataclass
+class SelfPlayConfig:
+    """SPIRAL self-play (Liu et al. 2025, arXiv 2506.24119); used when ``method = "selfplay"``. The
+    update reads train.learning_rate, max_grad_norm, temperature, top_p, max_completion_length (generation
+    cap and the Dr GRPO divisor), num_iterations (PPO epochs), epsilon (clip range), max_steps,
+    warmup_ratio, lr_scheduler_type and weight_decay; eval.interval / eval.n schedule the game eval."""
+
+    # The game; only "tictactoe" (TextArena TicTacToe-v0's rules and wording) for now.
+    game: Literal["tictactoe"] = "tictactoe"
+    # "spiral": SPIRAL's instruction + TextArena observation, answer in \boxed{} (chat template per
+    # data.prompt_style). "board": the nine cells and the player's mark, for the tiny model. Default "spiral".
+    prompt: Literal["spiral", "board"] = "spiral"
+    # Turn samples per optimizer step: games are played until this many non-zero-advantage turns exist,
+    # then this many are drawn from them (SPIRAL: rollout_batch_size 128). Default 128.
+    samples_per_step: int = 128
+    # Games generated together in one batch of HF generate calls. Default 16.
+    parallel_games: int = 16
+    # Turns (both players') after which a game is stopped and scored a draw (SPIRAL: max_turns 50).
+    max_turns: int = 50
+    # EMA decay α of the per-role baselines, b ← α·b + (1−α)·R (SPIRAL: 0.95).
+    rae_decay: float = 0.95
+    # Drop turn samples whose advantage is exactly 0: they carry no gradient (SPIRAL: filter_zero_adv).
+    drop_zero_advantage: bool = True
+    # Sequences per forward/backward pass (gradient accumulation inside a step). Default 8.
+    micro_batch_size: int = 8
+    # Sampling of the evaluation games (SPIRAL: eval_temperature 0.6, eval_top_p 0.95); 0 = greedy.
+    eval_temperature: float = 0.6
+    eval_top_p: float = 0.95
+
+
+Method = Literal["grpo", "sft", "dpo", "selfplay"]
+
+
+@dataclass
 class RunConfig:
     # One line shown by `pippa recipes`.
     description: str = ""
     # Seed for data shuffling, sampling and init. Default 42 (the team's).
     seed: int = 42
+    # Which trainer runs: "grpo" (TRL's GRPOTrainer with the rewards, Dr GRPO), "sft" (SFTTrainer, loss on
+    # the response only), "dpo" (DPOTrainer on chosen/rejected pairs) or "selfplay" (SPIRAL self-play on a
+    # game in pippa's own loop, training_core.selfplay). Default "grpo".
+    method: Method = "grpo"
     # Extra modules imported before resolving names (they register datasets, rewards, evals, callbacks).
     plugins: list[str] = field(default_factory=list)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -231,5 +292,10 @@ class RunConfig:
     # Extra trainer callbacks by registered name (e.g. the MBPP eval of the code recipes).
     callbacks: list[CallbackSpec] = field(default_factory=list)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    # Settings of the sft and dpo methods (GRPO ignores them).
+    sft: SFTSettings = field(default_factory=SFTSettings)
+    dpo: DPOSettings = field(default_factory=DPOSettings)
+    # Settings of the selfplay method.
+    selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     # How many processes train and where (training_core.launch reads it; the trainer only records it).
     launch: LaunchConfig = field(default_factory=LaunchConfig)

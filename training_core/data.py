@@ -20,7 +20,9 @@ from training_core.errors import UsageError
 from training_core.registry import Registry
 
 Row = dict[str, Any]
-DATASETS: Registry[Any] = Registry("dataset", ["training_core.data", "training_core.code"])
+DATASETS: Registry[Any] = Registry(
+    "dataset", ["training_core.data", "training_core.math_data", "training_core.code"]
+)
 
 FIXED_ARITHMETIC: list[tuple[str, str]] = [
     ("What is 2 + 3?", "5"),
@@ -189,10 +191,13 @@ def gsm8k(
     seed: int = 42,
     data_files: str = "",
     instruction: str = "",
+    template: str = "",
     **_: Any,
 ) -> list[Row]:
     """``openai/gsm8k`` config ``main`` (the config is required), or local JSON rows in the same format
-    via ``data_files`` (tests, offline hosts)."""
+    via ``data_files`` (tests, offline hosts). ``template`` ("r1_zero", or a string with ``{question}``)
+    puts the question in a prompt template, as the MATH loader does (training_core.math_data).
+    ``solution`` is the worked answer (the sft recipe's target)."""
     import datasets
 
     if data_files:
@@ -202,7 +207,15 @@ def gsm8k(
     if n_rows > 0:
         ds = ds.select(range(min(n_rows, len(ds))))
     suffix = f"\n{instruction}" if instruction else ""
-    return [{"prompt": r["question"] + suffix, "answer": gsm8k_answer(r["answer"])} for r in ds]
+    rows = [
+        {"prompt": r["question"] + suffix, "answer": gsm8k_answer(r["answer"]), "solution": r["answer"]}
+        for r in ds
+    ]
+    if template:
+        from training_core.math_data import render
+
+        rows = [{**r, "prompt": render(r["prompt"], template)} for r in rows]
+    return rows
 
 
 def load_rows(

@@ -29,6 +29,8 @@ class EvalTask:
     # Score the best constant answer on the same problems (``eval/constant_baseline``): what a policy
     # that ignores the prompt reaches. Off for tasks whose score is costly (MBPP runs code).
     constant_baseline: bool = False
+    # Strings that end a completion (greedy generation stops after them), e.g. "</answer>".
+    stop: tuple[str, ...] = ()
 
 
 EVAL_TASKS: Registry[EvalTask] = Registry("eval task", ["training_core.eval_tasks", "training_core.code"])
@@ -66,3 +68,42 @@ EVAL_TASKS.register("arithmetic")(
     EvalTask(load=_arithmetic, score=_last_number_right, constant_baseline=True)
 )
 EVAL_TASKS.register("gsm8k")(EvalTask(load=_gsm8k, score=_last_number_right, constant_baseline=True))
+
+
+_MATH_DATASETS = ("math", "synthetic_math", "gsm8k")
+
+
+def _math(
+    n: int, seed: int, data: DataConfig | None = None, split: str = "test", **params: Any
+) -> list[dict[str, Any]]:
+    """The training data's math set (its template, files, hub id) in its test split; MATH otherwise.
+
+    ``dataset`` picks another: "math", "synthetic_math" or "gsm8k" (with the r1_zero template)."""
+    from training_core.data import DATASETS
+
+    merged: dict[str, Any] = {"template": "r1_zero"}
+    default = data.dataset if data is not None and data.dataset in _MATH_DATASETS else "math"
+    name = str(params.pop("dataset", default))
+    if data is not None and data.dataset == name:
+        merged.update(data.params)
+    merged.update(params)
+    return list(DATASETS.get(name)(split=split, n_rows=n, seed=seed, **merged))
+
+
+def _r1_zero_right(completion: str, answer: str) -> bool:
+    from training_core.rewards.r1_zero import r1_zero_reward_fn
+
+    return r1_zero_reward_fn(completion, answer)["reward"] == 1.0
+
+
+def _format_rate(res: dict[str, Any]) -> dict[str, Any]:
+    from training_core.rewards.r1_zero import r1_zero_answer
+
+    results = res.get("results", [])
+    formatted = sum(r1_zero_answer(r["completion"]) is not None for r in results)
+    return {"eval/format_rate": formatted / max(1, len(results))}
+
+
+EVAL_TASKS.register("math")(
+    EvalTask(load=_math, score=_r1_zero_right, metrics=_format_rate, stop=("</answer>",))
+)

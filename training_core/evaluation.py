@@ -17,18 +17,25 @@ from training_core.eval_tasks import EvalTask
 from training_core.metrics import MetricsWriter
 
 
-def _render(prompt: Any, tokenizer: Any) -> str:
+def render(prompt: Any, tokenizer: Any) -> str:
+    """A prompt as the text the model sees: plain text as is, chat messages through the chat template."""
     if isinstance(prompt, str):
         return prompt
     return str(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False))
 
 
 def generate(
-    model: Any, tokenizer: Any, prompts: list[Any], max_new_tokens: int, batch_size: int = 16
+    model: Any,
+    tokenizer: Any,
+    prompts: list[Any],
+    max_new_tokens: int,
+    batch_size: int = 16,
+    stop: tuple[str, ...] = (),
 ) -> list[str]:
+    """Greedy completions with HF ``generate``; a completion ends after any string in ``stop``."""
     import torch
 
-    texts = [_render(p, tokenizer) for p in prompts]
+    texts = [render(p, tokenizer) for p in prompts]
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     was_training = model.training
@@ -42,13 +49,24 @@ def generate(
             enc = {k: v.to(model.device) for k, v in enc.items()}
             with torch.no_grad():
                 ids = model.generate(
-                    **enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+                    **enc,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=tokenizer.pad_token_id,
+                    **({"stop_strings": list(stop), "tokenizer": tokenizer} if stop else {}),
                 )
-            out.extend(tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True))
+            texts_out = tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+            out.extend(cut_at_stop(t, stop) for t in texts_out)
     finally:
         tokenizer.padding_side = side
         model.train(was_training)
     return out
+
+
+def cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
+    """``text`` up to and including the first stop string (a batch runs on until all rows stopped)."""
+    ends = [i + len(s) for s in stop if (i := text.find(s)) >= 0]
+    return text[: min(ends)] if ends else text
 
 
 def constant_baseline(task: EvalTask, answers: list[str]) -> tuple[float, str]:
@@ -71,9 +89,16 @@ def evaluate(
     rows: list[dict[str, Any]],
     data: DataConfig,
     max_new_tokens: int,
+    generate_fn: Any = None,
 ) -> dict[str, Any]:
+    """Greedy completions of ``rows`` scored by ``task``; ``generate_fn(prompts, max_new_tokens, stop)``
+    replaces HF generate on ``model`` (the eval CLI's vLLM backend)."""
     start = time.time()
-    completions = generate(model, tokenizer, [to_prompt(r["prompt"], data) for r in rows], max_new_tokens)
+    prompts = [to_prompt(r["prompt"], data) for r in rows]
+    if generate_fn is None:
+        completions = generate(model, tokenizer, prompts, max_new_tokens, stop=task.stop)
+    else:
+        completions = [cut_at_stop(c, task.stop) for c in generate_fn(prompts, max_new_tokens, task.stop)]
     results = [
         {
             "prompt": r["prompt"],

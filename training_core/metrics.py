@@ -28,6 +28,7 @@ RENAMES = {
     "grad_norm": "grad/norm",
     "learning_rate": "optim/lr",
     "entropy": "policy/entropy",
+    "mean_token_accuracy": "policy/token_accuracy",  # SFT / DPO: greedy next-token hits on the response
     "step_time": "perf/step_time_s",
     "num_tokens": "perf/num_tokens",
     "epoch": "train/epoch",
@@ -44,8 +45,8 @@ def namespaced(logs: dict[str, Any]) -> dict[str, float]:
             continue
         if key.startswith("rewards/") and key.endswith("/mean"):
             name = f"reward/{key[len('rewards/') : -len('/mean')]}"
-        elif key.startswith("rewards/"):
-            continue  # per-function std: reward/std covers the total
+        elif key.startswith("rewards/") and key.count("/") > 1:
+            continue  # per-function std: reward/std covers the total (DPO's rewards/margins pass through)
         else:
             name = RENAMES.get(key, key if "/" in key else f"trl/{key}")
         out[name] = float(value) if math.isfinite(value) else float("nan")
@@ -220,6 +221,16 @@ def progress_line(step: int, max_steps: int, m: dict[str, float]) -> str:
         v = m.get(key)
         return format(v, fmt) if isinstance(v, float) and math.isfinite(v) else "-"
 
+    if "rewards/margins" in m:  # DPO: how far the policy prefers chosen over rejected
+        return (
+            f"step {step}/{max_steps}  loss {f('loss/total', '.4f')}  margin {f('rewards/margins', '.3f')}  "
+            f"pref acc {f('rewards/accuracies', '.3f')}  {f('perf/tokens_per_s', '.0f')} tok/s"
+        )
+    if "reward/mean" not in m and "policy/token_accuracy" in m:  # SFT: nothing sampled
+        return (
+            f"step {step}/{max_steps}  loss {f('loss/total', '.4f')}  "
+            f"token acc {f('policy/token_accuracy', '.3f')}  {f('perf/tokens_per_s', '.0f')} tok/s"
+        )
     return (
         f"step {step}/{max_steps}  reward {f('reward/mean', '.3f')}  loss {f('loss/total', '.4f')}  "
         f"len {f('completions/mean_length', '.1f')}  {f('perf/step_time_s', '.2f')}s/step  "

@@ -110,6 +110,21 @@ def _load_model(res: Resolved, facts: PlatformFacts) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def run_checkpoint(runs_dir: Path, run_id: str) -> Path:
+    """The newest checkpoint of run ``run_id`` beside this run (``model.from_run``): SFT, then GRPO."""
+    from training_core.checkpoints import newest_checkpoint
+
+    ckpt = newest_checkpoint(runs_dir / run_id / "checkpoints")
+    if ckpt is None:
+        where = runs_dir / run_id
+        raise UsageError(
+            f"model.from_run: no checkpoint in {where / 'checkpoints'}"
+            if where.is_dir()
+            else f"model.from_run: no run {run_id} in {runs_dir}"
+        )
+    return ckpt
+
+
 def _looks_like_path(name: str) -> bool:
     """A local directory rather than a hub id ("org/name" has exactly one slash and no leading dot)."""
     return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or Path(name).exists()
@@ -181,10 +196,11 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
 
     from training_core import callbacks as cb_registry
     from training_core import evaluation, metrics, sandbox
+    from training_core.checkpoints import newest_checkpoint
     from training_core.data import build_dataset, load_rows
     from training_core.eval_tasks import EVAL_TASKS
     from training_core.rewards import registry
-    from training_core.trainer import PippaGRPOTrainer, grpo_args, newest_checkpoint
+    from training_core.trainer import PippaGRPOTrainer, grpo_args
 
     ckpt_dir = run_dir / "checkpoints"
     resume_from = newest_checkpoint(ckpt_dir) if resume else None
@@ -200,12 +216,20 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
             print(f"resume: moved {moved} redone lines to metrics.superseded.jsonl", flush=True)
 
     set_seed(cfg.seed)
+    if cfg.model.from_run:
+        cfg.model.name = str(run_checkpoint(run_dir.parent, cfg.model.from_run))  # the header shows it
     model, tokenizer = _load_model(res, facts)
     rows = load_rows(cfg.data, cfg.seed, plugins=cfg.plugins)
-    train_rows = build_dataset(rows, cfg.data, tokenizer)
+    grpo = cfg.method == "grpo"
+    if grpo:
+        train_rows = build_dataset(rows, cfg.data, tokenizer)
+    else:
+        from training_core.pairs import method_rows
+
+        train_rows = method_rows(rows, cfg, tokenizer)
     t = cfg.train
     prompts_per_gen = t.generation_batch_size or t.per_device_train_batch_size * t.gradient_accumulation_steps
-    if prompts_per_gen // t.num_generations > len(train_rows):
+    if grpo and prompts_per_gen // t.num_generations > len(train_rows):
         raise UsageError(
             f"a generation batch needs {prompts_per_gen // t.num_generations} prompts but the dataset has "
             f"{len(train_rows)}; lower train.per_device_train_batch_size or add rows"
@@ -233,7 +257,7 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
         print("sandbox: isolation = unsafe (recipe setting): model-written code runs without namespaces",
               flush=True)
     rctx = registry.RewardContext(model=model, tokenizer=tokenizer, run_dir=str(run_dir), config=cfg)
-    reward_funcs = [registry.build(r.name, r.params, rctx, cfg.plugins) for r in cfg.rewards]
+    reward_funcs = [registry.build(r.name, r.params, rctx, cfg.plugins) for r in cfg.rewards] if grpo else []
     n_params = sum(p.numel() for p in model.parameters())
     cbs: list[Any] = [metrics.make_callback(writer, cfg.logging.progress and main, n_params, facts.gpu_name)]
     if cfg.eval.task != "none":
@@ -255,16 +279,20 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
             lora_dropout=cfg.model.lora_dropout,
             task_type="CAUSAL_LM",
         )
-    args = grpo_args(cfg, run_dir, ["none"], run_dir.name)
-    trainer = PippaGRPOTrainer(
-        model=model,
-        processing_class=tokenizer,
-        reward_funcs=reward_funcs,  # type: ignore[arg-type]
-        args=args,
-        train_dataset=train_ds,
-        callbacks=cbs,
-        peft_config=peft_config,
-    )
+    if grpo:
+        trainer = PippaGRPOTrainer(
+            model=model,
+            processing_class=tokenizer,
+            reward_funcs=reward_funcs,  # type: ignore[arg-type]
+            args=grpo_args(cfg, run_dir, ["none"], run_dir.name),
+            train_dataset=train_ds,
+            callbacks=cbs,
+            peft_config=peft_config,
+        )
+    else:
+        from training_core.supervised import build_trainer
+
+        trainer = build_trainer(cfg, run_dir, model, tokenizer, train_ds, cbs, peft_config)
     trainer.keep_checkpoints = cfg.checkpoint.keep
     trainer.remove_callback(PrinterCallback)  # our progress line replaces its raw dict dump
     started.resume_from = resume_from
@@ -280,7 +308,8 @@ def _train(res: Resolved, run_dir: Path, trainer: Any, started: _Started, n_rows
         world = trainer.accelerator.num_processes
         print(
             f"run {run_dir.name}: recipe {res.recipe}, platform {res.platform['name']}, "
-            f"loss {t.loss_type}, {n_params / 1e6:.2f}M params, {n_rows} prompts"
+            f"{f'loss {t.loss_type}' if res.config.method == 'grpo' else res.config.method}, "
+            f"{n_params / 1e6:.2f}M params, {n_rows} prompts"
             + (f", {world} processes ({res.config.launch.strategy})" if world > 1 else "")
             + (f", resuming from step {resumed_step}" if resumed_step else ""),
             flush=True,

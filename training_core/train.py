@@ -58,6 +58,8 @@ def check_names(res: Resolved) -> None:
     from training_core.rewards.registry import REWARDS
 
     cfg = res.config
+    if cfg.method == "selfplay":
+        return  # no dataset, rewards or text eval task: the game provides all three (recipes validates)
     DATASETS.get(cfg.data.dataset, cfg.plugins)
     if cfg.eval.task != "none":
         EVAL_TASKS.get(cfg.eval.task, cfg.plugins)
@@ -79,7 +81,10 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
         run_dir = args.run_dir or Path("runs") / new_run_id(args.recipe)
         if args.resume and not run_dir.is_dir():
             raise UsageError(f"--resume: no run directory {run_dir}")
-        from training_core.runner import run
+        if res.config.method == "selfplay":
+            from training_core.selfplay.loop import run
+        else:
+            from training_core.runner import run
 
         return run(res, run_dir.resolve(), resume=args.resume)
     except TrainingError as e:

@@ -1,18 +1,18 @@
-"""TRL's GRPOTrainer, configured from a RunConfig and subclassed only for crash-safe checkpoints.
+"""TRL's trainers configured from a RunConfig, subclassed only for crash-safe checkpoints.
 
 ``grpo_args`` is the single place where our settings become TRL's (Dr GRPO: ``loss_type="dr_grpo"``,
 ``scale_rewards="none"``, ``beta=0.0``, pinned ``max_completion_length``; Liu et al. 2025).
 ``stop_callback`` turns a stop signal into a checkpoint of the current step.
-``PippaGRPOTrainer._save_checkpoint`` lets TRL/transformers write the usual checkpoint (model,
-optimizer, scheduler, RNG, trainer state) into ``checkpoints/.staging`` and renames the finished
-directory into place, so a kill at any moment leaves no half-written ``checkpoint-<step>``;
-it then keeps the newest ``checkpoint.keep``.
+``AtomicCheckpoints._save_checkpoint`` (in every method's trainer: GRPO here, SFT and DPO in
+training_core.supervised) lets TRL/transformers write the usual checkpoint (model, optimizer,
+scheduler, RNG, trainer state) into ``checkpoints/.staging`` and renames the finished directory into
+place, so a kill at any moment leaves no half-written ``checkpoint-<step>``; it then keeps the newest
+``checkpoint.keep``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -22,13 +22,55 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from training_core.checkpoints import checkpoints
 from training_core.config import RunConfig
 
-CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+def training_args(
+    cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str, config_cls: Any
+) -> dict[str, Any]:
+    """The transformers TrainingArguments every method shares (optimizer, schedule, batch, precision,
+    checkpoints, logging), keyed for ``config_cls`` (GRPOConfig, SFTConfig or DPOConfig)."""
+    t, m = cfg.train, cfg.model
+    # transformers 5.18+ renamed gradient checkpointing to activation_checkpointing; the [vllm] install
+    # set holds transformers at 5.17 (vLLM's cap), so use whichever name this version has.
+    new_name = "activation_checkpointing" in {f.name for f in dataclasses.fields(config_cls)}
+    return {
+        "activation_checkpointing" if new_name else "gradient_checkpointing": m.gradient_checkpointing,
+        "output_dir": str(run_dir / "checkpoints"),
+        "run_name": run_name,
+        "seed": cfg.seed,
+        "num_train_epochs": t.num_train_epochs,
+        "max_steps": t.max_steps,
+        "learning_rate": t.learning_rate,
+        "warmup_steps": t.warmup_ratio,  # transformers 5: a float < 1 is a ratio of total steps
+        "weight_decay": t.weight_decay,
+        "lr_scheduler_type": t.lr_scheduler_type,
+        "max_grad_norm": t.max_grad_norm,
+        "optim": t.optim,
+        "per_device_train_batch_size": t.per_device_train_batch_size,
+        "gradient_accumulation_steps": t.gradient_accumulation_steps,
+        "dataloader_num_workers": t.dataloader_num_workers,
+        # Pinned host memory only helps copies to a GPU; on CPU torch warns about it at every run.
+        "dataloader_pin_memory": torch.cuda.is_available(),
+        # Without CUDA the ranks of `accelerate launch` (torchrun) must be told they are CPU ranks, or each
+        # trains alone: transformers only then builds the gloo group (training_core.launch).
+        "use_cpu": not torch.cuda.is_available(),
+        # Every trainable weight takes part in each forward (full model or LoRA): no extra graph walk.
+        "ddp_find_unused_parameters": False,
+        "logging_steps": t.logging_steps,
+        "bf16": m.precision in ("bf16", "bf16_amp"),
+        "fp16": m.precision == "fp16",
+        "save_strategy": "steps" if cfg.checkpoint.every > 0 else "no",
+        "save_steps": max(1, cfg.checkpoint.every),
+        "save_total_limit": None,  # rotation happens after the atomic rename (below)
+        "report_to": report_to,
+        "disable_tqdm": True,
+    }
 
 
 def grpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str) -> GRPOConfig:
-    t, m = cfg.train, cfg.model
+    t = cfg.train
     extra: dict[str, Any] = {}
     if t.generation_batch_size:
         extra["generation_batch_size"] = t.generation_batch_size
@@ -37,27 +79,11 @@ def grpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str
     if t.use_vllm and t.vllm_mode == "server":  # the server training_core.launch started and waited for
         extra.update(vllm_server_host="127.0.0.1", vllm_server_port=cfg.launch.vllm_port,
                      vllm_server_timeout=cfg.launch.vllm_timeout_s)  # fmt: skip
-    # transformers 5.18+ renamed gradient checkpointing to activation_checkpointing; the [vllm] install
-    # set holds transformers at 5.17 (vLLM's cap), so use whichever name this version has.
-    new_name = "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}
-    extra["activation_checkpointing" if new_name else "gradient_checkpointing"] = m.gradient_checkpointing
     return GRPOConfig(
-        output_dir=str(run_dir / "checkpoints"),
-        run_name=run_name,
-        seed=cfg.seed,
+        **training_args(cfg, run_dir, report_to, run_name, GRPOConfig),
         loss_type=t.loss_type,
         scale_rewards=t.scale_rewards,
         beta=t.beta,
-        num_train_epochs=t.num_train_epochs,
-        max_steps=t.max_steps,
-        learning_rate=t.learning_rate,
-        warmup_steps=t.warmup_ratio,  # transformers 5: a float < 1 is a ratio of total steps
-        weight_decay=t.weight_decay,
-        lr_scheduler_type=t.lr_scheduler_type,
-        max_grad_norm=t.max_grad_norm,
-        optim=t.optim,
-        per_device_train_batch_size=t.per_device_train_batch_size,
-        gradient_accumulation_steps=t.gradient_accumulation_steps,
         num_generations=t.num_generations,
         max_completion_length=t.max_completion_length,
         temperature=t.temperature,
@@ -66,43 +92,20 @@ def grpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str
         num_iterations=t.num_iterations,
         use_vllm=bool(t.use_vllm),
         mask_truncated_completions=t.mask_truncated_completions,
-        dataloader_num_workers=t.dataloader_num_workers,
-        # Pinned host memory only helps copies to a GPU; on CPU torch warns about it at every run.
-        dataloader_pin_memory=torch.cuda.is_available(),
-        # Without CUDA the ranks of `accelerate launch` (torchrun) must be told they are CPU ranks, or each
-        # trains alone: transformers only then builds the gloo group (training_core.launch).
-        use_cpu=not torch.cuda.is_available(),
-        # Every trainable weight takes part in each forward (full model or LoRA): no extra graph walk.
-        ddp_find_unused_parameters=False,
-        logging_steps=t.logging_steps,
-        bf16=m.precision in ("bf16", "bf16_amp"),
-        fp16=m.precision == "fp16",
-        save_strategy="steps" if cfg.checkpoint.every > 0 else "no",
-        save_steps=max(1, cfg.checkpoint.every),
-        save_total_limit=None,  # rotation happens after the atomic rename (below)
-        report_to=report_to,
-        disable_tqdm=True,
         log_completions=False,
         reward_weights=[r.weight for r in cfg.rewards],
         **extra,
     )
 
 
-def checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints, oldest first (staging directories are never listed)."""
-    if not ckpt_dir.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := CKPT_RE.match(p.name)) and p.is_dir()]
-    return sorted(found)
+class AtomicCheckpoints:
+    """Mixin for a transformers Trainer: checkpoints appear whole or not at all, the newest ``keep`` kept."""
 
-
-def newest_checkpoint(ckpt_dir: Path) -> Path | None:
-    found = checkpoints(ckpt_dir)
-    return found[-1][1] if found else None
-
-
-class PippaGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
     keep_checkpoints: int = 2
+    args: Any  # the Trainer's, which this class is mixed into
+    state: Any
+    _get_output_dir: Any
+    accelerator: Any
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         # Every rank writes into staging (its RNG state; DeepSpeed its shard); the saving process alone
@@ -116,7 +119,7 @@ class PippaGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         original = self._get_output_dir
         self._get_output_dir = lambda trial=None: str(staging)  # type: ignore[method-assign,misc]
         try:
-            super()._save_checkpoint(model, trial)
+            super()._save_checkpoint(model, trial)  # type: ignore[misc]
         finally:
             self._get_output_dir = original  # type: ignore[method-assign]
         self.accelerator.wait_for_everyone()
@@ -133,6 +136,10 @@ class PippaGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         shutil.rmtree(staging, ignore_errors=True)
         for _, old in checkpoints(final_root)[: -max(1, self.keep_checkpoints)]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+class PippaGRPOTrainer(AtomicCheckpoints, GRPOTrainer):  # type: ignore[misc]
+    pass
 
 
 def stop_callback(

@@ -58,6 +58,30 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period.",
     ),
     "recipes": ("pippa_ops.cli.run_cmd", "The recipes this repo ships (recipes/*.toml)."),
+    "wait": (
+        "pippa_ops.cli.wait_cmd",
+        "Wait until runs end (riding out dropped connections); exit with their status (0: all exited 0).",
+    ),
+    "pull": (
+        "pippa_ops.cli.pull_cmd",
+        "Bring runs' records (run.json, metrics, log, evals; --checkpoints) into runs/<host>/<run-id>/ here.",
+    ),
+    "runs": (
+        "pippa_ops.cli.pull_cmd",
+        "Every run on the hosts and pulled here: recipe, state, steps, final/best reward, eval, W&B link.",
+    ),
+    "compare": (
+        "pippa_ops.cli.compare_cmd",
+        "Runs side by side: config keys that differ, final/best reward, curves (terminal and --png).",
+    ),
+    "ssh": (
+        "pippa_ops.cli.remote_cmd",
+        "A shell (or one command, after --) on the host, with pippa's host resolution, keys and identity.",
+    ),
+    "forward": (
+        "pippa_ops.cli.remote_cmd",
+        "Forward local ports to ports on the host (TensorBoard, a vLLM server) until Ctrl-C.",
+    ),
     "gpus": (
         "pippa_ops.cli.gpus_cmd",
         "Per GPU: index, name, utilization, memory, temperature, power, and the processes on it.",

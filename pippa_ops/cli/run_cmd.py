@@ -214,6 +214,10 @@ def run_cmd(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Stream the log until the run ends.")
     ] = False,
+    notify: Annotated[
+        bool,
+        typer.Option("--notify", help="When the runs end: terminal bell, a line, a desktop notification."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start recipes (one after another) or a command in a named tmux session on a host."""
@@ -260,8 +264,19 @@ def run_cmd(
             )
         else:
             render_launch(result, spec, chosen=host is not None)
+        if notify and not follow:
+            from pippa_ops.cli.wait_cmd import spawn_watcher
+
+            pid = spawn_watcher(spec.name, list(result.run_ids))
+            if not as_json:
+                typer.echo(f"  notify:  when it ends (watcher pid {pid})")
         if follow:
-            raise typer.Exit(follow_runs(transport, spec, list(result.run_ids), result.session))
+            code = follow_runs(transport, spec, list(result.run_ids), result.session)
+            if notify:
+                from pippa_ops.cli.wait_cmd import notify_ended
+
+                notify_ended(spec.name, list(result.run_ids))
+            raise typer.Exit(code)
 
 
 def _run_group(names: list[str], recipe: str, session: str, sets: list[str]) -> LaunchResult:

@@ -31,9 +31,12 @@ from pippa_ops.monitor.host import (
     Monitor,
     RunDetail,
     RunRow,
+    RunsListed,
     RunUpdated,
     apply,
 )
+from pippa_ops.monitor.state import ended_runs
+from pippa_ops.runs.curves import DASH_SMOOTHING
 
 Attach = Callable[[str, str], object]  # (host, tmux session) -> runs the same attach as `pippa attach`
 
@@ -65,6 +68,7 @@ class DashApp(App[None]):
         Binding("l", "log", "full log"),
         Binding("s", "stop", "stop"),
         Binding("r", "reconnect", "reconnect"),
+        Binding("e", "smooth", "smooth"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
     ]
@@ -85,6 +89,7 @@ class DashApp(App[None]):
         self.detail = detail
         self.selected: tuple[str, str] | None = (detail.host, detail.run_id) if detail else None
         self._attacher = attach
+        self.smoothing = 0.0  # EMA weight of the curves; `e` toggles DASH_SMOOTHING
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
@@ -139,6 +144,9 @@ class DashApp(App[None]):
         host = event.host
         if host not in self.states:
             return
+        if isinstance(event, RunsListed):
+            for row in ended_runs(self.states[host].runs, event.runs):
+                self._tell_ended(host, row)
         self.states[host] = apply(self.states[host], event)
         self._draw_host(host)
         if self.selected and self.selected[0] == host:
@@ -151,7 +159,17 @@ class DashApp(App[None]):
 
     def _draw_run(self) -> None:
         for view in self.query(RunView):
-            view.show(self.detail, self.selected_row())
+            view.show(self.detail, self.selected_row(), self.smoothing)
+
+    def _tell_ended(self, host: str, row: RunRow) -> None:
+        """A run ended: bell, a line, and a desktop notification where the laptop has one."""
+        from pippa_ops import notify
+
+        line = f"{host}: run {row.run_id} ({row.what[:40]}) {row.state}"
+        self.bell()
+        self.notify(line, title="run ended", severity="information" if row.state.startswith("finished")
+                    else "warning", timeout=15)  # fmt: skip
+        self.run_worker(partial(notify.desktop, line), thread=True, group="desktop-notice", name="notice")
 
     # -------------------------------------------------------------------------------------- selection
     def selected_row(self) -> RunRow | None:
@@ -202,6 +220,11 @@ class DashApp(App[None]):
     # ---------------------------------------------------------------------------------------- actions
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def action_smooth(self) -> None:
+        self.smoothing = 0.0 if self.smoothing else DASH_SMOOTHING
+        self._draw_run()
+        self.notify(f"curves smoothed (EMA {DASH_SMOOTHING:g})" if self.smoothing else "curves raw")
 
     def action_reconnect(self) -> None:
         for mon in self.monitors.values():

@@ -21,6 +21,7 @@ KEYS = (
     ("l", "full output log of the selected run"),
     ("s", "stop the selected run (asks first)"),
     ("r", "reconnect unreachable hosts now"),
+    ("e", "smooth the curves (EMA 0.6) or show them raw"),
     ("?", "this help"),
     ("q", "quit"),
 )

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import ComposeResult, RenderResult
 from textual.containers import Grid, Vertical
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from pippa_ops.monitor.state import PLOTTED, GpuState, HostState, RunDetail, RunRow
+from pippa_ops.monitor.state import PLOTTED, SLOT_KEYS, GpuState, HostState, RunDetail, RunRow
+from pippa_ops.runs.curves import smooth, ticks_for_width
 
 Points = tuple[tuple[int, float], ...]
 BARS = "▁▂▃▄▅▆▇█"
@@ -20,6 +21,10 @@ TITLES = {
     "loss/total": "loss",
     "completions/mean_length": "completion length",
     "grad/norm": "grad norm",
+    "rewards/margins": "DPO reward margin",
+    "rewards/accuracies": "DPO preference accuracy",
+    "policy/token_accuracy": "SFT token accuracy",
+    "game/invalid_rate": "games ended by an invalid move",
 }
 
 
@@ -157,26 +162,39 @@ class HostPanel(Vertical):
 
 
 class MetricPlot(PlotextPlot):
-    """One curve against step, with eval points when the key has them."""
+    """One curve against whole steps (EMA-smoothed when asked), with eval points when the key has them."""
 
     def __init__(self, key: str) -> None:
         super().__init__(id="plot-" + key.replace("/", "-"), classes="plot")
         self.key = key
         self._points: Points | None = None
+        self._smoothing = 0.0
+        self._steps: tuple[int, int] | None = None  # the x range, ticked at render time (width known)
 
-    def show(self, points: Points, evals: dict[str, Points]) -> None:
-        if points == self._points and not evals:
+    def show(
+        self, points: Points, evals: dict[str, Points], smoothing: float = 0.0, key: str | None = None
+    ) -> None:
+        if points == self._points and smoothing == self._smoothing and not evals:
             return
-        self._points = points
+        self._points, self._smoothing = points, smoothing
         plt = self.plt
         plt.clear_data()
-        plt.title(TITLES[self.key])
+        plt.title(TITLES[key or self.key] + (f" (EMA {smoothing:g})" if smoothing > 0 else ""))
+        steps = [p[0] for p in points] + [p[0] for pts in evals.values() for p in pts]
         if points:
-            plt.plot([p[0] for p in points], [p[1] for p in points], marker="braille")
+            shown = smooth(points, smoothing)
+            plt.plot([p[0] for p in shown], [p[1] for p in shown], marker="braille")
         if self.key == "reward/mean":
             for key, pts in evals.items():
                 plt.scatter([p[0] for p in pts], [p[1] for p in pts], marker="●", label=key)
+        self._steps = (min(steps), max(steps)) if steps else None
         self.refresh()
+
+    def render(self) -> RenderResult:
+        if self._steps is not None:
+            ticks = ticks_for_width(*self._steps, self.size.width)
+            self.plt.xticks([float(t) for t in ticks], [str(t) for t in ticks])
+        return super().render()
 
 
 class LogTailView(Widget):
@@ -198,7 +216,7 @@ class RunView(Vertical):
                 yield MetricPlot(key)
         yield LogTailView(id="log-tail")
 
-    def show(self, detail: RunDetail | None, row: RunRow | None) -> None:
+    def show(self, detail: RunDetail | None, row: RunRow | None, smoothing: float = 0.0) -> None:
         title = self.query_one("#run-title", Static)
         plots = self.query_one("#plots", Grid)
         log = self.query_one(LogTailView)
@@ -223,5 +241,7 @@ class RunView(Vertical):
         plots.display = detail.has_metrics
         if detail.has_metrics:
             for plot in self.query(MetricPlot):
-                plot.show(detail.series.get(plot.key, ()), detail.evals)
+                keys = SLOT_KEYS.get(plot.key, (plot.key,))
+                key = next((k for k in keys if detail.series.get(k)), plot.key)
+                plot.show(detail.series.get(key, ()), detail.evals, smoothing, key)
         log.lines = detail.log_tail

@@ -16,7 +16,16 @@ from pippa_ops.gpu import Gpu
 HISTORY = 60  # samples kept per GPU for the sparklines (one minute at the default 1 s interval)
 LOG_TAIL = 200  # lines of output.log kept for the run detail view
 PLOTTED = ("reward/mean", "loss/total", "completions/mean_length", "grad/norm")
-EVAL_PLOTTED = ("eval/accuracy", "mbpp_eval/pass_rate")  # fractions, drawn as points on the reward plot
+# The keys each slot draws, the first one a run logs: SFT and DPO runs sample nothing and fill the
+# reward and length slots with their own curves; a self-play run's length slot shows its invalid moves.
+SLOT_KEYS = {
+    "reward/mean": ("reward/mean", "rewards/margins"),
+    "completions/mean_length": (
+        "game/invalid_rate", "completions/mean_length", "rewards/accuracies", "policy/token_accuracy",
+    ),
+}  # fmt: skip
+# Fractions, drawn as points on the reward plot (self-play: wins and invalid-move losses vs random).
+EVAL_PLOTTED = ("eval/accuracy", "mbpp_eval/pass_rate", "eval/vs_random/win", "eval/vs_random/invalid")
 
 Link = Literal["connecting", "up", "down"]
 
@@ -101,6 +110,16 @@ class RunUpdated:
 
 
 HostEvent = LinkChanged | GpuSampled | RunsListed
+
+
+ACTIVE = ("running", "queued")
+
+
+def ended_runs(before: tuple[RunRow, ...], after: tuple[RunRow, ...]) -> list[RunRow]:
+    """Runs that were running or queued in the previous listing and are not any more: what the
+    dashboard tells the user about (the first listing of a host tells nothing)."""
+    was_active = {r.run_id for r in before if r.state in ACTIVE}
+    return [r for r in after if r.run_id in was_active and r.state not in ACTIVE]
 
 
 def _push(history: tuple[float, ...], value: float | None) -> tuple[float, ...]:
@@ -188,10 +207,10 @@ class MetricsParser:
                 self.wandb_url = wandb["url"]
         elif kind == "step" and isinstance(step, int):
             self.last_step = step
-            for key in PLOTTED:
+            for key in dict.fromkeys((*PLOTTED, *(k for keys in SLOT_KEYS.values() for k in keys))):
                 v = rec.get(key)
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    self.series[key].append((step, float(v)))
+                    self.series.setdefault(key, []).append((step, float(v)))
         elif kind == "eval" and isinstance(step, int):
             for key in EVAL_PLOTTED:
                 v = rec.get(key)

@@ -307,6 +307,36 @@ def error_line(log: str) -> str | None:
     return lines[-1][:300] if lines else None
 
 
+def run_facts(d: str, summary: bool = False) -> dict | None:
+    """One run directory's files as the laptop derives its state from them (None: not a run)."""
+    try:
+        with open(os.path.join(d, "run.json"), "rb") as f:
+            meta = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    exit_text = read_text(os.path.join(d, "exit_code"), 16)
+    run = {
+        "run_id": os.path.basename(d),
+        "meta": meta,
+        "ctime": mtime(os.path.join(d, "run.json")),
+        "tmux_session": read_text(os.path.join(d, "tmux_session")),
+        "exit_code": exit_text,
+        "ended": mtime(os.path.join(d, "exit_code")),
+        "started": read_text(os.path.join(d, "started"), 32),
+        "stop_requested": read_text(os.path.join(d, "stop_requested"), 32),
+        "log_time": mtime(os.path.join(d, "output.log")),
+    }
+    run["steps"], run["end"] = last_records(os.path.join(d, "metrics.jsonl"))
+    if exit_text not in (None, "0"):
+        run["error"] = error_line(os.path.join(d, "output.log"))
+    if summary:
+        run["summary"] = metrics_summary(os.path.join(d, "metrics.jsonl"))
+    job = read_text(os.path.join(d, "slurm_job"), 32)
+    if job:
+        run["slurm"] = {"job_id": job}  # its state: list_runs asks SLURM once for all its runs
+    return run
+
+
 def list_runs(req: dict) -> dict:
     """Every run directory's files and the tmux sessions, in one answer; the laptop derives states."""
     sessions = tmux("list-sessions", "-F", LIST_FORMAT)
@@ -317,37 +347,66 @@ def list_runs(req: dict) -> dict:
     except OSError:
         return out
     for name in names[-int(req.get("limit", 50)) :]:
-        d = os.path.join(base, name)
-        try:
-            with open(os.path.join(d, "run.json"), "rb") as f:
-                meta = json.loads(f.read())
-        except (OSError, ValueError):
-            continue
-        exit_text = read_text(os.path.join(d, "exit_code"), 16)
-        run = {
-            "run_id": name,
-            "meta": meta,
-            "ctime": mtime(os.path.join(d, "run.json")),
-            "tmux_session": read_text(os.path.join(d, "tmux_session")),
-            "exit_code": exit_text,
-            "ended": mtime(os.path.join(d, "exit_code")),
-            "started": read_text(os.path.join(d, "started"), 32),
-            "stop_requested": read_text(os.path.join(d, "stop_requested"), 32),
-            "log_time": mtime(os.path.join(d, "output.log")),
-        }
-        run["steps"], run["end"] = last_records(os.path.join(d, "metrics.jsonl"))
-        if exit_text not in (None, "0"):
-            run["error"] = error_line(os.path.join(d, "output.log"))
-        job = read_text(os.path.join(d, "slurm_job"), 32)
-        if job:
-            run["slurm"] = {"job_id": job}
-        out["runs"].append(run)
+        run = run_facts(os.path.join(base, name), bool(req.get("summary")))
+        if run is not None:
+            out["runs"].append(run)
     jobs = [r["slurm"]["job_id"] for r in out["runs"] if "slurm" in r and r["exit_code"] is None]
     if jobs and which("squeue"):
         states = slurm_states(jobs)
         for r in out["runs"]:
             if "slurm" in r:
                 r["slurm"].update(states.get(r["slurm"]["job_id"], {}))
+    return out
+
+
+def metrics_summary(path: str) -> dict | None:
+    """What `pippa runs` shows of a whole metrics.jsonl: last step, final and best reward, the last
+    eval line's metrics, the W&B run, how it ended. A resumed header forgets the points its resume
+    redoes (docs/CONTRACTS.md), as the dashboard's reader does. None without a metrics file."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below, read line by line
+    except OSError:
+        return None
+    rewards: list = []  # (step, reward/mean)
+    evals: list = []  # eval records
+    out: dict = {"recipe": None, "wandb": None, "last_step": None, "end": None}
+    with f:
+        for line in f:
+            if not line.endswith(b"\n"):
+                break  # a partial last line: not written yet
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(rec, dict):
+                continue
+            kind, step = rec.get("type"), rec.get("step")
+            if kind == "header":
+                resumed = rec.get("resumed_from_step")
+                keep = resumed if isinstance(resumed, int) else -1
+                rewards = [p for p in rewards if p[0] <= keep]
+                evals = [e for e in evals if e["step"] <= keep]
+                out["end"] = None
+                last = out["last_step"]
+                out["last_step"] = min(last, keep) if last is not None and keep >= 0 else None
+                out["recipe"] = rec.get("recipe", out["recipe"])
+                out["wandb"] = rec.get("wandb") or out["wandb"]
+            elif kind == "step" and isinstance(step, int):
+                out["last_step"] = step
+                value = rec.get("reward/mean")
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    rewards.append((step, float(value)))
+            elif kind == "eval" and isinstance(step, int):
+                evals.append(rec)
+            elif kind == "end":
+                out["end"] = {k: rec.get(k) for k in ("status", "step", "error")}
+    out["final_reward"] = rewards[-1][1] if rewards else None
+    best = max(rewards, key=lambda p: p[1]) if rewards else None
+    out["best_reward"], out["best_step"] = (best[1], best[0]) if best else (None, None)
+    last_eval = evals[-1] if evals else None
+    out["eval"] = (
+        {k: v for k, v in last_eval.items() if k not in ("type", "time")} if last_eval is not None else None
+    )
     return out
 
 
@@ -653,6 +712,182 @@ def _run_over(end_file: str | None, session: str | None) -> bool:
     return session is not None and tmux("has-session", "-t", "=" + session).returncode != 0
 
 
+# -- pull -----------------------------------------------------------------------------------------
+PULL_TAIL = 4096  # bytes before a laptop copy's end that must match for an append-only pull
+PULL_CHUNK = 1 << 20
+CHECKPOINT_RE = re.compile(r"^checkpoint-([0-9]+)$")
+
+
+def tail_digest(path: str, size: int) -> str | None:
+    """sha256 of the ``PULL_TAIL`` bytes before ``size``: the laptop's copy is a prefix of the host's
+    file when these match (logs and metrics only grow; a resume replaces metrics.jsonl)."""
+    import hashlib
+
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, size - PULL_TAIL))
+            data = f.read(min(size, PULL_TAIL))
+    except OSError:
+        return None
+    return hashlib.sha256(data).hexdigest() if len(data) == min(size, PULL_TAIL) else None
+
+
+def run_files(run_dir: str, checkpoint: str | None) -> tuple[list, list, str | None]:
+    """A run's regular files (symlinks never followed) as ``[rel, size, mtime]``; of ``checkpoints/``
+    only the chosen one (``latest``, or a ``checkpoint-N``/``N`` name). Also every checkpoint's name."""
+    ckdir = os.path.join(run_dir, "checkpoints")
+    try:
+        names = [n for n in os.listdir(ckdir) if CHECKPOINT_RE.match(n)]
+        names = [n for n in names if os.path.isdir(os.path.join(ckdir, n))]
+    except OSError:
+        names = []
+    names.sort(key=lambda n: int(n.split("-")[1]))
+    chosen = None
+    if checkpoint == "latest":
+        chosen = names[-1] if names else None
+    elif checkpoint:
+        want = checkpoint if checkpoint.startswith("checkpoint-") else "checkpoint-" + checkpoint
+        if want not in names:
+            known = ", ".join(names) or "none"
+            raise AgentError("not_found", f"no {want} in {run_dir} (checkpoints: {known})")
+        chosen = want
+    files: list = []
+
+    def walk(rel: str) -> None:
+        try:
+            it = os.scandir(os.path.join(run_dir, rel) if rel else run_dir)
+        except OSError:
+            return
+        with it:
+            for e in sorted(it, key=lambda e: e.name):
+                name = rel + "/" + e.name if rel else e.name
+                if e.is_symlink():
+                    continue
+                if e.is_dir():
+                    if name == "checkpoints":
+                        if chosen:
+                            walk("checkpoints/" + chosen)
+                    else:
+                        walk(name)
+                elif e.is_file() and not e.name.endswith(".tmp"):
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    files.append([name, st.st_size, st.st_mtime])
+
+    walk("")
+    return files, names, chosen
+
+
+def write_frame(data: bytes) -> None:
+    out = sys.stdout.buffer
+    out.write(b"%d\n" % len(data))
+    out.write(data)
+    out.flush()
+
+
+def pull(req: dict) -> None:
+    """What the laptop lacks of a run directory, in one stream: a JSON manifest line
+    (``files``: ``[rel, size, offset, mtime]``, ``checkpoints``, ``chosen``, ``send``), then for each
+    file with ``offset < size`` its bytes from ``offset`` as frames (``<n>\\n`` + n bytes) ending in
+    ``0\\n``. A file the laptop has (``have``: rel -> [size, tail_digest]) is sent from its end when
+    the host's copy still starts with it, else whole. Sizes are those of the listing: a file that
+    grows meanwhile is sent up to that size (the next pull gets the rest)."""
+    run_dir = host_path(req["run_dir"])
+    try:
+        if not os.path.isfile(os.path.join(run_dir, "run.json")):
+            raise AgentError("not_found", f"no run at {run_dir}")
+        files, names, chosen = run_files(run_dir, req.get("checkpoint"))
+    except AgentError as e:  # answered like a JSON verb's failure, in place of the manifest
+        write_out((json.dumps({"error": e.kind, "message": str(e)}) + "\n").encode())
+        return
+    have = req.get("have") or {}
+    plan = []
+    for rel, size, mt in files:
+        offset = 0
+        local = have.get(rel)
+        if isinstance(local, list) and len(local) == 2 and isinstance(local[0], int) and local[0] <= size:
+            offset = local[0] if tail_digest(os.path.join(run_dir, rel), local[0]) == local[1] else 0
+        plan.append([rel, size, offset, mt])
+    send = sum(size - offset for _, size, offset, _ in plan)
+    manifest = {"files": plan, "checkpoints": names, "chosen": chosen, "send": send}
+    write_out((json.dumps(manifest) + "\n").encode())
+    for rel, size, offset, _ in plan:
+        if offset >= size:
+            continue
+        try:
+            with open(os.path.join(run_dir, rel), "rb") as f:
+                f.seek(offset)
+                left = size - offset
+                while left > 0:
+                    data = f.read(min(PULL_CHUNK, left))
+                    if not data:
+                        break  # it shrank (replaced) meanwhile: the laptop sees a short file
+                    write_frame(data)
+                    left -= len(data)
+        except OSError:
+            pass
+        write_frame(b"")
+
+
+def secrets_env(path: str) -> dict:
+    """``KEY='value'`` lines of the host's secrets file (written by `pippa up`), as a dict."""
+    import shlex
+
+    try:
+        with open(host_path(path)) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            try:
+                words = shlex.split(value)
+            except ValueError:
+                continue
+            out[key] = words[0] if words else ""
+    return out
+
+
+def wandb_sync(req: dict) -> dict:
+    """Upload a run's offline W&B runs with ``wandb sync``, the API key from the secrets file (never
+    argv). The host's python runs it (``python`` argv), in ``remote_dir`` (``uv run`` finds its project)."""
+    run_dir = host_path(req["run_dir"])
+    base = os.path.join(run_dir, "wandb")
+    try:
+        found = sorted(n for n in os.listdir(base) if n.startswith("offline-run-"))
+    except OSError:
+        found = []
+    if not found:
+        raise AgentError("not_found", f"no offline W&B run in {run_dir} (the run had W&B online or off)")
+    env = {**secrets_env(req["secrets_path"]), **(req.get("env") or {})}
+    if not (env.get("WANDB_API_KEY") or os.environ.get("WANDB_API_KEY")):
+        raise AgentError("usage", "no WANDB_API_KEY on the host: put it in .env, then `pippa up` pushes it")
+    python = list(req["python"])
+    if python[0].startswith("~"):
+        python[0] = host_path(python[0])
+    argv = [*python, "-m", "wandb", "sync", *(os.path.join(base, n) for n in found)]
+    import subprocess
+
+    timeout = float(req.get("timeout", 600))
+    try:
+        p = subprocess.run(
+            argv, cwd=host_path(req["remote_dir"]), stdin=subprocess.DEVNULL, capture_output=True,
+            timeout=timeout, env={**os.environ, "PATH": search_path(), **env},
+        )  # fmt: skip
+    except FileNotFoundError:
+        why = f"{python[0]} not found on the host (pippa up installs it)"
+        raise AgentError("tool_missing", why) from None
+    except subprocess.TimeoutExpired as e:
+        said = last_line(subprocess.CompletedProcess(argv, 124, e.stdout or b"", e.stderr or b""))
+        why = f"wandb sync did not finish within {timeout:g}s ({said})"
+        return {"synced": found, "status": 124, "why": why}
+    return {"synced": found, "status": p.returncode, "why": "" if p.returncode == 0 else last_line(p)}
+
+
 # -- sync -----------------------------------------------------------------------------------------
 def sync_list(req: dict) -> dict:
     """Size and whole-second mtime of every file and symlink under remote_dir (protected tops left
@@ -827,10 +1062,11 @@ JSON_VERBS = {
     "sync_apply": sync_apply,
     "sync_marker": sync_marker,
     "write_file": write_file,
+    "wandb_sync": wandb_sync,
     "slurm_submit": slurm_submit,
     "slurm_stop": slurm_stop,
 }
-STREAM_VERBS = {"read": read, "follow": follow}
+STREAM_VERBS = {"read": read, "follow": follow, "pull": pull}
 
 
 # -- framing --------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ typed errors (unreachable, auth, host key).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -346,6 +347,8 @@ class SSHProcess(Process):
             return self._chan.recv(n)
         except TimeoutError as e:
             raise TimeoutError("read timed out") from e
+        except EOFError as e:  # paramiko, when the window adjust after a large read finds the link gone
+            raise HostUnreachable("lost the SSH connection while reading") from e
 
     def write(self, data: bytes) -> None:
         self._chan.sendall(data)
@@ -389,4 +392,5 @@ class SSHProcess(Process):
         return True
 
     def close(self) -> None:
-        self._chan.close()
+        with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
+            self._chan.close()  # raises only when the connection is gone, and the channel with it

@@ -42,7 +42,8 @@ def test_gsm8k_loader_reads_real_format_rows(tmp_path: Path) -> None:
     path = tmp_path / "gsm8k.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in GSM8K_ROWS))
     rows = load_rows(DataConfig(dataset="gsm8k", n_rows=1, params={"data_files": str(path)}), seed=42)
-    assert rows == [{"prompt": GSM8K_ROWS[0]["question"], "answer": "72"}]
+    first = GSM8K_ROWS[0]
+    assert rows == [{"prompt": first["question"], "answer": "72", "solution": first["answer"]}]
 
 
 def test_synthetic_arithmetic_is_seeded() -> None:

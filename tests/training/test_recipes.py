@@ -27,6 +27,8 @@ SHIPPED = [
     "overfit_memory",
     "overfit_ultra_small",
     "max_gpu",
+    "r1_zero_math",
+    "r1_zero_tiny",
 ]
 REPO = Path(__file__).resolve().parents[2]
 

@@ -29,6 +29,7 @@ _REWARD_MODULES = (
     "training_core.rewards.math",
     "training_core.rewards.format",
     "training_core.rewards.code",
+    "training_core.rewards.r1_zero",
 )
 
 

@@ -1,0 +1,89 @@
+"""``pippa wait``: block until runs end and exit with their status; ``--notify`` tells the user (bell,
+a line, a desktop notification). ``pippa run --notify`` starts the same watcher in the background."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from pippa_ops.cli.common import HostOpt, JsonOpt, emit_json
+
+
+def _note(message: str) -> None:
+    typer.echo(f"pippa: {message}", err=True)
+
+
+def wait_cmd(
+    names: Annotated[
+        list[str], typer.Argument(help="Run ids (or sessions: their current run).", show_default=False)
+    ],
+    host: HostOpt = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", help="Give up after this many seconds (exit 124).", show_default=False),
+    ] = None,
+    notify: Annotated[
+        bool,
+        typer.Option("--notify", help="As each run ends: terminal bell, a line, a desktop notification."),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Wait until runs end (riding out dropped connections); exit with their status (0: all exited 0)."""
+    from pippa_ops import notify as notices
+    from pippa_ops.errors import UsageError
+    from pippa_ops.runs.catalog import locate
+    from pippa_ops.runs.listing import RunRecord
+    from pippa_ops.runs.wait import ended_line, exit_status, wait_runs
+
+    if timeout is not None and timeout < 0:
+        raise UsageError("--timeout must be >= 0 seconds")
+    records = locate(names, host)
+
+    def on_end(rec: RunRecord) -> None:
+        if notify:
+            notices.run_ended(ended_line(rec))
+        elif not as_json:
+            typer.echo(ended_line(rec))
+
+    results = wait_runs(records, timeout_s=timeout, on_end=on_end, note=_note)
+    for r in results.values():
+        if not isinstance(r, RunRecord):
+            _note(str(r))
+    if as_json:
+        out: dict[str, Any] = {
+            name: r.to_json()
+            if isinstance(r, RunRecord)
+            else {"error": str(r), "exit_code": int(r.exit_code)}
+            for name, r in results.items()
+        }
+        emit_json(out)
+    raise typer.Exit(exit_status(results))
+
+
+def spawn_watcher(host: str, run_ids: list[str]) -> int:
+    """``pippa wait RUN... --host H --notify`` detached from this command (its own session, so the
+    shell's Ctrl-C and hang-up leave it alone). It writes its line to this terminal's stderr when
+    that is a terminal; a pipe it would hold open (``out=$(pippa run --notify ...)`` would wait for
+    the run), so then only the desktop notification tells. Its pid."""
+    argv = [sys.executable, "-m", "pippa_ops.cli.app", "wait", *run_ids, "--host", host, "--notify"]
+    stderr = None if sys.stderr.isatty() else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
+    )
+    return proc.pid
+
+
+def notify_ended(host: str, run_ids: list[str]) -> None:
+    """Tell the user how runs ended (after ``run --follow``: they have, so this returns at once)."""
+    from pippa_ops import notify as notices
+    from pippa_ops.runs.catalog import locate
+    from pippa_ops.runs.wait import ended_line, wait_runs
+
+    wait_runs(locate(run_ids, host), on_end=lambda rec: notices.run_ended(ended_line(rec)), note=_note)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("wait")(wait_cmd)

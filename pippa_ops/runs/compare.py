@@ -1,0 +1,101 @@
+"""``pippa compare``: several runs' metrics files, wherever they are, read into comparable values.
+
+A run that was pulled and had ended is read from its copy (an ended run's files do not change, and
+no host needs to answer); any other run from its host, found with one listing per host
+(``catalog.locate``), one ``read`` round trip per run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pippa_ops.errors import UsageError
+from pippa_ops.hosts.connect import connect
+from pippa_ops.runs.catalog import locate
+from pippa_ops.runs.curves import Curves, Points, config_diff, parse_metrics
+from pippa_ops.runs.follow import read_all
+from pippa_ops.transport.shell import NAME_RE
+
+DEFAULT_METRICS = ("reward/mean",)
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    run_id: str
+    host: str
+    source: str  # "pulled" (the local copy's path) or "host"
+    where: str
+    curves: Curves
+
+    def summary(self) -> dict[str, Any]:
+        reward = self.curves.series("reward/mean")
+        evals = {k: v[-1][1] for k, v in self.curves.evals.items() if v}
+        return {
+            "steps": max((p[0] for pts in self.curves.steps.values() for p in pts), default=None),
+            "final_reward": reward[-1][1] if reward else None,
+            "best_reward": max((p[1] for p in reward), default=None),
+            "final_eval": evals or None,
+            "end": self.curves.end,
+        }
+
+
+def _pulled(root: Path, run_id: str) -> Path | None:
+    """An ended run's local copy (``root/<host>/<run-id>`` with an exit_code), if there is one."""
+    if not root.is_dir() or not NAME_RE.fullmatch(run_id):
+        return None
+    for d in sorted(root.glob(f"*/{run_id}")):
+        if (d / "exit_code").is_file() and (d / "metrics.jsonl").is_file():
+            return d
+    return None
+
+
+def load_runs(names: Sequence[str], root: Path, host: str | None = None) -> list[LoadedRun]:
+    """Each named run's metrics, in the order given (a name twice is an error: the plot would lie)."""
+    if len(set(names)) != len(names):
+        raise UsageError("a run is named twice")
+    if len(names) < 1:
+        raise UsageError("name at least one run")
+    loaded: dict[str, LoadedRun] = {}
+    for name in names:
+        copy = None if host else _pulled(root, name)
+        if copy is not None:
+            curves = parse_metrics((copy / "metrics.jsonl").read_bytes())
+            loaded[name] = LoadedRun(name, copy.parent.name, "pulled", str(copy), curves)
+    rest = [n for n in names if n not in loaded]
+    if rest:
+        records = locate(rest, host)
+        by_host: dict[str, list[str]] = {}
+        for name, rec in records.items():
+            by_host.setdefault(rec.host, []).append(name)
+        for h, wanted in by_host.items():
+            spec, transport = connect(h)
+            with transport:
+                for name in wanted:
+                    rec = records[name]
+                    path = f"{spec.remote_dir.rstrip('/')}/runs/{rec.run_id}/metrics.jsonl"
+                    data = read_all(transport, path)
+                    loaded[name] = LoadedRun(
+                        rec.run_id, spec.name, "host", f"{h}:{path}", parse_metrics(data)
+                    )
+    return [loaded[n] for n in names]
+
+
+def metric_points(runs: Sequence[LoadedRun], metric: str) -> dict[str, Points]:
+    return {r.run_id: r.curves.series(metric) for r in runs}
+
+
+def differing_config(runs: Sequence[LoadedRun]) -> dict[str, dict[str, Any]]:
+    """Config keys that differ between the runs (the recipe name included)."""
+    return config_diff({r.run_id: {"recipe": r.curves.recipe, **r.curves.config} for r in runs})
+
+
+def check_metrics(runs: Sequence[LoadedRun], metrics: Sequence[str]) -> None:
+    """A metric no run logged is a typo: say which keys there are."""
+    for metric in metrics:
+        if not any(r.curves.series(metric) for r in runs):
+            known = sorted({k for r in runs for k in (*r.curves.steps, *r.curves.evals)})
+            listed = ", ".join(known) if known else "none (no metrics yet)"
+            raise UsageError(f"no run has {metric!r}; logged keys: {listed}")

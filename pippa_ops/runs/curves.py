@@ -1,0 +1,154 @@
+"""Training curves as values: a metrics.jsonl read whole, EMA smoothing, integer step ticks, and the
+config keys in which runs differ. Pure functions shared by ``pippa compare`` and the dashboard.
+
+Smoothing is TensorBoard's: an exponential moving average with its start-up bias divided out
+(``ema / (1 - w**n)``), so the first points are not pulled toward zero.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Points = tuple[tuple[int, float], ...]
+DASH_SMOOTHING = 0.6  # the dashboard's `e` toggle; TensorBoard's default weight
+
+
+@dataclass(frozen=True)
+class Curves:
+    """One run's metrics file: its config and recipe (first header), every numeric step and eval
+    series by key, and how it ended. A resumed header drops the points past its step."""
+
+    config: dict[str, Any] = field(default_factory=dict)
+    recipe: str | None = None
+    steps: dict[str, Points] = field(default_factory=dict)
+    evals: dict[str, Points] = field(default_factory=dict)
+    end: str | None = None
+
+    def series(self, key: str) -> Points:
+        return self.steps.get(key) or self.evals.get(key) or ()
+
+
+def _number(v: object) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def parse_metrics(data: bytes) -> Curves:
+    """Read a metrics.jsonl (docs/CONTRACTS.md) whole; a torn last line is ignored."""
+    config: dict[str, Any] = {}
+    recipe = None
+    steps: dict[str, dict[int, float]] = {}
+    evals: dict[str, dict[int, float]] = {}
+    end = None
+    for raw in data.split(b"\n")[:-1]:
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        kind, step = rec.get("type"), rec.get("step")
+        if kind == "header":
+            resumed = rec.get("resumed_from_step")
+            keep = resumed if isinstance(resumed, int) else -1
+            for table in (steps, evals):
+                for points in table.values():
+                    for s in [s for s in points if s > keep]:
+                        del points[s]
+            end = None
+            if keep < 0 or not config:
+                found = rec.get("config")
+                config = found if isinstance(found, dict) else {}
+                recipe = rec.get("recipe")
+        elif kind in ("step", "eval") and isinstance(step, int):
+            table = steps if kind == "step" else evals
+            for key, value in rec.items():
+                v = _number(value)
+                if v is not None and key not in ("step", "time"):
+                    table.setdefault(key, {})[step] = v
+        elif kind == "end":
+            end = str(rec.get("status"))
+
+    def frozen(table: dict[str, dict[int, float]]) -> dict[str, Points]:
+        return {k: tuple(sorted(v.items())) for k, v in table.items() if v}
+
+    return Curves(config=config, recipe=recipe, steps=frozen(steps), evals=frozen(evals), end=end)
+
+
+def ema(values: Sequence[float], weight: float) -> list[float]:
+    """TensorBoard's debiased exponential moving average; ``weight`` 0 returns the values."""
+    if not 0.0 <= weight < 1.0:
+        raise ValueError(f"smoothing weight must be in [0, 1): {weight}")
+    out, last = [], 0.0
+    for n, v in enumerate(values, start=1):
+        last = last * weight + (1.0 - weight) * v
+        out.append(last / (1.0 - weight**n))
+    return out
+
+
+def smooth(points: Points, weight: float) -> Points:
+    if weight <= 0.0 or not points:
+        return points
+    return tuple(zip((p[0] for p in points), ema([p[1] for p in points], weight), strict=True))
+
+
+def integer_ticks(lo: float, hi: float, most: int = 6) -> list[int]:
+    """At most ``most`` whole-number ticks (spacing 1, 2, 5 x 10^k) between ``lo`` and ``hi``: steps
+    are integers, so an axis never reads 12.5."""
+    first, last = math.ceil(lo), math.floor(hi)
+    if last < first:
+        return [round(lo)]
+
+    def count(step: int) -> int:
+        return last // step - math.ceil(first / step) + 1
+
+    step = 1
+    while count(step) > max(1, most):
+        step = _next_step(step)
+    start = math.ceil(first / step) * step
+    return list(range(start, last + 1, step)) or [first]
+
+
+def ticks_for_width(lo: float, hi: float, width: int) -> list[int]:
+    """Integer ticks that fit ``width`` columns of a plot without their labels running together."""
+    label = len(str(math.floor(abs(hi)))) + (1 if min(lo, hi) < 0 else 0)
+    return integer_ticks(lo, hi, most=max(2, (width - 8) // (label + 3)))
+
+
+def _next_step(step: int) -> int:
+    """1, 2, 5, 10, 20, 50, ...: the next nice tick spacing."""
+    mantissa, exp = step, 1
+    while mantissa >= 10:
+        mantissa //= 10
+        exp *= 10
+    return {1: 2, 2: 5, 5: 10}[mantissa] * exp
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested config as dotted keys (``config.train.learning_rate``); lists stay whole values."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def config_diff(configs: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Only the keys whose values differ between runs: key -> {run: value} (a run without the key
+    shows None)."""
+    flat = {run: flatten(cfg) for run, cfg in configs.items()}
+    keys = sorted({k for f in flat.values() for k in f})
+    out = {}
+    for key in keys:
+        values = {run: f.get(key) for run, f in flat.items()}
+        if len({json.dumps(v, sort_keys=True, default=str) for v in values.values()}) > 1:
+            out[key] = values
+    return out

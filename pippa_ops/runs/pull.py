@@ -1,0 +1,197 @@
+"""``pippa pull``: a run's record from its host into ``runs/<host>/<run-id>/`` here, incrementally.
+
+One request to the host agent (``agent.pull``) per run: the laptop says what it already has (each
+file's size and the digest of its last 4 KiB), the agent answers with a manifest and streams only
+the missing bytes: a grown log or metrics file from where the laptop's copy ends, a new or replaced
+file whole, a checkpoint only when asked. Each file is written under a temporary name in its own
+directory and renamed into place once complete, so neither a reader nor a pull cut off by a
+dropped connection ever leaves a partial file under a real name.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pippa_ops.errors import HostUnreachable, RemoteCommandFailed, UsageError
+from pippa_ops.hosts.inventory import SECRETS_PATH, HostSpec
+from pippa_ops.transport import agent, agent_client
+from pippa_ops.transport.base import Process, Transport
+from pippa_ops.transport.shell import validate_name
+
+PART = ".pippa-part-"  # temporary files of a pull in progress; a later pull removes leftovers
+Progress = Callable[[int, int], None]  # (bytes received, bytes to receive)
+
+
+@dataclass(frozen=True)
+class PullResult:
+    host: str
+    run_id: str
+    path: Path
+    new: tuple[str, ...]  # files the laptop did not have (or had a different version of)
+    grown: tuple[str, ...]  # files that had grown: only their new bytes came
+    unchanged: int
+    received: int  # bytes
+    checkpoints: tuple[str, ...]  # every checkpoint the host has
+    checkpoint: str | None  # the one pulled
+    changed: tuple[str, ...]  # replaced on the host while being pulled: left as they were here
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["path"], out["bytes"] = str(self.path), out.pop("received")
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+
+
+def local_dir(root: Path, host: str, run_id: str) -> Path:
+    """Where a pulled run lives: ``<root>/<host>/<run-id>`` (host names never hold a slash)."""
+    return root / host.replace("/", "_") / validate_name("run", run_id)
+
+
+def _have(dest: Path) -> dict[str, list[Any]]:
+    """What the laptop has of the run: rel -> [size, digest of its last bytes]; stale parts removed."""
+    have: dict[str, list[Any]] = {}
+    if not dest.is_dir():
+        return have
+    for path in dest.rglob("*"):
+        if path.is_symlink() or not path.is_file():
+            continue
+        if path.name.startswith(PART):
+            path.unlink(missing_ok=True)  # left by a pull that was killed
+            continue
+        size = path.stat().st_size
+        digest = agent.tail_digest(str(path), size)
+        if digest is not None:
+            have[path.relative_to(dest).as_posix()] = [size, digest]
+    return have
+
+
+def _safe_rel(rel: object) -> str:
+    """A manifest path the host sent: relative, no '..', so nothing lands outside the run's dir."""
+    if not isinstance(rel, str) or not rel or "\0" in rel or rel.startswith("/"):
+        raise RemoteCommandFailed(f"pull: the host sent an unsafe path {rel!r}")
+    if any(part in ("", ".", "..") for part in rel.split("/")):
+        raise RemoteCommandFailed(f"pull: the host sent an unsafe path {rel!r}")
+    return rel
+
+
+def _frame(proc: Process) -> bytes:
+    head = proc.readline()
+    if not head.endswith(b"\n") or not head[:-1].isdigit():
+        raise HostUnreachable("the stream ended early")
+    n, data = int(head), bytearray()
+    while len(data) < n:
+        chunk = proc.read(n - len(data))
+        if not chunk:
+            raise HostUnreachable("the stream ended early")
+        data += chunk
+    return bytes(data)
+
+
+@dataclass
+class _Tally:
+    new: list[str] = field(default_factory=list)
+    grown: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    received: int = 0
+
+
+def _receive(proc: Process, manifest: dict[str, Any], dest: Path, progress: Progress | None) -> _Tally:
+    """Write each sent file beside its place and rename it there once whole."""
+    tally = _Tally()
+    total = int(manifest.get("send", 0))
+    if progress:
+        progress(0, total)
+    for rel, size, offset, mtime in manifest["files"]:
+        rel = _safe_rel(rel)
+        if offset >= size:
+            tally.unchanged += 1
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_name(f"{PART}{target.name}-{os.getpid()}")
+        try:
+            if offset:
+                shutil.copyfile(target, part)  # the copy's prefix; the new bytes are appended
+            got = offset
+            with open(part, "ab" if offset else "wb") as out:
+                while chunk := _frame(proc):
+                    out.write(chunk)
+                    got += len(chunk)
+                    tally.received += len(chunk)
+                    if progress:
+                        progress(tally.received, total)
+            if got != size:
+                tally.changed.append(rel)  # replaced on the host meanwhile (a resume): keep ours
+                continue
+            os.utime(part, (mtime, mtime))
+            os.replace(part, target)
+            (tally.grown if offset else tally.new).append(rel)
+        finally:
+            part.unlink(missing_ok=True)
+    return tally
+
+
+def pull_run(
+    transport: Transport,
+    spec: HostSpec,
+    run_id: str,
+    root: Path,
+    *,
+    checkpoint: str | None = None,
+    progress: Progress | None = None,
+) -> PullResult:
+    """Bring ``run_id`` from ``spec`` into ``local_dir(root, ...)``; ``checkpoint``: None (no
+    checkpoint), ``latest`` or a ``checkpoint-N``/``N`` name."""
+    remote = f"{spec.remote_dir.rstrip('/')}/runs/{validate_name('run', run_id)}"
+    if spec.is_local:
+        raise UsageError(f"run {run_id} is on this machine already: {remote}")
+    dest = local_dir(root, spec.name, run_id)
+    args = {"run_dir": remote, "have": _have(dest), "checkpoint": checkpoint}
+    with agent_client.start(transport, "pull", args) as proc:
+        proc.close_stdin()
+        try:
+            line = proc.readline()
+            if not line.endswith(b"\n"):
+                agent_client.check_stream(transport, "pull", proc, proc.wait(30))
+                raise HostUnreachable("no answer")
+            manifest = agent_client.parse_answer(transport, "pull", line)
+            tally = _receive(proc, manifest, dest, progress)
+        except HostUnreachable as e:
+            raise HostUnreachable(f"{transport.name}: connection dropped while pulling {run_id} ({e})") from e
+        agent_client.check_stream(transport, "pull", proc, proc.wait(30))
+    return PullResult(
+        host=spec.name,
+        run_id=run_id,
+        path=dest,
+        new=tuple(tally.new),
+        grown=tuple(tally.grown),
+        unchanged=tally.unchanged,
+        received=tally.received,
+        checkpoints=tuple(manifest.get("checkpoints") or ()),
+        checkpoint=manifest.get("chosen"),
+        changed=tuple(tally.changed),
+    )
+
+
+def wandb_sync(transport: Transport, spec: HostSpec, run_id: str, timeout_s: float = 600) -> list[str]:
+    """Upload the run's offline W&B runs from the host (``wandb sync`` there); their names."""
+    remote_dir = spec.remote_dir.rstrip("/")
+    python = shlex.split(spec.python) if spec.python else [f"{remote_dir}/.venv/bin/python"]
+    args = {
+        "run_dir": f"{remote_dir}/runs/{validate_name('run', run_id)}",
+        "remote_dir": remote_dir,
+        "python": python,
+        "secrets_path": SECRETS_PATH,
+        "env": dict(spec.env),
+        "timeout": timeout_s,
+    }
+    answer = agent_client.call(transport, "wandb_sync", args, timeout=timeout_s + 30)
+    if answer.get("status") != 0:
+        raise RemoteCommandFailed(f"{spec.name}: wandb sync of {run_id} failed: {answer.get('why')}")
+    return [str(n) for n in answer.get("synced", [])]

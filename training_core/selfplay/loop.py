@@ -1,0 +1,344 @@
+"""One self-play run: load the policy, then per step play games against itself, turn them into samples
+with role-conditioned advantages and take the policy-gradient step; evaluate against fixed opponents
+every ``eval.interval`` steps; checkpoint every ``checkpoint.every`` steps and on SIGINT/SIGTERM.
+
+The run record is the GRPO runner's (training_core.runner, docs/CONTRACTS.md): header, step, eval and
+end lines in metrics.jsonl, mirrored to W&B under the same keys; a failure before the first step still
+writes a failed end line; ``--resume`` continues from the newest checkpoint after moving the lines it
+redoes to metrics.superseded.jsonl.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from training_core.errors import StartFailed, TrainingError, UsageError
+from training_core.platform import PlatformFacts, apply_offline_env, detect
+from training_core.recipes import Resolved
+from training_core.runner import (
+    _load_model,
+    _record_failed_start,
+    _start_wandb,
+    _Started,
+    _StopOnSignal,
+    first_line,
+)
+from training_core.selfplay import state
+from training_core.selfplay.evaluate import eval_metrics, play_eval, summary
+from training_core.selfplay.game import TicTacToe
+from training_core.selfplay.prompts import render
+from training_core.selfplay.rae import RoleBaselines
+from training_core.selfplay.rollout import Game, Player, RolloutStats, Sampling, self_play
+from training_core.selfplay.update import Sample, UpdateSettings, policy_update, subsample, turn_samples
+
+
+@dataclass
+class _Run:
+    model: Any
+    tokenizer: Any
+    optimizer: Any
+    scheduler: Any
+    baselines: RoleBaselines
+    rng: random.Random  # subsampling; the policy samples with torch's RNG
+    start_step: int
+    player: Player  # sampling as in training
+    eval_player: Player  # sampling as in evaluation
+    n_params: int
+
+
+def run(res: Resolved, run_dir: Path, resume: bool = False) -> int:
+    """Set up and train; the same failure contract as ``training_core.runner.run``."""
+    started = _Started()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        r = _prepare(res, run_dir, resume, started)
+    except BaseException as e:
+        error = str(e) if isinstance(e, TrainingError) else first_line(e)
+        _record_failed_start(res, run_dir, started, error, isinstance(e, KeyboardInterrupt))
+        if isinstance(e, (TrainingError, KeyboardInterrupt)):
+            raise
+        raise StartFailed(f"run {run_dir.name} failed before its first step: {error}") from e
+    return _train(res, run_dir, r, started)
+
+
+def _check_prompt(res: Resolved, tokenizer: Any, model: Any) -> None:
+    """Refuse, with one line, a prompt the model cannot read: no chat template for "chat", characters
+    its vocabulary lacks, or a prompt plus answer longer than its positions."""
+    cfg = res.config
+    if cfg.data.prompt_style == "chat" and not getattr(tokenizer, "chat_template", None):
+        raise UsageError(
+            f'model {cfg.model.name!r} has no chat template: set data.prompt_style = "plain" to send the '
+            "prompt as raw text (the tiny recipe does)"
+        )
+    text = render(TicTacToe().board, 0, cfg.selfplay.prompt, cfg.data.prompt_style, tokenizer)
+    ids = tokenizer(text)["input_ids"]
+    if tokenizer.decode(ids, skip_special_tokens=True) != text and cfg.data.prompt_style == "plain":
+        raise UsageError(
+            f"the {cfg.selfplay.prompt!r} prompt has characters the tokenizer of {cfg.model.name!r} does not "
+            'know (the tiny character model needs selfplay.prompt = "board")'
+        )
+    limit = getattr(model.config, "max_position_embeddings", None)
+    need = len(ids) + cfg.train.max_completion_length
+    if limit is not None and need > limit:
+        raise UsageError(
+            f"a {len(ids)}-token prompt plus train.max_completion_length={cfg.train.max_completion_length} "
+            f"exceeds the model's {limit} positions"
+        )
+
+
+def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> _Run:
+    cfg, t, sp = res.config, res.config.train, res.config.selfplay
+    facts: PlatformFacts = detect(offline_probe=cfg.model.name != "tiny")
+    apply_offline_env(facts)
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from training_core import metrics
+    from training_core.checkpoints import newest_checkpoint
+
+    hf_logging.disable_progress_bar()
+    ckpt_dir = run_dir / "checkpoints"
+    resume_from = newest_checkpoint(ckpt_dir) if resume else None
+    if resume and resume_from is None:
+        print(f"resume: no checkpoint in {ckpt_dir}; starting from step 0", flush=True)
+    started.resumed_step = int(resume_from.name.split("-")[1]) if resume_from else None
+    metrics_path = run_dir / "metrics.jsonl"
+    if resume:
+        moved = metrics.supersede(metrics_path, -1 if started.resumed_step is None else started.resumed_step)
+        if moved:
+            print(f"resume: moved {moved} redone lines to metrics.superseded.jsonl", flush=True)
+
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)  # seeds CUDA too; sampling of the moves draws from it
+    name = cfg.model.name
+    if resume_from is not None:
+        cfg.model.name = str(resume_from)  # the checkpoint's weights; the header keeps the recipe's name
+    try:
+        model, tokenizer = _load_model(res, facts)
+    finally:
+        cfg.model.name = name
+    if cfg.model.precision not in ("bf16", "fp32"):
+        raise UsageError(
+            f"selfplay trains in bf16 or fp32, not {cfg.model.precision}: "
+            'set model.precision = "bf16" or "fp32"'
+        )
+    model.to("cuda" if torch.cuda.is_available() else "cpu")
+    if cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    _check_prompt(res, tokenizer, model)
+
+    started.wandb_info = wandb_info = _start_wandb(
+        res, run_dir, metrics.previous_wandb_id(metrics_path) if resume else None
+    )
+    mirror = metrics.wandb_mirror if wandb_info else None
+    started.writer = writer = metrics.MetricsWriter(metrics_path, mirror=mirror)
+    writer.header(run_dir.name, res.recipe, res.as_dict(), wandb_info, started.resumed_step)
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=t.learning_rate, weight_decay=t.weight_decay)
+    total = t.max_steps * t.num_iterations  # one optimizer step per PPO epoch
+    scheduler = lr_schedule(optimizer, t.lr_scheduler_type, round(t.warmup_ratio * total), total)
+    rng = random.Random(cfg.seed)
+    baselines = RoleBaselines(sp.rae_decay)
+    start_step = 0
+    if resume_from is not None:
+        start_step, saved = state.load(resume_from, optimizer, scheduler, rng)
+        baselines.load_state_dict(saved)
+    style = cfg.data.prompt_style
+    player = Player(
+        model, tokenizer, sp.prompt, style, Sampling(t.max_completion_length, t.temperature, t.top_p)
+    )
+    eval_sampling = Sampling(
+        cfg.eval.max_new_tokens or t.max_completion_length, sp.eval_temperature, sp.eval_top_p
+    )
+    eval_player = Player(model, tokenizer, sp.prompt, style, eval_sampling)
+    n_params = sum(p.numel() for p in model.parameters())
+    return _Run(
+        model, tokenizer, optimizer, scheduler, baselines, rng, start_step, player, eval_player, n_params
+    )
+
+
+def lr_schedule(optimizer: Any, kind: str, warmup: int, total: int) -> Any:
+    """Linear warmup, then constant (SPIRAL's) or linear decay to 0. Written here rather than taken from
+    transformers.get_scheduler, whose import pulls in the Trainer stack (~8 s of a short run on CPU)."""
+    import torch
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        if kind == "linear":
+            return max(0.0, (total - step) / max(1, total - warmup))
+        return 1.0
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def game_metrics(games: list[Game]) -> dict[str, float]:
+    """Outcomes by role, invalid-move rates, game length and payoffs of one step's self-play games."""
+    n = max(1, len(games))
+    ends = [g.game for g in games]
+    turns = [t for g in games for t in g.turns]
+    pay = [g.payoffs() for g in ends]
+    return {
+        "game/p0_win": sum(e.result == "win" and e.winner == 0 for e in ends) / n,
+        "game/p1_win": sum(e.result == "win" and e.winner == 1 for e in ends) / n,
+        "game/draw": sum(e.result in ("draw", "cap") for e in ends) / n,
+        "game/p0_invalid": sum(e.result == "invalid" and e.offender == 0 for e in ends) / n,
+        "game/p1_invalid": sum(e.result == "invalid" and e.offender == 1 for e in ends) / n,
+        "game/invalid_rate": sum(e.result == "invalid" for e in ends) / n,
+        "game/invalid_per_move": sum(not t.valid for t in turns) / max(1, len(turns)),
+        "game/mean_length": sum(e.turns for e in ends) / n,
+        "game/games": float(len(games)),
+        "reward/mean": sum(a + b for a, b in pay) / (2 * n),
+        "reward/p0": sum(a for a, _ in pay) / n,
+        "reward/p1": sum(b for _, b in pay) / n,
+        "completions/mean_length": sum(t.n_tokens for t in turns) / max(1, len(turns)),
+        "completions/clipped_ratio": sum(t.truncated for t in turns) / max(1, len(turns)),
+    }
+
+
+def _stats(xs: list[float], prefix: str) -> dict[str, float]:
+    if not xs:
+        return {}
+    mean = sum(xs) / len(xs)
+    std = math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))
+    return {f"{prefix}/mean": mean, f"{prefix}/std": std, f"{prefix}/min": min(xs), f"{prefix}/max": max(xs)}
+
+
+def one_step(res: Resolved, r: _Run) -> dict[str, float]:
+    """Play games until ``samples_per_step`` non-zero-advantage turns exist (at most 32 batches beyond
+    the expected number: an all-draw stretch at baseline 0 could otherwise loop), then update."""
+    import torch
+
+    cfg, sp = res.config, res.config.selfplay
+    start = time.time()
+    stats = RolloutStats()
+    games: list[Game] = []
+    kept: list[Sample] = []
+    advantages: list[float] = []
+    dropped = 0
+    max_rounds = 32 + math.ceil(sp.samples_per_step / sp.parallel_games)
+    for _ in range(max_rounds):
+        batch = self_play(r.player, sp.parallel_games, sp.max_turns, stats)
+        k, a, d = turn_samples(batch, r.baselines, sp.game, sp.drop_zero_advantage)
+        games, kept, advantages, dropped = games + batch, kept + k, advantages + a, dropped + d
+        if len(kept) >= sp.samples_per_step:
+            break
+    rollout_s = time.time() - start
+    chosen = subsample(kept, sp.samples_per_step, r.rng)
+    t = cfg.train
+    settings = UpdateSettings(
+        t.max_completion_length, sp.micro_batch_size, t.num_iterations, t.epsilon, t.max_grad_norm
+    )
+    update = policy_update(r.model, r.tokenizer, r.optimizer, r.scheduler, chosen, settings) if chosen else {}
+    m = game_metrics(games)
+    m.update(_stats(advantages, "adv"))
+    m["adv/frac_dropped"] = dropped / max(1, len(advantages))
+    m["rae/baseline_p0"] = r.baselines.get(sp.game, 0)
+    m["rae/baseline_p1"] = r.baselines.get(sp.game, 1)
+    m["samples/collected"] = float(len(kept))
+    m["samples/trained"] = float(len(chosen))
+    m.update(update)
+    now = time.time()
+    m["perf/rollout_time_s"] = rollout_s
+    m["perf/update_time_s"] = now - start - rollout_s
+    m["perf/step_time_s"] = now - start
+    m["perf/gen_tokens_per_s"] = stats.generated_tokens / max(1e-9, stats.generate_s)
+    if torch.cuda.is_available():
+        m["perf/peak_mem_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    return m
+
+
+def progress_line(step: int, max_steps: int, m: dict[str, float]) -> str:
+    def f(key: str, fmt: str) -> str:
+        v = m.get(key)
+        return format(v, fmt) if isinstance(v, float) and math.isfinite(v) else "-"
+
+    return (
+        f"step {step}/{max_steps}  invalid {f('game/invalid_rate', '.2f')}  win p0 {f('game/p0_win', '.2f')} "
+        f"p1 {f('game/p1_win', '.2f')}  draw {f('game/draw', '.2f')}  len {f('game/mean_length', '.1f')}  "
+        f"adv {f('adv/mean', '+.2f')}  loss {f('loss/total', '.4f')}  {f('perf/step_time_s', '.2f')}s/step"
+    )
+
+
+def _train(res: Resolved, run_dir: Path, r: _Run, started: _Started) -> int:
+    cfg, writer, wandb_info = res.config, started.writer, started.wandb_info
+    t, ev, ck = cfg.train, cfg.eval, cfg.checkpoint
+    ckpt_root = run_dir / "checkpoints"
+    print(
+        f"run {run_dir.name}: recipe {res.recipe}, platform {res.platform['name']}, "
+        f"selfplay {cfg.selfplay.game}, "
+        f"{r.n_params / 1e6:.2f}M params" + (f", resuming from step {r.start_step}" if r.start_step else ""),
+        flush=True,
+    )
+
+    def evaluate(step: int) -> None:
+        out = play_eval(r.eval_player, ev.n, cfg.seed + step, cfg.selfplay.max_turns)
+        writer.eval(step, eval_metrics(out))
+        print(f"eval step {step}: {summary(out)}", flush=True)
+
+    def save(step: int) -> None:
+        state.save(
+            ckpt_root,
+            step,
+            r.model,
+            r.tokenizer,
+            r.optimizer,
+            r.scheduler,
+            r.baselines.state_dict(),
+            r.rng,
+            ck.keep,
+        )
+
+    handler = _StopOnSignal(save=ck.every > 0)
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    status, error, code, done = "failed", None, 1, r.start_step
+    evaluating = ev.task != "none"
+    try:
+        last_eval = None
+        if evaluating and ev.at_start and r.start_step == 0:
+            evaluate(0)
+            last_eval = 0
+        for step in range(r.start_step + 1, t.max_steps + 1):
+            m = one_step(res, r)
+            done = step
+            writer.step(step, m)
+            if cfg.logging.progress:
+                print(progress_line(step, t.max_steps, m), flush=True)
+            if evaluating and ev.interval > 0 and step % ev.interval == 0:
+                evaluate(step)
+                last_eval = step
+            saved = ck.every > 0 and (step % ck.every == 0 or step == t.max_steps)
+            if saved:
+                save(step)
+            if handler.requested is not None and step < t.max_steps:
+                if not saved:
+                    save(step)
+                raise KeyboardInterrupt(f"signal {handler.requested}")
+        if evaluating and ev.at_end and last_eval != t.max_steps and done == t.max_steps:
+            evaluate(t.max_steps)
+        status, code = "completed", 0
+    except KeyboardInterrupt as e:
+        status, error, code = "interrupted", str(e) or "interrupted", 130
+        print(f"interrupted at step {done}", file=sys.stderr, flush=True)
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"
+        traceback.print_exc()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        writer.end(status, done, error)
+        writer.close()
+        if wandb_info:
+            import wandb
+
+            wandb.finish(exit_code=code)
+    print(f"run {run_dir.name} {status} at step {done}", flush=True)
+    return code
