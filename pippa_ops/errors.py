@@ -110,3 +110,7 @@ class WaitTimeout(PippaError):
     """``pippa wait --timeout`` passed before the runs ended."""
 
     exit_code = ExitCode.TIMEOUT
+
+
+class NotAttachable(UsageError):
+    """``attach`` to a run that has no terminal (a SLURM batch job): the message says what to use."""

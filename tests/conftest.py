@@ -36,6 +36,10 @@ the session's (``PIPPA_CACHE`` set by the caller is kept), so the tiny model is 
 
 ``PIPPA``: path of the ``pippa`` script in the venv running the tests.
 
+``slurm_cluster`` (session): a real single-node SLURM (module tests/slurm.py): munged, slurmctld and
+slurmd started once per session; ``SLURM_CONF`` in ``slurm_cluster.env`` points the client commands at
+it. Skipped with the reason where not root or the Debian packages are missing.
+
 Tests using these carry ``@pytest.mark.ssh``; they are skipped (with the reason) only when not root or
 sshd is missing. .ci/run installs openssh-server and CI runs as root.
 """
@@ -52,6 +56,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/sshd.py, also for the benchmarks
+import slurm
 import sshd
 
 PIPPA = str(Path(sys.prefix) / "bin" / "pippa")
@@ -120,6 +125,22 @@ def ssh_world() -> Iterator[sshd.World]:
         yield world
     finally:
         world.close()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurm.Cluster]:
+    reason = slurm.why_unavailable()
+    if reason:
+        pytest.skip(reason)
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="pippa-slurm-"))  # outside pytest's 0700 tree: users read slurm.conf
+    cluster = slurm.start_cluster(base)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

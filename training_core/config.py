@@ -183,6 +183,34 @@ class SandboxConfig:
 
 
 @dataclass
+class LaunchConfig:
+    # Training processes per host: 1 = one plain `python -m training_core.train` (the default; no
+    # accelerate). N > 1 = `accelerate launch` with N ranks (one per GPU; gloo ranks on a CPU host).
+    processes: int = 1
+    # How the ranks share the model. "ddp": a full replica per rank, gradients all-reduced; "zero2":
+    # DeepSpeed ZeRO-2 (optimizer state and gradients sharded); "zero3": ZeRO-3 (weights sharded too, for
+    # models whose training state does not fit one GPU; the team's 7-GPU runs). Rajbhandari et al. 2020.
+    strategy: Literal["ddp", "zero2", "zero3"] = "ddp"
+    # accelerate's mixed precision. "auto": from model.precision (bf16 / bf16_amp -> "bf16", fp16 ->
+    # "fp16", fp32 -> "no"); an explicit value must agree with it (one precision per run).
+    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = "auto"
+    # GPU ids this run may use (CUDA_VISIBLE_DEVICES), e.g. "0-6" or "0,2"; "" = every GPU. Lets several
+    # runs share one 8-GPU host; with processes = 1 it only pins the GPU.
+    gpus: str = ""
+    # vLLM server mode (train.use_vllm = true, train.vllm_mode = "server"): the GPUs, out of the run's, that
+    # run `trl vllm-serve`; the others train (training_core.vllm_server). E.g. "7" next to processes = 7.
+    vllm_gpus: str = ""
+    # Tensor-parallel size of the server; 0 = every server GPU. Must divide their number.
+    vllm_tensor_parallel: int = 0
+    # Port of the server on 127.0.0.1 (the trainer connects there). Default 8000 (TRL's).
+    vllm_port: int = 8000
+    # Seconds to wait for the server's /health before the run fails (model download and load). Default 600.
+    vllm_timeout_s: float = 600.0
+    # Extra `trl vllm-serve` arguments, e.g. ["--max-model-len", "8192"] (the team's code runs).
+    vllm_args: list[str] = field(default_factory=list)
+
+
+@dataclass
 class SFTSettings:
     # Row column holding the target response; the loss is taken on its tokens only (TRL's
     # prompt-completion format). Default "answer" (the arithmetic loaders' answer; GSM8K's worked
@@ -269,3 +297,5 @@ class RunConfig:
     dpo: DPOSettings = field(default_factory=DPOSettings)
     # Settings of the selfplay method.
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
+    # How many processes train and where (training_core.launch reads it; the trainer only records it).
+    launch: LaunchConfig = field(default_factory=LaunchConfig)

@@ -168,7 +168,8 @@ def make_callback(
             res = evaluate(model, tokenizer, task, rows, data, max_new_tokens)
             metrics = eval_metrics(task, res)
             writer.eval(state.global_step, metrics)
-            print(f"eval step {state.global_step}: {summary(res)}", flush=True)
+            if writer.active:
+                print(f"eval step {state.global_step}: {summary(res)}", flush=True)
 
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
             if cfg.at_start and state.global_step == 0:

@@ -61,6 +61,8 @@ class MetricsWriter:
     same keys (the runner sets it to ``wandb_mirror`` when a W&B run is active, so W&B and
     metrics.jsonl never disagree on names)."""
 
+    active = True  # False for NullWriter: callbacks print their lines only where the run is recorded
+
     def __init__(self, path: Path, mirror: Mirror | None = None) -> None:
         self.path = path
         self.mirror = mirror
@@ -107,6 +109,36 @@ class MetricsWriter:
 
     def close(self) -> None:
         self._f.close()
+
+
+class NullWriter(MetricsWriter):
+    """The writer of ranks other than 0: a run has one metrics.jsonl and one W&B run, written by rank 0;
+    the other ranks run the same callbacks (an eval under ZeRO-3 needs every rank) and record nothing."""
+
+    active = False
+
+    def __init__(self) -> None:
+        self.mirror = None
+
+    def write(self, record: dict[str, Any]) -> None:
+        pass
+
+    def step(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def eval(self, step: int, metrics: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def process_rank() -> int:
+    """This process's global rank: torchrun (accelerate launch, srun) sets RANK; 0 when it runs alone."""
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
 
 
 def supersede(path: Path, resumed_from_step: int) -> int:

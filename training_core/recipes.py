@@ -329,6 +329,8 @@ def _validate_supervised(cfg: RunConfig) -> None:
 def _validate_selfplay(cfg: RunConfig) -> None:
     """Self-play takes its rewards from the game and trains in its own loop (training_core.selfplay)."""
     t, sp = cfg.train, cfg.selfplay
+    if cfg.launch.processes > 1:
+        raise BadSetting("selfplay trains in one process (its own loop): set launch.processes = 1")
     if cfg.rewards:
         raise BadSetting("a selfplay recipe is paid by the game: remove its [[rewards]] (set rewards = [])")
     for key in ("samples_per_step", "parallel_games", "max_turns", "micro_batch_size"):

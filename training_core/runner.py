@@ -168,8 +168,10 @@ def _record_failed_start(
 ) -> None:
     from training_core import metrics
 
+    if metrics.process_rank() != 0:
+        return  # rank 0 records the run
     writer = started.writer
-    if writer is None:
+    if writer is None or not writer.active:
         writer = metrics.MetricsWriter(run_dir / "metrics.jsonl")
         writer.header(run_dir.name, res.recipe, res.as_dict(), started.wandb_info, started.resumed_step)
     status = "interrupted" if interrupted else "failed"
@@ -206,7 +208,8 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
         print(f"resume: no checkpoint in {ckpt_dir}; starting from step 0", flush=True)
     started.resumed_step = int(resume_from.name.split("-")[1]) if resume_from else None
     metrics_path = run_dir / "metrics.jsonl"
-    if resume:
+    main = metrics.process_rank() == 0  # one metrics.jsonl and one W&B run per run, from rank 0
+    if resume and main:
         # The lines the resumed run redoes go to metrics.superseded.jsonl: one row per step for readers.
         moved = metrics.supersede(metrics_path, -1 if started.resumed_step is None else started.resumed_step)
         if moved:
@@ -235,14 +238,17 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
 
     train_ds = datasets.Dataset.from_list(train_rows)
 
-    started.wandb_info = wandb_info = _start_wandb(
-        res, run_dir, metrics.previous_wandb_id(metrics_path) if resume else None
-    )
-    # TRL's own W&B callback stays off (report_to none): it would log TRL's key names ("train/reward");
-    # the writer mirrors every step and eval record under the metrics.jsonl names instead.
-    mirror = metrics.wandb_mirror if wandb_info else None
-    started.writer = writer = metrics.MetricsWriter(metrics_path, mirror=mirror)
-    writer.header(run_dir.name, res.recipe, res.as_dict(), wandb_info, started.resumed_step)
+    if main:
+        started.wandb_info = wandb_info = _start_wandb(
+            res, run_dir, metrics.previous_wandb_id(metrics_path) if resume else None
+        )
+        # TRL's own W&B callback stays off (report_to none): it would log TRL's key names ("train/reward");
+        # the writer mirrors every step and eval record under the metrics.jsonl names instead.
+        mirror = metrics.wandb_mirror if wandb_info else None
+        started.writer = writer = metrics.MetricsWriter(metrics_path, mirror=mirror)
+        writer.header(run_dir.name, res.recipe, res.as_dict(), wandb_info, started.resumed_step)
+    else:
+        started.writer = writer = metrics.NullWriter()
 
     # model-written code runs only under real isolation unless the recipe says "unsafe" (the header
     # above records the setting; the sandbox refuses with one line naming what to install otherwise)
@@ -253,7 +259,7 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
     rctx = registry.RewardContext(model=model, tokenizer=tokenizer, run_dir=str(run_dir), config=cfg)
     reward_funcs = [registry.build(r.name, r.params, rctx, cfg.plugins) for r in cfg.rewards] if grpo else []
     n_params = sum(p.numel() for p in model.parameters())
-    cbs: list[Any] = [metrics.make_callback(writer, cfg.logging.progress, n_params, facts.gpu_name)]
+    cbs: list[Any] = [metrics.make_callback(writer, cfg.logging.progress and main, n_params, facts.gpu_name)]
     if cfg.eval.task != "none":
         task = EVAL_TASKS.get(cfg.eval.task, cfg.plugins)
         eval_rows = task.load(cfg.eval.n, cfg.seed, data=cfg.data, **cfg.eval.params)
@@ -297,17 +303,21 @@ def _train(res: Resolved, run_dir: Path, trainer: Any, started: _Started, n_rows
     t, writer, wandb_info = res.config.train, started.writer, started.wandb_info
     resumed_step, resume_from = started.resumed_step, started.resume_from
 
-    print(
-        f"run {run_dir.name}: recipe {res.recipe}, platform {res.platform['name']}, "
-        f"{f'loss {t.loss_type}' if res.config.method == 'grpo' else res.config.method}, "
-        f"{n_params / 1e6:.2f}M params, {n_rows} prompts"
-        + (f", resuming from step {resumed_step}" if resumed_step else ""),
-        flush=True,
-    )
+    main = writer.active
+    if main:
+        world = trainer.accelerator.num_processes
+        print(
+            f"run {run_dir.name}: recipe {res.recipe}, platform {res.platform['name']}, "
+            f"{f'loss {t.loss_type}' if res.config.method == 'grpo' else res.config.method}, "
+            f"{n_params / 1e6:.2f}M params, {n_rows} prompts"
+            + (f", {world} processes ({res.config.launch.strategy})" if world > 1 else "")
+            + (f", resuming from step {resumed_step}" if resumed_step else ""),
+            flush=True,
+        )
     from training_core.trainer import stop_callback
 
     handler = _StopOnSignal(save=res.config.checkpoint.every > 0)
-    trainer.add_callback(stop_callback(lambda: handler.requested))
+    trainer.add_callback(stop_callback(lambda: handler.requested, _any_rank(trainer)))
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     status, error, code = "failed", None, 1
     try:
@@ -328,5 +338,20 @@ def _train(res: Resolved, run_dir: Path, trainer: Any, started: _Started, n_rows
             import wandb
 
             wandb.finish(exit_code=code)
-    print(f"run {run_dir.name} {status} at step {trainer.state.global_step}", flush=True)
+    if main:
+        print(f"run {run_dir.name} {status} at step {trainer.state.global_step}", flush=True)
     return code
+
+
+def _any_rank(trainer: Any) -> Any:
+    """``flag -> bool``: True when any rank's flag is; plain ``bool`` for one process."""
+    acc = trainer.accelerator
+    if acc.num_processes == 1:
+        return bool
+
+    def agree(flag: bool) -> bool:
+        import torch
+
+        return bool(acc.reduce(torch.tensor([float(flag)], device=acc.device), reduction="sum").item() > 0)
+
+    return agree

@@ -53,6 +53,11 @@ def training_args(
         "dataloader_num_workers": t.dataloader_num_workers,
         # Pinned host memory only helps copies to a GPU; on CPU torch warns about it at every run.
         "dataloader_pin_memory": torch.cuda.is_available(),
+        # Without CUDA the ranks of `accelerate launch` (torchrun) must be told they are CPU ranks, or each
+        # trains alone: transformers only then builds the gloo group (training_core.launch).
+        "use_cpu": not torch.cuda.is_available(),
+        # Every trainable weight takes part in each forward (full model or LoRA): no extra graph walk.
+        "ddp_find_unused_parameters": False,
         "logging_steps": t.logging_steps,
         "bf16": m.precision in ("bf16", "bf16_amp"),
         "fp16": m.precision == "fp16",
@@ -71,6 +76,9 @@ def grpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str
         extra["generation_batch_size"] = t.generation_batch_size
     if t.use_vllm:
         extra.update(vllm_mode=t.vllm_mode, vllm_gpu_memory_utilization=t.vllm_gpu_memory_utilization)
+    if t.use_vllm and t.vllm_mode == "server":  # the server training_core.launch started and waited for
+        extra.update(vllm_server_host="127.0.0.1", vllm_server_port=cfg.launch.vllm_port,
+                     vllm_server_timeout=cfg.launch.vllm_timeout_s)  # fmt: skip
     return GRPOConfig(
         **training_args(cfg, run_dir, report_to, run_name, GRPOConfig),
         loss_type=t.loss_type,
@@ -97,18 +105,29 @@ class AtomicCheckpoints:
     args: Any  # the Trainer's, which this class is mixed into
     state: Any
     _get_output_dir: Any
+    accelerator: Any
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        # Every rank writes into staging (its RNG state; DeepSpeed its shard); the saving process alone
+        # prepares and renames it, between barriers (no-ops for one process).
         final_root = Path(str(self.args.output_dir))
         staging = final_root / ".staging"
-        shutil.rmtree(staging, ignore_errors=True)  # leftovers of a killed save
-        staging.mkdir(parents=True)
+        if self.args.should_save:
+            shutil.rmtree(staging, ignore_errors=True)  # leftovers of a killed save
+            staging.mkdir(parents=True)
+        self.accelerator.wait_for_everyone()
         original = self._get_output_dir
         self._get_output_dir = lambda trial=None: str(staging)  # type: ignore[method-assign,misc]
         try:
             super()._save_checkpoint(model, trial)  # type: ignore[misc]
         finally:
             self._get_output_dir = original  # type: ignore[method-assign]
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            self._publish(final_root, staging)
+        self.accelerator.wait_for_everyone()
+
+    def _publish(self, final_root: Path, staging: Path) -> None:
         name = f"checkpoint-{self.state.global_step}"
         target = final_root / name
         if target.exists():
@@ -123,19 +142,25 @@ class PippaGRPOTrainer(AtomicCheckpoints, GRPOTrainer):  # type: ignore[misc]
     pass
 
 
-def stop_callback(requested: Callable[[], int | None]) -> TrainerCallback:
+def stop_callback(
+    requested: Callable[[], int | None], agree: Callable[[bool], bool] = bool
+) -> TrainerCallback:
     """Once ``requested()`` names a signal: save a checkpoint at the end of the current step (through
     TrainerControl, the public way), then raise KeyboardInterrupt from ``on_save`` so the run ends as
-    interrupted without the end-of-training work (final eval, final save)."""
+    interrupted without the end-of-training work (final eval, final save). With several ranks,
+    ``agree(flag)`` is True when any rank's flag is (one all-reduce per step): every rank then saves the
+    same step, as the collective checkpoint needs, though the signal reached them at different times."""
 
     class SaveThenStop(TrainerCallback):  # type: ignore[misc]
+        stopping = False
+
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if requested() is not None:
+            if agree(requested() is not None):
+                self.stopping = True
                 control.should_save = True
 
         def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            signum = requested()
-            if signum is not None and state.global_step < state.max_steps:  # the last step just completes
-                raise KeyboardInterrupt(f"signal {signum}")
+            if self.stopping and state.global_step < state.max_steps:  # the last step just completes
+                raise KeyboardInterrupt(f"signal {requested() or 'on another rank'}")
 
     return SaveThenStop()

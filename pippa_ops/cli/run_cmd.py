@@ -7,6 +7,7 @@ rich is imported only by ``ps``, which draws a table, so ``run``/``logs``/``stop
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -15,13 +16,31 @@ from typing import Annotated
 import typer
 
 from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json
-from pippa_ops.errors import AmbiguousSession, ExitCode, PippaError, RunNotFound, SessionNotFound
+from pippa_ops.errors import (
+    AmbiguousSession,
+    BadSetting,
+    ExitCode,
+    NotAttachable,
+    PippaError,
+    RunNotFound,
+    SessionNotFound,
+)
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect, open_transport
 from pippa_ops.hosts.inventory import LOCAL, HostSpec, default_host, load_inventory, resolve
 from pippa_ops.runs.follow import read_all
-from pippa_ops.runs.launch import DEFAULT_GRACE_S, LaunchResult, attach_argv, follow_run, launch, resume, stop
-from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, select_runs
+from pippa_ops.runs.launch import (
+    DEFAULT_GRACE_S,
+    LaunchResult,
+    StopResult,
+    attach_argv,
+    follow_run,
+    launch,
+    launch_group,
+    resume,
+    stop,
+)
+from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, merge_groups, select_runs
 from pippa_ops.runs.recipes import list_recipes
 from pippa_ops.runs.script import DEFAULT_GAP_S, DEFAULT_SESSION
 from pippa_ops.runs.tmux import Tmux
@@ -37,6 +56,26 @@ def _host_runs(name: str) -> HostRuns:
     spec, transport = connect(name)
     with transport:
         return list_runs(transport, spec.remote_dir)
+
+
+def _locate_run(name: str, host: str | None) -> list[str]:
+    """The hosts of run/session ``name``: one host, or every host of a run over several (rank 0 first)."""
+    where = [host] if host is not None else _hosts_having(name)
+    if host is None and not where:
+        raise RunNotFound(f"no host has a run or session named {name!r}")
+    runs = select_runs(_host_runs(where[0]), name)
+    group = next((r.hosts for r in runs if r.hosts and len(r.hosts) > 1), None)
+    if group is not None and (host is not None or set(where) <= set(group)):
+        return list(group)
+    if len(where) > 1:
+        raise AmbiguousSession(f"{name!r} exists on several hosts ({', '.join(where)}); add --host")
+    return where
+
+
+def _hosts_having(name: str) -> list[str]:
+    validate_name("run or session", name)
+    return [h for h, r in fan_out(_all_hosts(), _host_runs).items()
+            if not isinstance(r, PippaError) and select_runs(r, name)]  # fmt: skip
 
 
 def _locate(name: str, host: str | None, *, live_session: bool = False) -> str:
@@ -77,11 +116,28 @@ def _label(r: RunRecord, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def launch_sets(gpus: str | None, processes: int | None, strategy: str | None) -> list[str]:
+    """``--gpus/--processes/--strategy`` as the recipe settings they stand for (the trainer checks them)."""
+    out = []
+    if gpus is not None:
+        out.append(f"launch.gpus={json.dumps(gpus)}")
+    if processes is not None:
+        out.append(f"launch.processes={processes}")
+    if strategy is not None:
+        out.append(f"launch.strategy={json.dumps(strategy)}")
+    return out
+
+
 def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True) -> None:
-    for run_id in result.run_ids:
-        typer.echo(f"started {run_id}")
+    for i, run_id in enumerate(result.run_ids):
+        job = f"   (SLURM job {result.job_ids[i]})" if result.job_ids else ""
+        typer.echo(f"started {run_id}{job}")
     where = "" if chosen else "   (the default host: --host, or default_host in ~/.config/pippa/hosts.toml)"
     typer.echo(f"  host:    {result.host}{where}")
+    if result.job_ids:
+        typer.echo(f"  attach:  {result.attach_hint()}")
+        typer.echo(f"  logs:    {result.logs_hint()}")
+        return
     typer.echo(f"  session: {result.session}")
     typer.echo(f"  attach:  {result.attach_hint()}   (or: {join(attach_argv(spec, result.session))})")
     typer.echo(f"  logs:    {result.logs_hint()}")
@@ -139,6 +195,22 @@ def run_cmd(
         bool, typer.Option("--replace", help="Replace a running session of that name.")
     ] = False,
     gap: Annotated[float, typer.Option("--gap", help="Seconds between the runs of a sweep.")] = DEFAULT_GAP_S,
+    gpus: Annotated[
+        str | None, typer.Option("--gpus", help="GPU ids for the run, e.g. 0-6 or 0,2 (launch.gpus).")
+    ] = None,
+    processes: Annotated[
+        int | None, typer.Option("--processes", help="Training processes, one per GPU (launch.processes).")
+    ] = None,
+    strategy: Annotated[
+        str | None, typer.Option("--strategy", help="ddp, zero2 or zero3 (launch.strategy).")
+    ] = None,
+    nodes: Annotated[
+        int | None, typer.Option("--nodes", help="SLURM hosts: nodes for the job (over the host entry's).")
+    ] = None,
+    hosts: Annotated[
+        str | None,
+        typer.Option("--hosts", help="One run over several hosts, e.g. h100-a,h100-b (first: rendezvous)."),
+    ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Stream the log until the run ends.")
     ] = False,
@@ -152,6 +224,21 @@ def run_cmd(
     names = list(recipes or [])
     if not names and cmd is None:
         names = ["tiny"]  # the README's main job
+    sets = [*(set_ or []), *launch_sets(gpus, processes, strategy)]
+    if hosts is not None:
+        if host is not None or cmd is not None or len(names) != 1:
+            raise BadSetting("--hosts runs one recipe over several hosts (no --host, no --cmd, no sweep)")
+        result = _run_group([h for h in hosts.split(",") if h], names[0], name, sets)
+        if as_json:
+            emit_json({"host": result.host, "session": result.session, "run_ids": list(result.run_ids),
+                       "sync": result.sync})  # fmt: skip
+        else:
+            typer.echo(f"started {result.run_ids[0]}")
+            typer.echo(f"  hosts:   {result.host}   (machine rank 0 first: the rendezvous)")
+            typer.echo(f"  session: {result.session} on each")
+            typer.echo(f"  logs:    pippa logs {result.run_ids[0]} -f   (rank 0's output)")
+            typer.echo(f"  stop:    pippa stop {result.run_ids[0]}   (every host)")
+        return
     spec, transport = connect(host or default_host())
     with transport:
         result = launch(
@@ -160,9 +247,10 @@ def run_cmd(
             recipes=names,
             command=cmd,
             session=name,
-            sets=set_ or [],
+            sets=sets,
             replace=replace,
             gap_s=gap,
+            nodes=nodes,
         )
         if as_json:
             emit_json(
@@ -170,6 +258,7 @@ def run_cmd(
                     "host": result.host,
                     "session": result.session,
                     "run_ids": list(result.run_ids),
+                    "job_ids": list(result.job_ids),
                     "sync": result.sync,
                 }
             )
@@ -188,6 +277,16 @@ def run_cmd(
 
                 notify_ended(spec.name, list(result.run_ids))
             raise typer.Exit(code)
+
+
+def _run_group(names: list[str], recipe: str, session: str, sets: list[str]) -> LaunchResult:
+    connected = [connect(n) for n in dict.fromkeys(names)]
+    try:
+        return launch_group([c[0] for c in connected], [c[1] for c in connected], recipe, session=session,
+                            sets=sets)  # fmt: skip
+    finally:
+        for _, transport in connected:
+            transport.close()
 
 
 def resume_cmd(
@@ -268,28 +367,28 @@ def render_ps(results: dict[str, HostRuns | PippaError]) -> None:
         "COMMIT",
     ):
         table.add_column(col, no_wrap=col != "RECIPE/COMMAND")
+    answered = {h: r for h, r in results.items() if not isinstance(r, PippaError)}
     for h, r in results.items():
         if isinstance(r, PippaError):
             table.add_row(h, "-", "-", f"[red]{escape(str(r))}[/red]", "unreachable", "", "", "", "", "")
-            continue
-        if not r.runs:
+        elif not r.runs:
             table.add_row(h, "-", "-", "(no runs)", "", "", "", "", "", "")
-        for x in r.runs:
-            commit = "-" if not x.commit else x.commit[:8] + ("+dirty" if x.dirty else "")
-            table.add_row(
-                h,
-                x.session,
-                x.run_id,
-                _label(x),
-                x.state_text,
-                _when(x.started),
-                _duration(x.duration_s),
-                "-" if x.last_step is None else str(x.last_step),
-                "-" if x.last_reward is None else f"{x.last_reward:.3f}",
-                commit,
-            )
-            if x.state == "failed" and x.error:
-                failures.append(f"{h} {x.run_id}: {x.state_text}: {x.error}")
+    for x in merge_groups(answered):  # a run over several hosts: one row, hosts joined with "+"
+        commit = "-" if not x.commit else x.commit[:8] + ("+dirty" if x.dirty else "")
+        table.add_row(
+            x.host,
+            x.session,
+            x.run_id,
+            _label(x),
+            x.state_text,
+            _when(x.started),
+            _duration(x.duration_s),
+            "-" if x.last_step is None else str(x.last_step),
+            "-" if x.last_reward is None else f"{x.last_reward:.3f}",
+            commit,
+        )
+        if x.state == "failed" and x.error:
+            failures.append(f"{x.host} {x.run_id}: {x.state_text}: {x.error}")
     console = Console(width=None if sys.stdout.isatty() else 240)
     console.print(table)
     for line in failures:  # why each failed run failed, in full (the table has no room for it)
@@ -304,7 +403,7 @@ def logs_cmd(
     ] = False,
 ) -> None:
     """Print a run's output (the session's current run, or a run id); -f follows it."""
-    where = _locate(name, host)
+    where = _locate_run(name, host)[0]  # a run over several hosts: machine rank 0's output
     spec, transport = connect(where)
     with transport:
         run = current_run(list_runs(transport, spec.remote_dir), name)
@@ -323,9 +422,18 @@ def attach_cmd(
     host: HostOpt = None,
 ) -> None:
     """Attach this terminal to the run's tmux session (detach with C-b d; the run goes on)."""
-    where = _locate(name, host, live_session=True)
+    where = _locate(name, host, live_session=_wants_live_session(host))
     spec = resolve(where)
     with open_transport(spec) as transport:
+        if spec.scheduler == "slurm":
+            run = current_run(list_runs(transport, spec.remote_dir), name)
+            raise NotAttachable(
+                f"{spec.name}: run {run.run_id} is SLURM batch job {run.job_id} "
+                f"({run.slurm_state or run.state}): a batch job has no terminal to attach to; "
+                f"`pippa logs {run.run_id} --host {spec.name} -f` "
+                f"follows its output, `srun --jobid {run.job_id} --overlap --pty bash` on the login node "
+                "opens a shell on its first node"
+            )
         session = name
         if not (_is_session_name(name) and Tmux(transport).has_session(name)):
             run = current_run(list_runs(transport, spec.remote_dir), name)
@@ -337,6 +445,11 @@ def attach_cmd(
     # Already in a client of the local tmux server: switch it, don't nest.
     argv = attach_argv(spec, session, switch_client=bool(os.environ.get("TMUX")))
     os.execvp(argv[0], argv)
+
+
+def _wants_live_session(host: str | None) -> bool:
+    """``attach`` looks for a live tmux session, except on a named SLURM host (runs are jobs there)."""
+    return not (host is not None and resolve(host).scheduler == "slurm")
 
 
 def _is_session_name(name: str) -> bool:
@@ -353,8 +466,20 @@ def stop_cmd(
     ),
 ) -> None:
     """Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period."""
-    where = _locate(name, host)
-    spec, transport = connect(where)
+    where = _locate_run(name, host)
+    if len(where) > 1:  # a run over several hosts: every rank, in parallel
+        typer.echo(f"{'+'.join(where)}: Ctrl-C to {name} on each; waiting up to {grace:g}s", err=True)
+        results = fan_out(where, lambda h: _stop_one(h, name, grace))
+        for h, r in results.items():
+            if isinstance(r, PippaError):
+                typer.echo(f"{h}: {r}", err=True)
+            else:
+                final = r.after or r.before
+                typer.echo(f"{r.host}: run {final.run_id} (rank {final.machine_rank}): {final.state_text}")
+        if any(isinstance(r, PippaError) for r in results.values()):
+            raise typer.Exit(int(ExitCode.FAILURE))
+        return
+    spec, transport = connect(where[0])
     typer.echo(f"{spec.name}: Ctrl-C to {name}; waiting up to {grace:g}s for it to save and exit", err=True)
     with transport:
         result = stop(spec, transport, name, grace_s=grace)
@@ -363,6 +488,12 @@ def stop_cmd(
         typer.echo(f"{result.host}: run {final.run_id} had already ended: {final.state_text}")
         return
     typer.echo(f"{result.host}: run {final.run_id} (session {result.session}): {final.state_text}")
+
+
+def _stop_one(host: str, name: str, grace: float) -> StopResult:
+    spec, transport = connect(host)
+    with transport:
+        return stop(spec, transport, name, grace_s=grace)
 
 
 def recipes_cmd(as_json: JsonOpt = False) -> None:

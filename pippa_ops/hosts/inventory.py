@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pippa_ops.errors import UnknownHost, UsageError
+from pippa_ops.hosts.scheduler import SCHEDULERS, SlurmSpec, slurm_spec
 from pippa_ops.repo import repo_root
 from pippa_ops.transport.shell import NAME_RE, validate_env_key
 
@@ -49,6 +50,9 @@ class HostSpec:
     setup: tuple[str, ...] | None = None
     env: dict[str, str] = field(default_factory=dict)  # extra non-secret variables (HF_HOME, ...)
     secrets: tuple[str, ...] = DEFAULT_SECRETS  # names pushed from the local .env
+    # "tmux" (runs in tmux sessions) or "slurm" (a login node: runs are sbatch jobs, hosts.scheduler)
+    scheduler: str = "tmux"
+    slurm: SlurmSpec | None = None  # the [hosts.NAME.slurm] table; None unless scheduler = "slurm"
     source: str = "address"  # "inventory:<file>", "ssh_config", "address", "local"
     # Where each set field came from: "hosts.toml", "ssh_config" or "pippa.toml" (`pippa hosts --explain`).
     origins: dict[str, str] = field(default_factory=dict)
@@ -61,7 +65,7 @@ class HostSpec:
 _ADDRESS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,253}$")
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _STR_FIELDS = ("address", "user", "identity_file", "proxy_jump", "remote_dir", "python")
-_FIELDS = (*_STR_FIELDS, "port", "setup", "env", "secrets")
+_FIELDS = (*_STR_FIELDS, "port", "setup", "env", "secrets", "scheduler", "slurm")
 # How to reach a host. For these, the user's own files win over the team's: personal hosts.toml >
 # ~/.ssh/config > team pippa.toml (a team entry never overrides the user's ssh alias of that name).
 # The other fields (remote_dir, python, setup, env, secrets): hosts.toml > pippa.toml.
@@ -166,11 +170,19 @@ def _spec_from_entry(name: str, entry: Mapping[str, Any]) -> HostSpec:
     user = text("user")
     if user is not None and not _USER_RE.fullmatch(user):
         raise UsageError(f"{where}.user: invalid user name {user!r}")
+    scheduler = entry.get("scheduler", "tmux")
+    if scheduler not in SCHEDULERS:
+        raise UsageError(f"{where}.scheduler must be one of {', '.join(SCHEDULERS)}, not {scheduler!r}")
+    if "slurm" in entry and scheduler != "slurm":
+        raise UsageError(f'{where} has a slurm table but scheduler is not "slurm"')
+    slurm = slurm_spec(entry.get("slurm", {}), where) if scheduler == "slurm" else None
     return HostSpec(
         name=name,
         address=address,
         user=user,
         port=port,
+        scheduler=scheduler,
+        slurm=slurm,
         identity_file=text("identity_file"),
         proxy_jump=text("proxy_jump"),
         remote_dir=text("remote_dir") or DEFAULT_REMOTE_DIR,

@@ -9,6 +9,7 @@ orders the steps. It imports no typer/rich/textual: the dashboard reuses it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from pathlib import Path
 from pippa_ops.errors import BadSetting, NotResumable, RunStillActive, SessionExists
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import HostSpec
+from pippa_ops.hosts.scheduler import SlurmSpec
 from pippa_ops.repo import repo_root
 from pippa_ops.runs.follow import follow_to_end, read_all
 from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs
@@ -26,14 +28,17 @@ from pippa_ops.runs.script import (
     DEFAULT_SESSION,
     Job,
     cmd_job,
+    group_port,
     new_run_id,
     parse_sets,
     recipe_job,
     render_cmd_sh,
+    rendezvous_args,
     resume_job,
     run_json,
     session_argv,
 )
+from pippa_ops.runs.slurm import render_sbatch
 from pippa_ops.runs.tmux import attach_argv as tmux_attach_argv
 from pippa_ops.runs.tmux import switch_client_argv
 from pippa_ops.sync import sync as sync_repo
@@ -53,8 +58,11 @@ class LaunchResult:
     session: str
     run_ids: tuple[str, ...]
     sync: SyncInfo | None
+    job_ids: tuple[str, ...] = ()  # SLURM jobs, one per run, on a SLURM host
 
     def attach_hint(self) -> str:
+        if self.job_ids:
+            return f"none for a batch job (pippa attach {self.run_ids[0]} --host {self.host} says why)"
         return f"pippa attach {self.session} --host {self.host}"
 
     def logs_hint(self) -> str:
@@ -111,10 +119,15 @@ def plan_jobs(
     for name in recipes:
         check_recipe(name)
         check_settings(name, sets)
-    python = spec.python
-    if spec.is_local and python is None:
-        python = local_python(Path(remote_dir))
+    python = _python(spec)
     return [recipe_job(new_run_id(name, now), name, python, remote_dir, parsed) for name in recipes]
+
+
+def _python(spec: HostSpec) -> str | None:
+    """The host's python setting; for ``local`` without one, the repo's venv (else this interpreter)."""
+    if spec.is_local and spec.python is None:
+        return local_python(Path(spec.remote_dir))
+    return spec.python
 
 
 def launch(
@@ -128,6 +141,7 @@ def launch(
     replace: bool = False,
     gap_s: float = DEFAULT_GAP_S,
     sync: bool = True,
+    nodes: int | None = None,
 ) -> LaunchResult:
     """Start ``recipes`` (one after another) or ``command`` in tmux ``session`` on the host.
     ``sync=False`` launches what the host already has (the run records no commit)."""
@@ -136,8 +150,102 @@ def launch(
     remote_dir = spec.remote_dir
     jobs = plan_jobs(spec, remote_dir, recipes, command, sets, now)
     with agent_client.Session(transport) as agent:
+        if spec.scheduler == "slurm":
+            sync_info, job_ids = _submit(spec, transport, agent, jobs, nodes, sync, now)
+            return LaunchResult(spec.name, "slurm", tuple(j.run_id for j in jobs), sync_info, job_ids)
+        if nodes is not None:
+            raise BadSetting(f"--nodes needs a SLURM host; {spec.name} runs jobs in tmux")
         sync_info = _launch(spec, transport, agent, jobs, session, replace, gap_s, sync, now)
     return LaunchResult(spec.name, session, tuple(j.run_id for j in jobs), sync_info)
+
+
+def launch_group(
+    specs: Sequence[HostSpec],
+    transports: Sequence[Transport],
+    recipe: str,
+    *,
+    session: str = DEFAULT_SESSION,
+    sets: Sequence[str] = (),
+    main_port: int | None = None,
+    sync: bool = True,
+) -> LaunchResult:
+    """One run over several hosts: each is synced and starts one launcher (machine rank = its place in
+    ``specs``) in tmux ``session``, all meeting over c10d at the first host's address. Every host's
+    run directory has the same run id; its run.json names all the hosts (``runs.listing`` merges them)."""
+    validate_session(session)
+    if len(specs) < 2 or len({s.name for s in specs}) != len(specs):
+        raise BadSetting("--hosts needs two or more different hosts")
+    first = specs[0]
+    if first.is_local or not first.address:
+        raise BadSetting("the first of --hosts is the rendezvous: it needs an address the others reach")
+    if any(s.scheduler != "tmux" for s in specs):
+        raise BadSetting("--hosts starts runs in tmux; a SLURM cluster spans nodes with --nodes")
+    now = time.time()
+    names = [s.name for s in specs]
+    run_id = plan_jobs(first, first.remote_dir, [recipe], None, sets, now)[0].run_id  # checks it all once
+    port = main_port or group_port(run_id)
+    sync_info: SyncInfo | None = None
+    for rank, (spec, transport) in enumerate(zip(specs, transports, strict=True)):
+        job = recipe_job(run_id, recipe, _python(spec), spec.remote_dir, parse_sets(sets))
+        meet = rendezvous_args(len(specs), rank, str(first.address), port)
+        job = dataclasses.replace(job, command=f"{job.command} {meet}")
+        with agent_client.Session(transport) as agent:
+            marker: list[dict[str, object]] = []
+            info = sync_for_launch(spec, transport, marker, agent) if sync else None
+            sync_info = sync_info or info
+            request = {
+                "remote_dir": spec.remote_dir,
+                "session": session,
+                "runs": [{
+                    "run_id": run_id,
+                    "run_json": run_json(job, session=session, host=spec.name, started=now, sync=info,
+                                         sweep_index=0, sweep_size=1, hosts=names, machine_rank=rank),
+                    "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env),
+                }],
+                "tmux_argv": _tmux_new(session, spec.remote_dir, [run_id], 0),
+                "replace": False,
+                "stamp": now,
+                "sync_marker": marker[0] if marker else None,
+            }  # fmt: skip
+            try:
+                agent.call("launch", request)
+            except SessionExists as e:
+                raise SessionExists(
+                    f"{spec.name}: tmux session {session!r} is running; stop it or pick another --name"
+                ) from e
+    return LaunchResult(",".join(names), session, (run_id,), sync_info)
+
+
+def _submit(
+    spec: HostSpec,
+    transport: Transport,
+    agent: agent_client.Session,
+    jobs: list[Job],
+    nodes: int | None,
+    sync: bool,
+    now: float,
+) -> tuple[SyncInfo | None, tuple[str, ...]]:
+    """One sbatch job per run (a sweep's runs queue on the cluster side by side, not one after another)."""
+    slurm = spec.slurm or SlurmSpec()
+    if nodes is not None:
+        slurm = dataclasses.replace(slurm, nodes=nodes)
+    marker: list[dict[str, object]] = []
+    sync_info = sync_for_launch(spec, transport, marker, agent) if sync else None
+    job_ids = []
+    for i, job in enumerate(jobs):
+        meta = run_json(job, session="slurm", host=spec.name, started=now, sync=sync_info, sweep_index=i,
+                        sweep_size=len(jobs))  # fmt: skip
+        request = {
+            "remote_dir": spec.remote_dir,
+            "run_id": job.run_id,
+            "run_json": meta,
+            "script": render_sbatch(
+                slurm, job.run_id, spec.remote_dir, job.command, spec.env, rendezvous=job.recipe is not None
+            ),
+            "sync_marker": marker[0] if marker and i == 0 else None,
+        }
+        job_ids.append(str(agent.call("slurm_submit", request)["job_id"]))
+    return sync_info, tuple(job_ids)
 
 
 def _launch(
@@ -214,8 +322,14 @@ def resume(
                 f"{spec.name}: run {run.run_id} ran a command (--cmd), not a recipe: it has no checkpoint "
                 "to resume from"
             )
-        session = validate_session(session or run.session)
         job = resume_job(run.run_id, run.recipe, run.command)
+        if spec.scheduler == "slurm":
+            script = render_sbatch(spec.slurm or SlurmSpec(), run.run_id, spec.remote_dir, job.command,
+                                   spec.env)  # fmt: skip
+            answer = agent.call("slurm_submit", {"remote_dir": spec.remote_dir, "run_id": run.run_id,
+                                                 "resume": True, "stamp": time.time(), "script": script})
+            return LaunchResult(spec.name, "slurm", (run.run_id,), None, (str(answer["job_id"]),))
+        session = validate_session(session or run.session)
         cmd_sh = render_cmd_sh(job, spec.remote_dir, spec.env)
         request = {
             "remote_dir": spec.remote_dir,
@@ -258,6 +372,12 @@ def _stop(
     run = current_run(host_runs, name)
     if not run.active:
         return StopResult(spec.name, run.session, run, run, False)
+    if run.job_id is not None:  # SIGINT to the job's processes (the trainer saves), then scancel
+        request = {"remote_dir": spec.remote_dir, "run_id": run.run_id, "job_id": run.job_id,
+                   "grace_s": grace_s, "stamp": time.time()}  # fmt: skip
+        answer = agent.call("slurm_stop", request, timeout=grace_s + 60)
+        after = _find(list_runs(transport, spec.remote_dir, agent=agent), run.run_id)
+        return StopResult(spec.name, run.session, run, after, bool(answer.get("cancelled")))
     session_runs = [r.run_id for r in host_runs.runs if r.session == run.session and r.active]
     request = {
         "remote_dir": spec.remote_dir,
@@ -297,6 +417,7 @@ def follow_run(
         return pending.pop() if pending else open_transport(spec)
 
     log, end = f"{run_dir}/output.log", f"{run_dir}/exit_code"
-    live = follow_to_end(connect_again, log, write, notify, end_file=end, session=session)
+    tmux_session = None if session.startswith("slurm") else session  # a batch job: its exit_code ends it
+    live = follow_to_end(connect_again, log, write, notify, end_file=end, session=tmux_session)
     code = read_all(live, f"{run_dir}/exit_code").strip()
     return (int(code) if code.lstrip(b"-").isdigit() else None), live

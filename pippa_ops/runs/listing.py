@@ -8,7 +8,7 @@ agent's ``time.time()`` in the same answer), so a skewed laptop clock does not m
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pippa_ops.errors import RunNotFound
@@ -45,6 +45,10 @@ class RunRecord:
     sweep_index: int | None = None
     sweep_size: int | None = None
     error: str | None = None  # why it failed: its metrics' end error, else the last error line of its log
+    hosts: tuple[str, ...] | None = None  # a run over several hosts: all of them, machine rank 0 first
+    machine_rank: int | None = None  # this host's rank in such a run
+    job_id: str | None = None  # the SLURM job of a run on a SLURM host (None: a tmux run)
+    slurm_state: str | None = None  # squeue/scontrol's state and reason, e.g. "PENDING (Resources)"
 
     @property
     def label(self) -> str:
@@ -58,6 +62,8 @@ class RunRecord:
     def state_text(self) -> str:
         if self.state in ("finished", "failed", "stopped") and self.exit_code is not None:
             return f"{self.state} (exit {self.exit_code})"
+        if self.slurm_state and self.exit_code is None:
+            return f"{self.state} ({self.slurm_state})"  # e.g. "queued (PENDING (Resources))"
         return self.state
 
     def to_json(self) -> dict[str, Any]:
@@ -112,6 +118,31 @@ def derive_state(
     return "lost"  # no exit status, no session, nobody asked it to stop (host reboot, tmux killed)
 
 
+# SLURM job states (squeue / scontrol / sacct) -> whether the job can still run the script.
+SLURM_WAITING = ("PENDING", "CONFIGURING", "REQUEUED", "RESIZING", "REQUEUE_HOLD", "SUSPENDED")
+SLURM_RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING")
+
+
+def slurm_state(
+    state: str, *, exit_code: int | None, started: bool, stop_requested: bool
+) -> str:
+    """A SLURM run's state: its files say how the run ended; while they do not, the job's state says
+    whether it waits (queued), runs, or ended without the script recording it (cancelled, killed,
+    failed: a time limit, a node failure, out of memory)."""
+    if exit_code is not None:
+        return derive_state(session_alive=False, exit_code=exit_code, started=started,
+                            stop_requested=stop_requested)  # fmt: skip
+    if state in SLURM_WAITING:
+        return "queued"
+    if state in SLURM_RUNNING:
+        return "running"
+    if state == "CANCELLED":
+        return "killed" if started else "cancelled"
+    if state in ("COMPLETED", "UNKNOWN", ""):
+        return "lost"
+    return "failed"  # FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, PREEMPTED
+
+
 def _record(
     host: str, raw: dict[str, Any], now: float, sessions: dict[str, float], idents: dict[str, str]
 ) -> RunRecord | None:
@@ -135,6 +166,14 @@ def _record(
     state = derive_state(
         session_alive=alive, exit_code=exit_code, started=started, stop_requested=stop_requested
     )
+    job = raw.get("slurm") if isinstance(raw.get("slurm"), dict) else None
+    job_state = None
+    if job is not None:
+        sstate = str(job.get("state") or "")
+        state = slurm_state(sstate, exit_code=exit_code, started=started, stop_requested=stop_requested)
+        reason = str(job.get("reason") or "")
+        job_state = f"{sstate} ({reason})" if reason and reason != "None" else sstate or None
+        session = f"slurm:{job.get('job_id')}"
     if ended is None and state in ("killed", "lost"):
         ended = _num(raw.get("log_time"))
     duration = None
@@ -147,6 +186,8 @@ def _record(
     if exit_code not in (None, 0):
         from_metrics = end.get("error") if isinstance(end, dict) else None
         error = str(from_metrics or raw.get("error") or "") or None
+    elif state == "failed" and job_state:
+        error = f"SLURM job {job_state}"  # the job ended before its script could record why
     raw_sync = meta.get("sync")
     sync: dict[str, Any] = raw_sync if isinstance(raw_sync, dict) else {}
     return RunRecord(
@@ -168,6 +209,10 @@ def _record(
         sweep_index=meta.get("sweep_index"),
         sweep_size=meta.get("sweep_size"),
         error=error,
+        hosts=tuple(str(h) for h in meta["hosts"]) if isinstance(meta.get("hosts"), list) else None,
+        machine_rank=meta.get("machine_rank") if isinstance(meta.get("machine_rank"), int) else None,
+        job_id=str(job["job_id"]) if job is not None else None,
+        slurm_state=job_state,
     )
 
 
@@ -222,3 +267,41 @@ def current_run(host_runs: HostRuns, name: str) -> RunRecord:
         if active:
             return active[0]
     return runs[-1]
+
+
+# A multi-host run's state from its hosts' states: a rank that died (failed, lost) fails the run, then
+# any rank still going keeps it going, then the way the ranks ended.
+_GROUP_ORDER = ("failed", "lost", "running", "queued", "killed", "stopped", "cancelled", "finished")
+
+
+def merge_group(records: list[RunRecord]) -> RunRecord:
+    """The hosts' records of one multi-host run as one record: machine rank 0's steps and times, the
+    state the ranks add up to, the hosts joined with "+" (``ps``, the dashboard)."""
+    records = sorted(records, key=lambda r: r.machine_rank if r.machine_rank is not None else 0)
+    head = records[0]
+    state = min((r.state for r in records), key=_GROUP_ORDER.index)
+    bad = next((r for r in records if r.state == state and r.state != "finished"), head)
+    return replace(
+        head,
+        host="+".join(r.host for r in records),
+        state=state,
+        exit_code=bad.exit_code,
+        error=bad.error if bad is not head else head.error or bad.error,
+        ended=max((r.ended or 0.0 for r in records), default=None) or None,
+    )
+
+
+def merge_groups(results: dict[str, HostRuns]) -> list[RunRecord]:
+    """Every run of these hosts in host order, a multi-host run once (merged, where its first host's
+    copy was) when all its hosts answered."""
+    out: list[RunRecord | str] = []
+    groups: dict[str, list[RunRecord]] = {}
+    for host_runs in results.values():
+        for r in host_runs.runs:
+            if r.hosts and len(r.hosts) > 1 and set(r.hosts) <= set(results):
+                if r.run_id not in groups:
+                    out.append(r.run_id)
+                groups.setdefault(r.run_id, []).append(r)
+            else:
+                out.append(r)
+    return [merge_group(groups[x]) if isinstance(x, str) else x for x in out]

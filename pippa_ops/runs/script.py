@@ -71,9 +71,10 @@ def python_words(python: str | None, remote_dir: str) -> list[str]:
 def recipe_job(
     run_id: str, recipe: str, python: str | None, remote_dir: str, sets: Sequence[tuple[str, str]]
 ) -> Job:
-    """``<python> -m training_core.train RECIPE --run-dir <abs run dir> [--set k=v ...]``."""
+    """``<python> -m training_core.launch RECIPE --run-dir <abs run dir> [--set k=v ...]``: the launcher
+    runs the trainer itself for one process, ``accelerate launch`` for a recipe's ``[launch]`` table."""
     validate_name("recipe", recipe)
-    argv = ["-m", "training_core.train", recipe, "--run-dir"]
+    argv = ["-m", "training_core.launch", recipe, "--run-dir"]
     tail: list[str] = []
     for key, value in sets:
         tail += ["--set", f"{key}={value}"]
@@ -133,21 +134,40 @@ def run_json(
     sync: dict[str, object] | None,
     sweep_index: int,
     sweep_size: int,
+    hosts: Sequence[str] | None = None,
+    machine_rank: int | None = None,
 ) -> str:
-    return json.dumps(
-        {
-            "run_id": job.run_id,
-            "session": session,
-            "host": host,
-            "recipe": job.recipe,
-            "command": job.command,
-            "argv": list(job.argv) if job.argv is not None else None,
-            "started": started,
-            "sync": sync,
-            "sweep_index": sweep_index,
-            "sweep_size": sweep_size,
-        }
-    )
+    """run.json; a run over several hosts records all of them (``hosts``, machine rank 0 first) and
+    this host's ``machine_rank``, so every host's copy names the one run."""
+    meta: dict[str, object] = {
+        "run_id": job.run_id,
+        "session": session,
+        "host": host,
+        "recipe": job.recipe,
+        "command": job.command,
+        "argv": list(job.argv) if job.argv is not None else None,
+        "started": started,
+        "sync": sync,
+        "sweep_index": sweep_index,
+        "sweep_size": sweep_size,
+    }
+    if hosts is not None:
+        meta.update(hosts=list(hosts), machine_rank=machine_rank)
+    return json.dumps(meta)
+
+
+def rendezvous_args(machines: int, rank: int, main_addr: str, main_port: int) -> str:
+    """What ``training_core.launch`` needs to be machine ``rank`` of ``machines`` meeting at host 0."""
+    return shlex.join(["--machines", str(machines), "--machine-rank", str(rank), "--main-addr", main_addr,
+                       "--main-port", str(main_port)])  # fmt: skip
+
+
+def group_port(run_id: str) -> int:
+    """The c10d rendezvous port of a multi-host run: fixed by its id (all hosts agree without a round
+    trip), in 20000-39999."""
+    import zlib
+
+    return 20000 + zlib.crc32(run_id.encode()) % 20000
 
 
 def session_argv(remote_dir: str, run_ids: Sequence[str], gap_s: float) -> list[str]:

@@ -299,6 +299,8 @@ def last_records(path: str) -> tuple[list[dict], dict | None]:
 def error_line(log: str) -> str | None:
     """The last line of the log that reads like an error, else its last non-empty line."""
     lines = [ln.strip() for ln in tail_lines(log) if ln.strip()]
+    # srun's own "task 0: Exited with exit code N" only repeats the exit status: the job's line says why
+    lines = [ln for ln in lines if not ln.startswith("srun: ")] or lines
     for line in reversed(lines):
         if _ERROR_LINE.search(line):
             return line[:300]
@@ -329,6 +331,9 @@ def run_facts(d: str, summary: bool = False) -> dict | None:
         run["error"] = error_line(os.path.join(d, "output.log"))
     if summary:
         run["summary"] = metrics_summary(os.path.join(d, "metrics.jsonl"))
+    job = read_text(os.path.join(d, "slurm_job"), 32)
+    if job:
+        run["slurm"] = {"job_id": job}  # its state: list_runs asks SLURM once for all its runs
     return run
 
 
@@ -345,6 +350,12 @@ def list_runs(req: dict) -> dict:
         run = run_facts(os.path.join(base, name), bool(req.get("summary")))
         if run is not None:
             out["runs"].append(run)
+    jobs = [r["slurm"]["job_id"] for r in out["runs"] if "slurm" in r and r["exit_code"] is None]
+    if jobs and which("squeue"):
+        states = slurm_states(jobs)
+        for r in out["runs"]:
+            if "slurm" in r:
+                r["slurm"].update(states.get(r["slurm"]["job_id"], {}))
     return out
 
 
@@ -509,6 +520,117 @@ def stop(req: dict) -> dict:
         time.sleep(0.25)
     killed = tmux("kill-session", "-t", "=" + session).returncode == 0
     return {"killed_session": killed}
+
+
+# -- SLURM ----------------------------------------------------------------------------------------
+# A run on a SLURM cluster is a batch job instead of a tmux session: its run directory holds the
+# sbatch script (job.sbatch) and the job id (slurm_job); squeue / scontrol (sacct with accounting)
+# say its state. The script itself records started / exit_code like cmd.sh does.
+SLURM_ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
+_JOB_ID_RE = re.compile(r"^[0-9]+(_[0-9]+)?$")
+
+
+def slurm_submit(req: dict) -> dict:
+    """Write run.json and job.sbatch into the run directory, ``sbatch`` it, record the job id."""
+    if req.get("sync_marker") is not None:
+        write_sync_marker(req["remote_dir"], req["sync_marker"])
+    if which("sbatch") is None:
+        raise AgentError("tool_missing", "sbatch is not installed (is this a SLURM login node?)")
+    rid = req["run_id"]
+    if not NAME_RE.match(rid):
+        raise AgentError("usage", f"invalid run id {rid!r}")
+    d = os.path.join(runs_dir(req["remote_dir"]), rid)
+    if req.get("resume"):
+        reopen_run_dir(d, "slurm", float(req["stamp"]))
+        if os.path.lexists(os.path.join(d, "slurm_job")):
+            os.unlink(os.path.join(d, "slurm_job"))
+    else:
+        os.makedirs(d, exist_ok=True)
+        write_atomic(os.path.join(d, "run.json"), (req["run_json"] + "\n").encode())
+    script = os.path.join(d, "job.sbatch")
+    write_atomic(script, req["script"].encode(), 0o755)
+    p = run(["sbatch", "--parsable", "--chdir", d, script], timeout=60)
+    if p.returncode != 0:
+        raise AgentError("slurm", "sbatch failed: " + last_line(p))
+    job = text(p).split(";")[0]  # "<id>" or "<id>;<cluster>"
+    if not _JOB_ID_RE.match(job):
+        raise AgentError("slurm", f"sbatch answered {text(p)!r}, not a job id")
+    write_atomic(os.path.join(d, "slurm_job"), (job + "\n").encode())
+    return {"job_id": job}
+
+
+def slurm_states(job_ids: list[str]) -> dict:
+    """job id -> {"state", "reason", "nodes", "exit_code"} (exit_code "N:S" once the job ended):
+    one squeue for the jobs it still knows, then scontrol (MinJobAge keeps ended jobs a while), then
+    sacct where accounting exists; a job none of them knows is "UNKNOWN"."""
+    ids = [j for j in job_ids if _JOB_ID_RE.match(j)]
+    out: dict = {}
+    if not ids:
+        return out
+    p = run(["squeue", "-h", "-u", str(os.getuid()), "-t", "all", "-o", "%i|%T|%r|%N"], timeout=30)
+    for line in text(p).splitlines() if p.returncode == 0 else []:
+        parts = line.split("|")
+        if len(parts) == 4 and parts[0] in ids:
+            out[parts[0]] = {"state": parts[1], "reason": parts[2], "nodes": parts[3], "exit_code": None}
+    for job in ids:
+        if job in out and out[job]["state"] in SLURM_ACTIVE:
+            continue
+        fields = scontrol_job(job)
+        if fields:
+            out[job] = {
+                "state": fields.get("JobState", "UNKNOWN"),
+                "reason": fields.get("Reason", ""),
+                "nodes": fields.get("NodeList", ""),
+                "exit_code": fields.get("ExitCode"),
+            }
+        elif job not in out:
+            out[job] = sacct_job(job)
+    return out
+
+
+def scontrol_job(job: str) -> dict:
+    p = run(["scontrol", "show", "job", "-o", job], timeout=30)
+    if p.returncode != 0:
+        return {}
+    fields = {}
+    for word in text(p).split():
+        key, sep, value = word.partition("=")
+        if sep and key not in fields:
+            fields[key] = value
+    return fields
+
+
+def sacct_job(job: str) -> dict:
+    p = run(["sacct", "-n", "-P", "-X", "-j", job, "-o", "State,ExitCode,NodeList"], timeout=30)
+    rows = [r.split("|") for r in text(p).splitlines() if r.strip()] if p.returncode == 0 else []
+    if not rows or len(rows[0]) < 3:
+        return {"state": "UNKNOWN", "reason": "", "nodes": "", "exit_code": None}
+    state = rows[0][0].split()[0]  # "CANCELLED by 0" -> "CANCELLED"
+    return {"state": state, "reason": "", "nodes": rows[0][2], "exit_code": rows[0][1]}
+
+
+def slurm_stop(req: dict) -> dict:
+    """Mark the run stop_requested, SIGINT the job's steps (the trainer saves a checkpoint), wait for
+    the run's exit code up to the grace period, then cancel the job (a pending job at once)."""
+    rid, job = req["run_id"], req["job_id"]
+    if not NAME_RE.match(rid) or not _JOB_ID_RE.match(job):
+        raise AgentError("usage", f"invalid run {rid!r} or job id {job!r}")
+    d = os.path.join(runs_dir(req["remote_dir"]), rid)
+    write_atomic(os.path.join(d, "stop_requested"), f"{int(req['stamp'])}\n".encode())
+    state = slurm_states([job]).get(job, {}).get("state")
+    if state == "RUNNING":
+        run(["scancel", "--signal=INT", job], timeout=30)
+        deadline = time.monotonic() + float(req["grace_s"])
+        while time.monotonic() < deadline:
+            if os.path.exists(os.path.join(d, "exit_code")):
+                break
+            if slurm_states([job]).get(job, {}).get("state") not in SLURM_ACTIVE:
+                break
+            time.sleep(0.5)
+    cancelled = False
+    if slurm_states([job]).get(job, {}).get("state") in SLURM_ACTIVE:
+        cancelled = run(["scancel", job], timeout=30).returncode == 0
+    return {"was": state, "cancelled": cancelled}
 
 
 # -- streams --------------------------------------------------------------------------------------
@@ -941,6 +1063,8 @@ JSON_VERBS = {
     "sync_marker": sync_marker,
     "write_file": write_file,
     "wandb_sync": wandb_sync,
+    "slurm_submit": slurm_submit,
+    "slurm_stop": slurm_stop,
 }
 STREAM_VERBS = {"read": read, "follow": follow, "pull": pull}
 

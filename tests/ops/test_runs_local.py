@@ -69,7 +69,7 @@ def local(tmp_path: Path) -> Iterator[Local]:
     (repo / "recipes").mkdir(parents=True)
     (repo / "training_core").mkdir()
     (repo / "training_core" / "__init__.py").write_text("")
-    (repo / "training_core" / "train.py").write_text(FAKE_TRAIN)
+    (repo / "training_core" / "launch.py").write_text(FAKE_TRAIN)  # pippa run starts the launcher
     for name in ("ok_0", "fail_2", "also_0"):
         (repo / "recipes" / f"{name}.toml").write_text(f'description = "sweep step {name}"\n')
     subprocess.run(["git", "init", "-q", str(repo)], check=True)

@@ -74,7 +74,7 @@ def test_recipe_job_quotes_set_values_so_they_stay_one_argument() -> None:
     )
     words = shlex.split(job.command.replace('"$HOME"', "/home/u"))
     assert words[0] == "/home/u/pippa/.venv/bin/python"
-    assert words[1:5] == ["-m", "training_core.train", "tiny", "--run-dir"]
+    assert words[1:5] == ["-m", "training_core.launch", "tiny", "--run-dir"]
     assert words[5] == "/home/u/pippa/runs/20260101-000000-tiny-abcd"
     assert words[6:] == ["--set", "data.note=a b; touch /tmp/x"]
 

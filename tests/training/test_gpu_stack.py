@@ -1,7 +1,7 @@
 """The GPU hosts' install sets resolve, without installing them: `uv lock` of pyproject.toml (what
 `uv sync` on a host does first) must find both [train] and [vllm] forks, and [vllm, gpu] must resolve to
-wheels (no source builds) for an x86_64 host with glibc >= 2.31 (Ubuntu 20.04+; vLLM's llguidance
-has no manylinux_2_28 wheel, so an older host would need a Rust toolchain).
+wheels (no source builds but DeepSpeed's pure-Python sdist) for an x86_64 host with glibc >= 2.31
+(Ubuntu 20.04+; vLLM's llguidance has no manylinux_2_28 wheel, so an older host would need a Rust toolchain).
 Reaches PyPI; skips only when the registry is unreachable."""
 
 from __future__ import annotations
@@ -54,16 +54,20 @@ def test_uv_lock_resolves_the_train_and_vllm_sets_side_by_side(tmp_path: Path, u
     assert sorted(v.rsplit(".", 1)[0] for v in _locked_versions(lock, "transformers")) == ["5.17", "5.23"]
     assert _locked_versions(lock, "vllm") == {"0.31.0"}
     assert _locked_versions(lock, "torch") == {"2.13.0"}
+    assert len(_locked_versions(lock, "deepspeed")) == 1  # the same ZeRO in both GPU-host sets
 
 
 def test_the_vllm_set_resolves_to_wheels_for_a_gpu_host(tmp_path: Path, uv_env: dict[str, str]) -> None:
     args = ["pip", "compile", str(REPO / "pyproject.toml"), "--extra", "vllm", "--extra", "gpu",
             "--python-platform", "x86_64-manylinux_2_31", "--python-version", "3.11",
-            "--no-header", "--no-annotate", "--only-binary", ":all:"]  # fmt: skip
+            "--no-header", "--no-annotate", "--only-binary", ":all:",
+            # DeepSpeed ships only an sdist, pure Python to build (its ops compile on first use, not here)
+            "--no-binary", "deepspeed"]  # fmt: skip
     r = _uv(args, tmp_path, uv_env)
     assert r.returncode == 0, r.stderr
     pins = dict(line.split("==", 1) for line in r.stdout.splitlines() if "==" in line)
     assert pins["vllm"] == "0.31.0" and pins["torch"] == "2.13.0" and pins["transformers"].startswith("5.17.")
     assert pins["trl"].startswith("1.16.") and "bitsandbytes" in pins
+    assert pins["deepspeed"].startswith("0.19.")
     both = _uv([*args[:3], "--extra", "train", "--extra", "vllm"], tmp_path, uv_env)
     assert both.returncode != 0 and "transformers" in both.stderr  # the conflict pyproject.toml declares

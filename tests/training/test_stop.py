@@ -34,3 +34,15 @@ def test_without_checkpointing_a_signal_stops_at_once_and_the_last_step_just_com
     handler(signal.SIGINT, None)
     stop_callback(lambda: handler.requested).on_save(None, TrainerState(global_step=100, max_steps=100),
                                                      TrainerControl())  # fmt: skip
+
+
+def test_a_rank_the_signal_missed_saves_the_same_step_when_another_rank_got_it() -> None:
+    """With several ranks the checkpoint is collective: ``agree`` (an all-reduce in the runner) makes
+    every rank save and stop at the step where any rank saw the signal."""
+    other_rank_got_it = True
+    cb = stop_callback(lambda: None, agree=lambda flag: flag or other_rank_got_it)
+    state, control = TrainerState(global_step=3, max_steps=100), TrainerControl()
+    cb.on_step_end(None, state, control)
+    assert control.should_save
+    with pytest.raises(KeyboardInterrupt, match="on another rank"):
+        cb.on_save(None, state, control)

@@ -1,0 +1,94 @@
+"""The sbatch script of a run on a SLURM cluster: one pure builder, unit-tested without a cluster.
+
+The script (written as ``runs/<id>/job.sbatch`` by the host agent's ``slurm_submit``) keeps cmd.sh's
+guarantees: secrets sourced from the 0600 file inside the job, never in the script; ``started`` and
+``exit_code`` (tmp + rename) recorded, and the job exits with the run's status (SLURM's FAILED means
+the run failed); a run whose ``stop_requested`` exists does not start. It runs
+``srun`` with one task per node; each task starts ``python -m training_core.launch`` as machine
+``$SLURM_PROCID`` of ``$SLURM_NTASKS``, meeting at the first node of the allocation (c10d rendezvous
+on a port derived from the job id), so N nodes are N launchers of one accelerate run; on one node it
+is the plain launch. ``scancel --signal=INT`` (``pippa stop``) reaches every process of the step: the
+trainer saves its checkpoint and exits 130, then the script records that.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from pippa_ops.hosts.inventory import SECRETS_PATH
+from pippa_ops.hosts.scheduler import SlurmSpec
+from pippa_ops.transport.shell import export_line, sh_path
+
+PORT_BASE, PORT_SPAN = 20000, 20000  # rendezvous port: PORT_BASE + job id % PORT_SPAN
+
+
+def directives(spec: SlurmSpec, run_id: str) -> list[str]:
+    spec.check()
+    lines = [
+        f"--job-name={run_id}",
+        "--output=output.log",  # in the run directory: the agent submits with --chdir there
+        "--open-mode=append",
+        f"--nodes={spec.nodes}",
+        f"--ntasks-per-node={spec.tasks_per_node}",
+    ]
+    for flag, value in (("partition", spec.partition), ("account", spec.account), ("time", spec.time)):
+        if value:
+            lines.append(f"--{flag}={value}")
+    if spec.gpus_per_node:
+        lines.append(f"--gres=gpu:{spec.gpus_per_node}")
+    if spec.cpus_per_task:
+        lines.append(f"--cpus-per-task={spec.cpus_per_task}")
+    return [f"#SBATCH {d}" for d in lines]
+
+
+def launch_words(python: Sequence[str], recipe: str, run_dir: str, sets: Sequence[tuple[str, str]]) -> str:
+    """``<python> -m training_core.launch RECIPE --run-dir DIR --set k=v ...``, as shell words."""
+    words = [*python, "-m", "training_core.launch", shlex.quote(recipe), "--run-dir", sh_path(run_dir)]
+    for key, value in sets:
+        words += ["--set", shlex.quote(f"{key}={value}")]
+    return " ".join(words)
+
+
+def render_sbatch(
+    spec: SlurmSpec,
+    run_id: str,
+    remote_dir: str,
+    command: str,
+    env: dict[str, str],
+    rendezvous: bool = True,
+) -> str:
+    """The batch script; ``command`` is the launch line (``launch_words``, its words already quoted),
+    to which each srun task appends its machine rank and the rendezvous address (``rendezvous``; a
+    ``--cmd`` job's shell line runs as it is, once per task)."""
+    run_dir = f"{remote_dir.rstrip('/')}/runs/{run_id}"
+    head = "\n".join(directives(spec, run_id))
+    meet = (
+        'a=$1 p=$2; shift 2; exec "$@" --machines "$SLURM_NTASKS" --machine-rank "$SLURM_PROCID" '
+        '--main-addr "$a" --main-port "$p"'
+    )
+    step = (
+        f'sh -c {shlex.quote(meet)} sh "$MAIN_ADDR" "$MAIN_PORT" {command}'
+        if rendezvous
+        else f"sh -c {shlex.quote(command)}"
+    )
+    return f"""#!/bin/sh
+{head}
+# pippa run {run_id}: written by pippa at launch. Holds no secrets: they are sourced from
+# {SECRETS_PATH} (mode 0600) inside the job.
+RUN_DIR={sh_path(run_dir)}
+[ -e "$RUN_DIR/stop_requested" ] && exit 0
+date +%s > "$RUN_DIR/started"
+cd {sh_path(remote_dir)} || exit 1
+export PATH="$HOME/.local/bin:$PATH" PYTHONUNBUFFERED=1
+export PIPPA_RUN_ID={shlex.quote(run_id)} PIPPA_RUN_DIR="$RUN_DIR"
+{export_line(env)}
+if [ -f {sh_path(SECRETS_PATH)} ]; then set -a; . {sh_path(SECRETS_PATH)}; set +a; fi
+MAIN_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+MAIN_PORT=$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))
+srun --kill-on-bad-exit=1 {step}
+code=$?
+echo $code > "$RUN_DIR/exit_code.tmp"
+mv -f "$RUN_DIR/exit_code.tmp" "$RUN_DIR/exit_code"
+exit $code
+"""
