@@ -242,7 +242,9 @@ def report(cells, delays, startup, repeat) -> None:  # type: ignore[no-untyped-d
     print(f"{'command':10} {'way':27}{head}")
     for verb in dict.fromkeys(k[0] for k in cells):
         for way in ways:
-            row = "".join(f"    {fmt(med(verb, way, 'cold', d))} {fmt(med(verb, way, 'warm', d))}" for d in delays)
+            row = "".join(
+                f"    {fmt(med(verb, way, 'cold', d))} {fmt(med(verb, way, 'warm', d))}" for d in delays
+            )
             print(f"{verb:10} {way:27}{row}")
     print(f"pippa CLI start-up (pippa ps --help, no network): {su:.3f} s")
     far = delays[-1]
