@@ -325,3 +325,41 @@ def test_an_idle_keeper_exits_by_itself(kept, ssh_hosts, monkeypatch):
         t.run("true", check=True)
     _until(lambda: not _alive(pid), 10)
     assert not keeper_client.socket_path().exists()
+
+
+def test_logs_follow_through_the_keeper_rides_out_a_dropped_connection(kept, ssh_hosts):
+    """The kept connection dies mid-follow: the relay ends as a dropped SSH channel does, the
+    follower reconnects (the keeper connects again) and goes on from its offset."""
+    h = ssh_hosts[2]
+    assert keeper_client.start() is not None
+    job = "for i in $(seq 1 30); do echo n$i; sleep 0.1; done; exit 3"
+    r = _pippa(kept, "run", "--host", h.name, "--name", "kdrop", "--cmd", job)
+    assert r.returncode == 0, r.stderr
+    follower = subprocess.Popen(
+        [PIPPA, "logs", "kdrop", "--host", h.name, "-f"],
+        env=kept.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert follower.stdout is not None and follower.stderr is not None
+    seen = [follower.stdout.readline() for _ in range(5)]
+    assert seen[-1] == "n5\n"
+    h.drop()
+    time.sleep(1.0)
+    h.start()
+    rest = follower.stdout.read()
+    err = follower.stderr.read()
+    assert follower.wait(60) == 3
+    assert "".join(seen) + rest == "".join(f"n{i}\n" for i in range(1, 31)), err
+    assert "reconnecting in" in err and "Traceback" not in err
+    assert _host(h.name)["connections"] == 2  # the keeper's own reconnect, not a direct one
+
+
+def test_a_proxy_jump_host_is_reached_through_the_keeper(kept, ssh_hosts):
+    target, hop = ssh_hosts[0], ssh_hosts[1]
+    inventory = kept.personal_inventory
+    entry = inventory.read_text().split(f"[hosts.{target.name}]\n", 1)[1].split("\n\n", 1)[0]
+    inventory.write_text(inventory.read_text() + f'\n[hosts.tj]\n{entry}\nproxy_jump = "{hop.name}"\n')
+    assert keeper_client.start() is not None
+    with connect("tj")[1] as t:
+        assert t.run("whoami", check=True).stdout.strip() == target.user
+        assert isinstance(t, KeeperTransport) and t.relayed
+    assert f'"{hop.name}"' in next(h["key"] for h in keeper_client.status()["hosts"] if h["name"] == "tj")  # type: ignore[index]
