@@ -10,7 +10,9 @@ process, so the keeper relays: per command one Unix-socket connection, spliced t
 The connections are ``SSHTransport``s, so the host-key policy (known_hosts, never added silently
 without --accept-new, a changed key always refused on every reconnect), identities and ProxyJump are
 exactly those of a direct connection. One session channel per host is kept open ahead of time, so a
-warm command costs one round trip (exec) before its own traffic. A connection unused for the persist
+warm command costs one round trip (exec) before its own traffic; and one host agent (the command
+every pippa verb starts, ``agent_client.command``, which waits for its first request on stdin) is
+started ahead, so a warm agent request costs one round trip in all. A connection unused for the persist
 time (``$PIPPA_PERSIST_S``, default 300 s) is closed; the keeper exits once it has no connection and
 no client for that long, or when its socket is removed, or on ``pippa hosts --disconnect``.
 
@@ -51,10 +53,12 @@ class Kept:
     transport: SSHTransport
     lock: threading.Lock = field(default_factory=threading.Lock)
     spare: paramiko.Channel | None = None
+    ready: tuple[str, paramiko.Channel] | None = None  # a host agent started ahead, waiting on stdin
     busy: int = 0
     last_used: float = field(default_factory=time.monotonic)
     connections: list[int] = field(default_factory=list)  # ids of the paramiko Transports seen
     commands: int = 0
+    ahead_used: int = 0  # commands that got an agent started ahead
 
     def connection(self) -> paramiko.Transport:
         t = self.transport.connection()
@@ -66,8 +70,10 @@ class Kept:
     def close(self) -> None:
         with self.lock:
             spare, self.spare = self.spare, None
-        if spare is not None:
-            spare.close()
+            ready, self.ready = self.ready, None
+        for chan in (spare, ready[1] if ready else None):
+            if chan is not None:
+                chan.close()
         self.transport.close()
 
 
@@ -242,6 +248,7 @@ class Keeper:
                     "name": k.transport.name,
                     "connections": len(k.connections),
                     "commands": k.commands,
+                    "ahead_used": k.ahead_used,
                     "busy": k.busy,
                     "idle_s": round(now - k.last_used, 3),
                 }
@@ -291,6 +298,8 @@ class Keeper:
         try:
             kept.connection()
             self._refill(kept)
+            if isinstance(data.get("ahead"), str):
+                self._start_ahead(kept, data["ahead"])
         except Exception:
             pass  # the command that asked went direct; the next one will say what is wrong
         finally:
@@ -327,7 +336,9 @@ class Keeper:
         threading.Thread(target=work, daemon=True).start()
 
     def _start(self, kept: Kept, command: str) -> SSHProcess:
-        chan = self._channel(kept)
+        return SSHProcess(self._exec_on(kept, self._channel(kept), command))
+
+    def _exec_on(self, kept: Kept, chan: paramiko.Channel, command: str) -> paramiko.Channel:
         fired = threading.Event()
 
         def give_up() -> None:
@@ -351,14 +362,52 @@ class Keeper:
             raise errors.HostUnreachable(f"{kept.transport.name}: could not start a command: {e}") from e
         finally:
             watchdog.cancel()
-        return SSHProcess(chan)
+        return chan
+
+    def _take_ready(self, kept: Kept, command: str) -> SSHProcess | None:
+        """The agent started ahead for this exact command line, when it is still waiting."""
+        t = kept.connection()
+        with kept.lock:
+            ready, kept.ready = kept.ready, None
+        if ready is None:
+            return None
+        line, chan = ready
+        if line == command and not chan.closed and not chan.exit_status_ready() and chan.get_transport() is t:
+            with kept.lock:
+                kept.ahead_used += 1
+            return SSHProcess(chan)
+        chan.close()
+        return None
+
+    def _start_ahead(self, kept: Kept, command: str) -> None:
+        """Start the next host agent in the background. The agent's bootstrap reads its first
+        request from stdin before it does anything, so one started early is indistinguishable from
+        one started on demand, except that its start-up is no longer on the command's path."""
+
+        def work() -> None:
+            with kept.lock:
+                if kept.ready is not None:
+                    return
+            try:
+                chan = self._exec_on(kept, kept.transport.channel(), command)
+            except Exception:
+                return
+            with kept.lock:
+                taken = kept.ready is None
+                if taken:
+                    kept.ready = (command, chan)
+            if not taken:
+                chan.close()
+
+        threading.Thread(target=work, daemon=True).start()
 
     # -------------------------------------------------------------------------------------- relay
     def _exec(self, conn: socket.socket, reader: wire.FrameReader, request: dict[str, Any]) -> None:
         kept = self._kept_for(request)
+        command, ahead = str(request["command"]), bool(request.get("ahead"))
         try:
             try:
-                proc = self._start(kept, str(request["command"]))
+                proc = (self._take_ready(kept, command) if ahead else None) or self._start(kept, command)
             except errors.PippaError as e:
                 conn.sendall(wire.json_frame(wire.ERROR, {"error": type(e).__name__, "message": str(e)}))
                 return
@@ -368,6 +417,8 @@ class Keeper:
             with kept.lock:
                 kept.commands += 1
             self._refill(kept)
+            if ahead:
+                self._start_ahead(kept, command)
             try:
                 self._relay(conn, reader, proc)
             finally:

@@ -104,30 +104,30 @@ class _Conn:
             self.sock.close()
 
 
-def _absent(spec: HostSpec | None) -> None:
+def _absent(spec: HostSpec | None, ahead: str | None) -> None:
     """No keeper: remember the host, and start one when this process exits (the CLI only)."""
     if spec is None or not _state["spawn"]:
         return
     with _lock:
         first = not _prefetch
-        _prefetch[spec.name] = host_fields(spec)
+        _prefetch[spec.name] = {**host_fields(spec), "ahead": ahead}
     if first:
         atexit.register(_spawn_at_exit)
 
 
-def _open(request: dict[str, Any], spec: HostSpec | None = None) -> _Conn | None:
+def _open(request: dict[str, Any], spec: HostSpec | None = None, ahead: str | None = None) -> _Conn | None:
     """A connection to the keeper that has acknowledged ``request``; None: go direct."""
     path = socket_path()
     if path in _broken:
         return None
     if not wire.private_dir(path.parent, create=False):
         if not path.parent.exists():
-            _absent(spec)
+            _absent(spec, ahead)
         return None
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        _absent(spec)
+        _absent(spec, ahead)
         return None
     except OSError:
         return None
@@ -141,7 +141,7 @@ def _open(request: dict[str, Any], spec: HostSpec | None = None) -> _Conn | None
         sock.settimeout(None)
     except (ConnectionRefusedError, FileNotFoundError):  # a stale socket: its keeper is gone
         sock.close()
-        _absent(spec)
+        _absent(spec, ahead)
         return None
     except OSError:
         sock.close()
@@ -361,8 +361,15 @@ class KeeperTransport(Transport):
                 return proc
         return self.direct().start(command)
 
+    def _agent_line(self) -> str:
+        from pippa_ops.transport import agent_client
+
+        return agent_client.command(self)
+
     def _relay(self, line: str) -> KeeperProcess | None:
-        conn = _open(self._request("exec", command=line), self.spec)
+        # The host agent's command may be started ahead by the keeper (it waits for its request).
+        request = self._request("exec", command=line, ahead=line == self._agent_line())
+        conn = _open(request, self.spec, ahead=self._agent_line())
         if conn is None:
             return None
         try:

@@ -117,6 +117,11 @@ def test_every_verb_runs_on_one_kept_connection(kept, ssh_hosts, tmp_path):
     via_keeper("attach", "nosuch", "--host", h.name, code=int(ExitCode.NOT_FOUND))
     assert "up" in via_keeper("hosts")
     assert _host(h.name)["connections"] == 1  # one handshake for all of them
+    assert int(_host(h.name)["ahead_used"]) > 0  # type: ignore[call-overload]
+    assert (
+        "python3 -S -I -c"
+        in h.run_as_user(["pgrep", "-a", "-u", h.user, "-f", "--", "python3 -S -I -c"]).stdout
+    )
 
     pid = int(keeper_client.status()["pid"])  # type: ignore[index]
     r = _pippa(kept, "hosts", "--disconnect")
@@ -124,6 +129,14 @@ def test_every_verb_runs_on_one_kept_connection(kept, ssh_hosts, tmp_path):
     _until(lambda: not _alive(pid), 5)
     assert keeper_client.status() is None
     assert "no connection keeper" in _pippa(kept, "hosts", "--disconnect").stdout
+
+    # The agent started ahead went with its connection: nothing of pippa's is left on the host.
+    def agents_left() -> str:
+        r = h.run_as_user(["pgrep", "-a", "-u", h.user, "-f", "--", "python3 -S -I -c"])
+        assert r.returncode in (0, 1), r.stderr
+        return r.stdout
+
+    _until(lambda: not agents_left(), 5)
 
 
 @pytest.mark.parametrize("way", ["keeper", "direct"])
