@@ -13,7 +13,8 @@ pippa cold: no keeper (a direct connection; the keeper starts as the command exi
 keeper holds the connection; pippa --no-reuse: how every command connected before the keeper. OpenSSH
 fresh: ControlMaster=no; ControlPersist cold: the command that starts the master; warm: a live master.
 CLI start-up (``pippa ps --help``: Python, typer and the command module, no network) is reported on its
-own line, because at these distances it is a large share of a warm command.
+own line, because at these distances it is a large share of a warm command; "pippa in-process" is
+the same work called in this process through the warm keeper (what the command costs without it).
 
     .venv/bin/python bench/bench_wan.py [--repeat 5] [--delay-ms 40]
 """
@@ -34,6 +35,11 @@ from pathlib import Path
 
 from _common import PIPPA, commit_all, start_world, timed
 
+from pippa_ops.hosts.connect import connect
+from pippa_ops.runs.follow import read_all
+from pippa_ops.runs.launch import launch
+from pippa_ops.runs.listing import current_run, list_runs
+from pippa_ops.sync import sync
 from pippa_ops.transport import keeper_client
 
 
@@ -152,8 +158,15 @@ def run_bench(world, h, tmp: Path, repeat: int, delay_s: float) -> None:  # type
         return sum(t(a) for a in argvs)
 
     def no_keeper() -> None:
+        """End the keeper and let it finish exiting (its teardown must not load the next command)."""
         keeper_client.forget()
+        st = keeper_client.status()
         keeper_client.disconnect()
+        if st:
+            deadline = time.monotonic() + 10
+            while Path(f"/proc/{st['pid']}").exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        time.sleep(0.3)
 
     def keeper_connected() -> None:
         deadline = time.monotonic() + 30
@@ -184,6 +197,25 @@ def run_bench(world, h, tmp: Path, repeat: int, delay_s: float) -> None:  # type
     def hand_run(ssh: list[str]) -> tuple[list[str], list[str]]:
         return rsync(ssh), [*ssh, "wan", f"tmux new-session -d -s h{next(counter)} 'sleep 60'"]
 
+    os.chdir(repo)  # the in-process rows sync this repo, as the commands do from their cwd
+
+    def core(verb: str) -> float:
+        """The same work as the command, in this process: no interpreter or CLI start-up."""
+        t0 = time.perf_counter()
+        spec, tr = connect("wan")
+        with tr:
+            if verb == "ps":
+                list_runs(tr, spec.remote_dir)
+            elif verb == "run --cmd":
+                launch(spec, tr, command="sleep 60", session=f"c{next(counter)}")
+            elif verb == "sync":
+                sync(spec, tr, repo)
+            else:
+                run = current_run(list_runs(tr, spec.remote_dir), run_id)
+                read_all(tr, f"{spec.remote_dir.rstrip('/')}/runs/{run.run_id}/output.log")
+        assert isinstance(tr, keeper_client.KeeperTransport) and tr.relayed, "in-process went direct"
+        return time.perf_counter() - t0
+
     verbs = {
         "ps": ([PIPPA, "ps", "--host", "wan"], lambda ssh: ([*ssh, "wan", "tmux ls; ls ~/pippa/runs"],)),
         "run --cmd": (None, hand_run),
@@ -202,7 +234,7 @@ def run_bench(world, h, tmp: Path, repeat: int, delay_s: float) -> None:  # type
     startup: list[float] = []
     for d in delays:
         proxy.delay_s = d
-        for _ in range(repeat):
+        for rep in range(repeat):
             startup.append(t([PIPPA, "ps", "--help"]))
             for verb, (pippa, hand) in verbs.items():
                 argv = pippa if pippa is not None else None
@@ -211,12 +243,17 @@ def run_bench(world, h, tmp: Path, repeat: int, delay_s: float) -> None:  # type
                     a = argv if argv is not None else pippa_run()
                     return t([a[0], *(extra or []), *a[1:]])
 
-                add(verb, "pippa --no-reuse (before)", "cold", d, pip(["--no-reuse"]))
+                # cold with and without the keeper, in alternating order, each with no keeper running
                 no_keeper()
-                add(verb, "pippa", "cold", d, pip())
-                keeper_connected()
-                pip()  # the keeper's first use of its connection (spare channel, home)
+                for way in (("before", "cold"), ("cold", "before"))[rep % 2]:
+                    if way == "before":
+                        add(verb, "pippa --no-reuse (before)", "cold", d, pip(["--no-reuse"]))
+                    else:
+                        add(verb, "pippa", "cold", d, pip())
+                        keeper_connected()
+                pip()  # the keeper's first use of its connection (spare channel, agent ahead)
                 add(verb, "pippa", "warm", d, pip())
+                add(verb, "pippa in-process", "warm", d, core(verb))
                 add(verb, "ssh fresh", "cold", d, tt(*hand(fresh)))
                 master_down()
                 add(verb, "ssh ControlPersist", "cold", d, tt(*hand(cp)))
@@ -236,7 +273,7 @@ def report(cells, delays, startup, repeat) -> None:  # type: ignore[no-untyped-d
         return f"{x:7.3f}" if x is not None else "      -"
 
     su = statistics.median(startup)
-    ways = ("pippa", "pippa --no-reuse (before)", "ssh fresh", "ssh ControlPersist")
+    ways = ("pippa", "pippa --no-reuse (before)", "pippa in-process", "ssh fresh", "ssh ControlPersist")
     print(f"\nWAN bench: one loopback sshd behind a delay proxy, medians of {repeat} (seconds)")
     head = "".join(f"   {d * 1000:3.0f} ms cold  warm" for d in delays)
     print(f"{'command':10} {'way':27}{head}")
@@ -248,15 +285,21 @@ def report(cells, delays, startup, repeat) -> None:  # type: ignore[no-untyped-d
             print(f"{verb:10} {way:27}{row}")
     print(f"pippa CLI start-up (pippa ps --help, no network): {su:.3f} s")
     far = delays[-1]
-    print(f"\nratios at {far * 2000:.0f} ms round trip (warm pippa / warm OpenSSH ControlPersist; "
-          "in brackets: with the CLI start-up taken off pippa)")  # fmt: skip
+    print(f"\nratios at {far * 2000:.0f} ms round trip, warm pippa / warm OpenSSH ControlPersist: the")
+    print("command as typed, and its work in-process (the network part, no CLI start-up)")
     goals = {"ps": 1.5, "run --cmd": 1.5, "sync": 1.0, "logs": None}
     for verb, goal in goals.items():
         p, o = med(verb, "pippa", "warm", far), med(verb, "ssh ControlPersist", "warm", far)
-        if p is None or o is None:
+        c = med(verb, "pippa in-process", "warm", far)
+        if p is None or o is None or c is None:
             continue
-        verdict = "" if goal is None else f"   goal <= {goal:.1f}x {'ok' if p / o <= goal else 'MISSED'}"
-        print(f"  {verb:10} {p / o:5.2f}x  [{(p - su) / o:5.2f}x]{verdict}")
+
+        def verdict(x: float, goal: float | None = goal) -> str:
+            return "" if goal is None else f" ({'ok' if x <= goal else 'MISSED'})"
+
+        goal_text = "" if goal is None else f"   goal <= {goal:.1f}x"
+        cmd, inproc = f"{p / o:5.2f}x{verdict(p / o)}", f"{c / o:5.2f}x{verdict(c / o)}"
+        print(f"  {verb:10} command {cmd}   in-process {inproc}{goal_text}")
     print("cold pippa / pippa --no-reuse (the cost of the keeper to a cold command; goal: no worse)")
     for d in delays:
         parts = []

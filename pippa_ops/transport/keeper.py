@@ -10,8 +10,8 @@ process, so the keeper relays: per command one Unix-socket connection, spliced t
 The connections are ``SSHTransport``s, so the host-key policy (known_hosts, never added silently
 without --accept-new, a changed key always refused on every reconnect), identities and ProxyJump are
 exactly those of a direct connection. One session channel per host is kept open ahead of time, so a
-warm command costs one round trip (exec) before its own traffic; and one host agent (the command
-every pippa verb starts, ``agent_client.command``, which waits for its first request on stdin) is
+warm command costs one round trip (exec) before its own traffic; and two host agents (the command
+every pippa verb starts, ``agent_client.command``, which waits for its first request on stdin) are
 started ahead, so a warm agent request costs one round trip in all. A connection unused for the persist
 time (``$PIPPA_PERSIST_S``, default 300 s) is closed; the keeper exits once it has no connection and
 no client for that long, or when its socket is removed, or on ``pippa hosts --disconnect``.
@@ -44,6 +44,7 @@ from pippa_ops.transport.ssh import SSHProcess, SSHTransport
 
 SPEC_FIELDS = ("name", "address", "user", "port", "identity_file", "proxy_jump")
 REQUEST_WAIT_S = 5.0  # a client that connects must send its request within this
+AHEAD = 2  # host agents kept started per host (an idle python3 each, waiting on its stdin)
 
 
 @dataclass
@@ -53,7 +54,8 @@ class Kept:
     transport: SSHTransport
     lock: threading.Lock = field(default_factory=threading.Lock)
     spare: paramiko.Channel | None = None
-    ready: tuple[str, paramiko.Channel] | None = None  # a host agent started ahead, waiting on stdin
+    ready: list[tuple[str, paramiko.Channel]] = field(default_factory=list)  # agents started ahead
+    starting: int = 0  # agents being started ahead now
     busy: int = 0
     last_used: float = field(default_factory=time.monotonic)
     connections: list[int] = field(default_factory=list)  # ids of the paramiko Transports seen
@@ -70,8 +72,8 @@ class Kept:
     def close(self) -> None:
         with self.lock:
             spare, self.spare = self.spare, None
-            ready, self.ready = self.ready, None
-        for chan in (spare, ready[1] if ready else None):
+            ready, self.ready = self.ready, []
+        for chan in [spare, *(c for _, c in ready)]:
             if chan is not None:
                 chan.close()
         self.transport.close()
@@ -365,41 +367,48 @@ class Keeper:
         return chan
 
     def _take_ready(self, kept: Kept, command: str) -> SSHProcess | None:
-        """The agent started ahead for this exact command line, when it is still waiting."""
+        """An agent started ahead for this exact command line that is still waiting, if any."""
         t = kept.connection()
-        with kept.lock:
-            ready, kept.ready = kept.ready, None
-        if ready is None:
-            return None
-        line, chan = ready
-        if line == command and not chan.closed and not chan.exit_status_ready() and chan.get_transport() is t:
+        while True:
             with kept.lock:
-                kept.ahead_used += 1
-            return SSHProcess(chan)
-        chan.close()
-        return None
+                if not kept.ready:
+                    return None
+                line, chan = kept.ready.pop(0)
+            if (
+                line == command
+                and not chan.closed
+                and not chan.exit_status_ready()
+                and chan.get_transport() is t
+            ):
+                with kept.lock:
+                    kept.ahead_used += 1
+                return SSHProcess(chan)
+            chan.close()
 
     def _start_ahead(self, kept: Kept, command: str) -> None:
-        """Start the next host agent in the background. The agent's bootstrap reads its first
+        """Keep AHEAD host agents started in the background. The agent's bootstrap reads its first
         request from stdin before it does anything, so one started early is indistinguishable from
-        one started on demand, except that its start-up is no longer on the command's path."""
+        one started on demand, except that its start-up is no longer on the command's path. Two:
+        ``logs`` and ``resume`` start two agents one after the other."""
 
         def work() -> None:
-            with kept.lock:
-                if kept.ready is not None:
-                    return
             try:
                 chan = self._exec_on(kept, kept.transport.channel(), command)
             except Exception:
-                return
+                chan = None
             with kept.lock:
-                taken = kept.ready is None
-                if taken:
-                    kept.ready = (command, chan)
-            if not taken:
+                kept.starting -= 1
+                keep = chan is not None and len(kept.ready) < AHEAD
+                if keep and chan is not None:
+                    kept.ready.append((command, chan))
+            if chan is not None and not keep:
                 chan.close()
 
-        threading.Thread(target=work, daemon=True).start()
+        with kept.lock:
+            missing = AHEAD - len(kept.ready) - kept.starting
+            kept.starting += max(missing, 0)
+        for _ in range(missing):
+            threading.Thread(target=work, daemon=True).start()
 
     # -------------------------------------------------------------------------------------- relay
     def _exec(self, conn: socket.socket, reader: wire.FrameReader, request: dict[str, Any]) -> None:
