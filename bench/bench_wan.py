@@ -258,6 +258,11 @@ def run_bench(world, h, tmp: Path, repeat: int, delay_s: float) -> None:  # type
                 master_down()
                 add(verb, "ssh ControlPersist", "cold", d, tt(*hand(cp)))
                 add(verb, "ssh ControlPersist", "warm", d, tt(*hand(cp)))
+                if verb == "run --cmd":  # keep the host as it was: ps lists as many runs every time,
+                    h.run_as_user(["tmux", "kill-server"])  # and the logs run stays in the newest 50
+                    runs = f"{h.home}/pippa/runs"
+                    h.run_as_user(["find", runs, "-mindepth", "1", "-maxdepth", "1", "!", "-name", run_id,
+                                   "-exec", "rm", "-rf", "{}", "+"])  # fmt: skip
         print(f"  (done: {d * 1000:.0f} ms one-way)", flush=True)
     master_down()
     h.run_as_user(["tmux", "kill-server"])
