@@ -376,3 +376,29 @@ def test_a_proxy_jump_host_is_reached_through_the_keeper(kept, ssh_hosts):
         assert t.run("whoami", check=True).stdout.strip() == target.user
         assert isinstance(t, KeeperTransport) and t.relayed
     assert f'"{hop.name}"' in next(h["key"] for h in keeper_client.status()["hosts"] if h["name"] == "tj")  # type: ignore[index]
+
+
+def test_the_dashboard_monitor_shares_the_keeper(kept, ssh_hosts):
+    from pippa_ops.hosts.inventory import resolve
+    from pippa_ops.monitor.host import HostMonitor
+    from pippa_ops.monitor.state import GpuSampled, RunsListed
+
+    h = ssh_hosts[1]
+    h.install_bin("nvidia-smi", fake_smi.script(gpus=2))
+    assert keeper_client.start() is not None
+    events: list[object] = []
+    mon = HostMonitor(resolve(h.name), interval_s=0.3, runs_every_s=0.3)
+    threads = [
+        threading.Thread(target=f, args=(events.append,), daemon=True) for f in (mon.stream_gpus, mon.poll)
+    ]
+    for th in threads:
+        th.start()
+    try:
+        _until(lambda: any(isinstance(e, GpuSampled) and len(e.gpus) == 2 for e in events))
+        _until(lambda: any(isinstance(e, RunsListed) for e in events))
+    finally:
+        mon.close()
+        for th in threads:
+            th.join(10)
+    assert not any(th.is_alive() for th in threads), "close() ends the monitor's loops"
+    assert _host(h.name)["connections"] == 1 and int(_host(h.name)["commands"]) >= 2  # type: ignore[call-overload]
