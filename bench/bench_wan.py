@@ -40,7 +40,7 @@ from pippa_ops.runs.follow import read_all
 from pippa_ops.runs.launch import launch
 from pippa_ops.runs.listing import current_run, list_runs
 from pippa_ops.sync import sync
-from pippa_ops.transport import keeper_client
+from pippa_ops.transport import keeper_client, reuse
 
 
 class DelayProxy:
@@ -108,7 +108,7 @@ def main() -> None:
 
 
 def with_env_disconnect() -> None:
-    keeper_client.configure(True, spawn=False)
+    reuse.configure(True, spawn=False)
     keeper_client.forget()
     keeper_client.disconnect()
 
@@ -181,7 +181,7 @@ def run_bench(world, h, tmp: Path, repeat: int, delay_s: float) -> None:  # type
     def master_down() -> None:
         subprocess.run([*cp, "-O", "exit", "wan"], env=env, capture_output=True)
 
-    keeper_client.configure(True, spawn=False)
+    reuse.configure(True, spawn=False)
     # Ready the host for both paths, and a 50-line run for logs.
     t([PIPPA, "--no-reuse", "sync", "wan"])
     t(rsync(fresh))

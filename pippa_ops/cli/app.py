@@ -165,9 +165,9 @@ def _root(
     ),
 ) -> None:
     _state["debug"] = debug
-    from pippa_ops.transport.keeper_client import configure
+    from pippa_ops.transport import reuse
 
-    configure(not no_reuse)
+    reuse.configure(not no_reuse)
 
 
 def fail(message: str, code: ExitCode) -> None:

@@ -21,10 +21,13 @@ def open_transport(spec: HostSpec, *, accept_new: bool = False) -> Transport:
     see ``transport.keeper_client``) its commands run on the connection keeper's kept connection."""
     if spec.is_local:
         return LocalTransport(spec.name)
-    from pippa_ops.transport import keeper_client
+    from pippa_ops.transport import reuse
 
-    if keeper_client.reuse_enabled():
-        return keeper_client.KeeperTransport(spec, accept_new=accept_new)
+    if reuse.requested():
+        from pippa_ops.transport import keeper_client
+
+        if keeper_client.reuse_enabled():
+            return keeper_client.KeeperTransport(spec, accept_new=accept_new)
     from pippa_ops.transport.ssh import SSHTransport  # paramiko: only a remote host needs it
 
     return SSHTransport(spec, accept_new=accept_new)

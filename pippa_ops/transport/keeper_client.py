@@ -1,7 +1,7 @@
 """The command side of the connection keeper (``transport.keeper``): a Transport whose commands run on
 the keeper's kept SSH connections, and the ssh-config answers that spare a command importing paramiko.
 
-Reuse is off for a library caller and on for the CLI (``configure``), unless ``--no-reuse`` or
+Reuse is off for a library caller and on for the CLI (``reuse.configure``), unless ``--no-reuse`` or
 ``PIPPA_NO_REUSE=1``. A ``KeeperTransport`` behaves as ``SSHTransport`` does (same typed errors, same
 Process semantics: stdin and its EOF, stdout streamed, stderr and exit status after the end, kill); it
 never fails because of the keeper: when the keeper is absent, stale (a socket nobody listens on) or
@@ -27,6 +27,7 @@ from typing import Any
 from pippa_ops import errors
 from pippa_ops.hosts.inventory import HostSpec, ssh_config_path, team_inventory_path
 from pippa_ops.transport import keeper_wire as wire
+from pippa_ops.transport import reuse
 from pippa_ops.transport.base import (
     CONNECT_TIMEOUT_S,
     Command,
@@ -41,16 +42,10 @@ ACK_WAIT_S = 2.0  # a live keeper answers A at once; a stopped or wedged one is 
 ANSWER_WAIT_S = 6 * CONNECT_TIMEOUT_S  # the keeper's own connect (TCP, banner, auth, jump hops)
 KILL_WAIT_S = 2.0  # how long kill() waits for the command's end, as SSHProcess.kill does
 
-_state: dict[str, Any] = {"reuse": False, "spawn": False}
 _lock = threading.Lock()
 _broken: set[Path] = set()  # keepers this process found unusable: straight to direct
 _prefetch: dict[str, dict[str, Any]] = {}  # hosts for a keeper started at exit
 _config_cache: dict[tuple[object, ...], KeptSSHConfig] = {}
-
-
-def configure(reuse: bool, *, spawn: bool = True) -> None:
-    """Turn reuse on (the CLI) or off; ``spawn``: start an absent keeper when this process exits."""
-    _state["reuse"], _state["spawn"] = reuse, spawn
 
 
 def forget() -> None:
@@ -62,7 +57,8 @@ def forget() -> None:
 
 
 def reuse_enabled() -> bool:
-    if not _state["reuse"] or os.environ.get("PIPPA_NO_REUSE", "") not in ("", "0"):
+    """Reuse asked for (``reuse.configure``), and a platform that can tell a socket peer's uid."""
+    if not reuse.requested():
         return False
     return hasattr(socket, "SO_PEERCRED") or sys.platform == "darwin" or "bsd" in sys.platform
 
@@ -106,7 +102,7 @@ class _Conn:
 
 def _absent(spec: HostSpec | None, ahead: str | None) -> None:
     """No keeper: remember the host, and start one when this process exits (the CLI only)."""
-    if spec is None or not _state["spawn"]:
+    if spec is None or not reuse.spawn():
         return
     with _lock:
         first = not _prefetch

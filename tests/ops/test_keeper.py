@@ -21,7 +21,7 @@ from conftest import PIPPA, ClientEnv
 
 from pippa_ops.errors import ExitCode, HostKeyChanged
 from pippa_ops.hosts.connect import connect
-from pippa_ops.transport import keeper_client
+from pippa_ops.transport import keeper_client, reuse
 from pippa_ops.transport.keeper_client import KeeperTransport
 from pippa_ops.transport.ssh import SSHTransport
 
@@ -38,13 +38,13 @@ def kept(ssh_env: ClientEnv, monkeypatch: pytest.MonkeyPatch) -> Iterator[Client
     run_dir = Path(tempfile.mkdtemp(prefix="pk"))  # short: a Unix socket path has ~100 bytes
     monkeypatch.setenv("PIPPA_RUNTIME_DIR", str(run_dir))
     monkeypatch.delenv("PIPPA_NO_REUSE")
-    keeper_client.configure(True, spawn=False)
+    reuse.configure(True, spawn=False)
     keeper_client.forget()
     try:
         yield ssh_env
     finally:
         keeper_client.disconnect()
-        keeper_client.configure(False)
+        reuse.configure(False)
         keeper_client.forget()
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -205,8 +205,8 @@ def test_a_warm_command_imports_no_paramiko(kept, ssh_hosts):
     assert keeper_client.start() is not None
     code = f"""
 import sys
-from pippa_ops.transport import keeper_client
-keeper_client.configure(True, spawn=False)
+from pippa_ops.transport import reuse
+reuse.configure(True, spawn=False)
 from pippa_ops.hosts.connect import connect, ssh_argv
 from pippa_ops.runs.listing import list_runs
 spec, t = connect({ssh_hosts[0].name!r})
