@@ -402,3 +402,38 @@ def test_the_dashboard_monitor_shares_the_keeper(kept, ssh_hosts):
             th.join(10)
     assert not any(th.is_alive() for th in threads), "close() ends the monitor's loops"
     assert _host(h.name)["connections"] == 1 and int(_host(h.name)["commands"]) >= 2  # type: ignore[call-overload]
+
+
+def test_forward_connects_on_its_own_with_reuse_on(kept, ssh_hosts, tmp_path):
+    """Port forwards need channels of their own: with reuse on, `pippa forward` still works."""
+    import http.server
+
+    (tmp_path / "hello.txt").write_text("hi there")
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    proc = subprocess.Popen(
+        [PIPPA, "forward", ssh_hosts[0].name, f"{port}:0"],
+        env=kept.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline()
+        assert line.startswith("forwarding 127.0.0.1:"), line + (
+            proc.stderr.read() if proc.poll() is not None else ""
+        )
+        local = int(line.split(":")[1].split()[0])
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{local}/hello.txt", timeout=20) as r:
+            assert r.read() == b"hi there"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        server.shutdown()
+        server.server_close()
