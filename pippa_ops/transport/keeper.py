@@ -102,6 +102,7 @@ class Keeper:
     def __init__(self, listener: socket.socket, path: Path, persist_s: float) -> None:
         self.listener, self.path, self.persist_s = listener, path, persist_s
         self._inode = os.stat(path).st_ino
+        self._unlinked = False
         self._lock = threading.Lock()
         self._kept: dict[str, Kept] = {}
         self._clients = 0
@@ -140,9 +141,11 @@ class Keeper:
                 self.listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept
 
     def _unlink(self) -> None:
+        """Remove our socket (not one a newer keeper bound meanwhile)."""
         try:
             if os.stat(self.path).st_ino == self._inode:
                 os.unlink(self.path)
+                self._unlinked = True
         except OSError:
             pass
 
@@ -174,6 +177,15 @@ class Keeper:
 
     def _shutdown(self) -> None:
         self._unlink()
+        if self._unlinked:
+            # Our own files go too (an empty log; a log with a traceback stays). A keeper starting
+            # meanwhile on the old lock file is no second keeper for long: its socket is replaced by
+            # the next one's, and a keeper whose socket was replaced exits (``_tick``).
+            for suffix in (".lock", ".log"):
+                extra = self.path.with_suffix(suffix)
+                with contextlib.suppress(OSError):
+                    if suffix == ".lock" or extra.stat().st_size == 0:
+                        extra.unlink()
         self.listener.close()
         with self._lock:
             kept, self._kept = list(self._kept.values()), {}

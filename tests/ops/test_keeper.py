@@ -338,6 +338,7 @@ def test_an_idle_keeper_exits_by_itself(kept, ssh_hosts, monkeypatch):
         t.run("true", check=True)
     _until(lambda: not _alive(pid), 10)
     assert not keeper_client.socket_path().exists()
+    assert list(keeper_client.socket_path().parent.iterdir()) == []  # its lock and empty log went too
 
 
 def test_logs_follow_through_the_keeper_rides_out_a_dropped_connection(kept, ssh_hosts):
