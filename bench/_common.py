@@ -6,6 +6,7 @@ on sys.path and ``from _common import ...`` finds this file; tests/ goes on the 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -23,6 +24,9 @@ def start_world(bench: str, hosts: int) -> sshd.World:
     reason = sshd.why_unavailable()
     if reason:
         raise SystemExit(f"{bench}: {reason}")
+    # These benches compare pippa with fresh OpenSSH connections, so pippa connects fresh too (no
+    # connection keeper); bench_wan, which measures the keeper, takes this out of its commands' env.
+    os.environ.setdefault("PIPPA_NO_REUSE", "1")
     return sshd.start_world(hosts)
 
 

@@ -109,6 +109,9 @@ def own_home(tmp_path_factory: pytest.TempPathFactory, session_cache: Path) -> I
     mp.setenv("XDG_CACHE_HOME", str(home / ".cache"))
     mp.setenv("PIPPA_CACHE", str(session_cache))
     mp.setenv("HF_HOME", str(session_cache / "huggingface"))
+    # No connection keeper (a process that outlives the test) unless a test asks for one
+    # (tests/ops/test_keeper.py): a test sees its own connections come and go.
+    mp.setenv("PIPPA_NO_REUSE", "1")
     try:
         yield
     finally:

@@ -157,8 +157,17 @@ _state = {"debug": False}
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    no_reuse: bool = typer.Option(
+        False,
+        "--no-reuse",
+        help="Connect directly, not through the connection keeper's kept SSH connections "
+        "(also PIPPA_NO_REUSE=1).",
+    ),
 ) -> None:
     _state["debug"] = debug
+    from pippa_ops.transport import reuse
+
+    reuse.configure(not no_reuse)
 
 
 def fail(message: str, code: ExitCode) -> None:

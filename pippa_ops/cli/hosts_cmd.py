@@ -27,8 +27,25 @@ def hosts_command(
             "--explain", help="Show where each field came from (hosts.toml, ssh_config, pippa.toml)."
         ),
     ] = False,
+    disconnect: Annotated[
+        bool,
+        typer.Option(
+            "--disconnect", help="Close the SSH connections the connection keeper holds, and end it."
+        ),
+    ] = False,
 ) -> None:
     """Hosts (local, pippa.toml, ~/.config/pippa/hosts.toml, ~/.ssh/config aliases), checked in parallel."""
+    if disconnect:
+        from pippa_ops.transport.keeper_client import disconnect as close_kept
+
+        closed = close_kept()
+        if json_out:
+            emit_json({"keeper_running": closed is not None, "closed": closed or 0})
+        elif closed is None:
+            typer.echo("no connection keeper was running")
+        else:
+            typer.echo(f"closed {closed} kept connection(s); the connection keeper has exited")
+        return
     from pippa_ops.hosts.connect import open_transport
     from pippa_ops.hosts.inventory import alias_spec, load_inventory, load_ssh_config, local_spec, ssh_aliases
     from pippa_ops.hosts.prep import survey

@@ -1,8 +1,9 @@
 """From a host name to something that runs commands there, and to an OpenSSH command line.
 
-``open_transport`` is the one door the core uses: LocalTransport for ``local``, SSHTransport
-otherwise (connecting lazily; pippa_ops.transport.ssh, and so paramiko, is imported only then, so commands on
-``local`` never load it). ``ssh_argv`` builds the equivalent ``ssh`` command for what paramiko
+``open_transport`` is the one door the core uses: LocalTransport for ``local``, else the connection
+keeper's KeeperTransport when reuse is on (the CLI), else SSHTransport (connecting lazily;
+pippa_ops.transport.ssh, and so paramiko, is imported only then, so commands on ``local`` never load it).
+``ssh_argv`` builds the equivalent ``ssh`` command for what paramiko
 cannot do well: a real interactive terminal (``pippa attach``). It uses the same endpoint and the same
 known_hosts with strict checking, so both paths trust exactly the same keys.
 """
@@ -16,9 +17,17 @@ __all__ = ["connect", "open_transport", "resolve", "ssh_argv"]
 
 
 def open_transport(spec: HostSpec, *, accept_new: bool = False) -> Transport:
-    """A transport for ``spec``; nothing connects until the first command."""
+    """A transport for ``spec``; nothing connects until the first command. With reuse on (the CLI,
+    see ``transport.keeper_client``) its commands run on the connection keeper's kept connection."""
     if spec.is_local:
         return LocalTransport(spec.name)
+    from pippa_ops.transport import reuse
+
+    if reuse.requested():
+        from pippa_ops.transport import keeper_client
+
+        if keeper_client.reuse_enabled():
+            return keeper_client.KeeperTransport(spec, accept_new=accept_new)
     from pippa_ops.transport.ssh import SSHTransport  # paramiko: only a remote host needs it
 
     return SSHTransport(spec, accept_new=accept_new)
@@ -37,7 +46,7 @@ def ssh_argv(spec: HostSpec, *, tty: bool = True) -> list[str]:
     """
     if spec.is_local:
         raise ValueError("the host 'local' needs no ssh")
-    from pippa_ops.transport.ssh import endpoint
+    from pippa_ops.hosts.endpoint import endpoint
 
     ep = endpoint(spec)
     argv = ["ssh"]

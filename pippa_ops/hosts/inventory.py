@@ -96,7 +96,21 @@ def personal_inventory_path() -> Path:
 
 
 def load_ssh_config() -> paramiko.SSHConfig:
-    """~/.ssh/config as paramiko reads it (imported here: resolving ``local`` never needs it)."""
+    """~/.ssh/config as paramiko reads it: from the connection keeper when one answers (so a warm
+    command never imports paramiko), else read here (``local`` never needs it)."""
+    from pippa_ops.transport import reuse
+
+    if reuse.requested():
+        from pippa_ops.transport.keeper_client import kept_ssh_config
+
+        kept = kept_ssh_config()
+        if kept is not None:
+            return kept  # type: ignore[return-value]
+    return read_ssh_config()
+
+
+def read_ssh_config() -> paramiko.SSHConfig:
+    """~/.ssh/config parsed by paramiko in this process."""
     from pippa_ops.transport._paramiko import paramiko
 
     path = ssh_config_path()

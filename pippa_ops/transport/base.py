@@ -17,8 +17,9 @@ import os
 import select
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import cast
@@ -27,6 +28,7 @@ from pippa_ops.errors import RemoteCommandFailed
 from pippa_ops.transport.shell import join
 
 Command = str | Sequence[str]
+CONNECT_TIMEOUT_S = 10.0  # TCP connect, SSH banner, authentication, channel open: each
 
 
 def as_shell_line(command: Command) -> str:
@@ -144,6 +146,11 @@ class Process(abc.ABC):
     def kill(self) -> None:
         """Stop the command (idempotent; safe from another thread: a blocked read then ends)."""
 
+    def close(self) -> None:
+        """Let go of a command that has done its work and whose stdin is closed, without waiting
+        for its exit status (over SSH that is a round trip): it ends on its own. Here: ``kill``."""
+        self.kill()
+
     def __enter__(self) -> Process:
         return self
 
@@ -157,6 +164,47 @@ def read_to_end(proc: Process) -> bytes:
     while chunk := proc.read():
         out += chunk
     return bytes(out)
+
+
+def run_started(
+    name: str,
+    start: Callable[[str], Process],
+    command: Command,
+    *,
+    input: bytes | None,
+    timeout: float | None,
+    check: bool,
+) -> CommandResult:
+    """``Transport.run`` on top of ``start``: stdin fed from a thread (so a command that writes while
+    it reads never deadlocks), stdout read to its end, the exit status, all before ``timeout``."""
+    line = as_shell_line(command)
+    t0 = time.monotonic()
+    proc = start(line)
+    try:
+        if input:
+            writer = threading.Thread(target=_feed, args=(proc, input), daemon=True)
+            writer.start()
+        else:
+            proc.close_stdin()
+        deadline = None if timeout is None else t0 + timeout
+        proc.set_deadline(deadline)
+        out = read_to_end(proc)
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        status = proc.wait(remaining)
+    except TimeoutError as e:
+        proc.kill()
+        raise TimeoutError(f"{name}: command timed out after {timeout}s") from e
+    finally:
+        proc.kill()  # the command has ended: this only closes its channel
+    return finish(name, line, status, out, proc.stderr_text(), t0, check)
+
+
+def _feed(proc: Process, data: bytes) -> None:
+    try:
+        proc.write(data)
+        proc.close_stdin()
+    except OSError:
+        pass  # the command ended without reading all its input; its exit status tells
 
 
 class Transport(abc.ABC):

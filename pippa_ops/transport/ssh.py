@@ -17,24 +17,21 @@ import logging
 import os
 import socket
 import threading
-import time
-from dataclasses import dataclass, replace
-from pathlib import Path
 
-from pippa_ops.errors import AuthFailed, HostKeyChanged, HostKeyUnknown, HostUnreachable, UnknownHost
-from pippa_ops.hosts.inventory import HostSpec, known_hosts_path, load_ssh_config, resolve
+from pippa_ops.errors import AuthFailed, HostKeyChanged, HostKeyUnknown, HostUnreachable
+from pippa_ops.hosts.endpoint import Endpoint, endpoint, jump_host
+from pippa_ops.hosts.inventory import HostSpec, known_hosts_path
 from pippa_ops.transport._paramiko import paramiko
 from pippa_ops.transport.base import (
+    CONNECT_TIMEOUT_S,
     Command,
     CommandResult,
     Process,
     Transport,
     as_shell_line,
-    finish,
-    read_to_end,
+    run_started,
 )
 
-CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15
 _known_hosts_lock = threading.Lock()
 
@@ -43,59 +40,6 @@ _known_hosts_lock = threading.Lock()
 # failure already reaches the caller as one typed error, so paramiko stays silent unless the CLI's
 # --debug attaches a handler (pippa_ops.cli.app).
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where and as whom to connect: the HostSpec completed from ~/.ssh/config (spec fields win)."""
-
-    hostname: str
-    port: int
-    user: str | None
-    identity_files: tuple[str, ...]
-    proxy_jump: str | None
-
-    @property
-    def known_hosts_name(self) -> str:
-        """The name OpenSSH files the key under: ``host`` on port 22, else ``[host]:port``."""
-        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
-
-
-def endpoint(spec: HostSpec) -> Endpoint:
-    """Complete ``spec`` with what ~/.ssh/config says about its address (HostName, User, Port, ...)."""
-    if spec.address is None:
-        raise UnknownHost(f"host {spec.name!r} has no address")
-    found = load_ssh_config().lookup(spec.address)
-    identities = [spec.identity_file] if spec.identity_file else list(found.get("identityfile", []))
-    port = spec.port or int(found.get("port", 22))
-    proxy = spec.proxy_jump or found.get("proxyjump")
-    return Endpoint(
-        hostname=found.get("hostname", spec.address),
-        port=port,
-        user=spec.user or found.get("user"),
-        identity_files=tuple(str(Path(p).expanduser()) for p in identities),
-        proxy_jump=None if proxy in (None, "none") else proxy,
-    )
-
-
-def jump_host(chain: str) -> HostSpec:
-    """The hop next to the target of a ProxyJump ``chain`` (``a,b``: through a, then b), itself
-    reached through the hops before it; each hop is a host name or ``[user@]host[:port]``."""
-    *before, last = [hop.strip() for hop in chain.split(",") if hop.strip()]
-    user, _, rest = last.rpartition("@")
-    host, port = rest, None
-    if rest.count(":") == 1:  # host:port (an IPv6 address has several colons)
-        host, _, port_text = rest.partition(":")
-        if not port_text.isdigit():
-            raise UnknownHost(f"invalid ProxyJump hop {last!r}")
-        port = int(port_text)
-    spec = resolve(host)
-    overrides: dict[str, object] = {"proxy_jump": ",".join(before) or None}
-    if user:
-        overrides["user"] = user
-    if port is not None:
-        overrides["port"] = port
-    return replace(spec, **overrides)  # type: ignore[arg-type]
 
 
 class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
@@ -276,26 +220,7 @@ class SSHTransport(Transport):
         timeout: float | None = None,
         check: bool = False,
     ) -> CommandResult:
-        line = as_shell_line(command)
-        t0 = time.monotonic()
-        proc = self.start(line)
-        try:
-            if input:
-                writer = threading.Thread(target=_feed, args=(proc, input), daemon=True)
-                writer.start()
-            else:
-                proc.close_stdin()
-            deadline = None if timeout is None else t0 + timeout
-            proc.set_deadline(deadline)
-            out = read_to_end(proc)
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            status = proc.wait(remaining)
-        except TimeoutError as e:
-            proc.kill()
-            raise TimeoutError(f"{self.name}: command timed out after {timeout}s") from e
-        finally:
-            proc.close()
-        return finish(self.name, line, status, out, proc.stderr_text(), t0, check)
+        return run_started(self.name, self.start, command, input=input, timeout=timeout, check=check)
 
     def start(self, command: Command) -> SSHProcess:
         chan = self.channel()
@@ -311,14 +236,6 @@ class SSHTransport(Transport):
             r = self.run('printf %s "$HOME"', timeout=self._timeout * 3, check=True)
             self._home = r.stdout.strip()
         return self._home
-
-
-def _feed(proc: SSHProcess, data: bytes) -> None:
-    try:
-        proc.write(data)
-        proc.close_stdin()
-    except OSError:
-        pass  # the command ended without reading all its input; its exit status tells
 
 
 class SSHProcess(Process):

@@ -1,0 +1,25 @@
+"""Whether this process runs its SSH commands on the connection keeper's kept connections.
+
+A module of its own so that the CLI can say so at start-up without importing the keeper's client
+(``transport.keeper_client``), which only a command that reaches a host needs.
+"""
+
+from __future__ import annotations
+
+import os
+
+_state = {"reuse": False, "spawn": False}
+
+
+def configure(reuse: bool, *, spawn: bool = True) -> None:
+    """Turn reuse on (the CLI) or off; ``spawn``: start an absent keeper when this process exits."""
+    _state["reuse"], _state["spawn"] = reuse, spawn
+
+
+def requested() -> bool:
+    """On, and not turned off by ``PIPPA_NO_REUSE=1`` (read on every call: tests change it)."""
+    return _state["reuse"] and os.environ.get("PIPPA_NO_REUSE", "") in ("", "0")
+
+
+def spawn() -> bool:
+    return _state["spawn"]
