@@ -147,10 +147,15 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurm.Cl
 
 
 @pytest.fixture
-def ssh_hosts(ssh_world: sshd.World) -> list[sshd.SSHHost]:
+def ssh_hosts(ssh_world: sshd.World) -> Iterator[list[sshd.SSHHost]]:
+    """The session's hosts, started; what a test put on a host's PATH (a fake nvidia-smi makes the
+    trainer see a GPU) is gone after it."""
     for h in ssh_world.hosts:
         h.start()
-    return ssh_world.hosts
+    yield ssh_world.hosts
+    for h in ssh_world.hosts:
+        for tool in (h.home / "bin").glob("*"):
+            tool.unlink()
 
 
 @pytest.fixture

@@ -77,7 +77,8 @@ def daily(ssh_world: sshd.World, tmp_path_factory: pytest.TempPathFactory) -> Da
 
 
 def test_wait_returns_when_the_run_ends_and_tells_the_user(daily: Daily) -> None:
-    assert daily.wait.returncode == 0, daily.wait.stderr
+    log = daily.host_run(daily.real) / "output.log"
+    assert daily.wait.returncode == 0, daily.wait.stderr + (log.read_text()[-3000:] if log.exists() else "")
     line = f"{daily.host.name}: run {daily.real} (tiny) finished (exit 0) after "
     assert f"\apippa: {line}" in daily.wait.stderr  # the bell, then one line
     assert daily.notes.read_text().splitlines()[:3] == ["--app-name", "pippa", "pippa"]
