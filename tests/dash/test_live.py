@@ -38,7 +38,13 @@ async def _until(pilot, cond: Callable[[], bool], timeout: float, what: str) -> 
 
 
 def _status(app: DashApp, i: int) -> str:
-    return str(app.query_one(f"#host-{i} .status").render())
+    """The host panel's status line; "" while the panel is being (re)built and has none yet."""
+    from textual.css.query import NoMatches
+
+    try:
+        return str(app.query_one(f"#host-{i} .status").render())
+    except NoMatches:
+        return ""
 
 
 def _monitors(names: list[str]) -> dict[str, HostMonitor]:
