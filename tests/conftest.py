@@ -92,6 +92,18 @@ class ClientEnv:
         monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_keeper_by_default() -> Iterator[None]:
+    """No connection keeper for module- and session-scoped fixtures either (``own_home`` covers each
+    test): a keeper outlives what started it; tests/ops/test_keeper.py asks for one."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PIPPA_NO_REUSE", "1")
+    try:
+        yield
+    finally:
+        mp.undo()
+
+
 @pytest.fixture(scope="session")
 def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(os.environ.get("PIPPA_CACHE") or tmp_path_factory.mktemp("cache"))
