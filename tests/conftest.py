@@ -36,6 +36,10 @@ the session's (``PIPPA_CACHE`` set by the caller is kept), so the tiny model is 
 
 ``PIPPA``: path of the ``pippa`` script in the venv running the tests.
 
+``user_python`` (session): a path to the tests' venv python that a throw-away Unix user can run
+(the venv's base interpreter may live under /root, mode 0700): the venv's own where it is reachable,
+else a copy the session owns. No test changes the mode of a system path.
+
 ``slurm_cluster`` (session): a real single-node SLURM (module tests/slurm.py): munged, slurmctld and
 slurmd started once per session; ``SLURM_CONF`` in ``slurm_cluster.env`` points the client commands at
 it. Skipped with the reason where not root or the Debian packages are missing.
@@ -60,6 +64,36 @@ import slurm
 import sshd
 
 PIPPA = str(Path(sys.prefix) / "bin" / "pippa")
+
+
+def _system_paths() -> list[Path]:
+    """Paths whose mode no test may change: the top of the tree and every ancestor of the interpreter."""
+    paths = {Path(p) for p in ("/", "/root", "/tmp", "/home", "/usr", "/etc", "/var", "/opt", "/work")}
+    for prefix in (sys.prefix, sys.base_prefix, os.path.realpath(sys.executable)):
+        paths.update(Path(prefix).parents)
+    return sorted(p for p in paths if p.exists())
+
+
+def _modes() -> dict[Path, int]:
+    return {p: p.stat().st_mode for p in _system_paths()}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_MODES] = _modes()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The suite fails if it changed the mode of a system path: a later test (or a later run) on this
+    machine must not pass only because an earlier one opened /root."""
+    before = session.config.stash.get(_MODES, {})
+    changed = [f"{p}: {oct(m)} -> {oct(p.stat().st_mode)}" for p, m in before.items()
+               if p.exists() and p.stat().st_mode != m]  # fmt: skip
+    if changed:
+        sys.stderr.write("tests changed the mode of system paths: " + "; ".join(changed) + "\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_MODES = pytest.StashKey[dict[Path, int]]()
 
 
 @dataclass
@@ -140,6 +174,20 @@ def ssh_world() -> Iterator[sshd.World]:
         yield world
     finally:
         world.close()
+
+
+@pytest.fixture(scope="session")
+def user_python() -> Iterator[str]:
+    """The tests' venv as an interpreter any Unix user can run (``sshd.reachable_python``), in a
+    directory of this session's, outside pytest's 0700 tree; nothing of the system changes mode."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="pippa-py-"))
+    os.chmod(base, 0o755)
+    try:
+        yield sshd.reachable_python(base / "py")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -43,18 +43,78 @@ def why_unavailable() -> str | None:
 
 
 def venv_python() -> str:
-    """The interpreter of the venv running the tests; test hosts run recipes with it."""
+    """The interpreter of the venv running the tests."""
     return str(Path(sys.prefix) / "bin" / "python")
 
 
-def _make_traversable(path: Path) -> None:
-    """Give 'others' the x bit on every ancestor (e.g. /root for a pyenv python) so host users reach it."""
-    for parent in [path, *path.parents]:
-        if parent == Path("/"):
-            continue
-        mode = parent.stat().st_mode
-        if parent.is_dir() and not mode & 0o001:
-            os.chmod(parent, mode | 0o001)
+def _reachable_by_others(path: Path) -> bool:
+    """Whether a user who is not the owner can reach ``path``: x on every ancestor directory."""
+    return all(p.stat().st_mode & 0o001 for p in [path, *path.parents] if p.is_dir())
+
+
+def _link_tree(src: Path, dst: Path, skip: frozenset[str] = frozenset()) -> None:
+    """Copy a read-only tree as hard links (instant, no extra disk), as copies across file systems."""
+
+    def link_or_copy(s: str, d: str) -> None:
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+
+    shutil.copytree(src, dst, symlinks=True, copy_function=link_or_copy,
+                    ignore=lambda d, names: [n for n in names if n in skip and Path(d) == src])  # fmt: skip
+
+
+def reachable_python(dest: Path) -> str:
+    """The tests' venv as an interpreter that any Unix user can run (test host users, the hostile
+    suite's throw-away user), without changing the mode of any system path.
+
+    A pyenv interpreter lives under /root (mode 0700 on a new machine). Where the venv and its base
+    interpreter are already reachable, that is the venv's own python; otherwise ``dest`` gets a
+    copy of the base interpreter (its standard library hard-linked, the binary copied with its
+    RUNPATH made relative by patchelf, since it names the base's ``lib/``) and a venv around it whose
+    site-packages is the tests' venv's (linked, or hard-linked where that is unreachable too).
+    ``dest`` must itself be reachable (a directory under /tmp, mode 0755); its owner removes it.
+    """
+    venv, base = Path(sys.prefix), Path(sys.base_prefix)
+    python = Path(venv_python())
+    if _reachable_by_others(venv) and _reachable_by_others(Path(os.path.realpath(python)).parent):
+        return str(python)
+    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    real_bin = Path(os.path.realpath(sys.executable))
+    dest.mkdir(mode=0o755, parents=True, exist_ok=True)
+    copy = dest / "base"
+    (copy / "bin").mkdir(parents=True)
+    (copy / "lib").mkdir()
+    for lib in base.glob("lib/libpython*"):
+        shutil.copy2(lib, copy / "lib" / lib.name, follow_symlinks=False)
+    _link_tree(base / "lib" / ver, copy / "lib" / ver, frozenset({"site-packages", "test", "idlelib"}))
+    exe = copy / "bin" / ver
+    shutil.copy2(real_bin, exe)  # a real copy: patchelf edits it in place
+    patchelf = shutil.which("patchelf")
+    needs_runpath = subprocess.run(["ldd", str(exe)], capture_output=True, text=True).stdout
+    if str(base) in needs_runpath:
+        if patchelf is None:
+            raise RuntimeError("patchelf missing: install it (scripts/setup --test-deps) to give test users "
+                               f"a copy of {real_bin}, whose directory they cannot reach")
+        subprocess.run([patchelf, "--set-rpath", "$ORIGIN/../lib", str(exe)], check=True, capture_output=True)
+    env = dest / "venv"
+    (env / "bin").mkdir(parents=True)
+    (env / "lib" / ver).mkdir(parents=True)
+    (env / "pyvenv.cfg").write_text(
+        f"home = {copy / 'bin'}\ninclude-system-site-packages = false\n"
+        f"version = {'.'.join(map(str, sys.version_info[:3]))}\n"
+    )
+    for name in ("python", "python3", ver):
+        (env / "bin" / name).symlink_to(exe)
+    site = venv / "lib" / ver / "site-packages"
+    if _reachable_by_others(site):
+        (env / "lib" / ver / "site-packages").symlink_to(site)
+    else:
+        _link_tree(site, env / "lib" / ver / "site-packages")
+    for d in [dest, *[p for p in dest.rglob("*") if p.is_dir() and not p.is_symlink()]]:
+        os.chmod(d, 0o755)
+    return str(env / "bin" / "python")
 
 
 def _free_port(address: str) -> int:
@@ -282,9 +342,7 @@ def start_world(n_hosts: int = 4) -> World:
     root.mkdir(mode=0o755)
     (root / "owner").write_text(str(os.getpid()))
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-    python = venv_python()
-    _make_traversable(Path(python).parent.parent)
-    _make_traversable(Path(os.path.realpath(python)).parent.parent)
+    python = reachable_python(root / "python")
 
     client = root / "client"
     ssh_dir = client / ".ssh"

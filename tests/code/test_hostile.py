@@ -12,7 +12,7 @@ import os
 import pwd
 import shutil
 import subprocess
-import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -29,24 +29,26 @@ def test_every_hostile_program_is_contained_here() -> None:
     assert escaped == [], hostile_suite.summary(outcomes, launcher)
 
 
-def test_every_hostile_program_is_contained_as_an_ordinary_user(tmp_path: Path) -> None:
+def test_every_hostile_program_is_contained_as_an_ordinary_user(user_python: str) -> None:
     if os.geteuid() != 0 or shutil.which("useradd") is None or shutil.which("runuser") is None:
         pytest.skip("needs root and useradd/runuser to create a throw-away user")
     user = f"pippa-h{uuid.uuid4().hex[:8]}"
-    home = tmp_path / "home"
+    top = Path(tempfile.mkdtemp(prefix="pippa-hostile-"))  # outside pytest's 0700 tree
+    os.chmod(top, 0o755)
+    home = top / "home"
     subprocess.run(["useradd", "-M", "-d", str(home), "-s", "/bin/sh", "-p", "*", user], check=True,
                    capture_output=True)
     try:
         home.mkdir()
         pw = pwd.getpwnam(user)
         os.chown(home, pw.pw_uid, pw.pw_gid)
-        os.chmod(tmp_path, 0o755)
         r = subprocess.run(
             ["runuser", "-u", user, "--", "env", "-i", f"HOME={home}", f"PYTHONPATH={REPO}",
-             "PATH=/usr/bin:/bin", sys.executable, str(Path(hostile_suite.__file__).resolve()), "--json"],
+             "PATH=/usr/bin:/bin", user_python, str(Path(hostile_suite.__file__).resolve()), "--json"],
             capture_output=True, text=True, timeout=240, cwd=home)
     finally:
         subprocess.run(["userdel", "-f", user], capture_output=True)
+        shutil.rmtree(top, ignore_errors=True)
     assert r.stdout.strip(), r.stderr[-2000:]
     report = json.loads(r.stdout.strip().splitlines()[-1])
     escaped = [o for o in report["outcomes"] if not o["contained"]]

@@ -56,5 +56,6 @@ while True:
 '''
 
 
-def script(gpus: int = 1, stamp: bool = False) -> str:
-    return _SCRIPT.format(python=sys.executable, capture=CAPTURE.read_text(), gpus=gpus, stamp=stamp)
+def script(gpus: int = 1, stamp: bool = False, python: str = sys.executable) -> str:
+    """The fake's text; on a test host pass the host's ``python`` (one its user can run)."""
+    return _SCRIPT.format(python=python, capture=CAPTURE.read_text(), gpus=gpus, stamp=stamp)

@@ -54,7 +54,7 @@ def _monitors(names: list[str]) -> dict[str, HostMonitor]:
 async def test_gpu_rows_then_a_dead_host_shows_unreachable_and_recovers(ssh_hosts, ssh_env) -> None:
     t1, t2 = ssh_hosts[0], ssh_hosts[1]
     for h in (t1, t2):
-        h.install_bin("nvidia-smi", fake_smi.script(gpus=2))
+        h.install_bin("nvidia-smi", fake_smi.script(gpus=2, python=h.python))
     app = create_app([t1.name, t2.name], _monitors([t1.name, t2.name]))
     async with app.run_test(size=(160, 48)) as pilot:
         await _until(pilot, lambda: all("2 GPUs" in _status(app, i) for i in (0, 1)), 30, "GPU rows on both")

@@ -45,7 +45,7 @@ class Term:
 
 def test_dash_in_tmux_keys_help_attach_detach_quit(ssh_hosts, ssh_env) -> None:
     t4 = ssh_hosts[3]
-    t4.install_bin("nvidia-smi", fake_smi.script(gpus=1))
+    t4.install_bin("nvidia-smi", fake_smi.script(gpus=1, python=t4.python))
     session = "attach" + secrets.token_hex(2)
     env = ssh_env.env
     env.pop("TMUX", None)

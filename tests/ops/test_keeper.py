@@ -77,7 +77,7 @@ def _alive(pid: int) -> bool:
 
 def test_every_verb_runs_on_one_kept_connection(kept, ssh_hosts, tmp_path):
     h = ssh_hosts[0]
-    h.install_bin("nvidia-smi", fake_smi.script(gpus=1))
+    h.install_bin("nvidia-smi", fake_smi.script(gpus=1, python=h.python))
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "a.py").write_text("print(1)\n")
@@ -296,12 +296,12 @@ def test_another_user_cannot_use_the_keeper(kept, ssh_hosts):
         "print('answer',repr(data))\n"
     )
     other = ssh_hosts[1]
-    r = other.run_as_user([sys.executable, "-c", probe, str(path)], timeout=30)
+    r = other.run_as_user([other.python, "-c", probe, str(path)], timeout=30)
     assert r.stdout.split() == ["refused", "PermissionError"], r.stderr
     # Even with the modes loosened, the keeper checks who is calling and says nothing.
     os.chmod(path.parent, 0o711)
     os.chmod(path, 0o666)
-    r = other.run_as_user([sys.executable, "-c", probe, str(path)], timeout=30)
+    r = other.run_as_user([other.python, "-c", probe, str(path)], timeout=30)
     assert r.stdout.strip() == "answer b''", r.stderr
     assert keeper_client.status() is not None  # still serving its own user
 
@@ -385,7 +385,7 @@ def test_the_dashboard_monitor_shares_the_keeper(kept, ssh_hosts):
     from pippa_ops.monitor.state import GpuSampled, RunsListed
 
     h = ssh_hosts[1]
-    h.install_bin("nvidia-smi", fake_smi.script(gpus=2))
+    h.install_bin("nvidia-smi", fake_smi.script(gpus=2, python=h.python))
     assert keeper_client.start() is not None
     events: list[object] = []
     mon = HostMonitor(resolve(h.name), interval_s=0.3, runs_every_s=0.3)

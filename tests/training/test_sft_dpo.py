@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runsignal import signal_frozen
 from test_train_e2e import _wandb_keys_by_step
 
 from training_core import metrics, pairs, tiny
@@ -27,6 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 SUMS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(4) for b in range(4)]
 # A small slice of the tiny task keeps TRL's tokenizing and the evals short.
 SMALL = ("data.params.n=256", "eval.n=8")
+SFT_STEPS = 40
 
 
 def _cfg(method: str, style: str = "plain") -> RunConfig:
@@ -160,16 +162,18 @@ def test_sft_run_saves_on_sigterm_resumes_and_warm_starts_grpo_from_run(tmp_path
     wandb_dir.mkdir()
     env = {"WANDB_MODE": "offline", "WANDB_DIR": str(wandb_dir), "WANDB_SILENT": "true"}
     sft_dir = runs / "20260101-000000-sft_tiny-ab12"
-    sets = (*SMALL, "train.max_steps=10", "train.per_device_train_batch_size=16", "checkpoint.every=100")
+    # 40 steps, stopped at step 3: the stop lands long before the run could end on its own.
+    sets = (*SMALL, f"train.max_steps={SFT_STEPS}", "train.per_device_train_batch_size=16",
+            "checkpoint.every=100")  # fmt: skip
     metrics_path = sft_dir / "metrics.jsonl"
     proc = _train(sft_dir, "sft_tiny", *sets, env=env)
     _wait_for_step(proc, metrics_path, 3)
-    proc.send_signal(signal.SIGTERM)
+    signal_frozen(proc, signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
     stopped = _records(metrics_path)[-1]
     assert stopped["type"] == "end" and stopped["status"] == "interrupted"
-    # checkpoint.every=100 never fires in 10 steps: this checkpoint is the stop signal's.
+    # checkpoint.every=100 never fires in 40 steps: this checkpoint is the stop signal's.
     saved = [p.name for p in (sft_dir / "checkpoints").glob("checkpoint-*")]
     assert saved == [f"checkpoint-{stopped['step']}"]
 
@@ -178,7 +182,7 @@ def test_sft_run_saves_on_sigterm_resumes_and_warm_starts_grpo_from_run(tmp_path
     assert proc.returncode == 0, out
     recs = _records(metrics_path)
     steps = [r for r in recs if r["type"] == "step"]
-    assert [r["step"] for r in steps] == list(range(1, 11))  # one row per step across the resume
+    assert [r["step"] for r in steps] == list(range(1, SFT_STEPS + 1))  # one row per step across the resume
     assert steps[0]["loss/total"] > steps[-1]["loss/total"]
     assert {"loss/total", "grad/norm", "optim/lr", "policy/token_accuracy"} <= steps[-1].keys()
     headers = [r for r in recs if r["type"] == "header"]
@@ -190,8 +194,8 @@ def test_sft_run_saves_on_sigterm_resumes_and_warm_starts_grpo_from_run(tmp_path
         if r["type"] in ("step", "eval"):
             want.setdefault(r["step"], set()).update(k for k in r if k not in ("type", "step", "time"))
     assert _wandb_keys_by_step(wandb_dir, headers[0]["wandb"]["id"]) == want  # W&B mirrors the names
-    sft_ckpt = sft_dir / "checkpoints" / "checkpoint-10"
-    assert (sft_ckpt / "tokenizer.json").is_file() and "step 10/10  loss" in out
+    sft_ckpt = sft_dir / "checkpoints" / f"checkpoint-{SFT_STEPS}"
+    assert (sft_ckpt / "tokenizer.json").is_file() and f"step {SFT_STEPS}/{SFT_STEPS}  loss" in out
 
     # GRPO from that run: with a zero learning rate its first checkpoint holds the SFT weights.
     grpo_dir = runs / "20260101-000100-tiny-cd34"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runsignal import signal_frozen
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -208,7 +209,7 @@ def test_sigterm_saves_the_current_step_and_resume_continues_there_with_wandb_ke
     metrics = run_dir / "metrics.jsonl"
     proc = _start(run_dir, *sets, env=env)
     _wait_for_step(proc, Tail(metrics), 4)
-    proc.send_signal(signal.SIGTERM)
+    signal_frozen(proc, signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
     end = _records(metrics)[-1]
