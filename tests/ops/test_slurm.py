@@ -29,6 +29,9 @@ PROBE_RECIPE = REPO / "tests" / "training" / "probe.toml"  # the tiny model, few
 PY = [sys.executable]
 
 
+# One SLURM cluster per run: the tests that need it share one xdist worker (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("slurm")
+
 def test_the_script_asks_for_what_the_host_entry_says_and_quotes_every_value() -> None:
     spec = SlurmSpec(partition="gpu", account="rl-team", time="04:00:00", nodes=2, gpus_per_node=8)
     command = launch_words(PY, "max_gpu", "/scratch/p/runs/r1", [("train.learning_rate", "1e-5; rm -rf ~")])

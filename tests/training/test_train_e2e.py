@@ -132,28 +132,24 @@ def learning_margin(records: list[dict[str, Any]]) -> float:
     return float(last["eval/accuracy"] - last["eval/constant_baseline"])
 
 
-@pytest.mark.timeout(1200)
-def test_tiny_learning_holds_for_five_seeds(tmp_path: Path) -> None:
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("seed", range(5))
+def test_tiny_learning_holds_for_five_seeds(tmp_path: Path, seed: int) -> None:
     """The README's claim is a distribution, not one lucky run: seeds 0-4 each beat the constant
-    baseline by 0.3 (bench/bench_tiny.py also varies thread counts and MKL's kernel paths)."""
-    margins: dict[int, float] = {}
-    for pair in ((0, 1), (2, 3), (4,)):  # two at a time, one thread each: the 2-core CI machine
-        procs = {
-            seed: _start(
-                tmp_path / f"seed{seed}",
-                f"seed={seed}",
-                "checkpoint.every=0",
-                "eval.interval=0",
-                "logging.progress=false",
-                env={"OMP_NUM_THREADS": "1"},
-            )
-            for seed in pair
-        }
-        for seed, proc in procs.items():
-            out, _ = proc.communicate(timeout=600)
-            assert proc.returncode == 0, out
-            margins[seed] = learning_margin(_records(tmp_path / f"seed{seed}" / "metrics.jsonl"))
-    assert min(margins.values()) >= 0.3, margins
+    baseline by 0.3 (bench/bench_tiny.py also varies thread counts and MKL's kernel paths). One test
+    per seed, one thread each, so the suite's workers train them side by side."""
+    proc = _start(
+        tmp_path / f"seed{seed}",
+        f"seed={seed}",
+        "checkpoint.every=0",
+        "eval.interval=0",
+        "logging.progress=false",
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    out, _ = proc.communicate(timeout=500)
+    assert proc.returncode == 0, out
+    margin = learning_margin(_records(tmp_path / f"seed{seed}" / "metrics.jsonl"))
+    assert margin >= 0.3, (seed, margin)
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
