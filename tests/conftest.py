@@ -60,6 +60,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/sshd.py, also for the benchmarks
+# One compute thread per process unless the caller says otherwise: the suite runs one worker per core
+# (pytest -n auto), and torch's default of a thread per core in every worker oversubscribes the cores,
+# whose spinning threads then cost more CPU than the tests themselves.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 import slurm
 import sshd
 

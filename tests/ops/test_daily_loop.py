@@ -22,7 +22,8 @@ from conftest import PIPPA
 
 from pippa_ops.errors import HostUnreachable
 
-pytestmark = pytest.mark.ssh
+# The module's runs are set up once (``daily``): its tests share one xdist worker (--dist loadgroup).
+pytestmark = [pytest.mark.ssh, pytest.mark.xdist_group("daily_loop")]
 REPO = Path(__file__).resolve().parents[2]
 NOTIFY_SEND = '#!/bin/sh\nprintf "%s\\n" "$@" >> {notes}\n'
 

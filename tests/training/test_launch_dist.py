@@ -145,6 +145,10 @@ def _probes(run_dir: Path) -> dict[int, dict[str, Any]]:
     return probes
 
 
+# The three runs are trained once (``runs``): the module's tests share one xdist worker (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("launch_dist")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[int, dict[str, Any]]]]:
     """The three runs at once (each is deterministic: sharing the cores changes only their speed)."""

@@ -75,6 +75,7 @@ def _steps(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if r["type"] == "step"]
 
 
+@pytest.mark.timeout(900)  # the README's main job, 200 steps: minutes on a loaded 2-core machine
 def test_tiny_recipe_learns_and_metrics_stream_while_it_runs(tmp_path: Path) -> None:
     run_dir = tmp_path / "20260101-000000-tiny-abcd"
     proc = _start(run_dir, "checkpoint.every=0")
