@@ -4,7 +4,7 @@ Steps, each skipped when already done so a second ``up`` takes seconds: probe th
 round trip through the host agent (tmux, GPUs, driver, CUDA, python3 >= 3.8 which the agent itself
 needs, uv, free disk, the bubblewrap code sandbox), install uv for the user only when the setup uses
 it, install bubblewrap when the user may (root or passwordless sudo, apt-get; never fatal), sync the
-repo, run the host's setup (default ``uv sync --extra train --extra gpu``; ``setup = []``: none)
+repo, run the host's setup (default ``uv sync --locked --extra train --extra gpu``; ``setup = []``: none)
 with its output streamed, push the named secrets, and report. Setup is skipped when neither its
 lines nor the project's dependency files changed since it last succeeded on that host (recorded in
 ``.pippa/setup.json``).
@@ -31,7 +31,8 @@ from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import export_line
 
-DEFAULT_SETUP = ("uv sync --extra train --extra gpu",)
+# --locked: the committed uv.lock, so two hosts set up on different days get the same versions.
+DEFAULT_SETUP = ("uv sync --locked --extra train --extra gpu",)
 # Non-interactive ssh commands do not read ~/.profile, so uv's home is put on PATH explicitly.
 PATH_PREFIX = 'export PATH="$HOME/.local/bin:$HOME/.cargo/bin:$PATH"'
 DEPENDENCY_FILES = ("pyproject.toml", "uv.lock")

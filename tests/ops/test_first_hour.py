@@ -1,0 +1,58 @@
+"""A fresh clone as a new user meets it (issue 26): no example host contacted, the committed example and
+the README agree, ``--version``, did-you-mean, help lines whole. No SSH needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+from conftest import PIPPA
+
+from pippa_ops.hosts.inventory import load_inventory
+from pippa_ops.hosts.prep import DEFAULT_SETUP
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _fresh_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a new user: an empty HOME, no PIPPA_INVENTORY (the repo's pippa.toml is read)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PIPPA_INVENTORY", "TMUX")}
+    env.update(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / ".config"), TMUX_TMPDIR=str(tmp_path))
+    return env
+
+
+def test_the_committed_inventory_holds_no_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PIPPA_INVENTORY", raising=False)
+    assert load_inventory(REPO) == {}
+
+
+def test_the_commented_example_is_a_valid_entry_and_agrees_with_the_readme(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch
+                                                                            ) -> None:  # fmt: skip
+    text = (REPO / "pippa.toml").read_text()
+    example = "\n".join(line[2:] for line in text.splitlines() if re.match(r"# (\[hosts\.|\w+ = )", line))
+    uncommented = tmp_path / "team.toml"
+    uncommented.write_text(example + "\n")
+    monkeypatch.setenv("PIPPA_INVENTORY", str(uncommented))
+    (spec,) = load_inventory(REPO).values()
+    assert spec.address is not None and spec.address.startswith("203.0.113.")  # documentation range
+    readme = (REPO / "README.md").read_text()
+    assert DEFAULT_SETUP[0] in text and DEFAULT_SETUP[0] in readme  # the default setup, said the same way
+    assert "PIPPA_INVENTORY" in text and "PIPPA_INVENTORY" in readme
+    assert tomllib.loads(example)["hosts"]["h100-a"]["address"] in readme  # the README shows this example
+
+
+def test_a_fresh_clone_lists_only_local(tmp_path: Path) -> None:
+    p = subprocess.run([PIPPA, "ps", "--json"], cwd=REPO, env=_fresh_env(tmp_path), capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert list(json.loads(p.stdout)) == ["local"]
+    hosts = subprocess.run([PIPPA, "hosts", "--json"], cwd=REPO, env=_fresh_env(tmp_path),
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert hosts.returncode == 0, hosts.stderr
+    assert [h["name"] for h in json.loads(hosts.stdout)] == ["local"]
