@@ -58,6 +58,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period.",
     ),
     "recipes": ("pippa_ops.cli.run_cmd", "The recipes this repo ships (recipes/*.toml)."),
+    "rm": (
+        "pippa_ops.cli.tidy_cmd",
+        "Remove ended runs (their directories on the host, checkpoints included); never a running run.",
+    ),
+    "prune": (
+        "pippa_ops.cli.tidy_cmd",
+        "Remove ended runs older than an age on every host (or those named); never a running run.",
+    ),
     "wait": (
         "pippa_ops.cli.wait_cmd",
         "Wait until runs end (riding out dropped connections); exit with their status (0: all exited 0).",

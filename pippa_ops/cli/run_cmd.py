@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -98,22 +97,6 @@ def _locate(name: str, host: str | None, *, live_session: bool = False) -> str:
     if len(found) > 1:
         raise AmbiguousSession(f"{name!r} exists on several hosts ({', '.join(found)}); add --host")
     return found[0]
-
-
-def _when(ts: float | None) -> str:
-    return time.strftime("%m-%d %H:%M", time.localtime(ts)) if ts else "-"
-
-
-def _duration(s: float | None) -> str:
-    if s is None:
-        return "-"
-    s = int(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def _label(r: RunRecord, width: int = 40) -> str:
-    text = r.label.replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def launch_sets(gpus: str | None, processes: int | None, strategy: str | None) -> list[str]:
@@ -218,6 +201,15 @@ def run_cmd(
         bool,
         typer.Option("--notify", help="When the runs end: terminal bell, a line, a desktop notification."),
     ] = False,
+    wait: Annotated[
+        float | None,
+        typer.Option(
+            "--wait",
+            help="Seconds to watch for an early exit after starting (default 3, or PIPPA_RUN_WAIT_S).",
+            show_default=False,
+        ),
+    ] = None,
+    no_wait: Annotated[bool, typer.Option("--no-wait", help="Return as soon as the run is started.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start recipes (one after another) or a command in a named tmux session on a host."""
@@ -264,6 +256,9 @@ def run_cmd(
             )
         else:
             render_launch(result, spec, chosen=host is not None)
+        wait_s = 0.0 if no_wait or follow else _wait_seconds(wait)
+        if wait_s > 0 and spec.scheduler != "slurm":
+            _report_early_exit(transport, spec, result.run_ids[0], wait_s, quiet=as_json)
         if notify and not follow:
             from pippa_ops.cli.wait_cmd import spawn_watcher
 
@@ -277,6 +272,35 @@ def run_cmd(
 
                 notify_ended(spec.name, list(result.run_ids))
             raise typer.Exit(code)
+
+
+def _wait_seconds(wait: float | None) -> float:
+    from pippa_ops.runs.precheck import DEFAULT_WAIT_S, WAIT_ENV
+
+    if wait is not None:
+        return max(0.0, wait)
+    raw = os.environ.get(WAIT_ENV)
+    try:
+        return max(0.0, float(raw)) if raw else DEFAULT_WAIT_S
+    except ValueError:
+        raise BadSetting(f"{WAIT_ENV}={raw!r}: give seconds, e.g. 3") from None
+
+
+def _report_early_exit(transport: Transport, spec: HostSpec, run_id: str, wait_s: float, quiet: bool) -> None:
+    """A run that ended within ``wait_s``: its state and reason line; exit non-zero unless it exited 0."""
+    from pippa_ops.runs.precheck import failure_hint, watch_early_exit
+
+    rec = watch_early_exit(transport, spec.remote_dir, run_id, wait_s)
+    if rec is None:
+        return
+    if rec.state == "finished":
+        if not quiet:
+            typer.echo(f"  ended:   {rec.state_text}")
+        return
+    why = f": {rec.error}{failure_hint(rec.error, spec.name)}" if rec.error else ""
+    _note(f"{spec.name}: run {rec.run_id} {rec.state_text} within {wait_s:g}s{why}"
+          f" (pippa logs {rec.run_id} --host {spec.name})")  # fmt: skip
+    raise typer.Exit(int(ExitCode.FAILURE))
 
 
 def _run_group(names: list[str], recipe: str, session: str, sets: list[str]) -> LaunchResult:
@@ -320,24 +344,48 @@ def ps_cmd(
     host: Annotated[
         list[str] | None, typer.Option("--host", "-H", help=HOST_HELP + " Repeatable; default: every host.")
     ] = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", "-a", help="Every run, not only the last 10 ended.")
+    ] = False,
+    last: Annotated[
+        int | None,
+        typer.Option("--last", help="Show the last N ended runs (default 10).", show_default=False),
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only runs started since: 30m, 12h, 2d, 1w, or 2026-11-20.")
+    ] = None,
+    state: Annotated[
+        str | None, typer.Option("--state", help="Only runs in this state (running, failed, ...).")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Whole run ids, always.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Runs on every host (in parallel) or one: state, duration, last step and reward."""
+    from pippa_ops.cli.run_tables import render_ps, select_shown
+    from pippa_ops.runs.catalog import parse_since
+
+    since_ts = parse_since(since) if since else None
     hosts = list(dict.fromkeys(host)) if host else _all_hosts()
     results = fan_out(hosts, _host_runs)
+    answered = {h: r for h, r in results.items() if not isinstance(r, PippaError)}
+    records = merge_groups(answered)  # a run over several hosts: one record, hosts joined with "+"
+    # --json lists every run unless a filter is given (scripts want them all); the table the last 10 ended.
+    filtered = as_json and not (since or state or last is not None)
+    shown, hidden = select_shown(records, since=since_ts, state=state, last=last,
+                                 show_all=show_all or filtered)  # fmt: skip
     if as_json:
-        emit_json(
-            {
-                h: (
-                    {"error": str(r), "exit_code": int(r.exit_code)}
-                    if isinstance(r, PippaError)
-                    else {"runs": [x.to_json() for x in r.runs]}
-                )
-                for h, r in results.items()
-            }
-        )
+        keep = {(r.host, r.run_id) for r in shown}
+        out: dict[str, Any] = {}
+        for h, r in results.items():
+            if isinstance(r, PippaError):
+                out[h] = {"error": str(r), "exit_code": int(r.exit_code)}
+            else:
+                out[h] = {"runs": [x.to_json() for x in r.runs if _kept(x, keep)]}
+        emit_json(out)
     else:
-        render_ps(results)
+        errors = {h: r for h, r in results.items() if isinstance(r, PippaError)}
+        empty = [h for h, r in answered.items() if not r.runs]
+        render_ps(shown, errors, empty, hidden, verbose=verbose, all_ids=[r.run_id for r in records])
     # A host the user named that failed (unknown, unreachable, changed key) fails the command;
     # the others were still listed.
     failed = [r for r in results.values() if isinstance(r, PippaError)]
@@ -347,52 +395,9 @@ def ps_cmd(
         raise typer.Exit(int(failed[0].exit_code))
 
 
-def render_ps(results: dict[str, HostRuns | PippaError]) -> None:
-    from rich.console import Console  # only ps draws a table: run/logs/stop start without rich
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold")
-    failures: list[str] = []
-    for col in (
-        "HOST",
-        "SESSION",
-        "RUN",
-        "RECIPE/COMMAND",
-        "STATE",
-        "STARTED",
-        "DURATION",
-        "STEP",
-        "REWARD",
-        "COMMIT",
-    ):
-        table.add_column(col, no_wrap=col != "RECIPE/COMMAND")
-    answered = {h: r for h, r in results.items() if not isinstance(r, PippaError)}
-    for h, r in results.items():
-        if isinstance(r, PippaError):
-            table.add_row(h, "-", "-", f"[red]{escape(str(r))}[/red]", "unreachable", "", "", "", "", "")
-        elif not r.runs:
-            table.add_row(h, "-", "-", "(no runs)", "", "", "", "", "", "")
-    for x in merge_groups(answered):  # a run over several hosts: one row, hosts joined with "+"
-        commit = "-" if not x.commit else x.commit[:8] + ("+dirty" if x.dirty else "")
-        table.add_row(
-            x.host,
-            x.session,
-            x.run_id,
-            _label(x),
-            x.state_text,
-            _when(x.started),
-            _duration(x.duration_s),
-            "-" if x.last_step is None else str(x.last_step),
-            "-" if x.last_reward is None else f"{x.last_reward:.3f}",
-            commit,
-        )
-        if x.state == "failed" and x.error:
-            failures.append(f"{x.host} {x.run_id}: {x.state_text}: {x.error}")
-    console = Console(width=None if sys.stdout.isatty() else 240)
-    console.print(table)
-    for line in failures:  # why each failed run failed, in full (the table has no room for it)
-        console.print(escape(line), style="red", soft_wrap=True)
+def _kept(rec: RunRecord, keep: set[tuple[str, str]]) -> bool:
+    """Whether a host's record is among the shown ones (a run over several hosts shows as "a+b")."""
+    return any(rid == rec.run_id and rec.host in host.split("+") for host, rid in keep)
 
 
 def logs_cmd(

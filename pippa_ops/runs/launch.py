@@ -22,6 +22,7 @@ from pippa_ops.hosts.scheduler import SlurmSpec
 from pippa_ops.repo import repo_root
 from pippa_ops.runs.follow import follow_to_end, read_all
 from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs
+from pippa_ops.runs.precheck import check_python
 from pippa_ops.runs.recipes import check_recipe, check_settings
 from pippa_ops.runs.script import (
     DEFAULT_GAP_S,
@@ -192,6 +193,7 @@ def launch_group(
         with agent_client.Session(transport) as agent:
             marker: list[dict[str, object]] = []
             info = sync_for_launch(spec, transport, marker, agent) if sync else None
+            check_python(spec, _python(spec), agent)
             sync_info = sync_info or info
             request = {
                 "remote_dir": spec.remote_dir,
@@ -262,6 +264,8 @@ def _launch(
     remote_dir = spec.remote_dir
     marker: list[dict[str, object]] = []  # a no-change sync's marker: written by the launch request
     sync_info = sync_for_launch(spec, transport, marker, agent) if sync else None
+    if any(job.recipe for job in jobs):  # nothing starts with a python that cannot run the trainer
+        check_python(spec, _python(spec), agent)
     runs = [
         {
             "run_id": job.run_id,

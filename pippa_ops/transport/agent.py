@@ -1051,6 +1051,76 @@ def write_file(req: dict) -> dict:
     return {}
 
 
+# -- first-hour checks and tidying (issue 26) -----------------------------------------------------
+def check_python(req: dict) -> dict:
+    """Does the training python exist, run, and (``module``) import the training code from
+    ``remote_dir``? Answers ``{"ok", "python", "missing", "line"}``: ``line`` is its last error line."""
+    argv = [str(w) for w in req["argv"]]
+    exe = argv[0]
+    path = host_path(exe) if exe.startswith(("~", "/")) else which(exe)
+    if path is None or not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        return {"ok": False, "python": exe, "missing": True, "line": None}
+    code = "import sys; sys.path.insert(0, sys.argv[1])"
+    if req.get("module"):
+        code += "; import " + str(req["module"])
+    p = run([path, *argv[1:], "-c", code, host_path(req["remote_dir"])], timeout=120)
+    lines = [ln.strip() for ln in p.stderr.decode(errors="replace").splitlines() if ln.strip()]
+    last = lines[-1][:300] if lines else None
+    return {"ok": p.returncode == 0, "python": exe, "missing": False, "line": last}
+
+
+def run_checkpoints(req: dict) -> dict:
+    """The checkpoint directories of a run (``checkpoint-N``), oldest first."""
+    d = os.path.join(runs_dir(req["remote_dir"]), req["run_id"])
+    if not NAME_RE.match(req["run_id"]) or os.path.islink(d):
+        raise AgentError("usage", "invalid run id " + repr(req["run_id"]))
+    try:
+        names = os.listdir(os.path.join(d, "checkpoints"))
+    except OSError:
+        names = []
+    found = [n for n in names if re.match(r"^checkpoint-[0-9]+$", n)]
+    return {"checkpoints": sorted(found, key=lambda n: int(n.split("-")[1]))}
+
+
+def dir_size(path: str) -> int:
+    """Bytes of the regular files under ``path`` (symlinks not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    return total
+
+
+def remove_runs(req: dict) -> dict:
+    """Delete run directories (``dry_run``: only measure them). The laptop picks ended runs; a run
+    without an exit code whose tmux session is alive is refused here too."""
+    import shutil
+
+    base = runs_dir(req["remote_dir"])
+    alive = set(text(tmux("list-sessions", "-F", "#{session_name}")).splitlines())
+    out: dict = {"removed": [], "refused": {}, "bytes": 0}
+    for run_id in req["run_ids"]:
+        d = os.path.join(base, str(run_id))
+        if not NAME_RE.match(str(run_id)) or os.path.islink(d) or not os.path.isdir(d):
+            out["refused"][run_id] = "no such run directory"
+            continue
+        facts = run_facts(d) or {}
+        session = str((facts.get("meta") or {}).get("session", ""))
+        if facts.get("exit_code") is None and session in alive:
+            out["refused"][run_id] = "its session " + session + " is alive"
+            continue
+        out["bytes"] += dir_size(d)
+        if not req.get("dry_run"):
+            shutil.rmtree(d)
+        out["removed"].append(run_id)
+    return out
+
+
 JSON_VERBS = {
     "probe": probe,
     "install_bwrap": install_bwrap,
@@ -1065,6 +1135,9 @@ JSON_VERBS = {
     "wandb_sync": wandb_sync,
     "slurm_submit": slurm_submit,
     "slurm_stop": slurm_stop,
+    "check_python": check_python,
+    "run_checkpoints": run_checkpoints,
+    "remove_runs": remove_runs,
 }
 STREAM_VERBS = {"read": read, "follow": follow, "pull": pull}
 

@@ -1,0 +1,197 @@
+"""The first hour on real loopback OpenSSH hosts and real tmux (issue 26): `pippa run` fails loudly."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import PIPPA, ClientEnv
+from sshd import SSHHost
+
+from pippa_ops.runs.shortid import short_ids
+
+pytestmark = pytest.mark.ssh
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    r = tmp_path / "repo"
+    (r / "recipes").mkdir(parents=True)
+    (r / "recipes" / "tiny.toml").write_text((REPO / "recipes" / "tiny.toml").read_text())
+    subprocess.run(["git", "init", "-q", str(r)], check=True)
+    return r
+
+
+@pytest.fixture
+def host(client_env: ClientEnv, ssh_hosts: list[SSHHost]) -> Iterator[SSHHost]:
+    """Host t1 with a remote_dir of this test's own (removed after it)."""
+    h = ssh_hosts[0]
+    remote = f"first-hour-{uuid.uuid4().hex[:8]}"
+    _set_entry(client_env, h, f'remote_dir = "~/{remote}"')
+    yield h
+    h.run_as_user(["rm", "-rf", str(h.home / remote)])
+
+
+def _set_entry(client_env: ClientEnv, h: SSHHost, *lines: str) -> None:
+    """Replace/add fields of host ``h``'s entry in the client's hosts.toml."""
+    text = client_env.personal_inventory.read_text()
+    head = f"[hosts.{h.name}]\n"
+    for line in lines:
+        key = line.split("=")[0].strip()
+        block = text.split(head, 1)[1].split("\n\n", 1)[0]
+        kept = [x for x in block.splitlines() if not x.startswith(key + " ")]
+        text = text.replace(head + block, head + "\n".join([*kept, line]))
+    client_env.personal_inventory.write_text(text)
+
+
+def pippa(env: dict[str, str], repo: Path, *args: str, stdin: str | None = None
+          ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    return subprocess.run([PIPPA, *args], cwd=repo, env=env, input=stdin, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+
+
+def start(env: dict[str, str], repo: Path, h: SSHHost, name: str, cmd: str, *more: str
+          ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """``pippa run --host H --name NAME --cmd CMD ...``"""
+    return pippa(env, repo, "run", "--host", h.name, "--name", name, "--cmd", cmd, *more)
+
+
+def _remote_dir(client_env: ClientEnv, h: SSHHost) -> Path:
+    text = client_env.personal_inventory.read_text().split(f"[hosts.{h.name}]\n", 1)[1]
+    match = re.search(r'remote_dir = "~/([^"]+)"', text.split("\n\n", 1)[0])
+    assert match
+    return h.home / match.group(1)
+
+
+def _no_session(h: SSHHost, name: str) -> bool:
+    return h.run_as_user(["tmux", "has-session", "-t", f"={name}"]).returncode != 0
+
+
+def test_run_with_a_missing_python_names_it_and_pippa_up_and_starts_nothing(client_env, host, repo) -> None:
+    _set_entry(client_env, host, 'python = "/opt/no-such/bin/python"')
+    p = pippa(client_env.env, repo, "run", "tiny", "--host", host.name, "--name", "fh-nopy")
+    assert p.returncode == 7, p.stderr
+    assert p.stdout == "" and len(p.stderr.splitlines()) == 1
+    assert "/opt/no-such/bin/python is not there" in p.stderr and f"`pippa up {host.name}`" in p.stderr
+    runs = _remote_dir(client_env, host) / "runs"
+    assert not runs.exists() or not list(runs.iterdir())
+    assert _no_session(host, "fh-nopy")
+
+
+def test_run_with_a_python_that_cannot_import_the_trainer_says_so(client_env, host, repo) -> None:
+    _set_entry(client_env, host, f'python = "{host.python} -S"')  # no site-packages: no training_core
+    p = pippa(client_env.env, repo, "run", "tiny", "--host", host.name, "--name", "fh-noimp")
+    assert p.returncode == 7, p.stderr
+    assert len(p.stderr.splitlines()) == 1
+    assert "cannot import training_core (ModuleNotFoundError: No module named 'training_core')" in p.stderr
+    assert f"`pippa up {host.name}`" in p.stderr and _no_session(host, "fh-noimp")
+
+
+def test_a_run_that_dies_at_once_is_reported_with_its_reason_and_a_failure_code(client_env, host, repo
+                                                                                  ) -> None:  # fmt: skip
+    cmd = "python3 -c 'import no_such_module_x'"
+    p = start(client_env.env, repo, host, "fh-dies", cmd, "--wait", "60")
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert p.stdout.startswith("started ")  # it did start: the id to look it up with
+    (line,) = p.stderr.splitlines()
+    assert "failed (exit 1) within 60s" in line
+    assert "ModuleNotFoundError: No module named 'no_such_module_x'" in line
+    assert f"`pippa up {host.name}`" in line
+
+    quiet = start(client_env.env, repo, host, "fh-nw", cmd, "--no-wait")
+    assert quiet.returncode == 0 and quiet.stderr == ""  # --no-wait: started, nothing watched
+
+
+def test_a_healthy_run_is_watched_for_the_default_few_seconds_then_returns(client_env, host, repo) -> None:
+    env = {k: v for k, v in client_env.env.items() if k != "PIPPA_RUN_WAIT_S"}  # the default watch
+    p = pippa(env, repo, "run", "--host", host.name, "--name", "fh-ok", "--cmd", "sleep 60")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("started ") and not _no_session(host, "fh-ok")
+    host.run_as_user(["tmux", "kill-session", "-t", "=fh-ok"])
+
+
+def _ps_json(env: dict[str, str], repo: Path, h: SSHHost, *args: str) -> list[dict[str, object]]:
+    p = pippa(env, repo, "ps", "--json", "--host", h.name, *args)
+    assert p.returncode == 0, p.stderr
+    return list(json.loads(p.stdout)[h.name]["runs"])
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def _started(out: str) -> str:
+    return next(line.split()[1] for line in out.splitlines() if line.startswith("started "))
+
+
+def test_ps_and_runs_fit_80_columns_with_short_ids_that_every_verb_accepts(client_env, host, repo) -> None:
+    env = client_env.env
+    long_cmd = "echo output-of-b; echo this command line is much too long for any eighty column table; exit 3"
+    a = _started(start(env, repo, host, "fh-a", "sleep 120").stdout)
+    b = _started(start(env, repo, host, "fh-b", long_cmd).stdout)
+    _wait_for(lambda: any(r["run_id"] == b and r["state"] == "failed" for r in _ps_json(env, repo, host)))
+    short = short_ids([str(r["run_id"]) for r in _ps_json(env, repo, host)])
+    assert len(short[a]) < len(a) and len(short[b]) < len(b)
+
+    narrow = {**env, "COLUMNS": "80"}
+    p = pippa(narrow, repo, "ps", "--host", host.name)
+    assert p.returncode == 0, p.stderr
+    table = [ln for ln in p.stdout.splitlines() if not ln.startswith(f"{host.name} {short[b]}:")]
+    assert all(len(ln) <= 80 for ln in table), p.stdout
+    assert a not in p.stdout and f" {short[a]} " in p.stdout and f" {short[b]} " in p.stdout
+    assert f"{host.name} {short[b]}: failed (exit 3): " in p.stdout  # why it failed, whole, by its short id
+    wide = pippa(narrow, repo, "ps", "--host", host.name, "-v")
+    assert a in wide.stdout and b in wide.stdout  # -v: whole ids
+    runs = pippa(narrow, repo, "runs", "--host", host.name)
+    assert runs.returncode == 0 and all(len(ln) <= 80 for ln in runs.stdout.splitlines()), runs.stdout
+
+    logs = pippa(env, repo, "logs", short[b])  # found on its host without --host
+    assert logs.returncode == 0 and logs.stdout.startswith("output-of-b\n"), logs.stderr
+    stop = pippa(env, repo, "stop", short[a], "--host", host.name, "--grace", "10")
+    assert stop.returncode == 0 and f"run {a}" in stop.stdout, stop.stderr
+
+
+def test_ps_shows_running_and_the_last_ten_ended_and_prune_rm_never_touch_a_running_run(
+    client_env, host, repo
+) -> None:
+    env = client_env.env
+    live = _started(start(env, repo, host, "fh-live", "sleep 120").stdout)
+    ended = [_started(start(env, repo, host, f"fh-e{i}", f"exit {i % 2}").stdout) for i in range(12)]
+    _wait_for(lambda: sum(r["state"] in ("finished", "failed") for r in _ps_json(env, repo, host)) == 12)
+
+    text = pippa(env, repo, "ps", "--host", host.name, "-v").stdout
+    assert live in text and all(e in text for e in ended[2:]) and not any(e in text for e in ended[:2])
+    assert "(2 older ended runs not shown: --all or --last N)" in text
+    assert all(e in pippa(env, repo, "ps", "--host", host.name, "-v", "--all").stdout for e in ended)
+    assert [r["run_id"] for r in _ps_json(env, repo, host, "--last", "1")] == [live, ended[-1]]
+    assert {r["run_id"] for r in _ps_json(env, repo, host, "--state", "failed")} == set(ended[1::2])
+
+    refused = pippa(env, repo, "rm", live, "--host", host.name, "--yes")
+    assert refused.returncode == 8 and len(refused.stderr.splitlines()) == 1
+    assert "pippa stop" in refused.stderr
+    no = pippa(env, repo, "rm", ended[0], "--host", host.name, stdin="n\n")
+    assert no.returncode == 1 and ended[0] in no.stdout and "nothing removed" in no.stdout
+    runs_dir = _remote_dir(client_env, host) / "runs"
+    assert (runs_dir / ended[0]).is_dir()
+    yes = pippa(env, repo, "rm", ended[0], "--host", host.name, stdin="y\n")
+    assert yes.returncode == 0 and "removed 1 run" in yes.stdout and not (runs_dir / ended[0]).exists()
+
+    host.run_as_user(["mkdir", "-p", str(runs_dir / ended[1] / "checkpoints" / "checkpoint-5")])
+    prune = ("prune", "--older-than", "0s", "--host", host.name, "--keep-checkpoints")
+    dry = pippa(env, repo, *prune, "--dry-run")
+    assert dry.returncode == 0 and "would remove 10 runs" in dry.stdout and ended[1] not in dry.stdout
+    assert all((runs_dir / e).is_dir() for e in ended[1:])  # a dry run removes nothing
+    done = pippa(env, repo, *prune, "--yes")
+    assert done.returncode == 0 and "removed 10 runs" in done.stdout, done.stdout
+    assert sorted(p.name for p in runs_dir.iterdir()) == sorted([live, ended[1]])  # running + checkpointed
+    host.run_as_user(["tmux", "kill-session", "-t", "=fh-live"])
