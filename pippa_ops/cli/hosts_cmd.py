@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from pippa_ops.cli.common import AcceptNewOpt, HostArg, JsonOpt, console, emit_json, err_console, human_bytes
+from pippa_ops.cli.table import Column, layout, terminal_width
 from pippa_ops.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -60,23 +61,29 @@ def hosts_command(
         render_hosts(rows, explain)
 
 
-def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
-    from rich.markup import escape
-    from rich.table import Table
+HOSTS_COLUMNS = [Column("HOST"), Column("ADDRESS"), Column("REMOTE DIR", drop=2), Column("SOURCE", drop=1),
+                 Column("STATUS")]  # fmt: skip
 
-    table = Table(box=None, pad_edge=False)
-    for col in ("HOST", "ADDRESS", "REMOTE DIR", "SOURCE", "STATUS"):
-        table.add_column(col)
+
+def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
+    """The table fits the terminal; why a host is down (a host key's fingerprint whole) and, with
+    --explain, where each field came from, go on lines of their own under it."""
+    rows_text = []
     for r in rows:
         where = r.address if r.user is None else f"{r.user}@{r.address}"
         where += f":{r.port}" if r.port else ""
-        status = (
-            f"[green]up[/] {r.latency_ms:.0f} ms" if r.reachable else f"[red]down[/] {escape(r.error or '')}"
-        )
-        table.add_row(r.name, escape(where), escape(r.remote_dir), r.source.split(":")[0], status)
-        if explain and r.origins:
-            table.add_row("", escape(", ".join(f"{k} from {v}" for k, v in r.origins.items())), "", "", "")
-    console().print(table)
+        status = f"up {r.latency_ms:.0f} ms" if r.reachable else "down"
+        rows_text.append([r.name, where, r.remote_dir, r.source.split(":")[0], status])
+    for line in layout(HOSTS_COLUMNS, rows_text, terminal_width()):
+        typer.echo(line)
+    for r in rows:
+        if not r.reachable:
+            why = r.error or "unreachable"
+            typer.secho(why if why.startswith(f"{r.name}: ") else f"{r.name}: {why}", fg="red")
+    if explain:
+        for r in rows:
+            if r.origins:
+                typer.echo(f"{r.name}: " + ", ".join(f"{k} from {v}" for k, v in r.origins.items()))
 
 
 def up_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOpt = False) -> None:

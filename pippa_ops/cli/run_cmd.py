@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json
+from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json, goes_on_line
 from pippa_ops.errors import (
     AmbiguousSession,
     BadSetting,
@@ -139,7 +139,11 @@ def follow_runs(transport: Transport, spec: HostSpec, run_ids: list[str], sessio
     """Stream each run's log in turn (riding out dropped connections); pippa's exit code from theirs."""
     codes: list[int | None] = []
     for run_id in run_ids:
-        code, transport = follow_run(spec, transport, run_id, session, _write_out, _note)
+        try:
+            code, transport = follow_run(spec, transport, run_id, session, _write_out, _note)
+        except KeyboardInterrupt:  # Ctrl-C stops the following, never the run: say so
+            typer.echo(goes_on_line("following", run_id, session, spec.name), err=True)
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         codes.append(code)
     transport.close()
     return _exit_for(codes)
@@ -325,13 +329,26 @@ def resume_cmd(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Stream the log until the run ends.")
     ] = False,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Change a recipe value for the rest of the run: key=value."),
+    ] = None,
 ) -> None:
     """Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory."""
+    from pippa_ops.runs.tidy import checkpoints
+    from pippa_ops.transport import agent_client
+
     where = _locate(name, host)
     spec, transport = connect(where)
     with transport:
-        result = resume(spec, transport, name, session=session)
-        typer.echo(f"resumed {result.run_ids[0]} from its newest checkpoint")
+        run = current_run(list_runs(transport, spec.remote_dir), name)
+        with agent_client.Session(transport) as agent:
+            found = checkpoints(agent, spec.remote_dir, run.run_id)
+        result = resume(spec, transport, run.run_id, session=session, sets=list(set_ or []))
+        if found:
+            typer.echo(f"resumed {result.run_ids[0]} from runs/{result.run_ids[0]}/checkpoints/{found[-1]}")
+        else:
+            typer.echo(f"resumed {result.run_ids[0]}: no checkpoint: restarting from step 0")
         typer.echo(f"  host:    {result.host}")
         typer.echo(f"  session: {result.session}")
         typer.echo(f"  attach:  {result.attach_hint()}")
@@ -485,14 +502,30 @@ def stop_cmd(
             raise typer.Exit(int(ExitCode.FAILURE))
         return
     spec, transport = connect(where[0])
-    typer.echo(f"{spec.name}: Ctrl-C to {name}; waiting up to {grace:g}s for it to save and exit", err=True)
     with transport:
-        result = stop(spec, transport, name, grace_s=grace)
-    final = result.after or result.before
-    if not result.before.active:
-        typer.echo(f"{result.host}: run {final.run_id} had already ended: {final.state_text}")
-        return
-    typer.echo(f"{result.host}: run {final.run_id} (session {result.session}): {final.state_text}")
+        run = current_run(list_runs(transport, spec.remote_dir), name)  # says so first when it has ended
+        if not run.active:
+            typer.echo(f"{spec.name}: run {run.run_id} had already ended: {run.state_text}; nothing to stop")
+            return
+        typer.echo(f"{spec.name}: Ctrl-C to {run.run_id} (session {run.session}); waiting up to {grace:g}s "
+                   "for it to save and exit", err=True)  # fmt: skip
+        result = stop(spec, transport, run.run_id, grace_s=grace)
+        final = result.after or result.before
+        typer.echo(f"{result.host}: run {final.run_id} (session {result.session}): {final.state_text}")
+        if final.recipe is not None:
+            typer.echo(f"  {_checkpoint_line(transport, spec, final.run_id)}")
+
+
+def _checkpoint_line(transport: Transport, spec: HostSpec, run_id: str) -> str:
+    """Where ``pippa resume`` would continue from: the run's newest checkpoint, or step 0."""
+    from pippa_ops.runs.tidy import checkpoints
+    from pippa_ops.transport import agent_client
+
+    with agent_client.Session(transport) as agent:
+        found = checkpoints(agent, spec.remote_dir, run_id)
+    if not found:
+        return f"no checkpoint: `pippa resume {run_id}` would restart from step 0"
+    return f"checkpoint: runs/{run_id}/checkpoints/{found[-1]} (`pippa resume {run_id}` continues from it)"
 
 
 def _stop_one(host: str, name: str, grace: float) -> StopResult:

@@ -3,13 +3,14 @@ a line, a desktop notification). ``pippa run --notify`` starts the same watcher 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from typing import Annotated, Any
 
 import typer
 
-from pippa_ops.cli.common import HostOpt, JsonOpt, emit_json
+from pippa_ops.cli.common import HostOpt, JsonOpt, emit_json, goes_on_line
 
 
 def _note(message: str) -> None:
@@ -48,7 +49,20 @@ def wait_cmd(
         elif not as_json:
             typer.echo(ended_line(rec))
 
-    results = wait_runs(records, timeout_s=timeout, on_end=on_end, note=_note)
+    ended: set[str] = set()
+
+    def on_end_seen(rec: RunRecord) -> None:
+        ended.add(rec.run_id)
+        on_end(rec)
+
+    try:
+        results = wait_runs(records, timeout_s=timeout, on_end=on_end_seen, note=_note)
+    except KeyboardInterrupt:  # Ctrl-C stops the waiting, never the runs: say so, one line a run
+        for rec in records.values():
+            if rec.run_id not in ended:
+                typer.echo(goes_on_line("waiting", rec.run_id, rec.session, rec.host), err=True)
+        sys.stderr.flush()
+        os._exit(130)  # the watcher threads sit in blocking reads: the process ends without them
     for r in results.values():
         if not isinstance(r, RunRecord):
             _note(str(r))

@@ -10,6 +10,7 @@ orders the steps. It imports no typer/rich/textual: the dashboard reuses it.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -307,7 +308,7 @@ def _tmux_new(session: str, remote_dir: str, run_ids: Sequence[str], gap_s: floa
 
 
 def resume(
-    spec: HostSpec, transport: Transport, name: str, *, session: str | None = None
+    spec: HostSpec, transport: Transport, name: str, *, session: str | None = None, sets: Sequence[str] = ()
 ) -> LaunchResult:
     """Continue the stopped, failed, killed or lost recipe run ``name`` (run id or session) from its newest
     checkpoint, in the same run directory, in a new tmux session (``session``, default: the run's
@@ -327,6 +328,10 @@ def resume(
                 "to resume from"
             )
         job = resume_job(run.run_id, run.recipe, run.command)
+        if sets:  # a setting that made the run fail, fixed for the rest of it (the last --set wins)
+            check_settings(run.recipe, sets)
+            extra = [a for key, value in parse_sets(sets) for a in ("--set", f"{key}={value}")]
+            job = dataclasses.replace(job, command=f"{job.command} {shlex.join(extra)}")
         if spec.scheduler == "slurm":
             script = render_sbatch(spec.slurm or SlurmSpec(), run.run_id, spec.remote_dir, job.command,
                                    spec.env)  # fmt: skip

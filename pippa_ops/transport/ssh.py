@@ -53,7 +53,7 @@ class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
         if not self._accept_new:
             raise HostKeyUnknown(
                 f"{self._host}: host key not in ~/.ssh/known_hosts ({hostname} {key.get_name()} "
-                f"{key.fingerprint}); check it, then re-run with --accept-new to record it"
+                f"{key.fingerprint}); check it, then `pippa up {self._host} --accept-new` records it"
             )
         record_host_key(hostname, key)
 

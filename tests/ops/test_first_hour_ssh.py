@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import time
 import uuid
@@ -195,3 +196,94 @@ def test_ps_shows_running_and_the_last_ten_ended_and_prune_rm_never_touch_a_runn
     assert done.returncode == 0 and "removed 10 runs" in done.stdout, done.stdout
     assert sorted(p.name for p in runs_dir.iterdir()) == sorted([live, ended[1]])  # running + checkpointed
     host.run_as_user(["tmux", "kill-session", "-t", "=fh-live"])
+
+
+def test_hosts_fits_80_columns_and_prints_an_unknown_keys_fingerprint_whole(client_env, ssh_hosts, repo
+                                                                             ) -> None:  # fmt: skip
+    h = ssh_hosts[1]
+    kh = client_env.known_hosts
+    kh.write_text("".join(ln for ln in kh.read_text().splitlines(True) if ln.strip() != h.host_key_line))
+    p = pippa({**client_env.env, "COLUMNS": "80"}, repo, "hosts")
+    lines = p.stdout.splitlines()
+    below = [ln for ln in lines if ln.startswith((f"{h.name}: ", f"{h.ssh_alias}: "))]
+    assert all(len(ln) <= 80 for ln in lines if ln not in below), p.stdout
+    assert lines[0].split()[:2] == ["HOST", "ADDRESS"] and lines[0].split()[-1] == "STATUS"
+    err = next(ln for ln in below if ln.startswith(f"{h.name}: "))
+    assert not err.startswith(f"{h.name}: {h.name}:")
+    assert re.search(r"SHA256:[A-Za-z0-9+/]{43}\)", err), err  # the fingerprint, whole
+    assert f"`pippa up {h.name} --accept-new` records it" in err
+
+
+def _read_until(proc: subprocess.Popen[str], text: str, timeout: float = 60) -> str:
+    """What ``proc`` wrote on stdout until ``text`` appeared (fails after ``timeout``)."""
+    import selectors
+
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    seen, deadline = "", time.monotonic() + timeout
+    while text not in seen:
+        assert time.monotonic() < deadline, f"no {text!r} in {seen!r}"
+        if sel.select(timeout=0.5):
+            line = proc.stdout.readline()
+            assert line, f"stdout ended before {text!r}: {seen!r}"
+            seen += line
+    return seen
+
+
+def _agents_of(h: SSHHost) -> int:
+    """pippa host agents running as the host's user (``python3 -S -I -c ...``)."""
+    p = h.run_as_user(["pgrep", "-c", "-u", h.user, "-f", "python3 -S -I -c"])
+    return int(p.stdout.strip() or 0)
+
+
+def test_ctrl_c_stops_following_or_waiting_and_says_the_run_goes_on(client_env, host, repo) -> None:
+    env = client_env.env
+    run_id = _started(start(env, repo, host, "fh-cc", "echo tick; sleep 120").stdout)
+    goes_on = (f"; {run_id} goes on in session fh-cc on {host.name} "
+               f"(`pippa stop fh-cc --host {host.name}` stops it)")  # fmt: skip
+    follow = subprocess.Popen([PIPPA, "logs", run_id, "--host", host.name, "-f"], cwd=repo, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    _read_until(follow, "tick\n")
+    follow.send_signal(signal.SIGINT)
+    _, err = follow.communicate(timeout=60)
+    assert follow.returncode == 130 and err == f"pippa: stopped following{goes_on}\n"
+
+    before = _agents_of(host)
+    wait = subprocess.Popen([PIPPA, "wait", run_id, "--host", host.name], cwd=repo, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    _wait_for(lambda: _agents_of(host) > before)  # its watcher is on the host
+    wait.send_signal(signal.SIGINT)
+    _, err = wait.communicate(timeout=60)
+    assert wait.returncode == 130 and err == f"pippa: stopped waiting{goes_on}\n"
+    (rec,) = [r for r in _ps_json(env, repo, host) if r["run_id"] == run_id]
+    assert rec["state"] == "running"  # the truth: it goes on
+
+    stop = pippa(env, repo, "stop", "fh-cc", "--host", host.name, "--grace", "10")
+    assert stop.returncode == 0 and "Ctrl-C to " + run_id in stop.stderr
+    again = pippa(env, repo, "stop", run_id, "--host", host.name)
+    assert again.returncode == 0 and "Ctrl-C" not in again.stderr
+    assert f"run {run_id} had already ended: stopped (exit 130); nothing to stop" in again.stdout
+    missing = pippa(env, repo, "stop", "no-such-run", "--host", host.name)
+    assert missing.returncode == 9 and len(missing.stderr.splitlines()) == 1
+    assert "Ctrl-C" not in missing.stderr
+
+
+@pytest.mark.slow
+def test_resume_without_a_checkpoint_says_it_restarts_from_step_0_and_takes_set(client_env, host, repo
+                                                                                 ) -> None:  # fmt: skip
+    env = client_env.env
+    p = pippa(env, repo, "run", "tiny", "--host", host.name, "--name", "fh-res", "--no-wait",
+              "--set", 'model.name="no-such-org/no-such-model"', "--set", "train.max_steps=2")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    run_id = _started(p.stdout)
+
+    def state() -> object:
+        return next(x["state"] for x in _ps_json(env, repo, host) if x["run_id"] == run_id)
+
+    _wait_for(lambda: state() == "failed", timeout=240)  # the model cannot be found
+    r = pippa(env, repo, "resume", run_id, "--host", host.name, "--set", 'model.name="tiny"', "--follow")
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr)
+    assert r.stdout.startswith(f"resumed {run_id}: no checkpoint: restarting from step 0\n")
+    (rec,) = [x for x in _ps_json(env, repo, host) if x["run_id"] == run_id]
+    assert (rec["state_text"], rec["last_step"]) == ("finished (exit 0)", 2)
