@@ -30,8 +30,9 @@ freely), as a ``ClientEnv``:
 ``ssh_env`` (function): ``client_env`` already applied to this process with monkeypatch.
 
 ``own_home`` (autouse, every test): ``PIPPA_RUN_WAIT_S=0`` (no early-exit watch after ``pippa run``
-unless a test asks); HOME, XDG_CONFIG_HOME and XDG_CACHE_HOME point at an empty directory of the test's own, so no test reads the real ``~/.config/pippa/secrets.env`` or ``~/.ssh``,
-or writes a cache there. ``PIPPA_CACHE`` (the tiny model) and ``HF_HOME`` point at one directory of
+unless a test asks); HOME, XDG_CONFIG_HOME and XDG_CACHE_HOME point at an empty directory of the
+test's own, so no test reads the real ``~/.config/pippa/secrets.env`` or ``~/.ssh``, or writes a
+cache there. ``PIPPA_CACHE`` (the tiny model) and ``HF_HOME`` point at one directory of
 the session's (``PIPPA_CACHE`` set by the caller is kept), so the tiny model is built once per run.
 
 ``PIPPA``: path of the ``pippa`` script in the venv running the tests.

@@ -73,6 +73,7 @@ def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
         where = r.address if r.user is None else f"{r.user}@{r.address}"
         where += f":{r.port}" if r.port else ""
         status = f"up {r.latency_ms:.0f} ms" if r.reachable else "down"
+        status += ", no python" if r.python_missing else ""
         rows_text.append([r.name, where, r.remote_dir, r.source.split(":")[0], status])
     for line in layout(HOSTS_COLUMNS, rows_text, terminal_width()):
         typer.echo(line)
@@ -80,6 +81,9 @@ def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
         if not r.reachable:
             why = r.error or "unreachable"
             typer.secho(why if why.startswith(f"{r.name}: ") else f"{r.name}: {why}", fg="red")
+        if r.python_missing:
+            typer.secho(f"{r.name}: its python {r.python_missing} is not there: run `pippa up {r.name}`, "
+                        f"or fix python in its entry ({r.origins.get('python', 'the inventory')})", fg="red")
     if explain:
         for r in rows:
             if r.origins:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from pippa_ops.cli.table import Column, layout, natural_width, terminal_width
-from pippa_ops.errors import PippaError
+from pippa_ops.errors import ExitCode, PippaError
 from pippa_ops.runs.precheck import failure_hint
 from pippa_ops.runs.shortid import short_ids
 
@@ -69,6 +69,13 @@ def select_shown(
     return [r for r in matching if id(r) not in hidden], len(hidden)
 
 
+def _host_state(e: PippaError) -> str:
+    """A host that did not answer, in a word or two (the whole reason goes under the table)."""
+    kind = {ExitCode.UNKNOWN_HOST: "unknown host", ExitCode.HOST_KEY: "host key refused",
+            ExitCode.AUTH: "auth failed"}  # fmt: skip
+    return kind.get(e.exit_code, "unreachable")
+
+
 def _host_error(host: str, e: PippaError) -> str:
     text = str(e)
     return text if text.startswith(f"{host}:") else f"{host}: {text}"
@@ -111,7 +118,7 @@ def render_ps(
 
     def build(name: dict[str, str]) -> list[list[str]]:
         rows = [[h, "-", "-", "(no runs)", "", "", "", "", "", ""] for h in empty_hosts]
-        rows += [[h, "-", "-", "-", "unreachable", "", "", "", "", ""] for h in errors]
+        rows += [[h, "-", "-", "-", _host_state(e), "", "", "", "", ""] for h, e in errors.items()]
         for r in records:
             step = "-" if r.last_step is None else str(r.last_step)
             rows.append([r.host, r.session, name.get(r.run_id, r.run_id), label(r), r.state_text,
@@ -164,7 +171,7 @@ def render_runs(
                          duration(r.duration_s), steps, num(i.final_reward), num(i.best_reward),
                          eval_text(i.eval), commit_text(r), wandb_text(i.wandb),
                          "yes" if i.pulled else ""])  # fmt: skip
-        rows += [[h, "-", "-", "unreachable", *[""] * 9] for h in errors]
+        rows += [[h, "-", "-", _host_state(e), *[""] * 9] for h, e in errors.items()]
         return rows
 
     for line in _fit(RUNS_COLUMNS, build, ids, verbose)[0]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pippa_ops.errors import UnknownHost, UsageError
+from pippa_ops.errors import UnknownHost, UsageError, did_you_mean
 from pippa_ops.hosts.scheduler import SCHEDULERS, SlurmSpec, slurm_spec
 from pippa_ops.repo import repo_root
 from pippa_ops.transport.shell import NAME_RE, validate_env_key
@@ -315,6 +315,7 @@ def resolve(name: str, repo: Path | None = None) -> HostSpec:
         return HostSpec(name=name, address=address, user=user or None, source="address")
     known = list(dict.fromkeys([LOCAL, *inventory, *aliases]))
     raise UnknownHost(
-        f"unknown host {name!r}: not in the inventory (pippa.toml, ~/.config/pippa/hosts.toml), "
+        f"unknown host {name!r}{did_you_mean(name, known)}: not in the inventory (pippa.toml, "
+        "~/.config/pippa/hosts.toml), "
         f"not an alias in ~/.ssh/config, not an address; known: {', '.join(known)}"
     )

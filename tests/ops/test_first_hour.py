@@ -56,3 +56,40 @@ def test_a_fresh_clone_lists_only_local(tmp_path: Path) -> None:
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert hosts.returncode == 0, hosts.stderr
     assert [h["name"] for h in json.loads(hosts.stdout)] == ["local"]
+
+
+def _pippa(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PIPPA, *args], cwd=REPO, env=_fresh_env(tmp_path), capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+
+
+def test_version_and_shell_completion(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    p = _pippa(tmp_path, "--version")
+    assert (p.returncode, p.stdout) == (0, f"pippa {version('pippa')}\n")
+    c = _pippa(tmp_path, "--show-completion", "bash")
+    assert c.returncode == 0 and "_pippa_completion" in c.stdout
+
+
+def test_help_lists_every_command_with_its_whole_summary(tmp_path: Path) -> None:
+    from pippa_ops.cli.app import COMMANDS
+
+    p = _pippa(tmp_path, "--help")
+    assert p.returncode == 0
+    listing = " ".join(p.stdout.split("Commands:")[1].split())
+    assert "..." not in listing
+    for name, (_module, summary) in COMMANDS.items():
+        assert f"{name} {summary}" in listing
+
+
+def test_a_mistyped_verb_recipe_or_host_gets_the_nearest_name(tmp_path: Path) -> None:
+    verb = _pippa(tmp_path, "stp")
+    assert verb.returncode == 2 and "Error: No such command 'stp'. Did you mean 'stop'?" in verb.stderr
+    recipe = _pippa(tmp_path, "run", "tinyy", "--no-wait")
+    assert recipe.returncode == 2
+    assert recipe.stderr.startswith("pippa: unknown recipe 'tinyy' (did you mean 'tiny'?)")
+    assert len(recipe.stderr.splitlines()) == 1
+    host = _pippa(tmp_path, "logs", "x", "--host", "locl")
+    assert host.returncode == 3
+    assert host.stderr.startswith("pippa: unknown host 'locl' (did you mean 'local'?)")

@@ -287,3 +287,15 @@ def test_resume_without_a_checkpoint_says_it_restarts_from_step_0_and_takes_set(
     assert r.stdout.startswith(f"resumed {run_id}: no checkpoint: restarting from step 0\n")
     (rec,) = [x for x in _ps_json(env, repo, host) if x["run_id"] == run_id]
     assert (rec["state_text"], rec["last_step"]) == ("finished (exit 0)", 2)
+
+
+def test_hosts_reports_a_python_setting_that_names_a_missing_program(client_env, host, repo) -> None:
+    _set_entry(client_env, host, 'python = "~/no-such-venv/bin/python"')
+    p = pippa({**client_env.env, "COLUMNS": "80"}, repo, "hosts")
+    assert p.returncode == 0, p.stderr
+    row = next(ln for ln in p.stdout.splitlines() if ln.startswith(f"{host.name} "))
+    assert row.endswith(", no python")
+    assert (f"{host.name}: its python ~/no-such-venv/bin/python is not there: run `pippa up {host.name}`"
+            in p.stdout)  # fmt: skip
+    others = [ln for ln in p.stdout.splitlines() if ln.startswith(("t2 ", "t3 ", "local "))]
+    assert others and not any("no python" in ln for ln in others)  # their python (the tests' venv) is there
