@@ -98,9 +98,11 @@ def up_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOp
     from pippa_ops.hosts.prep import up
     from pippa_ops.repo import repo_root
 
+    keys = _KeysWatch(host, accept_new)
     spec, transport = connect(host, accept_new=accept_new)
     with transport:
         report = up(spec, transport, repo_root(), emit=lambda line: err_console().print(escape(line)))
+    keys.report()
     if json_out:
         emit_json(report.to_json())
     else:
@@ -154,13 +156,33 @@ def sync_command(
     from pippa_ops.repo import repo_root
     from pippa_ops.sync import sync
 
+    keys = _KeysWatch(host, accept_new)
     spec, transport = connect(host, accept_new=accept_new)
     with transport:
         result = sync(spec, transport, repo_root(), delete=delete, dry_run=dry_run)
+    keys.report()
     if json_out:
         emit_json(result.to_json())
     else:
         render_sync(result)
+
+
+class _KeysWatch:
+    """With --accept-new: after the command, one line per host key it recorded, and where."""
+
+    def __init__(self, host: str, accept_new: bool) -> None:
+        from pippa_ops.hosts.knownhosts import snapshot
+
+        self.host = host
+        self.before = snapshot() if accept_new else None
+
+    def report(self) -> None:
+        if self.before is None:
+            return
+        from pippa_ops.hosts.knownhosts import recorded_lines
+
+        for line in recorded_lines(self.host, self.before):
+            typer.echo(f"pippa: {line}", err=True)
 
 
 def render_sync(r: SyncResult) -> None:

@@ -299,3 +299,20 @@ def test_hosts_reports_a_python_setting_that_names_a_missing_program(client_env,
             in p.stdout)  # fmt: skip
     others = [ln for ln in p.stdout.splitlines() if ln.startswith(("t2 ", "t3 ", "local "))]
     assert others and not any("no python" in ln for ln in others)  # their python (the tests' venv) is there
+
+
+def test_accept_new_says_which_key_it_recorded_where(client_env, host, repo) -> None:
+    from pippa_ops.hosts.knownhosts import fingerprint
+
+    kh = client_env.known_hosts
+    kh.write_text("".join(ln for ln in kh.read_text().splitlines(True) if ln.strip() != host.host_key_line))
+    refused = pippa(client_env.env, repo, "ps", "--host", host.name)
+    fp = fingerprint(host.host_key_line.split()[2])
+    assert refused.returncode == 6 and fp in refused.stderr
+    assert f"`pippa up {host.name} --accept-new` records it" in refused.stderr
+    p = pippa(client_env.env, repo, "sync", host.name, "--accept-new")
+    assert p.returncode == 0, p.stderr
+    name = host.host_key_line.split()[0]
+    assert p.stderr == f"pippa: {host.name}: recorded ssh-ed25519 key {fp} for {name} in {kh}\n"
+    again = pippa(client_env.env, repo, "sync", host.name, "--accept-new")
+    assert again.returncode == 0 and again.stderr == ""  # nothing new recorded, nothing said
