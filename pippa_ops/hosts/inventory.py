@@ -63,6 +63,7 @@ class HostSpec:
 
 
 _ADDRESS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,253}$")
+_IPV6_RE = re.compile(r"^[0-9A-Fa-f:.]{2,45}$")
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _STR_FIELDS = ("address", "user", "identity_file", "proxy_jump", "remote_dir", "python")
 _FIELDS = (*_STR_FIELDS, "port", "setup", "env", "secrets", "scheduler", "slurm")
@@ -298,6 +299,21 @@ def alias_spec(config: paramiko.SSHConfig, name: str) -> HostSpec:
     )
 
 
+def split_port(text: str) -> tuple[str, int | None]:
+    """``1.2.3.4:2222`` -> (``1.2.3.4``, 2222); ``[::1]:2222`` or ``[::1]`` -> (``::1``, ...); a bare
+    IPv6 address (several colons) or a name has no port."""
+    if text.startswith("["):
+        inner, sep, tail = text[1:].partition("]")
+        if sep and (not tail or (tail.startswith(":") and tail[1:].isdigit())):
+            return inner, int(tail[1:]) if tail else None
+        return text, None
+    if text.count(":") == 1:
+        host, _, port = text.partition(":")
+        if port.isdigit() and 0 < int(port) < 65536:
+            return host, int(port)
+    return text, None
+
+
 def resolve(name: str, repo: Path | None = None) -> HostSpec:
     """Inventory entry, ssh alias, ``user@address`` or bare address, or ``local``; else UnknownHost."""
     if name == LOCAL:
@@ -309,10 +325,12 @@ def resolve(name: str, repo: Path | None = None) -> HostSpec:
     aliases = ssh_aliases(config)
     if name in aliases:
         return alias_spec(config, name)
-    user, _, address = name.rpartition("@")
+    user, _, rest = name.rpartition("@")
+    address, port = split_port(rest)
     looks_like_address = bool(user) or "." in address or ":" in address or address == "localhost"
-    if looks_like_address and _ADDRESS_RE.fullmatch(address) and (not user or _USER_RE.fullmatch(user)):
-        return HostSpec(name=name, address=address, user=user or None, source="address")
+    valid = _ADDRESS_RE.fullmatch(address) or _IPV6_RE.fullmatch(address)
+    if looks_like_address and valid and (not user or _USER_RE.fullmatch(user)):
+        return HostSpec(name=name, address=address, user=user or None, port=port, source="address")
     known = list(dict.fromkeys([LOCAL, *inventory, *aliases]))
     raise UnknownHost(
         f"unknown host {name!r}{did_you_mean(name, known)}: not in the inventory (pippa.toml, "

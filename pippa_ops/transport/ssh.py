@@ -13,6 +13,7 @@ typed errors (unreachable, auth, host key).
 from __future__ import annotations
 
 import contextlib
+import getpass
 import logging
 import os
 import socket
@@ -153,7 +154,8 @@ class SSHTransport(Transport):
         if kh.is_file():
             client.load_host_keys(str(kh))
         client.set_missing_host_key_policy(_KnownHostsPolicy(self.name, self._accept_new))
-        who = f"{ep.user}@{ep.hostname}" if ep.user else ep.hostname
+        # paramiko logs in as the local user when none is set: name the one it tried either way
+        who = f"{ep.user}@{ep.hostname}" if ep.user else f"{getpass.getuser()}@{ep.hostname} (no user set)"
         try:
             client.connect(
                 ep.hostname,

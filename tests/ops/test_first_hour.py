@@ -93,3 +93,18 @@ def test_a_mistyped_verb_recipe_or_host_gets_the_nearest_name(tmp_path: Path) ->
     host = _pippa(tmp_path, "logs", "x", "--host", "locl")
     assert host.returncode == 3
     assert host.stderr.startswith("pippa: unknown host 'locl' (did you mean 'local'?)")
+
+
+@pytest.mark.parametrize(("typed", "address", "user", "port"), [
+    ("ubuntu@203.0.113.10:2222", "203.0.113.10", "ubuntu", 2222),
+    ("root@[2001:db8::1]:40022", "2001:db8::1", "root", 40022),
+    ("[::1]", "::1", None, None),
+    ("2001:db8::7", "2001:db8::7", None, None),  # several colons: an IPv6 address, no port
+    ("box.example.org", "box.example.org", None, None),
+])  # fmt: skip
+def test_an_address_may_carry_a_port_and_ipv6_goes_in_brackets(typed: str, address: str, user: str | None,
+                                                               port: int | None) -> None:  # fmt: skip
+    from pippa_ops.hosts.inventory import resolve
+
+    spec = resolve(typed, REPO)
+    assert (spec.address, spec.user, spec.port) == (address, user, port)

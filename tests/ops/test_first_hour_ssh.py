@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import re
 import signal
@@ -316,3 +317,18 @@ def test_accept_new_says_which_key_it_recorded_where(client_env, host, repo) -> 
     assert p.stderr == f"pippa: {host.name}: recorded ssh-ed25519 key {fp} for {name} in {kh}\n"
     again = pippa(client_env.env, repo, "sync", host.name, "--accept-new")
     assert again.returncode == 0 and again.stderr == ""  # nothing new recorded, nothing said
+
+
+def test_user_at_address_colon_port_reaches_the_host_and_auth_failure_names_the_user(
+    client_env, ssh_hosts, repo
+) -> None:
+    h = ssh_hosts[2]
+    p = pippa(client_env.env, repo, "ps", "--json", "--host", f"{h.user}@{h.address}:{h.port}")
+    assert p.returncode == 0, p.stderr
+    assert "runs" in json.loads(p.stdout)[f"{h.user}@{h.address}:{h.port}"]
+    bad = pippa(client_env.env, repo, "ps", "--host", f"nobody-here@{h.address}:{h.port}")
+    assert bad.returncode == 5, bad.stderr
+    assert f"authentication failed for nobody-here@{h.address}" in bad.stderr
+    anon = pippa(client_env.env, repo, "ps", "--host", f"{h.address}:{h.port}")  # no user: the local one
+    assert anon.returncode == 5, anon.stderr
+    assert f"authentication failed for {getpass.getuser()}@{h.address} (no user set)" in anon.stderr
