@@ -268,7 +268,10 @@ def run_cmd(
 
             pid = spawn_watcher(spec.name, list(result.run_ids))
             if not as_json:
-                typer.echo(f"  notify:  when it ends (watcher pid {pid})")
+                from pippa_ops.cli.wait_cmd import watcher_log
+
+                log = watcher_log(result.run_ids[0])
+                typer.echo(f"  notify:  when it ends (watcher pid {pid}; its log: {log})")
         if follow:
             code = follow_runs(transport, spec, list(result.run_ids), result.session)
             if notify:

@@ -232,13 +232,8 @@ def _read_until(proc: subprocess.Popen[str], text: str, timeout: float = 60) -> 
     return seen
 
 
-def _agents_of(h: SSHHost) -> int:
-    """pippa host agents running as the host's user (``python3 -S -I -c ...``)."""
-    p = h.run_as_user(["pgrep", "-c", "-u", h.user, "-f", "python3 -S -I -c"])
-    return int(p.stdout.strip() or 0)
-
-
-def test_ctrl_c_stops_following_or_waiting_and_says_the_run_goes_on(client_env, host, repo) -> None:
+def test_ctrl_c_stops_following_or_waiting_and_says_the_run_goes_on(client_env, host, repo, tmp_path
+                                                                    ) -> None:  # fmt: skip
     env = client_env.env
     run_id = _started(start(env, repo, host, "fh-cc", "echo tick; sleep 120").stdout)
     goes_on = (f"; {run_id} goes on in session fh-cc on {host.name} "
@@ -250,10 +245,10 @@ def test_ctrl_c_stops_following_or_waiting_and_says_the_run_goes_on(client_env, 
     _, err = follow.communicate(timeout=60)
     assert follow.returncode == 130 and err == f"pippa: stopped following{goes_on}\n"
 
-    before = _agents_of(host)
-    wait = subprocess.Popen([PIPPA, "wait", run_id, "--host", host.name], cwd=repo, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    _wait_for(lambda: _agents_of(host) > before)  # its watcher is on the host
+    log = tmp_path / "wait.log"  # (its notes: it says when it has found the run)
+    wait = subprocess.Popen([PIPPA, "wait", run_id, "--host", host.name, "--log", str(log)], cwd=repo,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    _wait_for(lambda: log.exists() and f"watching {run_id}" in log.read_text())
     wait.send_signal(signal.SIGINT)
     _, err = wait.communicate(timeout=60)
     assert wait.returncode == 130 and err == f"pippa: stopped waiting{goes_on}\n"
@@ -332,3 +327,30 @@ def test_user_at_address_colon_port_reaches_the_host_and_auth_failure_names_the_
     anon = pippa(client_env.env, repo, "ps", "--host", f"{h.address}:{h.port}")  # no user: the local one
     assert anon.returncode == 5, anon.stderr
     assert f"authentication failed for {getpass.getuser()}@{h.address} (no user set)" in anon.stderr
+
+
+def test_the_background_watcher_keeps_reconnect_notes_out_of_the_terminal(client_env, host, repo, tmp_path
+                                                                           ) -> None:  # fmt: skip
+    """What `pippa run --notify` starts (`pippa wait ... --notify --log FILE`): across a dropped
+    connection, stderr (the user's terminal) gets only the bell and the final line; the notes go to
+    the log."""
+    env, flag = client_env.env, f"go-{uuid.uuid4().hex[:6]}"
+    cmd = f"while [ ! -e ~/{flag} ]; do sleep 0.2; done; exit 2"
+    run_id = _started(start(env, repo, host, "fh-watch", cmd).stdout)
+    log = tmp_path / "watch.log"
+    watcher = subprocess.Popen([PIPPA, "wait", run_id, "--host", host.name, "--notify", "--log", str(log)],
+                               cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: log.exists() and f"watching {run_id}" in log.read_text())  # found, now followed
+        host.drop()  # the connection goes away, as when the laptop sleeps
+        _wait_for(lambda: log.exists() and "reconnecting" in log.read_text())
+        host.start()
+        host.run_as_user(["touch", str(host.home / flag)])
+        _, err = watcher.communicate(timeout=120)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+        host.run_as_user(["rm", "-f", str(host.home / flag)])
+    assert watcher.returncode == 2
+    assert err.startswith(f"\apippa: {host.name}: run {run_id} (") and err.count("\n") == 1, err
+    assert "failed (exit 2)" in err and "reconnecting" not in err
