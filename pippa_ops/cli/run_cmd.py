@@ -135,12 +135,23 @@ def _note(message: str) -> None:
     typer.echo(f"pippa: {message}", err=True)
 
 
-def follow_runs(transport: Transport, spec: HostSpec, run_ids: list[str], session: str) -> int:
-    """Stream each run's log in turn (riding out dropped connections); pippa's exit code from theirs."""
+def follow_runs(transport: Transport, spec: HostSpec, run_ids: list[str], session: str, skip: int = 0) -> int:
+    """Stream each run's log in turn (riding out dropped connections); pippa's exit code from theirs.
+    ``skip``: bytes of the first log not to print (``logs --tail N -f``)."""
     codes: list[int | None] = []
+    left = [skip]
+
+    def write(chunk: bytes) -> None:
+        if left[0]:
+            cut = min(left[0], len(chunk))
+            left[0] -= cut
+            chunk = chunk[cut:]
+        if chunk:
+            _write_out(chunk)
+
     for run_id in run_ids:
         try:
-            code, transport = follow_run(spec, transport, run_id, session, _write_out, _note)
+            code, transport = follow_run(spec, transport, run_id, session, write, _note)
         except KeyboardInterrupt:  # Ctrl-C stops the following, never the run: say so
             typer.echo(goes_on_line("following", run_id, session, spec.name), err=True)
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
@@ -421,25 +432,52 @@ def _kept(rec: RunRecord, keep: set[tuple[str, str]]) -> bool:
 
 
 def logs_cmd(
-    name: Annotated[str, typer.Argument(help="Session name or run id.")],
+    name: Annotated[
+        str | None,
+        typer.Argument(help="Session name or run id (short ids too); default: the newest run.",
+                       show_default=False),
+    ] = None,
     host: HostOpt = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Follow until the run ends (Ctrl-C stops).")
     ] = False,
+    tail: Annotated[
+        int | None, typer.Option("--tail", "-n", help="Only the last N lines (then follow, with -f).")
+    ] = None,
 ) -> None:
     """Print a run's output (the session's current run, or a run id); -f follows it."""
+    name = name or _newest_run(host)
     where = _locate_run(name, host)[0]  # a run over several hosts: machine rank 0's output
     spec, transport = connect(where)
     with transport:
         run = current_run(list_runs(transport, spec.remote_dir), name)
+        text = read_all(transport, f"{spec.remote_dir.rstrip('/')}/runs/{run.run_id}/output.log")
+        skip = len(text) - len(_last_lines(text, tail)) if tail is not None else 0
         if follow and run.active:
-            raise typer.Exit(follow_runs(transport, spec, [run.run_id], run.session))
-        sys.stdout.buffer.write(
-            read_all(transport, f"{spec.remote_dir.rstrip('/')}/runs/{run.run_id}/output.log")
-        )
+            raise typer.Exit(follow_runs(transport, spec, [run.run_id], run.session, skip=skip))
+        sys.stdout.buffer.write(text[skip:])
         sys.stdout.buffer.flush()
     if follow:  # the run had already ended: -f still exits with its code, as when following it
         raise typer.Exit(_exit_for([run.exit_code]))
+
+
+def _last_lines(text: bytes, n: int | None) -> bytes:
+    if n is None:
+        return text
+    if n <= 0:
+        return b""
+    lines = text.splitlines(keepends=True)
+    return b"".join(lines[-n:])
+
+
+def _newest_run(host: str | None) -> str:
+    """The id of the newest run on ``host`` or on every host (``pippa logs`` with no name)."""
+    hosts = [host] if host else _all_hosts()
+    results = fan_out(hosts, _host_runs)
+    runs = [r for res in results.values() if not isinstance(res, PippaError) for r in res.runs]
+    if not runs:
+        raise RunNotFound("no runs on " + (host or "any host") + " (pippa run starts one)")
+    return max(runs, key=lambda r: (r.started or 0.0, r.run_id)).run_id
 
 
 def attach_cmd(

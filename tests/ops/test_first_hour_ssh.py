@@ -354,3 +354,20 @@ def test_the_background_watcher_keeps_reconnect_notes_out_of_the_terminal(client
     assert watcher.returncode == 2
     assert err.startswith(f"\apippa: {host.name}: run {run_id} (") and err.count("\n") == 1, err
     assert "failed (exit 2)" in err and "reconnecting" not in err
+
+
+def test_logs_without_a_name_shows_the_newest_run_and_tail_keeps_the_last_lines(client_env, host, repo
+                                                                                ) -> None:  # fmt: skip
+    env = client_env.env
+    start(env, repo, host, "fh-old", "echo old")
+    new = _started(start(env, repo, host, "fh-new", "for i in 1 2 3 4 5; do echo line$i; done").stdout)
+    _wait_for(lambda: any(r["run_id"] == new and r["state"] == "finished" for r in _ps_json(env, repo, host)))
+    whole = pippa(env, repo, "logs", "--host", host.name)
+    assert whole.returncode == 0 and whole.stdout == "line1\nline2\nline3\nline4\nline5\n", whole.stderr
+    last = pippa(env, repo, "logs", new, "--tail", "2")
+    assert last.returncode == 0 and last.stdout == "line4\nline5\n"
+
+    live = _started(start(env, repo, host, "fh-tail", "echo a; echo b; echo c; sleep 4; echo d").stdout)
+    _wait_for(lambda: pippa(env, repo, "logs", live, "--host", host.name).stdout == "a\nb\nc\n")
+    followed = pippa(env, repo, "logs", live, "--host", host.name, "--tail", "1", "-f")
+    assert followed.returncode == 0 and followed.stdout in ("c\nd\n", "d\n")  # -f: the tail, then what comes
