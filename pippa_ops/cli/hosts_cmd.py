@@ -7,6 +7,9 @@ rest.
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -158,13 +161,27 @@ def sync_command(
 
     keys = _KeysWatch(host, accept_new)
     spec, transport = connect(host, accept_new=accept_new)
-    with transport:
-        result = sync(spec, transport, repo_root(), delete=delete, dry_run=dry_run)
+    with transport, _byte_progress(enabled=sys.stderr.isatty() and not (json_out or dry_run)) as progress:
+        result = sync(spec, transport, repo_root(), delete=delete, dry_run=dry_run, progress=progress)
     keys.report()
     if json_out:
         emit_json(result.to_json())
     else:
         render_sync(result)
+
+
+@contextlib.contextmanager
+def _byte_progress(enabled: bool) -> Iterator[Callable[[int], None] | None]:
+    """On a terminal, a transient line with the bytes sent so far and the rate (rich.progress)."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn, TransferSpeedColumn
+
+    columns = (SpinnerColumn(), TextColumn("sending"), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=err_console(), transient=True) as bar:
+        task = bar.add_task("sync", total=None)
+        yield lambda sent: bar.update(task, completed=sent)
 
 
 class _KeysWatch:
@@ -197,9 +214,12 @@ def render_sync(r: SyncResult) -> None:
         for name in r.deleted:
             typer.echo(f"  delete {name}")
     state = f"{(r.commit or 'no commit')[:10]}{' (dirty)' if r.dirty else ''}"
+    size = human_bytes(r.send_size)
+    if not r.dry_run:
+        size += f", {human_bytes(r.bytes_sent)} on the wire"
     typer.echo(
         f"{r.host}:{r.remote_dir}: {verb[0]} {len(r.sent)} of {r.files} file(s)"
-        f" ({human_bytes(r.bytes_sent)}), {verb[1]} {len(r.deleted)}; {state}; {r.elapsed_s:.2f}s"
+        f" ({size}), {verb[1]} {len(r.deleted)}; {state}; {r.elapsed_s:.2f}s"
     )
 
 

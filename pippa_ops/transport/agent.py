@@ -979,6 +979,13 @@ class Placer:
         path = os.path.join(self.root, rel)
         if os.path.lexists(path) and not (os.path.isdir(path) and not os.path.islink(path)):
             os.unlink(path)
+            parent = os.path.dirname(rel)
+            while parent:  # directories the deletion emptied go too, as with rsync --delete
+                try:
+                    os.rmdir(os.path.join(self.root, parent))
+                except OSError:  # not empty (or gone): the ones above are not empty either
+                    break
+                parent = os.path.dirname(parent)
 
 
 def sync_apply(req: dict) -> dict:

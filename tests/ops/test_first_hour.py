@@ -108,3 +108,26 @@ def test_an_address_may_carry_a_port_and_ipv6_goes_in_brackets(typed: str, addre
 
     spec = resolve(typed, REPO)
     assert (spec.address, spec.user, spec.port) == (address, user, port)
+
+
+def _pulled_run(root: Path, run_id: str, seed: int, gpu: str) -> None:
+    d = root / "h100-a" / run_id
+    d.mkdir(parents=True)
+    header = {"type": "header", "run_id": run_id, "recipe": "tiny",
+              "config": {"recipe": "tiny", "config": {"seed": seed, "model": {"precision": "bf16"}},
+                         "platform": {"name": "h100", "facts": {"gpu_name": gpu, "free_mem_gib": 70.1}}}}
+    step = {"type": "step", "step": 1, "reward/mean": 0.5}
+    (d / "metrics.jsonl").write_text(json.dumps(header) + "\n" + json.dumps(step) + "\n")
+    (d / "exit_code").write_text("0\n")  # fmt: skip
+
+
+def test_compare_leaves_the_platform_facts_out_of_the_config_diff_unless_all(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    _pulled_run(runs, "20261118-101500-tiny-aaaa", 1, "NVIDIA H100 80GB HBM3")
+    _pulled_run(runs, "20261118-101600-tiny-bbbb", 2, "NVIDIA A100-SXM4-80GB")
+    ids = ["20261118-101500-tiny-aaaa", "20261118-101600-tiny-bbbb"]
+    p = _pippa(tmp_path, "compare", *ids, "--runs-dir", str(runs), "--json")
+    assert p.returncode == 0, p.stderr
+    assert set(json.loads(p.stdout)["config_diff"]) == {"config.seed"}
+    every = _pippa(tmp_path, "compare", *ids, "--runs-dir", str(runs), "--json", "--all")
+    assert set(json.loads(every.stdout)["config_diff"]) == {"config.seed", "platform.facts.gpu_name"}

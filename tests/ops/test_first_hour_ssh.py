@@ -371,3 +371,31 @@ def test_logs_without_a_name_shows_the_newest_run_and_tail_keeps_the_last_lines(
     _wait_for(lambda: pippa(env, repo, "logs", live, "--host", host.name).stdout == "a\nb\nc\n")
     followed = pippa(env, repo, "logs", live, "--host", host.name, "--tail", "1", "-f")
     assert followed.returncode == 0 and followed.stdout in ("c\nd\n", "d\n")  # -f: the tail, then what comes
+
+
+def test_sync_reports_real_bytes_on_a_dry_run_delete_removes_emptied_dirs_and_a_terminal_sees_progress(
+    client_env, host, repo
+) -> None:
+    env = client_env.env
+    (repo / "docs" / "deep").mkdir(parents=True)
+    (repo / "docs" / "deep" / "x.md").write_text("x" * 3000)
+    (repo / "big.bin").write_bytes(bytes(range(256)) * 4096)  # 1 MiB
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    dry = pippa(env, repo, "sync", host.name, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    files = [p for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts]
+    assert json.loads(dry.stdout)["send_size"] == sum(p.stat().st_size for p in files)
+    assert "(1.0 MB)" in pippa(env, repo, "sync", host.name, "--dry-run").stdout
+
+    # On a terminal (script(1) gives it one): a byte-progress line while it sends, then the summary.
+    shown = subprocess.run(["script", "-qec", f"{PIPPA} sync {host.name}", "/dev/null"], cwd=repo, env=env,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert shown.returncode == 0, shown.stdout
+    assert "sending" in shown.stdout and "on the wire" in shown.stdout
+    remote = _remote_dir(client_env, host)
+    assert (remote / "docs" / "deep" / "x.md").is_file()
+
+    subprocess.run(["git", "rm", "-qf", "docs/deep/x.md"], cwd=repo, check=True)
+    gone = pippa(env, repo, "sync", host.name, "--delete")
+    assert gone.returncode == 0 and "deleted 1" in gone.stdout, gone.stdout
+    assert not (remote / "docs").exists() and (remote / "big.bin").is_file()  # emptied dirs go too
