@@ -71,3 +71,19 @@ async def test_a_flat_curve_gets_round_y_ticks_smoothed_or_not() -> None:
 
 def test_80x24_with_an_8_gpu_host(snap_compare) -> None:
     assert snap_compare(create_app(S.EIGHT_HOSTS, states=S.eight_states()), terminal_size=(80, 24))
+
+
+async def test_at_80x24_moving_the_selection_to_a_lower_host_scrolls_it_into_view() -> None:
+    states = {"gpu-8": S.host_eight(), "gpu-a": S.host_a(), "local": S.host_local()}
+    app = create_app(("gpu-8", "gpu-a", "local"), states=states)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        hosts = app.query_one("#hosts").region
+        for _ in range(5):  # through gpu-8's three runs into gpu-a's
+            await pilot.press("down")
+            await pilot.pause()
+            table = app.focused
+            assert isinstance(table, RunsTable)
+            row_y = table.region.y + 1 + table.cursor_row - int(table.scroll_y)  # under the header
+            assert hosts.y <= row_y < hosts.y + hosts.height, (table.host, table.cursor_row)
+        assert (table.host, table.selected_run()) == ("gpu-a", S.FAILED_RUN)
