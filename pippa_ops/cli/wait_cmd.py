@@ -52,7 +52,15 @@ def wait_cmd(
     if log is not None:
         note("watching " + ", ".join(f"{r.run_id} on {r.host}" for r in records.values()))
 
+    status = None
+    if sys.stderr.isatty() and not as_json and log is None:
+        from pippa_ops.cli.wait_status import StatusLine
+
+        status = StatusLine(records, sys.stderr).start()
+
     def on_end(rec: RunRecord) -> None:
+        if status is not None:
+            status.clear()
         if notify:
             notices.run_ended(ended_line(rec))
         elif not as_json:
@@ -67,11 +75,15 @@ def wait_cmd(
     try:
         results = wait_runs(records, timeout_s=timeout, on_end=on_end_seen, note=note)
     except KeyboardInterrupt:  # Ctrl-C stops the waiting, never the runs: say so, one line a run
+        if status is not None:
+            status.stop()
         for rec in records.values():
             if rec.run_id not in ended:
                 typer.echo(goes_on_line("waiting", rec.run_id, rec.session, rec.host), err=True)
         sys.stderr.flush()
         os._exit(130)  # the watcher threads sit in blocking reads: the process ends without them
+    if status is not None:
+        status.stop()
     for r in results.values():
         if not isinstance(r, RunRecord):
             note(str(r))

@@ -359,6 +359,14 @@ def list_runs(req: dict) -> dict:
     return out
 
 
+def header_max_steps(header: dict) -> int | None:
+    """The run's planned steps (config.train.max_steps of its metrics header), if it says."""
+    node: object = header
+    for key in ("config", "config", "train", "max_steps"):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, int) and not isinstance(node, bool) else None
+
+
 def metrics_summary(path: str) -> dict | None:
     """What `pippa runs` shows of a whole metrics.jsonl: last step, final and best reward, the last
     eval line's metrics, the W&B run, how it ended. A resumed header forgets the points its resume
@@ -391,6 +399,7 @@ def metrics_summary(path: str) -> dict | None:
                 out["last_step"] = min(last, keep) if last is not None and keep >= 0 else None
                 out["recipe"] = rec.get("recipe", out["recipe"])
                 out["wandb"] = rec.get("wandb") or out["wandb"]
+                out["max_steps"] = header_max_steps(rec)
             elif kind == "step" and isinstance(step, int):
                 out["last_step"] = step
                 value = rec.get("reward/mean")

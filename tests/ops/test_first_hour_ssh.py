@@ -399,3 +399,20 @@ def test_sync_reports_real_bytes_on_a_dry_run_delete_removes_emptied_dirs_and_a_
     gone = pippa(env, repo, "sync", host.name, "--delete")
     assert gone.returncode == 0 and "deleted 1" in gone.stdout, gone.stdout
     assert not (remote / "docs").exists() and (remote / "big.bin").is_file()  # emptied dirs go too
+
+
+def test_wait_on_a_terminal_shows_one_status_line_with_step_of_total(client_env, host, repo) -> None:
+    import shlex
+
+    header = json.dumps({"type": "header", "config": {"config": {"train": {"max_steps": 10}}}})
+    step = json.dumps({"type": "step", "step": 3, "reward/mean": 0.5})
+    metrics = '"$PIPPA_RUN_DIR/metrics.jsonl"'
+    cmd = f'printf "%s\\n%s\\n" {shlex.quote(header)} {shlex.quote(step)} > {metrics}; sleep 6'
+    run_id = _started(start(client_env.env, repo, host, "fh-status", cmd).stdout)
+    wait = f"{PIPPA} wait {run_id} --host {host.name}"
+    shown = subprocess.run(["script", "-qec", wait, "/dev/null"], cwd=repo, env=client_env.env,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert shown.returncode == 0, shown.stdout
+    short = short_ids([run_id])[run_id]
+    assert f"\x1b[K{short} on {host.name}: step 3/10 · running · 0m0" in shown.stdout  # (\r read as \n)
+    assert f"{host.name}: run {run_id} " in shown.stdout and "finished (exit 0)" in shown.stdout
