@@ -15,6 +15,7 @@ from textual_plotext import PlotextPlot
 
 from pippa_ops.monitor.state import PLOTTED, SLOT_KEYS, GpuState, HostState, RunDetail, RunRow
 from pippa_ops.runs.curves import smooth, ticks_for_width
+from pippa_ops.runs.shortid import short_ids
 
 Points = tuple[tuple[int, float], ...]
 BARS = "▁▂▃▄▅▆▇█"
@@ -146,11 +147,15 @@ class RunsTable(DataTable[str]):
         selected = self.selected_run()
         self._shown = runs
         self.clear()
+        # Short ids (as `pippa ps` shows them, and every verb takes): a whole id does not fit a
+        # half-width panel, and a cut one is no use; the run pane's title shows the whole id.
+        names = short_ids([r.run_id for r in runs])
         for r in runs:
             reward = "" if r.last_reward is None else f"{r.last_reward:.3f}"
             step = "" if r.step is None else str(r.step)
             elapsed = _fmt_elapsed(r.elapsed_s)
-            self.add_row(r.state, r.session or "-", r.run_id, step, reward, elapsed, r.what, key=r.run_id)
+            row = (r.state, r.session or "-", names[r.run_id], step, reward, elapsed, r.what)
+            self.add_row(*row, key=r.run_id)
         ids = [r.run_id for r in runs]
         if selected in ids:
             self.move_cursor(row=ids.index(selected), animate=False)

@@ -87,3 +87,20 @@ async def test_at_80x24_moving_the_selection_to_a_lower_host_scrolls_it_into_vie
             row_y = table.region.y + 1 + table.cursor_row - int(table.scroll_y)  # under the header
             assert hosts.y <= row_y < hosts.y + hosts.height, (table.host, table.cursor_row)
         assert (table.host, table.selected_run()) == ("gpu-a", S.FAILED_RUN)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (160, 48)])
+async def test_run_ids_in_the_runs_list_are_short_and_whole(size) -> None:
+    from textual.geometry import Region
+
+    from pippa_ops.runs.shortid import short_ids
+
+    app = create_app(S.HOSTS, states=S.states(), detail=S.detail())
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        table = app.query_one("#host-0").query_one(RunsTable)
+        lines = table.render_lines(Region(0, 0, table.size.width, table.size.height))
+        shown = "\n".join(line.text for line in lines)
+        names = short_ids([r.run_id for r in S.runs_listed("gpu-a").runs])
+        for name in names.values():
+            assert f" {name} " in shown, (size, shown)  # whole, never cut by a character
