@@ -416,3 +416,27 @@ def test_wait_on_a_terminal_shows_one_status_line_with_step_of_total(client_env,
     short = short_ids([run_id])[run_id]
     assert f"\x1b[K{short} on {host.name}: step 3/10 · running · 0m0" in shown.stdout  # (\r read as \n)
     assert f"{host.name}: run {run_id} " in shown.stdout and "finished (exit 0)" in shown.stdout
+
+
+@pytest.mark.slow
+def test_a_stop_that_saved_names_the_checkpoint_and_resume_continues_from_it(client_env, host, repo) -> None:
+    env = client_env.env
+    p = pippa(env, repo, "run", "tiny", "--host", host.name, "--name", "fh-save", "--no-wait",
+              "--set", "train.max_steps=100000", "--set", "eval.interval=100000")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    run_id = _started(p.stdout)
+
+    def rec() -> dict[str, object]:
+        return next(x for x in _ps_json(env, repo, host) if x["run_id"] == run_id)
+
+    _wait_for(lambda: rec()["last_step"] is not None, timeout=240)  # it trains
+    stop = pippa(env, repo, "stop", run_id, "--host", host.name, "--grace", "120")
+    assert stop.returncode == 0, stop.stderr
+    saved = rf"checkpoint: runs/{run_id}/checkpoints/(checkpoint-\d+) \(`pippa resume {run_id}`"
+    match = re.search(saved, stop.stdout)
+    assert match, stop.stdout
+    r = pippa(env, repo, "resume", run_id, "--host", host.name)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"resumed {run_id} from runs/{run_id}/checkpoints/{match[1]}\n")
+    _wait_for(lambda: rec()["state"] == "running", timeout=120)
+    assert pippa(env, repo, "stop", run_id, "--host", host.name, "--grace", "120").returncode == 0
