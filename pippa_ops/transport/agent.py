@@ -1077,8 +1077,11 @@ def check_python(req: dict) -> dict:
     if path is None or not (os.path.isfile(path) and os.access(path, os.X_OK)):
         return {"ok": False, "python": exe, "missing": True, "line": None}
     code = "import sys; sys.path.insert(0, sys.argv[1])"
-    if req.get("module"):
-        code += "; import " + str(req["module"])
+    module = req.get("module")
+    if module:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_.]{0,99}$", str(module)):
+            raise AgentError("usage", "invalid module name " + repr(module))
+        code += "; import " + str(module)
     p = run([path, *argv[1:], "-c", code, host_path(req["remote_dir"])], timeout=120)
     lines = [ln.strip() for ln in p.stderr.decode(errors="replace").splitlines() if ln.strip()]
     last = lines[-1][:300] if lines else None
