@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from pippa_ops.cli.common import HOST_HELP, HostOpt, human_bytes
-from pippa_ops.errors import ExitCode, PippaError, RunStillActive
+from pippa_ops.errors import ExitCode, PippaError, RunStillActive, UsageError
 from pippa_ops.runs.listing import RunRecord
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before removing.")]
@@ -57,7 +57,10 @@ def prune_cmd(
     from pippa_ops.runs.listing import list_runs
     from pippa_ops.runs.tidy import has_checkpoints, prune_candidates
 
-    parse_since(older_than)  # a bad age fails before any host is asked
+    try:
+        parse_since(older_than)  # a bad age fails before any host is asked
+    except UsageError as e:
+        raise UsageError(str(e).replace("--since", "--older-than", 1)) from None
 
     def candidates(name: str) -> list[RunRecord]:
         spec, transport = connect(name)

@@ -90,6 +90,8 @@ def test_a_mistyped_verb_recipe_or_host_gets_the_nearest_name(tmp_path: Path) ->
     assert recipe.returncode == 2
     assert recipe.stderr.startswith("pippa: unknown recipe 'tinyy' (did you mean 'tiny'?)")
     assert len(recipe.stderr.splitlines()) == 1
+    age = _pippa(tmp_path, "prune", "--older-than", "a while")
+    assert age.returncode == 2 and age.stderr.startswith("pippa: --older-than 'a while': give an age")
     host = _pippa(tmp_path, "logs", "x", "--host", "locl")
     assert host.returncode == 3
     assert host.stderr.startswith("pippa: unknown host 'locl' (did you mean 'local'?)")
