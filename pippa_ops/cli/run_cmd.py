@@ -316,7 +316,8 @@ def _report_early_exit(transport: Transport, spec: HostSpec, run_id: str, wait_s
             typer.echo(f"  ended:   {rec.state_text}")
         return
     why = f": {rec.error}{failure_hint(rec.error, spec.name)}" if rec.error else ""
-    _note(f"{spec.name}: run {rec.run_id} {rec.state_text} within {wait_s:g}s{why}"
+    took = f" after {rec.duration_s:.0f}s" if rec.duration_s is not None else ""
+    _note(f"{spec.name}: run {rec.run_id} {rec.state_text}{took}{why}"
           f" (pippa logs {rec.run_id} --host {spec.name})")  # fmt: skip
     raise typer.Exit(int(ExitCode.FAILURE))
 
