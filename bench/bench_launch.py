@@ -56,7 +56,7 @@ def main() -> None:
             pippa_s: list[float] = []
             hand_s: list[float] = []
             for i in range(args.repeat):
-                pippa = [PIPPA, "run", "--host", host.name, "--name", f"p{i}", "--cmd", "sleep 60"]
+                pippa = [PIPPA, "run", "--no-wait", "--host", host.name, "-n", f"p{i}", "--cmd", "sleep 60"]
                 hand = [*ssh, host.ssh_alias, f"tmux new-session -d -s h{i} 'sleep 60'"]
                 pippa_s.append(timed_all([pippa], env, repo))
                 hand_s.append(timed_all([rsync, hand], env, repo))

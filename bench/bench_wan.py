@@ -185,14 +185,14 @@ def run_bench(world, h, tmp: Path, repeat: int, delay_s: float) -> None:  # type
     # Ready the host for both paths, and a 50-line run for logs.
     t([PIPPA, "--no-reuse", "sync", "wan"])
     t(rsync(fresh))
-    out = timed([PIPPA, "--no-reuse", "run", "--host", "wan", "--name", "src", "--cmd", "seq 1 50", "--json"],
-                env, repo)[1]  # fmt: skip
+    out = timed([PIPPA, "--no-reuse", "run", "--no-wait", "--host", "wan", "-n", "src", "--cmd", "seq 1 50",
+                 "--json"], env, repo)[1]  # fmt: skip
     run_id = json.loads(out)["run_ids"][0]
     time.sleep(1)
     counter = iter(range(10**6))
 
     def pippa_run() -> list[str]:
-        return [PIPPA, "run", "--host", "wan", "--name", f"p{next(counter)}", "--cmd", "sleep 60"]
+        return [PIPPA, "run", "--no-wait", "--host", "wan", "-n", f"p{next(counter)}", "--cmd", "sleep 60"]
 
     def hand_run(ssh: list[str]) -> tuple[list[str], list[str]]:
         return rsync(ssh), [*ssh, "wan", f"tmux new-session -d -s h{next(counter)} 'sleep 60'"]

@@ -24,6 +24,14 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130
 
 
+def did_you_mean(name: str, known: list[str]) -> str:
+    """``" (did you mean 'tiny'?)"`` for the nearest of ``known``, or nothing: for unknown-name errors."""
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 class PippaError(Exception):
     """Base of every error the CLI turns into one line and an exit code."""
 

@@ -62,6 +62,7 @@ class SyncResult:
     dry_run: bool
     elapsed_s: float
     local: bool = False
+    send_size: int = 0  # bytes of the files to send, before compression (a dry run reports it too)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -75,6 +76,7 @@ class SyncResult:
             "dirty": self.dirty,
             "dry_run": self.dry_run,
             "elapsed_s": round(self.elapsed_s, 3),
+            "send_size": self.send_size,
         }
 
 
@@ -297,7 +299,7 @@ def sync(
     todo = plan(local, remote, deletable)
     result = SyncResult(
         spec.name, spec.remote_dir, len(local), tuple(todo.send), tuple(todo.delete), 0, commit, dirty,
-        dry_run, 0.0,
+        dry_run, 0.0, send_size=sum(local[n].size for n in todo.send),
     )  # fmt: skip
     if dry_run:
         return _finish(result, 0, t0)

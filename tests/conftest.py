@@ -29,9 +29,10 @@ freely), as a ``ClientEnv``:
 
 ``ssh_env`` (function): ``client_env`` already applied to this process with monkeypatch.
 
-``own_home`` (autouse, every test): HOME, XDG_CONFIG_HOME and XDG_CACHE_HOME point at an empty
-directory of the test's own, so no test reads the real ``~/.config/pippa/secrets.env`` or ``~/.ssh``,
-or writes a cache there. ``PIPPA_CACHE`` (the tiny model) and ``HF_HOME`` point at one directory of
+``own_home`` (autouse, every test): ``PIPPA_RUN_WAIT_S=0`` (no early-exit watch after ``pippa run``
+unless a test asks); HOME, XDG_CONFIG_HOME and XDG_CACHE_HOME point at an empty directory of the
+test's own, so no test reads the real ``~/.config/pippa/secrets.env`` or ``~/.ssh``, or writes a
+cache there. ``PIPPA_CACHE`` (the tiny model) and ``HF_HOME`` point at one directory of
 the session's (``PIPPA_CACHE`` set by the caller is kept), so the tiny model is built once per run.
 
 ``PIPPA``: path of the ``pippa`` script in the venv running the tests.
@@ -162,6 +163,9 @@ def own_home(tmp_path_factory: pytest.TempPathFactory, session_cache: Path) -> I
     # No connection keeper (a process that outlives the test) unless a test asks for one
     # (tests/ops/test_keeper.py): a test sees its own connections come and go.
     mp.setenv("PIPPA_NO_REUSE", "1")
+    # `pippa run` returns once the run is started, without its few seconds' watch for an early exit,
+    # unless a test asks for the watch (tests/ops/test_first_hour_ssh.py).
+    mp.setenv("PIPPA_RUN_WAIT_S", "0")
     try:
         yield
     finally:

@@ -58,6 +58,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period.",
     ),
     "recipes": ("pippa_ops.cli.run_cmd", "The recipes this repo ships (recipes/*.toml)."),
+    "rm": (
+        "pippa_ops.cli.tidy_cmd",
+        "Remove ended runs (their directories on the host, checkpoints included); never a running run.",
+    ),
+    "prune": (
+        "pippa_ops.cli.tidy_cmd",
+        "Remove ended runs older than an age on every host (or those named); never a running run.",
+    ),
     "wait": (
         "pippa_ops.cli.wait_cmd",
         "Wait until runs end (riding out dropped connections); exit with their status (0: all exited 0).",
@@ -130,15 +138,24 @@ class _LazyGroup(TyperGroup):
             return self.commands[cmd_name]  # type: ignore[return-value]
         if cmd_name not in COMMANDS:
             return None
-        # Listed, not loaded: a stub with the help line is enough for `pippa --help`.
-        return typer.core.TyperCommand(cmd_name, help=COMMANDS[cmd_name][1])
+        # Listed, not loaded: a stub with the help line is enough for `pippa --help` (short_help: whole,
+        # where click would cut it at the terminal's width with "...").
+        return typer.core.TyperCommand(cmd_name, help=COMMANDS[cmd_name][1], short_help=COMMANDS[cmd_name][1])
 
     def resolve_command(self, ctx: typer.Context, args: list[str]):  # type: ignore[no-untyped-def,override]
         name = args[0] if args else None
         if name in COMMANDS and name not in self.commands:
             for cmd_name, cmd in load_commands(COMMANDS[name][0]).items():
                 self.commands[cmd_name] = cmd
-        return super().resolve_command(ctx, args)
+        try:
+            return super().resolve_command(ctx, args)
+        except typer.TyperException as e:  # click's "No such command 'sttus'.": add the nearest one
+            if name is not None and name not in COMMANDS and hasattr(e, "message"):
+                import difflib
+
+                close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.6)
+                e.message += f" Did you mean {close[0]!r}?" if close else ""
+            raise
 
 
 app = typer.Typer(
@@ -146,7 +163,7 @@ app = typer.Typer(
     cls=_LazyGroup,
     help="Train language models with RL on a few GPU hosts: hosts, sync, runs in tmux, GPUs, dashboard.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
@@ -154,9 +171,25 @@ app = typer.Typer(
 _state = {"debug": False}
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"pippa {version('pippa')}")
+        except PackageNotFoundError:
+            from pippa_ops import __version__
+
+            typer.echo(f"pippa {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    _version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_show_version, help="Print pippa's version and exit."
+    ),
     no_reuse: bool = typer.Option(
         False,
         "--no-reuse",

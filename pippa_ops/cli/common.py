@@ -50,6 +50,13 @@ def emit_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
 
+def goes_on_line(verb: str, run_id: str, session: str, host: str) -> str:
+    """What Ctrl-C on ``run --follow`` / ``logs -f`` / ``wait`` did: stopped this command, not the run."""
+    target = run_id if session.startswith("slurm") else session
+    return (f"pippa: stopped {verb}; {run_id} goes on in session {session} on {host} "
+            f"(`pippa stop {target} --host {host}` stops it)")  # fmt: skip
+
+
 def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":

@@ -37,6 +37,9 @@ def compare_cmd(
     ] = None,
     host: HostOpt = None,
     runs_dir: RunsDirOpt = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Also the platform facts each trainer detected (platform.facts.*).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Runs side by side: config keys that differ, final/best reward, curves (terminal and --png)."""
@@ -54,7 +57,7 @@ def compare_cmd(
     metrics = list(dict.fromkeys(metric or DEFAULT_METRICS))
     runs = load_runs(names, runs_root(runs_dir), host)
     check_metrics(runs, metrics)
-    diff = differing_config(runs)
+    diff = differing_config(runs, with_facts=show_all)
     series = {m: metric_points(runs, m) for m in metrics}
     if png is not None:
         from pippa_ops.runs.plots import save_png

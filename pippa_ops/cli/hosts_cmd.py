@@ -7,11 +7,15 @@ rest.
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from pippa_ops.cli.common import AcceptNewOpt, HostArg, JsonOpt, console, emit_json, err_console, human_bytes
+from pippa_ops.cli.table import Column, layout, terminal_width
 from pippa_ops.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -60,23 +64,33 @@ def hosts_command(
         render_hosts(rows, explain)
 
 
-def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
-    from rich.markup import escape
-    from rich.table import Table
+HOSTS_COLUMNS = [Column("HOST"), Column("ADDRESS"), Column("REMOTE DIR", drop=2), Column("SOURCE", drop=1),
+                 Column("STATUS")]  # fmt: skip
 
-    table = Table(box=None, pad_edge=False)
-    for col in ("HOST", "ADDRESS", "REMOTE DIR", "SOURCE", "STATUS"):
-        table.add_column(col)
+
+def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
+    """The table fits the terminal; why a host is down (a host key's fingerprint whole) and, with
+    --explain, where each field came from, go on lines of their own under it."""
+    rows_text = []
     for r in rows:
         where = r.address if r.user is None else f"{r.user}@{r.address}"
         where += f":{r.port}" if r.port else ""
-        status = (
-            f"[green]up[/] {r.latency_ms:.0f} ms" if r.reachable else f"[red]down[/] {escape(r.error or '')}"
-        )
-        table.add_row(r.name, escape(where), escape(r.remote_dir), r.source.split(":")[0], status)
-        if explain and r.origins:
-            table.add_row("", escape(", ".join(f"{k} from {v}" for k, v in r.origins.items())), "", "", "")
-    console().print(table)
+        status = f"up {r.latency_ms:.0f} ms" if r.reachable else "down"
+        status += ", no python" if r.python_missing else ""
+        rows_text.append([r.name, where, r.remote_dir, r.source.split(":")[0], status])
+    for line in layout(HOSTS_COLUMNS, rows_text, terminal_width()):
+        typer.echo(line)
+    for r in rows:
+        if not r.reachable:
+            why = r.error or "unreachable"
+            typer.secho(why if why.startswith(f"{r.name}: ") else f"{r.name}: {why}", fg="red")
+        if r.python_missing:
+            typer.secho(f"{r.name}: its python {r.python_missing} is not there: run `pippa up {r.name}`, "
+                        f"or fix python in its entry ({r.origins.get('python', 'the inventory')})", fg="red")
+    if explain:
+        for r in rows:
+            if r.origins:
+                typer.echo(f"{r.name}: " + ", ".join(f"{k} from {v}" for k, v in r.origins.items()))
 
 
 def up_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOpt = False) -> None:
@@ -87,9 +101,11 @@ def up_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOp
     from pippa_ops.hosts.prep import up
     from pippa_ops.repo import repo_root
 
+    keys = _KeysWatch(host, accept_new)
     spec, transport = connect(host, accept_new=accept_new)
     with transport:
         report = up(spec, transport, repo_root(), emit=lambda line: err_console().print(escape(line)))
+    keys.report()
     if json_out:
         emit_json(report.to_json())
     else:
@@ -143,13 +159,47 @@ def sync_command(
     from pippa_ops.repo import repo_root
     from pippa_ops.sync import sync
 
+    keys = _KeysWatch(host, accept_new)
     spec, transport = connect(host, accept_new=accept_new)
-    with transport:
-        result = sync(spec, transport, repo_root(), delete=delete, dry_run=dry_run)
+    with transport, _byte_progress(enabled=sys.stderr.isatty() and not (json_out or dry_run)) as progress:
+        result = sync(spec, transport, repo_root(), delete=delete, dry_run=dry_run, progress=progress)
+    keys.report()
     if json_out:
         emit_json(result.to_json())
     else:
         render_sync(result)
+
+
+@contextlib.contextmanager
+def _byte_progress(enabled: bool) -> Iterator[Callable[[int], None] | None]:
+    """On a terminal, a transient line with the bytes sent so far and the rate (rich.progress)."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn, TransferSpeedColumn
+
+    columns = (SpinnerColumn(), TextColumn("sending"), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=err_console(), transient=True) as bar:
+        task = bar.add_task("sync", total=None)
+        yield lambda sent: bar.update(task, completed=sent)
+
+
+class _KeysWatch:
+    """With --accept-new: after the command, one line per host key it recorded, and where."""
+
+    def __init__(self, host: str, accept_new: bool) -> None:
+        from pippa_ops.hosts.knownhosts import snapshot
+
+        self.host = host
+        self.before = snapshot() if accept_new else None
+
+    def report(self) -> None:
+        if self.before is None:
+            return
+        from pippa_ops.hosts.knownhosts import recorded_lines
+
+        for line in recorded_lines(self.host, self.before):
+            typer.echo(f"pippa: {line}", err=True)
 
 
 def render_sync(r: SyncResult) -> None:
@@ -164,9 +214,12 @@ def render_sync(r: SyncResult) -> None:
         for name in r.deleted:
             typer.echo(f"  delete {name}")
     state = f"{(r.commit or 'no commit')[:10]}{' (dirty)' if r.dirty else ''}"
+    size = human_bytes(r.send_size)
+    if not r.dry_run:
+        size += f", {human_bytes(r.bytes_sent)} on the wire"
     typer.echo(
         f"{r.host}:{r.remote_dir}: {verb[0]} {len(r.sent)} of {r.files} file(s)"
-        f" ({human_bytes(r.bytes_sent)}), {verb[1]} {len(r.deleted)}; {state}; {r.elapsed_s:.2f}s"
+        f" ({size}), {verb[1]} {len(r.deleted)}; {state}; {r.elapsed_s:.2f}s"
     )
 
 

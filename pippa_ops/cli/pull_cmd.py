@@ -7,7 +7,6 @@ copies, filters) and ``runs.wandb_api``; this module parses options and draws ta
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -153,13 +152,6 @@ def _f(v: float | None, fmt: str = ".3f") -> str:
     return "-" if v is None else f"{v:{fmt}}"
 
 
-def _duration(s: float | None) -> str:
-    if s is None:
-        return "-"
-    s = int(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
 def _eval_text(ev: dict[str, Any] | None) -> str:
     if not ev:
         return "-"
@@ -175,33 +167,13 @@ def _wandb_text(w: dict[str, Any] | None) -> str:
     return str(w.get("url") or f"{w.get('mode', 'offline')}:{w.get('id')}")
 
 
-def render_runs(infos: list[RunInfo], errors: dict[str, PippaError]) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+def render_runs(infos: list[RunInfo], errors: dict[str, PippaError], verbose: bool = False) -> None:
+    from pippa_ops.cli import run_tables
 
-    table = Table(box=None, header_style="bold")
-    cols = ("HOST", "RUN", "RECIPE/COMMAND", "STATE", "STARTED", "DURATION", "STEPS", "REWARD", "BEST",
-            "EVAL", "COMMIT", "W&B", "PULLED")  # fmt: skip
-    for col in cols:
-        table.add_column(col, no_wrap=col not in ("RECIPE/COMMAND", "W&B"))
-    for i in infos:
-        r = i.record
-        label = r.label.replace("\n", " ")
-        commit = "-" if not r.commit else r.commit[:8] + ("+dirty" if r.dirty else "")
-        started = time.strftime("%m-%d %H:%M", time.localtime(r.started)) if r.started else "-"
-        table.add_row(
-            escape(i.host), r.run_id, escape(label if len(label) <= 40 else label[:39] + "…"), r.state_text,
-            started, _duration(r.duration_s), "-" if i.steps is None else str(i.steps),
-            _f(i.final_reward), _f(i.best_reward), _eval_text(i.eval), commit, escape(_wandb_text(i.wandb)),
-            "yes" if i.pulled else "",
-        )  # fmt: skip
-    for h, e in errors.items():
-        table.add_row(escape(h), "-", f"[red]{escape(str(e))}[/red]", "unreachable", *[""] * 9)
     if not infos and not errors:
         typer.echo("no runs (pippa run starts one; pippa pull brings one here)")
         return
-    Console(width=None if sys.stdout.isatty() else 260, highlight=False).print(table)
+    run_tables.render_runs(infos, errors, verbose=verbose, eval_text=_eval_text, wandb_text=_wandb_text)
 
 
 def render_wandb(project: str, runs: list[WandbRun]) -> None:
@@ -254,6 +226,7 @@ def runs_cmd(
         ),
     ] = None,
     runs_dir: RunsDirOpt = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Whole run ids, always.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Every run on the hosts and pulled here: recipe, state, steps, final/best reward, eval, W&B link."""
@@ -285,7 +258,7 @@ def runs_cmd(
             out["wandb"] = wandb_part
         emit_json(out)
     else:
-        render_runs(infos, errors)
+        render_runs(infos, errors, verbose)
         if wandb is not None and wandb_error is None:
             typer.echo("")
             render_wandb(wandb, w_runs)

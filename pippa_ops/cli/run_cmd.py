@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json
+from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json, goes_on_line
 from pippa_ops.errors import (
     AmbiguousSession,
     BadSetting,
@@ -100,22 +99,6 @@ def _locate(name: str, host: str | None, *, live_session: bool = False) -> str:
     return found[0]
 
 
-def _when(ts: float | None) -> str:
-    return time.strftime("%m-%d %H:%M", time.localtime(ts)) if ts else "-"
-
-
-def _duration(s: float | None) -> str:
-    if s is None:
-        return "-"
-    s = int(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def _label(r: RunRecord, width: int = 40) -> str:
-    text = r.label.replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def launch_sets(gpus: str | None, processes: int | None, strategy: str | None) -> list[str]:
     """``--gpus/--processes/--strategy`` as the recipe settings they stand for (the trainer checks them)."""
     out = []
@@ -152,11 +135,26 @@ def _note(message: str) -> None:
     typer.echo(f"pippa: {message}", err=True)
 
 
-def follow_runs(transport: Transport, spec: HostSpec, run_ids: list[str], session: str) -> int:
-    """Stream each run's log in turn (riding out dropped connections); pippa's exit code from theirs."""
+def follow_runs(transport: Transport, spec: HostSpec, run_ids: list[str], session: str, skip: int = 0) -> int:
+    """Stream each run's log in turn (riding out dropped connections); pippa's exit code from theirs.
+    ``skip``: bytes of the first log not to print (``logs --tail N -f``)."""
     codes: list[int | None] = []
+    left = [skip]
+
+    def write(chunk: bytes) -> None:
+        if left[0]:
+            cut = min(left[0], len(chunk))
+            left[0] -= cut
+            chunk = chunk[cut:]
+        if chunk:
+            _write_out(chunk)
+
     for run_id in run_ids:
-        code, transport = follow_run(spec, transport, run_id, session, _write_out, _note)
+        try:
+            code, transport = follow_run(spec, transport, run_id, session, write, _note)
+        except KeyboardInterrupt:  # Ctrl-C stops the following, never the run: say so
+            typer.echo(goes_on_line("following", run_id, session, spec.name), err=True)
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         codes.append(code)
     transport.close()
     return _exit_for(codes)
@@ -218,6 +216,15 @@ def run_cmd(
         bool,
         typer.Option("--notify", help="When the runs end: terminal bell, a line, a desktop notification."),
     ] = False,
+    wait: Annotated[
+        float | None,
+        typer.Option(
+            "--wait",
+            help="Seconds to watch for an early exit after starting (default 3, or PIPPA_RUN_WAIT_S).",
+            show_default=False,
+        ),
+    ] = None,
+    no_wait: Annotated[bool, typer.Option("--no-wait", help="Return as soon as the run is started.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start recipes (one after another) or a command in a named tmux session on a host."""
@@ -264,12 +271,18 @@ def run_cmd(
             )
         else:
             render_launch(result, spec, chosen=host is not None)
+        wait_s = 0.0 if no_wait or follow else _wait_seconds(wait)
+        if wait_s > 0 and spec.scheduler != "slurm":
+            _report_early_exit(transport, spec, result.run_ids[0], wait_s, quiet=as_json)
         if notify and not follow:
             from pippa_ops.cli.wait_cmd import spawn_watcher
 
             pid = spawn_watcher(spec.name, list(result.run_ids))
             if not as_json:
-                typer.echo(f"  notify:  when it ends (watcher pid {pid})")
+                from pippa_ops.cli.wait_cmd import watcher_log
+
+                log = watcher_log(result.run_ids[0])
+                typer.echo(f"  notify:  when it ends (watcher pid {pid}; its log: {log})")
         if follow:
             code = follow_runs(transport, spec, list(result.run_ids), result.session)
             if notify:
@@ -277,6 +290,36 @@ def run_cmd(
 
                 notify_ended(spec.name, list(result.run_ids))
             raise typer.Exit(code)
+
+
+def _wait_seconds(wait: float | None) -> float:
+    from pippa_ops.runs.precheck import DEFAULT_WAIT_S, WAIT_ENV
+
+    if wait is not None:
+        return max(0.0, wait)
+    raw = os.environ.get(WAIT_ENV)
+    try:
+        return max(0.0, float(raw)) if raw else DEFAULT_WAIT_S
+    except ValueError:
+        raise BadSetting(f"{WAIT_ENV}={raw!r}: give seconds, e.g. 3") from None
+
+
+def _report_early_exit(transport: Transport, spec: HostSpec, run_id: str, wait_s: float, quiet: bool) -> None:
+    """A run that ended within ``wait_s``: its state and reason line; exit non-zero unless it exited 0."""
+    from pippa_ops.runs.precheck import failure_hint, watch_early_exit
+
+    rec = watch_early_exit(transport, spec.remote_dir, run_id, wait_s)
+    if rec is None:
+        return
+    if rec.state == "finished":
+        if not quiet:
+            typer.echo(f"  ended:   {rec.state_text}")
+        return
+    why = f": {rec.error}{failure_hint(rec.error, spec.name)}" if rec.error else ""
+    took = f" after {rec.duration_s:.0f}s" if rec.duration_s is not None else ""
+    _note(f"{spec.name}: run {rec.run_id} {rec.state_text}{took}{why}"
+          f" (pippa logs {rec.run_id} --host {spec.name})")  # fmt: skip
+    raise typer.Exit(int(ExitCode.FAILURE))
 
 
 def _run_group(names: list[str], recipe: str, session: str, sets: list[str]) -> LaunchResult:
@@ -301,13 +344,26 @@ def resume_cmd(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Stream the log until the run ends.")
     ] = False,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Change a recipe value for the rest of the run: key=value."),
+    ] = None,
 ) -> None:
     """Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory."""
+    from pippa_ops.runs.tidy import checkpoints
+    from pippa_ops.transport import agent_client
+
     where = _locate(name, host)
     spec, transport = connect(where)
     with transport:
-        result = resume(spec, transport, name, session=session)
-        typer.echo(f"resumed {result.run_ids[0]} from its newest checkpoint")
+        run = current_run(list_runs(transport, spec.remote_dir), name)
+        with agent_client.Session(transport) as agent:
+            found = checkpoints(agent, spec.remote_dir, run.run_id)
+        result = resume(spec, transport, run.run_id, session=session, sets=list(set_ or []))
+        if found:
+            typer.echo(f"resumed {result.run_ids[0]} from runs/{result.run_ids[0]}/checkpoints/{found[-1]}")
+        else:
+            typer.echo(f"resumed {result.run_ids[0]}: no checkpoint: restarting from step 0")
         typer.echo(f"  host:    {result.host}")
         typer.echo(f"  session: {result.session}")
         typer.echo(f"  attach:  {result.attach_hint()}")
@@ -320,24 +376,48 @@ def ps_cmd(
     host: Annotated[
         list[str] | None, typer.Option("--host", "-H", help=HOST_HELP + " Repeatable; default: every host.")
     ] = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", "-a", help="Every run, not only the last 10 ended.")
+    ] = False,
+    last: Annotated[
+        int | None,
+        typer.Option("--last", help="Show the last N ended runs (default 10).", show_default=False),
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only runs started since: 30m, 12h, 2d, 1w, or 2026-11-20.")
+    ] = None,
+    state: Annotated[
+        str | None, typer.Option("--state", help="Only runs in this state (running, failed, ...).")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Whole run ids, always.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Runs on every host (in parallel) or one: state, duration, last step and reward."""
+    from pippa_ops.cli.run_tables import render_ps, select_shown
+    from pippa_ops.runs.catalog import parse_since
+
+    since_ts = parse_since(since) if since else None
     hosts = list(dict.fromkeys(host)) if host else _all_hosts()
     results = fan_out(hosts, _host_runs)
+    answered = {h: r for h, r in results.items() if not isinstance(r, PippaError)}
+    records = merge_groups(answered)  # a run over several hosts: one record, hosts joined with "+"
+    # --json lists every run unless a filter is given (scripts want them all); the table the last 10 ended.
+    filtered = as_json and not (since or state or last is not None)
+    shown, hidden = select_shown(records, since=since_ts, state=state, last=last,
+                                 show_all=show_all or filtered)  # fmt: skip
     if as_json:
-        emit_json(
-            {
-                h: (
-                    {"error": str(r), "exit_code": int(r.exit_code)}
-                    if isinstance(r, PippaError)
-                    else {"runs": [x.to_json() for x in r.runs]}
-                )
-                for h, r in results.items()
-            }
-        )
+        keep = {(r.host, r.run_id) for r in shown}
+        out: dict[str, Any] = {}
+        for h, r in results.items():
+            if isinstance(r, PippaError):
+                out[h] = {"error": str(r), "exit_code": int(r.exit_code)}
+            else:
+                out[h] = {"runs": [x.to_json() for x in r.runs if _kept(x, keep)]}
+        emit_json(out)
     else:
-        render_ps(results)
+        errors = {h: r for h, r in results.items() if isinstance(r, PippaError)}
+        empty = [h for h, r in answered.items() if not r.runs]
+        render_ps(shown, errors, empty, hidden, verbose=verbose, all_ids=[r.run_id for r in records])
     # A host the user named that failed (unknown, unreachable, changed key) fails the command;
     # the others were still listed.
     failed = [r for r in results.values() if isinstance(r, PippaError)]
@@ -347,74 +427,58 @@ def ps_cmd(
         raise typer.Exit(int(failed[0].exit_code))
 
 
-def render_ps(results: dict[str, HostRuns | PippaError]) -> None:
-    from rich.console import Console  # only ps draws a table: run/logs/stop start without rich
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold")
-    failures: list[str] = []
-    for col in (
-        "HOST",
-        "SESSION",
-        "RUN",
-        "RECIPE/COMMAND",
-        "STATE",
-        "STARTED",
-        "DURATION",
-        "STEP",
-        "REWARD",
-        "COMMIT",
-    ):
-        table.add_column(col, no_wrap=col != "RECIPE/COMMAND")
-    answered = {h: r for h, r in results.items() if not isinstance(r, PippaError)}
-    for h, r in results.items():
-        if isinstance(r, PippaError):
-            table.add_row(h, "-", "-", f"[red]{escape(str(r))}[/red]", "unreachable", "", "", "", "", "")
-        elif not r.runs:
-            table.add_row(h, "-", "-", "(no runs)", "", "", "", "", "", "")
-    for x in merge_groups(answered):  # a run over several hosts: one row, hosts joined with "+"
-        commit = "-" if not x.commit else x.commit[:8] + ("+dirty" if x.dirty else "")
-        table.add_row(
-            x.host,
-            x.session,
-            x.run_id,
-            _label(x),
-            x.state_text,
-            _when(x.started),
-            _duration(x.duration_s),
-            "-" if x.last_step is None else str(x.last_step),
-            "-" if x.last_reward is None else f"{x.last_reward:.3f}",
-            commit,
-        )
-        if x.state == "failed" and x.error:
-            failures.append(f"{x.host} {x.run_id}: {x.state_text}: {x.error}")
-    console = Console(width=None if sys.stdout.isatty() else 240)
-    console.print(table)
-    for line in failures:  # why each failed run failed, in full (the table has no room for it)
-        console.print(escape(line), style="red", soft_wrap=True)
+def _kept(rec: RunRecord, keep: set[tuple[str, str]]) -> bool:
+    """Whether a host's record is among the shown ones (a run over several hosts shows as "a+b")."""
+    return any(rid == rec.run_id and rec.host in host.split("+") for host, rid in keep)
 
 
 def logs_cmd(
-    name: Annotated[str, typer.Argument(help="Session name or run id.")],
+    name: Annotated[
+        str | None,
+        typer.Argument(help="Session name or run id (short ids too); default: the newest run.",
+                       show_default=False),
+    ] = None,
     host: HostOpt = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Follow until the run ends (Ctrl-C stops).")
     ] = False,
+    tail: Annotated[
+        int | None, typer.Option("--tail", "-n", help="Only the last N lines (then follow, with -f).")
+    ] = None,
 ) -> None:
     """Print a run's output (the session's current run, or a run id); -f follows it."""
+    name = name or _newest_run(host)
     where = _locate_run(name, host)[0]  # a run over several hosts: machine rank 0's output
     spec, transport = connect(where)
     with transport:
         run = current_run(list_runs(transport, spec.remote_dir), name)
+        text = read_all(transport, f"{spec.remote_dir.rstrip('/')}/runs/{run.run_id}/output.log")
+        skip = len(text) - len(_last_lines(text, tail)) if tail is not None else 0
         if follow and run.active:
-            raise typer.Exit(follow_runs(transport, spec, [run.run_id], run.session))
-        sys.stdout.buffer.write(
-            read_all(transport, f"{spec.remote_dir.rstrip('/')}/runs/{run.run_id}/output.log")
-        )
+            raise typer.Exit(follow_runs(transport, spec, [run.run_id], run.session, skip=skip))
+        sys.stdout.buffer.write(text[skip:])
         sys.stdout.buffer.flush()
     if follow:  # the run had already ended: -f still exits with its code, as when following it
         raise typer.Exit(_exit_for([run.exit_code]))
+
+
+def _last_lines(text: bytes, n: int | None) -> bytes:
+    if n is None:
+        return text
+    if n <= 0:
+        return b""
+    lines = text.splitlines(keepends=True)
+    return b"".join(lines[-n:])
+
+
+def _newest_run(host: str | None) -> str:
+    """The id of the newest run on ``host`` or on every host (``pippa logs`` with no name)."""
+    hosts = [host] if host else _all_hosts()
+    results = fan_out(hosts, _host_runs)
+    runs = [r for res in results.values() if not isinstance(res, PippaError) for r in res.runs]
+    if not runs:
+        raise RunNotFound("no runs on " + (host or "any host") + " (pippa run starts one)")
+    return max(runs, key=lambda r: (r.started or 0.0, r.run_id)).run_id
 
 
 def attach_cmd(
@@ -480,14 +544,30 @@ def stop_cmd(
             raise typer.Exit(int(ExitCode.FAILURE))
         return
     spec, transport = connect(where[0])
-    typer.echo(f"{spec.name}: Ctrl-C to {name}; waiting up to {grace:g}s for it to save and exit", err=True)
     with transport:
-        result = stop(spec, transport, name, grace_s=grace)
-    final = result.after or result.before
-    if not result.before.active:
-        typer.echo(f"{result.host}: run {final.run_id} had already ended: {final.state_text}")
-        return
-    typer.echo(f"{result.host}: run {final.run_id} (session {result.session}): {final.state_text}")
+        run = current_run(list_runs(transport, spec.remote_dir), name)  # says so first when it has ended
+        if not run.active:
+            typer.echo(f"{spec.name}: run {run.run_id} had already ended: {run.state_text}; nothing to stop")
+            return
+        typer.echo(f"{spec.name}: Ctrl-C to {run.run_id} (session {run.session}); waiting up to {grace:g}s "
+                   "for it to save and exit", err=True)  # fmt: skip
+        result = stop(spec, transport, run.run_id, grace_s=grace)
+        final = result.after or result.before
+        typer.echo(f"{result.host}: run {final.run_id} (session {result.session}): {final.state_text}")
+        if final.recipe is not None:
+            typer.echo(f"  {_checkpoint_line(transport, spec, final.run_id)}")
+
+
+def _checkpoint_line(transport: Transport, spec: HostSpec, run_id: str) -> str:
+    """Where ``pippa resume`` would continue from: the run's newest checkpoint, or step 0."""
+    from pippa_ops.runs.tidy import checkpoints
+    from pippa_ops.transport import agent_client
+
+    with agent_client.Session(transport) as agent:
+        found = checkpoints(agent, spec.remote_dir, run_id)
+    if not found:
+        return f"no checkpoint: `pippa resume {run_id}` would restart from step 0"
+    return f"checkpoint: runs/{run_id}/checkpoints/{found[-1]} (`pippa resume {run_id}` continues from it)"
 
 
 def _stop_one(host: str, name: str, grace: float) -> StopResult:

@@ -3,13 +3,16 @@ a line, a desktop notification). ``pippa run --notify`` starts the same watcher 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from pippa_ops.cli.common import HostOpt, JsonOpt, emit_json
+from pippa_ops.cli.common import HostOpt, JsonOpt, emit_json, goes_on_line
 
 
 def _note(message: str) -> None:
@@ -29,6 +32,10 @@ def wait_cmd(
         bool,
         typer.Option("--notify", help="As each run ends: terminal bell, a line, a desktop notification."),
     ] = False,
+    log: Annotated[
+        str | None,
+        typer.Option("--log", hidden=True, help="Write notes (reconnects) to this file, not stderr."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Wait until runs end (riding out dropped connections); exit with their status (0: all exited 0)."""
@@ -40,18 +47,46 @@ def wait_cmd(
 
     if timeout is not None and timeout < 0:
         raise UsageError("--timeout must be >= 0 seconds")
+    note = _note if log is None else _log_note(log)
     records = locate(names, host)
+    if log is not None:
+        note("watching " + ", ".join(f"{r.run_id} on {r.host}" for r in records.values()))
+
+    status = None
+    if sys.stderr.isatty() and not as_json and log is None:
+        from pippa_ops.cli.wait_status import StatusLine
+
+        status = StatusLine(records, sys.stderr).start()
 
     def on_end(rec: RunRecord) -> None:
+        if status is not None:
+            status.clear()
         if notify:
             notices.run_ended(ended_line(rec))
         elif not as_json:
             typer.echo(ended_line(rec))
 
-    results = wait_runs(records, timeout_s=timeout, on_end=on_end, note=_note)
+    ended: set[str] = set()
+
+    def on_end_seen(rec: RunRecord) -> None:
+        ended.add(rec.run_id)
+        on_end(rec)
+
+    try:
+        results = wait_runs(records, timeout_s=timeout, on_end=on_end_seen, note=note)
+    except KeyboardInterrupt:  # Ctrl-C stops the waiting, never the runs: say so, one line a run
+        if status is not None:
+            status.stop()
+        for rec in records.values():
+            if rec.run_id not in ended:
+                typer.echo(goes_on_line("waiting", rec.run_id, rec.session, rec.host), err=True)
+        sys.stderr.flush()
+        os._exit(130)  # the watcher threads sit in blocking reads: the process ends without them
+    if status is not None:
+        status.stop()
     for r in results.values():
         if not isinstance(r, RunRecord):
-            _note(str(r))
+            note(str(r))
     if as_json:
         out: dict[str, Any] = {
             name: r.to_json()
@@ -63,12 +98,35 @@ def wait_cmd(
     raise typer.Exit(exit_status(results))
 
 
+def _log_note(path: str) -> Callable[[str], None]:
+    """Notes appended to a file, each with its time: a background watcher's reconnects stay out of
+    the terminal it shares with the user."""
+
+    def note(message: str) -> None:
+        import time
+
+        with open(path, "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")
+
+    return note
+
+
+def watcher_log(run_id: str) -> Path:
+    """Where the background watcher of ``run_id`` writes its notes (the user's cache directory)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pippa" / "watchers"
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return base / f"{run_id}.log"
+
+
 def spawn_watcher(host: str, run_ids: list[str]) -> int:
     """``pippa wait RUN... --host H --notify`` detached from this command (its own session, so the
-    shell's Ctrl-C and hang-up leave it alone). It writes its line to this terminal's stderr when
-    that is a terminal; a pipe it would hold open (``out=$(pippa run --notify ...)`` would wait for
-    the run), so then only the desktop notification tells. Its pid."""
-    argv = [sys.executable, "-m", "pippa_ops.cli.app", "wait", *run_ids, "--host", host, "--notify"]
+    shell's Ctrl-C and hang-up leave it alone). Its notes (reconnects) go to ``watcher_log``; only
+    its final line and the bell reach this terminal's stderr, when that is a terminal: a pipe it
+    would hold open (``out=$(pippa run --notify ...)`` would wait for the run), so then only the
+    desktop notification tells. Its pid."""
+    log = watcher_log(run_ids[0])
+    argv = [sys.executable, "-m", "pippa_ops.cli.app", "wait", *run_ids, "--host", host, "--notify",
+            "--log", str(log)]  # fmt: skip
     stderr = None if sys.stderr.isatty() else subprocess.DEVNULL
     proc = subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import time
+
 from rich.text import Text
 from textual.app import ComposeResult, RenderResult
 from textual.containers import Grid, Vertical
@@ -12,6 +15,7 @@ from textual_plotext import PlotextPlot
 
 from pippa_ops.monitor.state import PLOTTED, SLOT_KEYS, GpuState, HostState, RunDetail, RunRow
 from pippa_ops.runs.curves import smooth, ticks_for_width
+from pippa_ops.runs.shortid import short_ids
 
 Points = tuple[tuple[int, float], ...]
 BARS = "▁▂▃▄▅▆▇█"
@@ -35,6 +39,15 @@ def sparkline(values: tuple[float, ...], width: int = SPARK, top: float = 100.0)
     return " " * (width - len(cells)) + "".join(cells)
 
 
+def flat_ticks(values: list[float]) -> list[float] | None:
+    """Round y ticks around a curve that does not move (v - d, v, v + d; d a power of ten), else None."""
+    if not values or max(values) - min(values) > 1e-9 * max(1.0, abs(values[0])):
+        return None
+    v = values[0]
+    d = 10.0 ** math.floor(math.log10(abs(v))) if v else 1.0
+    return [round(v - d, 12), v, round(v + d, 12)]
+
+
 def _num(v: float | None, fmt: str, unit: str = "") -> str:
     return "n/a" if v is None else f"{v:{fmt}}{unit}"
 
@@ -56,6 +69,43 @@ def gpu_line(g: GpuState) -> Text:
     line.append(sparkline(g.mem_history), style="cyan")
     line.append(f" {_num(r.temp_c, '.0f', '°C'):>4} {_num(r.power_w, '.0f', 'W'):>4}")
     return line
+
+
+def gpu_rows_room(screen_height: int) -> int:
+    """How many GPU rows a host panel may take before the runs under them would be pushed out of
+    view: a 24-line terminal keeps room for the runs of a host with 2 GPUs, not 8."""
+    return max(2, (screen_height - 16) // 2)
+
+
+def gpu_summary(gpus: tuple[GpuState, ...]) -> Text:
+    """Many GPUs in one line: utilization and memory, one block per GPU (index order), and averages."""
+    utils = [g.reading.util_pct for g in gpus]
+    mems = [g.reading.mem_pct for g in gpus]
+    known_u = [u for u in utils if u is not None]
+    known_m = [m for m in mems if m is not None]
+    line = Text()
+    line.append(f"{len(gpus)} × {gpus[0].reading.name.removeprefix('NVIDIA ')[:14]}  ", style="bold")
+    line.append("util ")
+    line.append(sparkline(tuple(u or 0.0 for u in utils), width=len(gpus)), style="green")
+    line.append(f" avg {sum(known_u) / len(known_u):.0f}%" if known_u else " n/a")
+    line.append("  mem ")
+    line.append(sparkline(tuple(m or 0.0 for m in mems), width=len(gpus)), style="cyan")
+    line.append(f" avg {sum(known_m) / len(known_m):.0f}%" if known_m else " n/a")
+    return line
+
+
+def gpu_lines(h: HostState, *, collapse: bool, now: float | None = None) -> Text:
+    """A line per GPU, or a summary when room is short; a host that is down shows its last readings
+    dimmed, with their age."""
+    gpus = h.gpus or ()
+    text = gpu_summary(gpus) if collapse else Text("\n").join(gpu_line(g) for g in gpus)
+    if h.link != "down":
+        return text
+    text.stylize("dim")
+    age = ""
+    if h.sample_time is not None:
+        age = f" from {_fmt_elapsed(max(0.0, (now if now is not None else time.time()) - h.sample_time))} ago"
+    return Text.assemble(text, Text(f"\n(last readings{age})", style="dim italic"))
 
 
 def status_line(h: HostState) -> Text:
@@ -97,11 +147,15 @@ class RunsTable(DataTable[str]):
         selected = self.selected_run()
         self._shown = runs
         self.clear()
+        # Short ids (as `pippa ps` shows them, and every verb takes): a whole id does not fit a
+        # half-width panel, and a cut one is no use; the run pane's title shows the whole id.
+        names = short_ids([r.run_id for r in runs])
         for r in runs:
             reward = "" if r.last_reward is None else f"{r.last_reward:.3f}"
             step = "" if r.step is None else str(r.step)
             elapsed = _fmt_elapsed(r.elapsed_s)
-            self.add_row(r.state, r.session or "-", r.run_id, step, reward, elapsed, r.what, key=r.run_id)
+            row = (r.state, r.session or "-", names[r.run_id], step, reward, elapsed, r.what)
+            self.add_row(*row, key=r.run_id)
         ids = [r.run_id for r in runs]
         if selected in ids:
             self.move_cursor(row=ids.index(selected), animate=False)
@@ -156,7 +210,7 @@ class HostPanel(Vertical):
         gpus = self.query_one(".gpus", Static)
         gpus.display = bool(state.gpus)
         if state.gpus:
-            gpus.update(Text("\n").join(gpu_line(g) for g in state.gpus))
+            gpus.update(gpu_lines(state, collapse=len(state.gpus) > gpu_rows_room(self.app.size.height)))
         self.set_class(state.link == "down", "down")
         self.query_one(RunsTable).show(state.runs)
 
@@ -170,6 +224,7 @@ class MetricPlot(PlotextPlot):
         self._points: Points | None = None
         self._smoothing = 0.0
         self._steps: tuple[int, int] | None = None  # the x range, ticked at render time (width known)
+        self.flat_ticks: list[float] | None = None  # the y ticks of a flat curve (round numbers)
 
     def show(
         self, points: Points, evals: dict[str, Points], smoothing: float = 0.0, key: str | None = None
@@ -181,9 +236,15 @@ class MetricPlot(PlotextPlot):
         plt.clear_data()
         plt.title(TITLES[key or self.key] + (f" (EMA {smoothing:g})" if smoothing > 0 else ""))
         steps = [p[0] for p in points] + [p[0] for pts in evals.values() for p in pts]
+        self.flat_ticks = None
         if points:
             shown = smooth(points, smoothing)
             plt.plot([p[0] for p in shown], [p[1] for p in shown], marker="braille")
+            values = [p[1] for p in shown] + [p[1] for pts in evals.values() for p in pts]
+            self.flat_ticks = flat_ticks(values)
+            if self.flat_ticks is not None:  # plotext would spread a flat line over 1e-16 of axis
+                plt.ylim(self.flat_ticks[0], self.flat_ticks[-1])
+                plt.yticks(self.flat_ticks, [f"{t:g}" for t in self.flat_ticks])
         if self.key == "reward/mean":
             for key, pts in evals.items():
                 plt.scatter([p[0] for p in pts], [p[1] for p in pts], marker="●", label=key)

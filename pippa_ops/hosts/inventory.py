@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pippa_ops.errors import UnknownHost, UsageError
+from pippa_ops.errors import UnknownHost, UsageError, did_you_mean
 from pippa_ops.hosts.scheduler import SCHEDULERS, SlurmSpec, slurm_spec
 from pippa_ops.repo import repo_root
 from pippa_ops.transport.shell import NAME_RE, validate_env_key
@@ -46,7 +46,7 @@ class HostSpec:
     proxy_jump: str | None = None
     remote_dir: str = DEFAULT_REMOTE_DIR  # for local: the repo root itself (no copy)
     python: str | None = None  # how the host runs training code; None: <remote_dir>/.venv/bin/python
-    # Shell lines `up` runs after sync; None: hosts.prep.DEFAULT_SETUP (uv sync --extra train --extra gpu).
+    # Shell lines `up` runs after sync; None: hosts.prep.DEFAULT_SETUP (uv sync --locked ...).
     setup: tuple[str, ...] | None = None
     env: dict[str, str] = field(default_factory=dict)  # extra non-secret variables (HF_HOME, ...)
     secrets: tuple[str, ...] = DEFAULT_SECRETS  # names pushed from the local .env
@@ -63,6 +63,7 @@ class HostSpec:
 
 
 _ADDRESS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,253}$")
+_IPV6_RE = re.compile(r"^[0-9A-Fa-f:.]{2,45}$")
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _STR_FIELDS = ("address", "user", "identity_file", "proxy_jump", "remote_dir", "python")
 _FIELDS = (*_STR_FIELDS, "port", "setup", "env", "secrets", "scheduler", "slurm")
@@ -298,6 +299,21 @@ def alias_spec(config: paramiko.SSHConfig, name: str) -> HostSpec:
     )
 
 
+def split_port(text: str) -> tuple[str, int | None]:
+    """``1.2.3.4:2222`` -> (``1.2.3.4``, 2222); ``[::1]:2222`` or ``[::1]`` -> (``::1``, ...); a bare
+    IPv6 address (several colons) or a name has no port."""
+    if text.startswith("["):
+        inner, sep, tail = text[1:].partition("]")
+        if sep and (not tail or (tail.startswith(":") and tail[1:].isdigit())):
+            return inner, int(tail[1:]) if tail else None
+        return text, None
+    if text.count(":") == 1:
+        host, _, port = text.partition(":")
+        if port.isdigit() and 0 < int(port) < 65536:
+            return host, int(port)
+    return text, None
+
+
 def resolve(name: str, repo: Path | None = None) -> HostSpec:
     """Inventory entry, ssh alias, ``user@address`` or bare address, or ``local``; else UnknownHost."""
     if name == LOCAL:
@@ -309,12 +325,15 @@ def resolve(name: str, repo: Path | None = None) -> HostSpec:
     aliases = ssh_aliases(config)
     if name in aliases:
         return alias_spec(config, name)
-    user, _, address = name.rpartition("@")
+    user, _, rest = name.rpartition("@")
+    address, port = split_port(rest)
     looks_like_address = bool(user) or "." in address or ":" in address or address == "localhost"
-    if looks_like_address and _ADDRESS_RE.fullmatch(address) and (not user or _USER_RE.fullmatch(user)):
-        return HostSpec(name=name, address=address, user=user or None, source="address")
+    valid = _ADDRESS_RE.fullmatch(address) or _IPV6_RE.fullmatch(address)
+    if looks_like_address and valid and (not user or _USER_RE.fullmatch(user)):
+        return HostSpec(name=name, address=address, user=user or None, port=port, source="address")
     known = list(dict.fromkeys([LOCAL, *inventory, *aliases]))
     raise UnknownHost(
-        f"unknown host {name!r}: not in the inventory (pippa.toml, ~/.config/pippa/hosts.toml), "
+        f"unknown host {name!r}{did_you_mean(name, known)}: not in the inventory (pippa.toml, "
+        "~/.config/pippa/hosts.toml), "
         f"not an alias in ~/.ssh/config, not an address; known: {', '.join(known)}"
     )

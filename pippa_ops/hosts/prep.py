@@ -4,7 +4,7 @@ Steps, each skipped when already done so a second ``up`` takes seconds: probe th
 round trip through the host agent (tmux, GPUs, driver, CUDA, python3 >= 3.8 which the agent itself
 needs, uv, free disk, the bubblewrap code sandbox), install uv for the user only when the setup uses
 it, install bubblewrap when the user may (root or passwordless sudo, apt-get; never fatal), sync the
-repo, run the host's setup (default ``uv sync --extra train --extra gpu``; ``setup = []``: none)
+repo, run the host's setup (default ``uv sync --locked --extra train --extra gpu``; ``setup = []``: none)
 with its output streamed, push the named secrets, and report. Setup is skipped when neither its
 lines nor the project's dependency files changed since it last succeeded on that host (recorded in
 ``.pippa/setup.json``).
@@ -29,9 +29,10 @@ from pippa_ops.runs.follow import read_all
 from pippa_ops.sync import SyncResult, remote_dir_expr, sync
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
-from pippa_ops.transport.shell import export_line
+from pippa_ops.transport.shell import export_line, sh_path
 
-DEFAULT_SETUP = ("uv sync --extra train --extra gpu",)
+# --locked: the committed uv.lock, so two hosts set up on different days get the same versions.
+DEFAULT_SETUP = ("uv sync --locked --extra train --extra gpu",)
 # Non-interactive ssh commands do not read ~/.profile, so uv's home is put on PATH explicitly.
 PATH_PREFIX = 'export PATH="$HOME/.local/bin:$HOME/.cargo/bin:$PATH"'
 DEPENDENCY_FILES = ("pyproject.toml", "uv.lock")
@@ -284,6 +285,7 @@ class HostRow:
     latency_ms: float | None
     error: str | None
     origins: dict[str, str] = field(default_factory=dict)  # field -> hosts.toml | ssh_config | pippa.toml
+    python_missing: str | None = None  # the host's python setting, when the host has no such program
 
     def to_json(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -296,15 +298,20 @@ def survey(
 
     by_name = {s.name: s for s in specs}
 
+    missing: set[str] = set()
+
     def check(name: str) -> float:
         t0 = time.monotonic()
-        if by_name[name].is_local:
+        spec = by_name[name]
+        if spec.is_local and spec.python is None:
             return 0.0
-        with open_transport(by_name[name]) as t:
+        with open_transport(spec) as t:
             try:
-                t.run("true", timeout=timeout, check=True)
+                r = t.run(python_probe_line(spec.python), timeout=timeout, check=True)
             except TimeoutError as e:
                 raise HostUnreachable(f"{name}: no answer within {timeout:.0f}s") from e
+        if r.stdout.strip() == "missing":
+            missing.add(name)
         return (time.monotonic() - t0) * 1000
 
     results = fan_out(list(by_name), check)
@@ -324,6 +331,18 @@ def survey(
                 latency_ms=round(res, 1) if not isinstance(res, PippaError) else None,
                 error=None if ok else str(res),
                 origins=dict(spec.origins),
+                python_missing=spec.python if spec.name in missing else None,
             )
         )
     return rows
+
+
+def python_probe_line(python: str | None) -> str:
+    """The reachability check's one command; with a ``python`` setting, it also says ``missing`` when
+    the host has no such program (its first word: a path, or a name on PATH)."""
+    if not python:
+        return "true"
+    first = shlex.split(python)[0]
+    word = sh_path(first)
+    found = f"test -f {word} && test -x {word}" if "/" in first else f"command -v {word} >/dev/null 2>&1"
+    return f"if {found}; then echo ok; else echo missing; fi"

@@ -87,9 +87,16 @@ def metric_points(runs: Sequence[LoadedRun], metric: str) -> dict[str, Points]:
     return {r.run_id: r.curves.series(metric) for r in runs}
 
 
-def differing_config(runs: Sequence[LoadedRun]) -> dict[str, dict[str, Any]]:
-    """Config keys that differ between the runs (the recipe name included)."""
-    return config_diff({r.run_id: {"recipe": r.curves.recipe, **r.curves.config} for r in runs})
+# What the trainer detected about its machine (GPU name, free memory, driver): it differs between any
+# two runs, so it would bury the settings that were chosen; `compare --all` shows it.
+FACTS_PREFIX = "platform.facts."
+
+
+def differing_config(runs: Sequence[LoadedRun], *, with_facts: bool = False) -> dict[str, dict[str, Any]]:
+    """Config keys that differ between the runs (the recipe name included; the platform's detected
+    facts only ``with_facts``)."""
+    diff = config_diff({r.run_id: {"recipe": r.curves.recipe, **r.curves.config} for r in runs})
+    return {k: v for k, v in diff.items() if with_facts or not k.startswith(FACTS_PREFIX)}
 
 
 def check_metrics(runs: Sequence[LoadedRun], metrics: Sequence[str]) -> None:

@@ -85,9 +85,13 @@ def ema(values: Sequence[float], weight: float) -> list[float]:
     if not 0.0 <= weight < 1.0:
         raise ValueError(f"smoothing weight must be in [0, 1): {weight}")
     out, last = [], 0.0
+    lo, hi = math.inf, -math.inf
     for n, v in enumerate(values, start=1):
         last = last * weight + (1.0 - weight) * v
-        out.append(last / (1.0 - weight**n))
+        lo, hi = min(lo, v), max(hi, v)
+        # an average of the values so far lies within them: clamping removes the rounding that made a
+        # constant series read 1.0000000000000002 (and the plot's axis show it)
+        out.append(min(hi, max(lo, last / (1.0 - weight**n))))
     return out
 
 

@@ -10,6 +10,7 @@ orders the steps. It imports no typer/rich/textual: the dashboard reuses it.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from pippa_ops.hosts.scheduler import SlurmSpec
 from pippa_ops.repo import repo_root
 from pippa_ops.runs.follow import follow_to_end, read_all
 from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs
+from pippa_ops.runs.precheck import check_python
 from pippa_ops.runs.recipes import check_recipe, check_settings
 from pippa_ops.runs.script import (
     DEFAULT_GAP_S,
@@ -192,6 +194,7 @@ def launch_group(
         with agent_client.Session(transport) as agent:
             marker: list[dict[str, object]] = []
             info = sync_for_launch(spec, transport, marker, agent) if sync else None
+            check_python(spec, _python(spec), agent)
             sync_info = sync_info or info
             request = {
                 "remote_dir": spec.remote_dir,
@@ -262,6 +265,8 @@ def _launch(
     remote_dir = spec.remote_dir
     marker: list[dict[str, object]] = []  # a no-change sync's marker: written by the launch request
     sync_info = sync_for_launch(spec, transport, marker, agent) if sync else None
+    if any(job.recipe for job in jobs):  # nothing starts with a python that cannot run the trainer
+        check_python(spec, _python(spec), agent)
     runs = [
         {
             "run_id": job.run_id,
@@ -303,7 +308,7 @@ def _tmux_new(session: str, remote_dir: str, run_ids: Sequence[str], gap_s: floa
 
 
 def resume(
-    spec: HostSpec, transport: Transport, name: str, *, session: str | None = None
+    spec: HostSpec, transport: Transport, name: str, *, session: str | None = None, sets: Sequence[str] = ()
 ) -> LaunchResult:
     """Continue the stopped, failed, killed or lost recipe run ``name`` (run id or session) from its newest
     checkpoint, in the same run directory, in a new tmux session (``session``, default: the run's
@@ -323,6 +328,10 @@ def resume(
                 "to resume from"
             )
         job = resume_job(run.run_id, run.recipe, run.command)
+        if sets:  # a setting that made the run fail, fixed for the rest of it (the last --set wins)
+            check_settings(run.recipe, sets)
+            extra = [a for key, value in parse_sets(sets) for a in ("--set", f"{key}={value}")]
+            job = dataclasses.replace(job, command=f"{job.command} {shlex.join(extra)}")
         if spec.scheduler == "slurm":
             script = render_sbatch(spec.slurm or SlurmSpec(), run.run_id, spec.remote_dir, job.command,
                                    spec.env)  # fmt: skip

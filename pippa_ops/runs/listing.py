@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from pippa_ops.errors import RunNotFound
+from pippa_ops.errors import AmbiguousSession, RunNotFound
+from pippa_ops.runs.shortid import designates
 from pippa_ops.runs.tmux import parse_sessions
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
@@ -248,13 +249,20 @@ def list_runs(
 
 
 def select_runs(host_runs: HostRuns, name: str) -> list[RunRecord]:
-    """Runs that ``name`` designates on this host: a run id, or a session's runs (newest last)."""
+    """Runs that ``name`` designates on this host: a run id, a session's runs (newest last), or a
+    short run id (``runs.shortid``: a unique prefix or tail); a short id that fits several is refused."""
     exact = [r for r in host_runs.runs if r.run_id == name]
     if exact:
         return exact
     if SESSION_RE.fullmatch(name):
-        return [r for r in host_runs.runs if r.session == name]
-    return []
+        in_session = [r for r in host_runs.runs if r.session == name]
+        if in_session:
+            return in_session
+    short = [r for r in host_runs.runs if designates(name, r.run_id)]
+    if len({r.run_id for r in short}) > 1:
+        ids = ", ".join(sorted({r.run_id for r in short}))
+        raise AmbiguousSession(f"{host_runs.host}: {name!r} fits several runs ({ids}); give more of the id")
+    return short
 
 
 def current_run(host_runs: HostRuns, name: str) -> RunRecord:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pippa_ops.errors import BadSetting, UnknownRecipe
+from pippa_ops.errors import BadSetting, UnknownRecipe, did_you_mean
 from pippa_ops.repo import repo_root
 from pippa_ops.transport.shell import validate_name
 
@@ -58,7 +58,7 @@ def check_recipe(name: str, root: Path | None = None) -> str:
     known = [r.name for r in list_recipes(root)]
     if name not in known:
         listing = ", ".join(known) if known else f"none (no {recipes_dir(root)})"
-        raise UnknownRecipe(f"unknown recipe {name!r}; known recipes: {listing}")
+        raise UnknownRecipe(f"unknown recipe {name!r}{did_you_mean(name, known)}; known recipes: {listing}")
     return name
 
 

@@ -90,13 +90,18 @@ def wait_runs(
         return final
 
     out: dict[str, RunRecord | PippaError] = {}
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(runs)))) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, min(16, len(runs))))
+    try:
         futures = {name: pool.submit(one, name) for name in runs}
         for name, fut in futures.items():
             try:
                 out[name] = fut.result()
             except PippaError as e:
                 out[name] = e
+    except BaseException:  # Ctrl-C: the caller says what goes on; the watchers are not waited for
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return out
 
 

@@ -359,6 +359,14 @@ def list_runs(req: dict) -> dict:
     return out
 
 
+def header_max_steps(header: dict) -> int | None:
+    """The run's planned steps (config.train.max_steps of its metrics header), if it says."""
+    node: object = header
+    for key in ("config", "config", "train", "max_steps"):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, int) and not isinstance(node, bool) else None
+
+
 def metrics_summary(path: str) -> dict | None:
     """What `pippa runs` shows of a whole metrics.jsonl: last step, final and best reward, the last
     eval line's metrics, the W&B run, how it ended. A resumed header forgets the points its resume
@@ -391,6 +399,7 @@ def metrics_summary(path: str) -> dict | None:
                 out["last_step"] = min(last, keep) if last is not None and keep >= 0 else None
                 out["recipe"] = rec.get("recipe", out["recipe"])
                 out["wandb"] = rec.get("wandb") or out["wandb"]
+                out["max_steps"] = header_max_steps(rec)
             elif kind == "step" and isinstance(step, int):
                 out["last_step"] = step
                 value = rec.get("reward/mean")
@@ -979,6 +988,13 @@ class Placer:
         path = os.path.join(self.root, rel)
         if os.path.lexists(path) and not (os.path.isdir(path) and not os.path.islink(path)):
             os.unlink(path)
+            parent = os.path.dirname(rel)
+            while parent:  # directories the deletion emptied go too, as with rsync --delete
+                try:
+                    os.rmdir(os.path.join(self.root, parent))
+                except OSError:  # not empty (or gone): the ones above are not empty either
+                    break
+                parent = os.path.dirname(parent)
 
 
 def sync_apply(req: dict) -> dict:
@@ -1051,6 +1067,79 @@ def write_file(req: dict) -> dict:
     return {}
 
 
+# -- first-hour checks and tidying (issue 26) -----------------------------------------------------
+def check_python(req: dict) -> dict:
+    """Does the training python exist, run, and (``module``) import the training code from
+    ``remote_dir``? Answers ``{"ok", "python", "missing", "line"}``: ``line`` is its last error line."""
+    argv = [str(w) for w in req["argv"]]
+    exe = argv[0]
+    path = host_path(exe) if exe.startswith(("~", "/")) else which(exe)
+    if path is None or not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        return {"ok": False, "python": exe, "missing": True, "line": None}
+    code = "import sys; sys.path.insert(0, sys.argv[1])"
+    module = req.get("module")
+    if module:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_.]{0,99}$", str(module)):
+            raise AgentError("usage", "invalid module name " + repr(module))
+        code += "; import " + str(module)
+    p = run([path, *argv[1:], "-c", code, host_path(req["remote_dir"])], timeout=120)
+    lines = [ln.strip() for ln in p.stderr.decode(errors="replace").splitlines() if ln.strip()]
+    last = lines[-1][:300] if lines else None
+    return {"ok": p.returncode == 0, "python": exe, "missing": False, "line": last}
+
+
+def run_checkpoints(req: dict) -> dict:
+    """The checkpoint directories of a run (``checkpoint-N``), oldest first."""
+    d = os.path.join(runs_dir(req["remote_dir"]), req["run_id"])
+    if not NAME_RE.match(req["run_id"]) or os.path.islink(d):
+        raise AgentError("usage", "invalid run id " + repr(req["run_id"]))
+    try:
+        names = os.listdir(os.path.join(d, "checkpoints"))
+    except OSError:
+        names = []
+    found = [n for n in names if re.match(r"^checkpoint-[0-9]+$", n)]
+    return {"checkpoints": sorted(found, key=lambda n: int(n.split("-")[1]))}
+
+
+def dir_size(path: str) -> int:
+    """Bytes of the regular files under ``path`` (symlinks not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    return total
+
+
+def remove_runs(req: dict) -> dict:
+    """Delete run directories (``dry_run``: only measure them). The laptop picks ended runs; a run
+    without an exit code whose tmux session is alive is refused here too."""
+    import shutil
+
+    base = runs_dir(req["remote_dir"])
+    alive = set(text(tmux("list-sessions", "-F", "#{session_name}")).splitlines())
+    out: dict = {"removed": [], "refused": {}, "bytes": 0}
+    for run_id in req["run_ids"]:
+        d = os.path.join(base, str(run_id))
+        if not NAME_RE.match(str(run_id)) or os.path.islink(d) or not os.path.isdir(d):
+            out["refused"][run_id] = "no such run directory"
+            continue
+        facts = run_facts(d) or {}
+        session = str((facts.get("meta") or {}).get("session", ""))
+        if facts.get("exit_code") is None and session in alive:
+            out["refused"][run_id] = "its session " + session + " is alive"
+            continue
+        out["bytes"] += dir_size(d)
+        if not req.get("dry_run"):
+            shutil.rmtree(d)
+        out["removed"].append(run_id)
+    return out
+
+
 JSON_VERBS = {
     "probe": probe,
     "install_bwrap": install_bwrap,
@@ -1065,6 +1154,9 @@ JSON_VERBS = {
     "wandb_sync": wandb_sync,
     "slurm_submit": slurm_submit,
     "slurm_stop": slurm_stop,
+    "check_python": check_python,
+    "run_checkpoints": run_checkpoints,
+    "remove_runs": remove_runs,
 }
 STREAM_VERBS = {"read": read, "follow": follow, "pull": pull}
 

@@ -13,6 +13,7 @@ typed errors (unreachable, auth, host key).
 from __future__ import annotations
 
 import contextlib
+import getpass
 import logging
 import os
 import socket
@@ -53,7 +54,7 @@ class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
         if not self._accept_new:
             raise HostKeyUnknown(
                 f"{self._host}: host key not in ~/.ssh/known_hosts ({hostname} {key.get_name()} "
-                f"{key.fingerprint}); check it, then re-run with --accept-new to record it"
+                f"{key.fingerprint}); check it, then `pippa up {self._host} --accept-new` records it"
             )
         record_host_key(hostname, key)
 
@@ -153,7 +154,8 @@ class SSHTransport(Transport):
         if kh.is_file():
             client.load_host_keys(str(kh))
         client.set_missing_host_key_policy(_KnownHostsPolicy(self.name, self._accept_new))
-        who = f"{ep.user}@{ep.hostname}" if ep.user else ep.hostname
+        # paramiko logs in as the local user when none is set: name the one it tried either way
+        who = f"{ep.user}@{ep.hostname}" if ep.user else f"{getpass.getuser()}@{ep.hostname} (no user set)"
         try:
             client.connect(
                 ep.hostname,

@@ -75,3 +75,19 @@ def detail() -> RunDetail:
         has_metrics=True,
         log_tail=tuple(f"step {s}: reward {-1 + s / 30:.3f}" for s in range(30, 43)),
     )
+
+
+def host_eight() -> HostState:
+    """An 8-GPU host (the first-hour test: at 80x24 its runs must stay in view)."""
+    state = HostState("gpu-8")
+    for t in range(12):
+        sample = tuple(_h100(i, (t * 7 + i * 13) % 100, 20000 + i * 7000) for i in range(8))
+        state = apply(state, GpuSampled("gpu-8", sample, 1e9 + t))
+    return apply(state, runs_listed("gpu-8"))
+
+
+EIGHT_HOSTS = ("gpu-8", "local")
+
+
+def eight_states() -> dict[str, HostState]:
+    return {"gpu-8": host_eight(), "local": host_local()}

@@ -95,7 +95,7 @@ def test_help_marks_no_flag_as_bool_and_names_arguments_in_the_usage_line():
     assert run.returncode == 0 and logs.returncode == 0
     assert "<bool>" not in run.stdout and "--replace " in run.stdout
     assert "Usage: pippa run [OPTIONS] [RECIPES]..." in run.stdout
-    assert "Usage: pippa logs [OPTIONS] NAME" in logs.stdout and "{name}" not in logs.stdout
+    assert "Usage: pippa logs [OPTIONS] [NAME]" in logs.stdout and "{name}" not in logs.stdout
 
 
 def test_a_whole_number_written_with_a_decimal_point_is_accepted_for_an_int_option(tmp_path):

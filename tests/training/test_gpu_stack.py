@@ -71,3 +71,21 @@ def test_the_vllm_set_resolves_to_wheels_for_a_gpu_host(tmp_path: Path, uv_env: 
     assert pins["deepspeed"].startswith("0.19.")
     both = _uv([*args[:3], "--extra", "train", "--extra", "vllm"], tmp_path, uv_env)
     assert both.returncode != 0 and "transformers" in both.stderr  # the conflict pyproject.toml declares
+
+
+def test_the_committed_lock_is_what_pippa_up_installs(tmp_path: Path, uv_env: dict[str, str]) -> None:
+    """`pippa up` runs `uv sync --locked`: the committed uv.lock must match pyproject.toml (else the
+    host's setup stops), and it pins the tested torch and both transformers forks."""
+    from pippa_ops.hosts.prep import DEFAULT_SETUP
+
+    assert "--locked" in DEFAULT_SETUP[0].split()
+    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", "uv.lock"], cwd=REPO, capture_output=True)
+    assert tracked.returncode == 0, "uv.lock is committed"
+    for name in ("pyproject.toml", "uv.lock"):
+        shutil.copy(REPO / name, tmp_path)
+    (tmp_path / "README.md").write_text("pippa\n")
+    r = _uv(["lock", "--check"], tmp_path, uv_env)
+    assert r.returncode == 0, r.stderr
+    lock = (tmp_path / "uv.lock").read_text()
+    assert _locked_versions(lock, "torch") == {"2.13.0"}
+    assert sorted(v.rsplit(".", 1)[0] for v in _locked_versions(lock, "transformers")) == ["5.17", "5.23"]

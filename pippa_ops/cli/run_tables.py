@@ -1,0 +1,180 @@
+"""The tables of ``pippa ps`` and ``pippa runs``: which runs to show and how they fit the terminal.
+
+At any width the id column holds whole ids when the whole table fits, else short ids (``runs.shortid``,
+accepted by every verb); optional columns go before anything is cut (``cli.table``). Why a run failed
+is printed whole under the table, for the runs shown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from pippa_ops.cli.table import Column, layout, natural_width, terminal_width
+from pippa_ops.errors import ExitCode, PippaError
+from pippa_ops.runs.precheck import failure_hint
+from pippa_ops.runs.shortid import short_ids
+
+if TYPE_CHECKING:
+    from pippa_ops.runs.catalog import RunInfo
+    from pippa_ops.runs.listing import RunRecord
+
+DEFAULT_LAST = 10  # ended runs `pippa ps` shows by default (running ones always)
+
+
+def when(ts: float | None) -> str:
+    return time.strftime("%m-%d %H:%M", time.localtime(ts)) if ts else "-"
+
+
+def duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def num(v: float | None, fmt: str = ".3f") -> str:
+    return "-" if v is None else f"{v:{fmt}}"
+
+
+def commit_text(r: RunRecord) -> str:
+    return "-" if not r.commit else r.commit[:8] + ("+dirty" if r.dirty else "")
+
+
+def label(r: RunRecord) -> str:
+    return r.label.replace("\n", " ")
+
+
+def select_shown(
+    records: Sequence[RunRecord],
+    *,
+    since: float | None = None,
+    state: str | None = None,
+    last: int | None = None,
+    show_all: bool = False,
+) -> tuple[list[RunRecord], int]:
+    """The runs ``ps`` lists (in their order) and how many ended ones it leaves out: those that match
+    ``since``/``state``; of the ended, the ``last`` newest (default DEFAULT_LAST, none left out with
+    ``show_all``, or when a filter is given without ``last``)."""
+    matching = [r for r in records if (since is None or (r.started or 0.0) >= since)
+                and (state is None or r.state == state)]  # fmt: skip
+    if show_all or (last is None and (since is not None or state is not None)):
+        return matching, 0
+    keep_n = DEFAULT_LAST if last is None else max(0, last)
+    ended = sorted((r for r in matching if not r.active), key=lambda r: r.ended or r.started or 0.0)
+    hidden = {id(r) for r in ended[: max(0, len(ended) - keep_n)]}
+    return [r for r in matching if id(r) not in hidden], len(hidden)
+
+
+def _host_state(e: PippaError) -> str:
+    """A host that did not answer, in a word or two (the whole reason goes under the table)."""
+    kind = {ExitCode.UNKNOWN_HOST: "unknown host", ExitCode.HOST_KEY: "host key refused",
+            ExitCode.AUTH: "auth failed"}  # fmt: skip
+    return kind.get(e.exit_code, "unreachable")
+
+
+def _host_error(host: str, e: PippaError) -> str:
+    text = str(e)
+    return text if text.startswith(f"{host}:") else f"{host}: {text}"
+
+
+def _fit(
+    columns: list[Column], build: Callable[[dict[str, str]], list[list[str]]], ids: list[str], verbose: bool
+) -> tuple[list[str], dict[str, str]]:
+    """Whole ids when the whole table fits (or ``verbose``), else short ids; then fitted to the width.
+    The lines and the id -> shown name map."""
+    width = terminal_width()
+    names = {i: i for i in ids}
+    rows = build(names)
+    if not verbose and natural_width(columns, rows) > width:
+        names = short_ids(ids)
+        rows = build(names)
+    return layout(columns, rows, width), names
+
+
+PS_COLUMNS = [
+    Column("HOST"),
+    Column("SESSION", drop=4),
+    Column("RUN"),
+    Column("RECIPE/COMMAND", flex=True),
+    Column("STATE"),
+    Column("STARTED", drop=5),
+    Column("DURATION", drop=3),
+    Column("STEP", drop=2, right=True),
+    Column("REWARD", drop=1, right=True),
+    Column("COMMIT", drop=6),
+]
+
+
+def render_ps(
+    records: Sequence[RunRecord], errors: dict[str, PippaError], empty_hosts: Sequence[str], hidden: int,
+    *, verbose: bool = False, all_ids: Sequence[str] = (),
+) -> None:  # fmt: skip
+    """The ps table, then one line per failed run shown (why) and per host that did not answer."""
+    ids = list(dict.fromkeys([*all_ids, *(r.run_id for r in records)]))
+
+    def build(name: dict[str, str]) -> list[list[str]]:
+        rows = [[h, "-", "-", "(no runs)", "", "", "", "", "", ""] for h in empty_hosts]
+        rows += [[h, "-", "-", "-", _host_state(e), "", "", "", "", ""] for h, e in errors.items()]
+        for r in records:
+            step = "-" if r.last_step is None else str(r.last_step)
+            rows.append([r.host, r.session, name.get(r.run_id, r.run_id), label(r), r.state_text,
+                         when(r.started), duration(r.duration_s), step, num(r.last_reward),
+                         commit_text(r)])  # fmt: skip
+        return rows
+
+    lines, shown = _fit(PS_COLUMNS, build, ids, verbose)
+    for line in lines:
+        typer.echo(line)
+    for r in records:
+        if r.state == "failed" and r.error:
+            rid = shown.get(r.run_id, r.run_id)
+            typer.secho(f"{r.host} {rid}: {r.state_text}: {r.error}{failure_hint(r.error, r.host)}", fg="red")
+    for h, e in errors.items():
+        typer.secho(_host_error(h, e), fg="red")
+    if hidden:
+        typer.echo(f"({hidden} older ended run{'s' * (hidden != 1)} not shown: --all or --last N)")
+
+
+RUNS_COLUMNS = [
+    Column("HOST"),
+    Column("RUN"),
+    Column("RECIPE/COMMAND", flex=True),
+    Column("STATE"),
+    Column("STARTED", drop=6),
+    Column("DURATION", drop=5),
+    Column("STEPS", drop=2, right=True),
+    Column("REWARD", drop=1, right=True),
+    Column("BEST", drop=3, right=True),
+    Column("EVAL", drop=4),
+    Column("COMMIT", drop=8),
+    Column("W&B", drop=9),
+    Column("PULLED", drop=7),
+]
+
+
+def render_runs(
+    infos: Sequence[RunInfo], errors: dict[str, PippaError], *, verbose: bool = False,
+    eval_text: Callable[[Any], str], wandb_text: Callable[[Any], str],
+) -> None:  # fmt: skip
+    ids = [i.run_id for i in infos]
+
+    def build(name: dict[str, str]) -> list[list[str]]:
+        rows = []
+        for i in infos:
+            r = i.record
+            steps = "-" if i.steps is None else str(i.steps)
+            rows.append([i.host, name.get(r.run_id, r.run_id), label(r), r.state_text, when(r.started),
+                         duration(r.duration_s), steps, num(i.final_reward), num(i.best_reward),
+                         eval_text(i.eval), commit_text(r), wandb_text(i.wandb),
+                         "yes" if i.pulled else ""])  # fmt: skip
+        rows += [[h, "-", "-", _host_state(e), *[""] * 9] for h, e in errors.items()]
+        return rows
+
+    for line in _fit(RUNS_COLUMNS, build, ids, verbose)[0]:
+        typer.echo(line)
+    for h, e in errors.items():
+        typer.secho(_host_error(h, e), fg="red")

@@ -1,0 +1,113 @@
+"""The tables of ps/runs/hosts at 80 columns (issue 26): the layout, short run ids, the ps selection.
+Golden files under tests/ops/golden/ hold the expected 80- and 160-column tables."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from pippa_ops.cli.run_tables import render_ps, select_shown
+from pippa_ops.cli.table import Column, layout
+from pippa_ops.errors import AmbiguousSession, HostUnreachable
+from pippa_ops.runs.listing import HostRuns, RunRecord, select_runs
+from pippa_ops.runs.shortid import designates, short_ids
+
+GOLDEN = Path(__file__).with_name("golden")
+T0 = 1795000000.0  # 2026-11-18, a fixed clock for the golden tables
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def _rec(run_id: str, state: str, **kw: object) -> RunRecord:
+    base: dict[str, object] = dict(host="h100-a", session="training", recipe=run_id.split("-")[2],
+                                   command="x", started=T0, duration_s=754.0, last_step=120,
+                                   last_reward=0.8125, commit="0123456789abcdef", dirty=False)  # fmt: skip
+    base.update(kw)
+    return RunRecord(run_id=run_id, state=state, **base)  # type: ignore[arg-type]
+
+
+RECORDS = [
+    _rec("20261118-101500-overfit_aggressive-3fa2", "failed", exit_code=1, session="sweep",
+         error="ModuleNotFoundError: No module named 'trl'"),
+    _rec("20261118-101510-overfit_memory-91c0", "running", session="sweep", dirty=True),
+    _rec("20261118-120000-tiny-a3f9", "finished", exit_code=0, host="local", last_reward=None,
+         last_step=None),
+    _rec("20261118-130000-cmd-a3f9", "running", recipe=None, host="h100-b",
+         command="python -c 'import time; time.sleep(3600)' && echo done with a long command line"),
+]  # fmt: skip
+
+
+def test_short_ids_are_the_shortest_unique_tail_and_designate_their_run() -> None:
+    ids = [r.run_id for r in RECORDS]
+    short = short_ids(ids)
+    assert short == {ids[0]: "3fa2", ids[1]: "91c0", ids[2]: "tiny-a3f9", ids[3]: "cmd-a3f9"}
+    for full, s in short.items():
+        assert designates(s, full) and [i for i in ids if designates(s, i)] == [full]
+    assert designates("20261118-1015", ids[0]) and not designates("201", ids[0])  # prefixes of 4 or more
+
+
+def test_a_short_id_selects_its_run_and_an_ambiguous_one_is_refused() -> None:
+    runs = HostRuns(host="h100-a", now=T0, runs=tuple(RECORDS))
+    assert [r.run_id for r in select_runs(runs, "3fa2")] == [RECORDS[0].run_id]
+    in_session = [RECORDS[0].run_id, RECORDS[1].run_id]
+    assert [r.run_id for r in select_runs(runs, "sweep")] == in_session  # a session name still wins
+    with pytest.raises(AmbiguousSession, match="fits several runs"):
+        select_runs(runs, "a3f9")
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_the_ps_table_fits_the_width_and_matches_its_golden_file(width: int, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]
+                                                                   ) -> None:  # fmt: skip
+    monkeypatch.setenv("COLUMNS", str(width))
+    errors = {"h100-c": HostUnreachable("h100-c: cannot connect to 203.0.113.7:22: timed out")}
+    render_ps(RECORDS, errors, ["h100-d"], hidden=3)
+    out = capsys.readouterr().out
+    table = out.splitlines()[: 1 + 2 + len(RECORDS)]  # header, two host rows, the runs
+    assert all(len(line) <= width for line in table)
+    assert out == (GOLDEN / f"ps_{width}.txt").read_text()
+
+
+def test_a_long_state_drops_optional_columns_not_the_state_or_the_id(monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]
+                                                                      ) -> None:  # fmt: skip
+    """A state of issue 23's length still fits: columns go, the state and the id stay whole."""
+    long_state = RunRecord(**{**RECORDS[0].__dict__, "state": "failed after 4 attempts", "exit_code": None})
+    monkeypatch.setenv("COLUMNS", "80")
+    render_ps([long_state, *RECORDS[1:]], {}, [], hidden=0)
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines[: 1 + len(RECORDS)])
+    assert "failed after 4 attempts" in lines[1] and " 3fa2 " in lines[1]
+
+
+def test_layout_drops_the_highest_drop_first_then_cuts_the_flex_column() -> None:
+    cols = [Column("A"), Column("LABEL", flex=True), Column("OPT1", drop=1), Column("OPT2", drop=2)]
+    rows = [["aaaa", "a long label that must give", "o1", "o2"]]
+    assert layout(cols, rows, 200) == ["A     LABEL                        OPT1  OPT2",
+                                       "aaaa  a long label that must give  o1    o2"]  # fmt: skip
+    assert layout(cols, rows, 40) == ["A     LABEL                        OPT1",
+                                      "aaaa  a long label that must give  o1"]  # fmt: skip
+    assert layout(cols, rows, 20) == ["A     LABEL", "aaaa  a long label…"]
+    # capped at FLEX_CAP (24), OPT1 still does not fit: it goes, and gives its room back to the label
+    assert layout(cols, rows, 34) == ["A     LABEL", "aaaa  a long label that must give"]
+
+
+def test_ps_shows_running_runs_and_the_last_ended_ones() -> None:
+    ended = [_rec(f"20261118-1{i:05d}-tiny-{i:04x}", "finished", exit_code=0, started=T0 + i, ended=T0 + i)
+             for i in range(15)]  # fmt: skip
+    running = _rec("20261118-000000-tiny-ffff", "running", started=T0 - 10)
+    shown, hidden = select_shown([running, *ended])
+    assert shown == [running, *ended[5:]] and hidden == 5
+    assert select_shown([running, *ended], last=2) == ([running, *ended[13:]], 13)
+    assert select_shown([running, *ended], show_all=True) == ([running, *ended], 0)
+    assert select_shown([running, *ended], state="running") == ([running], 0)
+    assert select_shown([running, *ended], since=T0 + 12) == (ended[12:], 0)
