@@ -217,13 +217,15 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurm.Cl
 @pytest.fixture
 def ssh_hosts(ssh_world: sshd.World) -> Iterator[list[sshd.SSHHost]]:
     """The session's hosts, started; what a test put on a host's PATH (a fake nvidia-smi makes the
-    trainer see a GPU) is gone after it."""
+    trainer see a GPU) and the secrets it pushed (a test key would fail a later run's W&B login) are
+    gone after it."""
     for h in ssh_world.hosts:
         h.start()
     yield ssh_world.hosts
     for h in ssh_world.hosts:
         for tool in (h.home / "bin").glob("*"):
             tool.unlink()
+        (h.home / ".config" / "pippa" / "secrets.env").unlink(missing_ok=True)
 
 
 @pytest.fixture

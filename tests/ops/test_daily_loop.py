@@ -45,7 +45,6 @@ class Daily:
     fake: str  # a --cmd job that wrote a metrics file: tiny's header with seed and lr changed, 9 steps
     wait: subprocess.CompletedProcess[str]  # `pippa wait REAL --notify`
     notes: Path  # what the stand-in notify-send was given
-    runs_dir: Path
 
     def host_run(self, run_id: str) -> Path:
         return self.host.home / "pippa" / "runs" / run_id
@@ -74,7 +73,7 @@ def daily(ssh_world: sshd.World, tmp_path_factory: pytest.TempPathFactory) -> Da
     fake = started(pippa(env, "run", "--cmd", cmd, "--host", h.name, "--name", "fake"))
     done = pippa(env, "wait", fake, "--host", h.name, "--json", timeout=60)
     assert done.returncode == 0 and json.loads(done.stdout)[fake]["state"] == "finished", done.stderr
-    return Daily(env, h, real, fake, wait, notes, root / "runs")
+    return Daily(env, h, real, fake, wait, notes)
 
 
 def test_wait_returns_when_the_run_ends_and_tells_the_user(daily: Daily) -> None:
@@ -98,12 +97,15 @@ def _local_files(d: Path) -> dict[str, bytes]:
     return {p.relative_to(d).as_posix(): p.read_bytes() for p in d.rglob("*") if p.is_file()}
 
 
-def test_pull_brings_the_record_then_only_what_grew_and_a_checkpoint_on_request(daily: Daily) -> None:
-    env, h, rd = daily.env, daily.host.name, str(daily.runs_dir)
+def test_pull_brings_the_record_then_only_what_grew_and_a_checkpoint_on_request(
+    daily: Daily, tmp_path: Path
+) -> None:
+    runs_dir = tmp_path / "runs"  # this test's own copies: the first pull brings everything
+    env, h, rd = daily.env, daily.host.name, str(runs_dir)
     p = pippa(env, "pull", daily.real, "--host", h, "--runs-dir", rd, "--json")
     assert p.returncode == 0, p.stderr
     (first,) = json.loads(p.stdout)
-    local, remote = daily.runs_dir / h / daily.real, daily.host_run(daily.real)
+    local, remote = runs_dir / h / daily.real, daily.host_run(daily.real)
     assert Path(first["path"]) == local and first["checkpoint"] is None
     assert first["checkpoints"] == ["checkpoint-2", "checkpoint-4"]
     assert {"run.json", "metrics.jsonl", "output.log", "exit_code", "cmd.sh"} <= set(first["new"])
@@ -123,7 +125,7 @@ def test_pull_brings_the_record_then_only_what_grew_and_a_checkpoint_on_request(
     ckpt = local / "checkpoints" / "checkpoint-4"
     assert _local_files(ckpt) == _local_files(remote / "checkpoints" / "checkpoint-4") != {}
     assert not (local / "checkpoints" / "checkpoint-2").exists()
-    assert not list(daily.runs_dir.rglob(".pippa-part-*"))
+    assert not list(runs_dir.rglob(".pippa-part-*"))
 
 
 def test_a_pull_cut_off_by_a_dropped_connection_leaves_no_partial_file(ssh_hosts, ssh_env, tmp_path) -> None:
@@ -165,8 +167,11 @@ def _runs(env: dict[str, str], *args: str) -> dict[str, Any]:
     return {r["run_id"]: r for r in json.loads(p.stdout)["runs"]}
 
 
-def test_runs_lists_steps_rewards_evals_and_wandb_from_hosts_and_pulled_copies(daily: Daily) -> None:
-    env, h, rd = daily.env, daily.host.name, str(daily.runs_dir)
+def test_runs_lists_steps_rewards_evals_and_wandb_from_hosts_and_pulled_copies(
+    daily: Daily, tmp_path: Path
+) -> None:
+    runs_dir = tmp_path / "runs"
+    env, h, rd = daily.env, daily.host.name, str(runs_dir)
     assert pippa(env, "pull", daily.real, "--host", h, "--runs-dir", rd).returncode == 0
     listed = _runs(env, "--host", h, "--runs-dir", rd)
     real, fake = listed[daily.real], listed[daily.fake]
@@ -177,7 +182,7 @@ def test_runs_lists_steps_rewards_evals_and_wandb_from_hosts_and_pulled_copies(d
     assert (real["final_reward"], real["best_reward"]) == (rewards[-1], max(rewards))
     assert real["eval"]["step"] == 4 and 0.0 <= real["eval"]["eval/accuracy"] <= 1.0
     assert real["wandb"]["mode"] == "offline" and real["wandb"]["id"]
-    assert real["pulled"] == str(daily.runs_dir / h / daily.real) and fake["pulled"] is None
+    assert real["pulled"] == str(runs_dir / h / daily.real) and fake["pulled"] is None
     assert (fake["steps"], fake["best_reward"], fake["eval"]["eval/accuracy"]) == (9, 0.8, 0.5)
 
     assert set(_runs(env, "--host", h, "--runs-dir", rd, "--recipe", "ti*")) == {daily.real}
@@ -227,7 +232,7 @@ def test_compare_shows_the_config_keys_that_differ_and_plots_the_curves(daily: D
     ticks = axis[next(i for i, line in enumerate(axis) if "└" in line) + 1].split()
     assert ticks and all(t.isdigit() for t in ticks)  # whole steps on the x axis
 
-    rd = str(daily.runs_dir)
+    rd = str(tmp_path / "runs")
     assert pippa(env, "pull", daily.real, daily.fake, "--host", h, "--runs-dir", rd).returncode == 0
     daily.host.stop()  # ended runs that were pulled compare without their host
     try:
@@ -269,7 +274,7 @@ def test_wait_exits_with_the_run_status_times_out_and_rides_out_a_drop(ssh_hosts
     assert notes and "reconnecting in 0.5s" in notes[0]
 
 
-def test_pull_wandb_sync_runs_wandb_sync_on_the_host_with_its_key(daily: Daily, monkeypatch) -> None:
+def test_pull_wandb_sync_runs_wandb_sync_on_the_host_with_its_key(daily: Daily, monkeypatch, tmp_path):
     """No network here: without a key on the host it says so; with one (and W&B's address pointing
     nowhere) the real `wandb sync` starts on the run's offline W&B run and is stopped at the timeout."""
     from pippa_ops.errors import RemoteCommandFailed
@@ -277,7 +282,7 @@ def test_pull_wandb_sync_runs_wandb_sync_on_the_host_with_its_key(daily: Daily, 
     from pippa_ops.runs.pull import wandb_sync
 
     env, h = daily.env, daily.host
-    p = pippa(env, "pull", daily.real, "--host", h.name, "--runs-dir", str(daily.runs_dir), "--wandb-sync")
+    p = pippa(env, "pull", daily.real, "--host", h.name, "--runs-dir", str(tmp_path / "runs"), "--wandb-sync")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no WANDB_API_KEY on the host" in p.stderr
     secrets_file = h.home / ".config" / "pippa" / "secrets.env"
     h.run_as_user(["mkdir", "-p", str(secrets_file.parent)]).check_returncode()

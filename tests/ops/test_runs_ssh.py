@@ -79,7 +79,7 @@ def test_run_syncs_starts_in_tmux_and_ps_logs_stop_work_across_hosts(client_env,
     assert "error" in table[h2.name] and "error" not in table[h1.name]
     (rec,) = [r for r in table[h1.name]["runs"] if r["run_id"] == run_id]
     assert (rec["run_id"], rec["state"], rec["session"]) == (run_id, "running", "rs")
-    text = pippa(env, repo, "ps")
+    text = pippa(env, repo, "ps", "-v")  # whole ids (a busy host's table shows short ones at 80 columns)
     assert text.returncode == 0 and run_id in text.stdout and "unreachable" in text.stdout
     h2.start()
 
