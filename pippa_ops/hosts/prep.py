@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pippa_ops.alerts import remote as alerts
+from pippa_ops.alerts.remote import AlertsSetup
 from pippa_ops.errors import HostUnreachable, PippaError, RemoteCommandFailed, ToolMissing
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.envfile import SecretsPush, push_secrets
@@ -104,6 +106,7 @@ class UpReport:
     secrets: SecretsPush
     elapsed_s: float
     bwrap_installed: bool = False  # bubblewrap installed by this `up`
+    alerts: AlertsSetup | None = None  # alerts from the host (pippa_ops.alerts), the idle watcher
 
     def to_json(self) -> dict[str, object]:
         p = self.probe
@@ -126,6 +129,7 @@ class UpReport:
             "secrets_pushed": list(self.secrets.pushed),
             "secrets_missing": list(self.secrets.missing),
             "elapsed_s": round(self.elapsed_s, 2),
+            "alerts": None if self.alerts is None else self.alerts.to_json(),
         }
 
 
@@ -246,8 +250,10 @@ def up(
     r = transport.run(f"{py_expr} --version", timeout=30)
     if not r.ok:
         raise ToolMissing(f"{spec.name}: the training python {python} does not run: {r.stderr.strip()}")
-    secrets = push_secrets(transport, spec.secrets, env_path or repo / ".env")
+    secrets = push_secrets(transport, spec.secrets, env_path or repo / ".env", optional=(alerts.TARGET,))
     remote_dir = str(repo) if spec.is_local else transport.expand(spec.remote_dir)
+    alerts_setup = alerts.install(transport, spec, remote_dir=remote_dir, gpus=len(facts.gpus), python=python,
+                                  configured=alerts.TARGET in secrets.pushed)  # fmt: skip
     return UpReport(
         host=spec.name,
         remote_dir=remote_dir,
@@ -259,6 +265,7 @@ def up(
         secrets=secrets,
         elapsed_s=time.monotonic() - t0,
         bwrap_installed=bwrap_installed,
+        alerts=alerts_setup,
     )
 
 
