@@ -16,6 +16,7 @@ from typing import Any
 
 from pippa_ops.alerts import hostalerts
 from pippa_ops.alerts.commands import program_command
+from pippa_ops.errors import PippaError
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
@@ -114,6 +115,43 @@ def host_status(transport: Transport, timeout: float = 10.0) -> dict[str, Any] |
     """The host's alerts status (hostalerts.status), None where alerts were never installed."""
     answer = _answer(transport.run(program_command("status"), timeout=timeout).stdout)
     return None if not answer or answer.get("missing") else answer
+
+
+def status_or_none(transport: Transport, timeout: float) -> dict[str, Any] | None:
+    """``host_status``, or None when the host cannot say (`pippa hosts` still lists it)."""
+    try:
+        return host_status(transport, timeout)
+    except (PippaError, TimeoutError, OSError):
+        return None
+
+
+def with_rate(status: dict[str, Any] | None, spec: HostSpec) -> dict[str, Any] | None:
+    """The status with the entry's rate (the inventory is what counts, not the host's copy)."""
+    if status is None and not (spec.cost_per_hour is not None or spec.cost_per_gpu_hour is not None):
+        return None
+    return {
+        **(status or {}),
+        "cost_per_hour": spec.cost_per_hour,
+        "cost_per_gpu_hour": spec.cost_per_gpu_hour,
+    }
+
+
+def status_line(status: dict[str, Any]) -> str:
+    """One line for `pippa hosts`: alerts on/off, rate, idle watcher and idle time, delivery failures."""
+    parts = ["alerts on" if status.get("configured") else "alerts off"]
+    if status.get("cost_per_hour") is not None:
+        parts.append(f"{status['cost_per_hour']:g}/h")
+    elif status.get("cost_per_gpu_hour") is not None:
+        parts.append(f"{status['cost_per_gpu_hour']:g}/GPU-h")
+    if status.get("watcher"):
+        idle = status.get("idle_s")
+        since = f", GPUs idle {hostalerts.format_elapsed(idle)}" if isinstance(idle, int | float) else ""
+        parts.append(f"idle watch pid {status['watcher']}{since}")
+    failures = status.get("failures") or 0
+    last = status.get("last_failure")
+    if failures and isinstance(last, dict):
+        parts.append(f"alerts failed: {failures}, last: {last.get('error')}")
+    return "; ".join(parts)
 
 
 def host_gpus(transport: Transport) -> int | None:

@@ -291,6 +291,7 @@ class HostRow:
     latency_ms: float | None
     error: str | None
     origins: dict[str, str] = field(default_factory=dict)  # field -> hosts.toml | ssh_config | pippa.toml
+    alerts: dict[str, object] | None = None  # the host's alerts status (pippa_ops.alerts.hostalerts.status)
 
     def to_json(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -303,16 +304,17 @@ def survey(
 
     by_name = {s.name: s for s in specs}
 
-    def check(name: str) -> float:
+    def check(name: str) -> tuple[float, dict[str, object] | None]:
         t0 = time.monotonic()
         if by_name[name].is_local:
-            return 0.0
+            return 0.0, None
         with open_transport(by_name[name]) as t:
             try:
                 t.run("true", timeout=timeout, check=True)
             except TimeoutError as e:
                 raise HostUnreachable(f"{name}: no answer within {timeout:.0f}s") from e
-        return (time.monotonic() - t0) * 1000
+            latency = (time.monotonic() - t0) * 1000
+            return latency, alerts.status_or_none(t, timeout)
 
     results = fan_out(list(by_name), check)
     rows = []
@@ -328,9 +330,10 @@ def survey(
                 source=spec.source,
                 remote_dir=spec.remote_dir,
                 reachable=ok,
-                latency_ms=round(res, 1) if not isinstance(res, PippaError) else None,
+                latency_ms=round(res[0], 1) if not isinstance(res, PippaError) else None,
                 error=None if ok else str(res),
                 origins=dict(spec.origins),
+                alerts=None if isinstance(res, PippaError) else alerts.with_rate(res[1], spec),
             )
         )
     return rows
