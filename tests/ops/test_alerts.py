@@ -298,3 +298,15 @@ def test_ps_shows_cost_so_far_by_the_hosts_rate_and_the_runs_share_of_gpus(
     inv.write_text(inv.read_text().replace("cost_per_hour = 24\n", ""))
     ps = pippa(env, repo, "ps", "--json", "--host", h.name)
     assert all(r["cost"] is None for r in json.loads(ps.stdout)[h.name]["runs"]), "no rate, no cost"
+
+
+def test_wait_notify_also_sends_to_pippa_notify_set_on_the_laptop(client_env, ssh_hosts, repo, hook) -> None:
+    h = ssh_hosts[0]
+    env = {**client_env.env, "PIPPA_NOTIFY": hook.url(TOKEN)}
+    run = pippa(client_env.env, repo, "run", "--host", h.name, "--name", "al-wait", "--cmd", "exit 4")
+    run_id = started(run.stdout)
+    waited = pippa(env, repo, "wait", run_id, "--host", h.name, "--notify")
+    assert waited.returncode == 4, waited.stderr
+    post = hook.wait_for(lambda p: run_id in p.json["message"])
+    assert post.json["title"] == "pippa" and "exit 4" in post.json["message"]
+    assert TOKEN not in post.body.decode() + waited.stdout + waited.stderr
