@@ -50,3 +50,29 @@ def priced_on(spec: HostSpec, transport: Transport, runs: HostRuns) -> HostRuns:
     from pippa_ops.alerts.remote import host_gpus
 
     return priced(spec, runs, lambda: host_gpus(transport))
+
+
+def cost_text(cost: float | None) -> str:
+    """What a table adds after a run's duration: `` (4.80)`` in the host's currency; nothing without a
+    rate."""
+    return "" if cost is None else f" ({cost:.2f})"
+
+
+class Prices:
+    """Pricing for a poller that lists one host's runs again and again (the dashboard): the host's GPU
+    count, when a share needs it, is read once per monitor."""
+
+    def __init__(self, spec: HostSpec) -> None:
+        self.spec = spec
+        self._gpus: int | None = None
+        self._asked = False
+
+    def priced(self, runs: HostRuns, transport: Transport) -> HostRuns:
+        def gpus() -> int | None:
+            if not self._asked:
+                from pippa_ops.alerts.remote import host_gpus
+
+                self._gpus, self._asked = host_gpus(transport), True
+            return self._gpus
+
+        return priced(self.spec, runs, gpus)

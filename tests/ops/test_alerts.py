@@ -290,6 +290,8 @@ def test_ps_shows_cost_so_far_by_the_hosts_rate_and_the_runs_share_of_gpus(
     for rid, share in ((whole, 1.0), (half, 0.5)):
         t = recs[rid]["duration_s"]
         assert t >= 1 and recs[rid]["cost"] == pytest.approx(24 * t / 3600 * share, abs=1e-3)
+    table = pippa(env, repo, "ps", "--host", h.name).stdout
+    assert f"({recs[whole]['cost']:.2f})" in table, "the DURATION column carries the cost so far"
     runs = pippa(env, repo, "runs", "--json", "--host", h.name)
     by_id = {r["run_id"]: r for r in json.loads(runs.stdout)["runs"]}
     assert by_id[half]["cost"] == pytest.approx(recs[half]["cost"], abs=1e-3)
