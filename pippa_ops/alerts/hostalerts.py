@@ -508,8 +508,9 @@ def active_run(remote_dir: str) -> str | None:
 
 
 def poll_interval(idle_s: float) -> float:
-    """A tenth of the idle period, between 0.5 s and 30 s: the alert comes at most 10% late."""
-    return max(0.5, min(30.0, idle_s / 10.0))
+    """A tenth of the idle period, between 0.5 s and 60 s: the alert comes at most 10% (a minute) late,
+    and a real nvidia-smi (tens of ms of CPU, more with many GPUs) costs well under 0.5% of a core."""
+    return max(0.5, min(60.0, idle_s / 10.0))
 
 
 class IdleWatch:
