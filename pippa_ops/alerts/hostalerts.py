@@ -374,13 +374,15 @@ def deliver(title: str, body: str, kind: str, timeout: float = SEND_TIMEOUT_S) -
 
 def emit(event: dict, timeout: float = SEND_TIMEOUT_S) -> dict:
     """Deliver one event when PIPPA_NOTIFY is set (else nothing is sent or logged); never raises."""
-    if secret_target() is None:
+    target = secret_target()
+    if target is None:
         return {"sent": False, "configured": False}
     try:
         title, body, kind = message(event)
         ok, error = deliver(title, body, kind, timeout)
     except Exception as e:  # a broken event must not break its caller (a run's end, the watcher)
         ok, error = False, f"{type(e).__name__}: {e}"
+    error = redact(error, target) if error else error  # a traceback of the delivery may quote the URL
     log_delivery(event, ok, error)
     return {"sent": ok, "configured": True, "error": error}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -57,22 +58,26 @@ def configure(client_env: Any, name: str, extra: str) -> None:
 
 
 @pytest.fixture
-def restore_host(ssh_hosts: list[Any]) -> Iterator[None]:
-    """What these tests leave on a host user: the alerts directory (and its watcher) and secrets.env."""
-    saved = {}
-    for h in ssh_hosts:
+def restore_host() -> Iterator[Any]:
+    """``use(h)``: what the test leaves on host user ``h`` is undone after it (the alerts directory and its
+    watcher, ~/gpu-util, secrets.env as it was)."""
+    used: dict[str, tuple[Any, bytes | None]] = {}
+
+    def use(h: Any) -> Any:
         f = h.home / ".config" / "pippa" / "secrets.env"
-        saved[h.name] = f.read_bytes() if f.exists() else None
-    yield
-    for h in ssh_hosts:
+        used[h.name] = (h, f.read_bytes() if f.exists() else None)
+        return h
+
+    yield use
+    for h, saved in used.values():
         if (h.home / PROG).exists():
             h.run_as_user(["python3", "-S", str(h.home / PROG), "watch-stop"])
         subprocess.run(["rm", "-rf", str(h.home / ".config" / "pippa" / "alerts"), str(h.home / "gpu-util")])
         f = h.home / ".config" / "pippa" / "secrets.env"
-        if saved[h.name] is None:
+        if saved is None:
             f.unlink(missing_ok=True)
         else:
-            f.write_bytes(saved[h.name])
+            f.write_bytes(saved)
 
 
 def watching_argv(fn: Any) -> tuple[Any, bool]:
@@ -113,7 +118,7 @@ def wait_until(pred: Any, timeout: float = 30.0) -> None:
 def test_finished_and_failed_runs_alert_from_the_host_with_every_field_and_no_secret(
     client_env, ssh_hosts, repo, hook, restore_host
 ) -> None:
-    h = ssh_hosts[1]
+    h = restore_host(ssh_hosts[1])
     env = client_env.env
     (repo / ".env").write_text(f"PIPPA_NOTIFY={hook.url(TOKEN)}\n")
     configure(client_env, h.name, "secrets = []\ncost_per_hour = 36\n")
@@ -161,7 +166,7 @@ def test_finished_and_failed_runs_alert_from_the_host_with_every_field_and_no_se
 def test_no_message_at_all_when_alerts_are_not_configured(
     client_env, ssh_hosts, repo, hook, restore_host
 ) -> None:
-    h = ssh_hosts[1]
+    h = restore_host(ssh_hosts[1])
     env = client_env.env
     configure(client_env, h.name, "secrets = []\n")
     up = pippa(env, repo, "up", h.name, "--json")
@@ -183,7 +188,7 @@ def test_no_message_at_all_when_alerts_are_not_configured(
 def test_a_failing_webhook_neither_fails_nor_slows_the_run_and_shows_in_hosts(
     client_env, ssh_hosts, repo, hook, restore_host, down: bool
 ) -> None:
-    h = ssh_hosts[2]
+    h = restore_host(ssh_hosts[2])
     env = client_env.env
     hook.status = 500
     url = hook.url(TOKEN)
@@ -223,7 +228,7 @@ def test_a_failing_webhook_neither_fails_nor_slows_the_run_and_shows_in_hosts(
 def test_idle_gpus_alert_once_and_again_when_busy_and_the_watcher_follows_the_setting(
     client_env, ssh_hosts, repo, hook, restore_host
 ) -> None:
-    h = ssh_hosts[3]
+    h = restore_host(ssh_hosts[3])
     env = client_env.env
     h.install_bin("nvidia-smi", FAKE_SMI)
     (h.home / "gpu-util").write_text("0\n")
@@ -263,7 +268,7 @@ def test_idle_gpus_alert_once_and_again_when_busy_and_the_watcher_follows_the_se
 def test_ps_shows_cost_so_far_by_the_hosts_rate_and_the_runs_share_of_gpus(
     client_env, ssh_hosts, repo, restore_host
 ) -> None:
-    h = ssh_hosts[0]
+    h = restore_host(ssh_hosts[0])
     env = client_env.env
     h.install_bin("nvidia-smi", FAKE_SMI)
     configure(client_env, h.name, "secrets = []\ncost_per_hour = 24\n")
@@ -312,3 +317,44 @@ def test_wait_notify_also_sends_to_pippa_notify_set_on_the_laptop(client_env, ss
     post = hook.wait_for(lambda p: run_id in p.json["message"])
     assert post.json["title"] == "pippa" and "exit 4" in post.json["message"]
     assert TOKEN not in post.body.decode() + waited.stdout + waited.stderr
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs of the test's own (root only), unmounted after it."""
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    p = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
+    if p.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {p.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_run_ending_on_a_nearly_full_disk_also_says_so(tmp_path, small_fs, hook) -> None:
+    """The host program itself, on this machine (the SSH path is the tests above): a run on a file
+    system with under 5% free sends its own message and a ``disk low`` one."""
+    home = tmp_path / "home"
+    alerts = home / ".config" / "pippa" / "alerts"
+    alerts.mkdir(parents=True)
+    prog = Path(__file__).parents[2] / "pippa_ops" / "alerts" / "hostalerts.py"
+    (alerts / "config.json").write_text(json.dumps({"host": "hx", "python": [sys.executable]}))
+    (home / ".config" / "pippa" / "secrets.env").write_text(f"PIPPA_NOTIFY='{hook.url(TOKEN)}'\n")
+    run_dir = small_fs / "runs" / "r-disk"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"host": "hx", "command": "true"}))
+    (run_dir / "exit_code").write_text("0\n")
+    (small_fs / "fill").write_bytes(b"\0" * (4 * 1024 * 1024 - 64 * 1024))  # leaves < 5% of 4 MiB
+    env = {**os.environ, "HOME": str(home)}
+    p = subprocess.run(["python3", "-S", str(prog), "event", "--run-dir", str(run_dir)], env=env,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert p.returncode == 0 and json.loads(p.stdout)["sent"] is True, p.stderr
+    low = hook.wait_for(lambda x: x.fields.get("state") == "disk low")
+    assert low.json["title"] == f"pippa: disk low {small_fs / 'runs'} on hx"
+    assert low.fields["reason"].endswith(f"% free on the file system of {small_fs / 'runs'}")
+    assert float(low.fields["reason"].split("%")[0]) < 5
+    hook.wait_for(lambda x: x.fields.get("run") == "r-disk")
