@@ -127,17 +127,20 @@ def test_finished_and_failed_runs_alert_from_the_host_with_every_field_and_no_se
     assert "configured (PIPPA_NOTIFY)" in up.stdout and TOKEN not in up.stdout + up.stderr
     assert not leaked, "the webhook token appeared in some process's argv"
 
-    outputs = []
-    ok = pippa(env, repo, "run", "--host", h.name, "--name", "al-ok", "--cmd", "echo all good; sleep 1")
-    bad = pippa(
-        env, repo, "run", "--host", h.name, "--name", "al-bad", "--cmd", "echo 'ValueError: boom'; exit 3"
-    )
-    assert ok.returncode == 0 and bad.returncode == 0, ok.stderr + bad.stderr
-    outputs += [ok.stdout + ok.stderr, bad.stdout + bad.stderr]
-    ok_id, bad_id = started(ok.stdout), started(bad.stdout)
+    def runs_and_their_alerts() -> tuple[Any, ...]:
+        ok = pippa(env, repo, "run", "--host", h.name, "--name", "al-ok", "--cmd", "echo all good; sleep 1")
+        bad = pippa(
+            env, repo, "run", "--host", h.name, "--name", "al-bad", "--cmd", "echo 'ValueError: boom'; exit 3"
+        )
+        assert ok.returncode == 0 and bad.returncode == 0, ok.stderr + bad.stderr
+        ok_id, bad_id = started(ok.stdout), started(bad.stdout)
+        done = hook.wait_for(lambda p: p.fields.get("run") == ok_id)
+        failed = hook.wait_for(lambda p: p.fields.get("run") == bad_id)
+        return ok, bad, ok_id, bad_id, done, failed
 
-    done = hook.wait_for(lambda p: p.fields.get("run") == ok_id)
-    failed = hook.wait_for(lambda p: p.fields.get("run") == bad_id)
+    (ok, bad, ok_id, bad_id, done, failed), leaked = watching_argv(runs_and_their_alerts)
+    assert not leaked, "the token appeared in the argv of a process of the runs or their delivery"
+    outputs = [ok.stdout + ok.stderr, bad.stdout + bad.stderr]
     assert done.path == f"/hook/{TOKEN}"  # the secret is the target, so it is in the URL only
     f = done.fields
     assert done.json["title"] == f"pippa: finished {ok_id} on {h.name}" and done.json["type"] == "success"
