@@ -126,6 +126,10 @@ def test_finished_and_failed_runs_alert_from_the_host_with_every_field_and_no_se
     assert up.returncode == 0, up.stderr
     assert "configured (PIPPA_NOTIFY)" in up.stdout and TOKEN not in up.stdout + up.stderr
     assert not leaked, "the webhook token appeared in some process's argv"
+    test = pippa(env, repo, "notify-test", h.name)
+    assert test.returncode == 0 and test.stdout == f"{h.name}: test alert sent to PIPPA_NOTIFY\n", test.stderr
+    sent = hook.wait_for(lambda p: p.fields.get("state") == "test")
+    assert sent.json["title"] == f"pippa: test on {h.name}" and sent.fields["host"] == h.name
 
     def runs_and_their_alerts() -> tuple[Any, ...]:
         ok = pippa(env, repo, "run", "--host", h.name, "--name", "al-ok", "--cmd", "echo all good; sleep 1")
@@ -163,7 +167,7 @@ def test_finished_and_failed_runs_alert_from_the_host_with_every_field_and_no_se
     for text in [*outputs, ps.stdout, ps.stderr]:
         assert TOKEN not in text
     log = (h.home / ".config" / "pippa" / "alerts" / "deliveries.jsonl").read_text().splitlines()
-    assert [json.loads(x)["ok"] for x in log] == [True, True]
+    assert [json.loads(x)["ok"] for x in log] == [True, True, True]
 
 
 def test_no_message_at_all_when_alerts_are_not_configured(
