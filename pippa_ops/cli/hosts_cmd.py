@@ -77,6 +77,11 @@ def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
         if explain and r.origins:
             table.add_row("", escape(", ".join(f"{k} from {v}" for k, v in r.origins.items())), "", "", "")
     console().print(table)
+    for r in rows:
+        if r.alerts:  # alerts, rate, idle watcher, failed deliveries (pippa_ops.alerts): a line each
+            from pippa_ops.alerts.remote import status_line
+
+            console().print(f"{r.name}: {escape(status_line(r.alerts))}", soft_wrap=True)
 
 
 def up_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOpt = False) -> None:
@@ -120,6 +125,9 @@ def render_up(r: UpReport) -> None:
     ]
     if r.secrets.missing:
         rows.append(("not in .env", ", ".join(r.secrets.missing)))
+    if r.alerts is not None:
+        rows.append(("alerts", r.alerts.summary()))
+        rows.append(("idle watch", r.alerts.watch_summary()))
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()

@@ -180,6 +180,8 @@ def render_runs(infos: list[RunInfo], errors: dict[str, PippaError]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from pippa_ops.alerts.cost import cost_text
+
     table = Table(box=None, header_style="bold")
     cols = ("HOST", "RUN", "RECIPE/COMMAND", "STATE", "STARTED", "DURATION", "STEPS", "REWARD", "BEST",
             "EVAL", "COMMIT", "W&B", "PULLED")  # fmt: skip
@@ -192,7 +194,7 @@ def render_runs(infos: list[RunInfo], errors: dict[str, PippaError]) -> None:
         started = time.strftime("%m-%d %H:%M", time.localtime(r.started)) if r.started else "-"
         table.add_row(
             escape(i.host), r.run_id, escape(label if len(label) <= 40 else label[:39] + "…"), r.state_text,
-            started, _duration(r.duration_s), "-" if i.steps is None else str(i.steps),
+            started, _duration(r.duration_s) + cost_text(r.cost), "-" if i.steps is None else str(i.steps),
             _f(i.final_reward), _f(i.best_reward), _eval_text(i.eval), commit, escape(_wandb_text(i.wandb)),
             "yes" if i.pulled else "",
         )  # fmt: skip

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from pippa_ops.alerts.cost import cost_text, priced_on
 from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json
 from pippa_ops.errors import (
     AmbiguousSession,
@@ -55,7 +56,7 @@ def _all_hosts() -> list[str]:
 def _host_runs(name: str) -> HostRuns:
     spec, transport = connect(name)
     with transport:
-        return list_runs(transport, spec.remote_dir)
+        return priced_on(spec, transport, list_runs(transport, spec.remote_dir))
 
 
 def _locate_run(name: str, host: str | None) -> list[str]:
@@ -382,7 +383,7 @@ def render_ps(results: dict[str, HostRuns | PippaError]) -> None:
             _label(x),
             x.state_text,
             _when(x.started),
-            _duration(x.duration_s),
+            _duration(x.duration_s) + cost_text(x.cost),
             "-" if x.last_step is None else str(x.last_step),
             "-" if x.last_reward is None else f"{x.last_reward:.3f}",
             commit,

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pippa_ops.alerts import remote as alerts
+from pippa_ops.alerts.remote import AlertsSetup
 from pippa_ops.errors import HostUnreachable, PippaError, RemoteCommandFailed, ToolMissing
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.envfile import SecretsPush, push_secrets
@@ -104,6 +106,7 @@ class UpReport:
     secrets: SecretsPush
     elapsed_s: float
     bwrap_installed: bool = False  # bubblewrap installed by this `up`
+    alerts: AlertsSetup | None = None  # alerts from the host (pippa_ops.alerts), the idle watcher
 
     def to_json(self) -> dict[str, object]:
         p = self.probe
@@ -126,6 +129,7 @@ class UpReport:
             "secrets_pushed": list(self.secrets.pushed),
             "secrets_missing": list(self.secrets.missing),
             "elapsed_s": round(self.elapsed_s, 2),
+            "alerts": None if self.alerts is None else self.alerts.to_json(),
         }
 
 
@@ -246,8 +250,10 @@ def up(
     r = transport.run(f"{py_expr} --version", timeout=30)
     if not r.ok:
         raise ToolMissing(f"{spec.name}: the training python {python} does not run: {r.stderr.strip()}")
-    secrets = push_secrets(transport, spec.secrets, env_path or repo / ".env")
+    secrets = push_secrets(transport, spec.secrets, env_path or repo / ".env", optional=(alerts.TARGET,))
     remote_dir = str(repo) if spec.is_local else transport.expand(spec.remote_dir)
+    alerts_setup = alerts.install(transport, spec, remote_dir=remote_dir, gpus=len(facts.gpus), python=python,
+                                  configured=alerts.TARGET in secrets.pushed)  # fmt: skip
     return UpReport(
         host=spec.name,
         remote_dir=remote_dir,
@@ -259,6 +265,7 @@ def up(
         secrets=secrets,
         elapsed_s=time.monotonic() - t0,
         bwrap_installed=bwrap_installed,
+        alerts=alerts_setup,
     )
 
 
@@ -284,6 +291,7 @@ class HostRow:
     latency_ms: float | None
     error: str | None
     origins: dict[str, str] = field(default_factory=dict)  # field -> hosts.toml | ssh_config | pippa.toml
+    alerts: dict[str, object] | None = None  # the host's alerts status (pippa_ops.alerts.hostalerts.status)
 
     def to_json(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -296,16 +304,17 @@ def survey(
 
     by_name = {s.name: s for s in specs}
 
-    def check(name: str) -> float:
+    def check(name: str) -> tuple[float, dict[str, object] | None]:
         t0 = time.monotonic()
         if by_name[name].is_local:
-            return 0.0
+            return 0.0, None
         with open_transport(by_name[name]) as t:
             try:
                 t.run("true", timeout=timeout, check=True)
             except TimeoutError as e:
                 raise HostUnreachable(f"{name}: no answer within {timeout:.0f}s") from e
-        return (time.monotonic() - t0) * 1000
+            latency = (time.monotonic() - t0) * 1000
+            return latency, alerts.status_or_none(t, timeout)
 
     results = fan_out(list(by_name), check)
     rows = []
@@ -321,9 +330,10 @@ def survey(
                 source=spec.source,
                 remote_dir=spec.remote_dir,
                 reachable=ok,
-                latency_ms=round(res, 1) if not isinstance(res, PippaError) else None,
+                latency_ms=round(res[0], 1) if not isinstance(res, PippaError) else None,
                 error=None if ok else str(res),
                 origins=dict(spec.origins),
+                alerts=None if isinstance(res, PippaError) else alerts.with_rate(res[1], spec),
             )
         )
     return rows

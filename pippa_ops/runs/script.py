@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pippa_ops.alerts.commands import run_end_line
 from pippa_ops.errors import BadSetting
 from pippa_ops.hosts.inventory import SECRETS_PATH
 from pippa_ops.transport.shell import export_line, sh_path, validate_name
@@ -121,6 +122,7 @@ trap : INT
   echo $? > "$RUN_DIR/exit_code.tmp"
 }} 2>&1 | tee -a -i "$RUN_DIR/output.log"
 [ -f "$RUN_DIR/exit_code.tmp" ] && mv -f "$RUN_DIR/exit_code.tmp" "$RUN_DIR/exit_code"
+{run_end_line()}
 exit 0
 """
 
