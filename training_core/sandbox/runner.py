@@ -37,6 +37,7 @@ class Status(enum.StrEnum):
     MEMORY_LIMIT = "memory_limit"  # the address-space limit was hit (MemoryError or killed)
     OUTPUT_LIMIT = "output_limit"  # stdout or stderr went past its cap; the program was killed
     KILLED = "killed"  # died from a signal for another reason
+    ERROR = "error"  # the sandbox itself failed for this run (``reason`` says how); scored as a failure
 
 
 @dataclass(frozen=True)
@@ -128,13 +129,18 @@ def _pump(fds: dict[int, bytearray], pidfd: int, deadline: float,
     exited_at: float | None = None
     while open_fds or exited_at is None:
         now = time.monotonic()
-        if now >= deadline:
-            return "timeout"
+        if now >= deadline and exited_at is None:
+            # late here is not late there: this thread may have been kept from running (the GIL held
+            # elsewhere), so a launcher that already exited is drained, not called a timeout
+            if not select.select([pidfd], [], [], 0)[0]:
+                return "timeout"
+            exited_at = now
+            poller.unregister(pidfd)
         wait_s = deadline - now
         if exited_at is not None:  # launcher gone: drain briefly, then kill whatever holds pipes
             if now - exited_at > 0.5:
                 return "leftover"
-            wait_s = min(wait_s, 0.5)
+            wait_s = 0.5 - (now - exited_at)
         for fd, _ev in poller.poll(wait_s * 1000):
             if fd == pidfd:
                 exited_at = time.monotonic()
@@ -315,3 +321,9 @@ def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxL
         duration_s=duration, cpu_s=cpu, completed=st.startswith(b"R") and st.endswith(b"D"),
         isolation=launcher.isolation, launcher_error=streams.launcher.decode("utf-8", "replace").strip(),
         truncated=streams.over_cap, values=values, reason=why)
+
+
+def failed_result(launcher: Launcher, reason: str) -> SandboxResult:
+    """The result of a run the sandbox could not carry out (``Status.ERROR``)."""
+    return SandboxResult(status=Status.ERROR, exit_code=None, stdout="", stderr="", duration_s=0.0, cpu_s=0.0,
+                         completed=False, isolation=launcher.isolation, reason=reason)
