@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -201,7 +202,7 @@ def test_weaker_modes_still_run_programs_and_say_what_is_missing(mode: str) -> N
     """What a non-root caller gets (bwrap in a user namespace: network and file system still cut) or,
     only when asked for, unsafe mode; the result's isolation says which."""
     try:
-        launcher = detect(force_mode=mode)
+        launcher = detect(force_mode=mode, level="rlimits" if mode == "bwrap-user" else "unsafe")
     except SandboxUnavailable:
         pytest.skip(f"{mode} not available here")
     r = run_python("import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9), timeout=0.5)\n"
@@ -209,6 +210,7 @@ def test_weaker_modes_still_run_programs_and_say_what_is_missing(mode: str) -> N
     assert r.ok and r.stdout.endswith("ran\n") and r.isolation.mode == mode
     if mode == "bwrap-user":
         assert r.isolation.network and r.isolation.filesystem and r.stdout[:3] in ("101", "111")
+        assert r.isolation.level == "rlimits" and "denies" in r.isolation.seccomp
     else:
         assert not r.isolation.network and "UNSAFE" in r.isolation.notes[0]
     assert run_python("while True:\n    pass", SMALL, launcher=launcher).status is Status.TIMEOUT
@@ -223,6 +225,25 @@ def test_no_bwrap_refuses_with_one_line_naming_the_package(monkeypatch: pytest.M
     assert detect(allow_unsafe=True).isolation.mode == "unsafe"
 
 
+def test_per_process_caps_are_refused_unless_the_recipe_accepts_them_by_name() -> None:
+    """Fail closed: a mode without a cgroup for all of a run's processes (an ordinary user here, or
+    root without writable cgroups) is refused at the default level, with one line saying what to do."""
+    with pytest.raises(SandboxUnavailable) as e:
+        detect(force_mode="bwrap-user", level="strict")
+    assert "\n" not in str(e.value) and 'sandbox.isolation = "rlimits"' in str(e.value)
+    assert "no cgroup" in str(e.value)
+
+
+def test_no_seccomp_binding_refuses_naming_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed: bwrap without the seccomp filter is not offered, at any level but unsafe."""
+    monkeypatch.setitem(sys.modules, "pyseccomp", None)  # import pyseccomp raises ImportError
+    for level in ("strict", "rlimits"):
+        with pytest.raises(SandboxUnavailable, match="pyseccomp") as e:
+            detect(level=level)
+        assert "libseccomp2" in str(e.value) and "\n" not in str(e.value)
+    assert detect(level="unsafe").isolation.mode == "unsafe"
+
+
 def test_recipe_isolation_setting_is_explicit_and_checked() -> None:
     """Unsafe mode exists only as a named recipe setting (it lands in the run header with the config)."""
     from training_core.errors import BadSetting
@@ -232,6 +253,8 @@ def test_recipe_isolation_setting_is_explicit_and_checked() -> None:
     assert resolve("code_tests", [], PlatformFacts()).config.sandbox.isolation == "strict"
     unsafe = resolve("code_tests", ["sandbox.isolation=unsafe"], PlatformFacts())
     assert unsafe.as_dict()["config"]["sandbox"]["isolation"] == "unsafe"
+    rlimits = resolve("code_tests", ["sandbox.isolation=rlimits"], PlatformFacts())
+    assert rlimits.config.sandbox.isolation == "rlimits"
     with pytest.raises(BadSetting):
         resolve("code_tests", ["sandbox.isolation=off"], PlatformFacts())
 

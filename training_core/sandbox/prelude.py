@@ -36,6 +36,10 @@ def _pippa_prelude():
             break
         chunks.append(b)
     os.close(src_fd)
+    if int(sys.argv[5]) >= 0:  # a fresh anonymous session keyring: the trainer's is left behind
+        import ctypes
+        ctypes.CDLL(None).syscall(int(sys.argv[5]), 1, None)
+        del ctypes
     src, calls = marshal.loads(b"".join(chunks))
     del chunks
     os.dup2(err_fd, 2)
