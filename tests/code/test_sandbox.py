@@ -6,6 +6,7 @@ Every case runs under small limits so a containment bug cannot take the machine 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import sys
@@ -287,3 +288,34 @@ def test_a_run_that_cannot_join_its_cgroup_never_starts(monkeypatch: pytest.Monk
     monkeypatch.setattr(launcher.cgroups, "join", refuse)
     r = run_python("print('ran')", SMALL, launcher)
     assert r.status is Status.KILLED and r.stdout == ""
+
+
+def test_a_killed_run_is_reported_only_once_its_namespace_is_empty(marker: str) -> None:
+    """On a timeout the namespace's init is killed and waited for itself: when ``run_python`` returns,
+    no process of the run exists any more, with no grace period."""
+    code = ("import os\nfor _ in range(6):\n    if os.fork() == 0:\n        os.setsid()\n"
+            f"        os.execv('/bin/sleep', ['sleep', '{marker}'])\nwhile True:\n    pass\n")
+    r = run_python(code, SMALL)
+    left = processes_with(marker)
+    assert r.status is Status.TIMEOUT
+    assert left == []
+
+
+def test_a_run_that_exited_is_not_a_timeout_when_its_thread_looks_late() -> None:
+    """The trainer's thread may be kept from running (the GIL held by a decode elsewhere) until after
+    the deadline: a launcher that had already exited is drained and judged by its exit, not timed out."""
+    import subprocess
+
+    from training_core.sandbox.runner import _pump, _Streams
+
+    proc = subprocess.Popen(["/bin/echo", "done"], stdout=subprocess.PIPE)
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        assert select.select([pidfd], [], [], 10)[0]  # exited (a condition, not a sleep)
+        streams = _Streams()
+        assert proc.stdout is not None
+        why = _pump({proc.stdout.fileno(): streams.out}, pidfd, time.monotonic() - 1.0, 1 << 20, streams)
+    finally:
+        os.close(pidfd)
+        proc.communicate()
+    assert why == "" and bytes(streams.out) == b"done\n"

@@ -93,20 +93,34 @@ _ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def _kill_tree(pid: int, pidfd: int, launcher: Launcher) -> None:
-    """Kill the sandbox's whole tree and return only when its namespace is empty.
+    """Kill the sandbox's whole tree and return only when its PID namespace is empty.
 
     With a PID namespace: SIGKILL the namespace's first process (bwrap's init, the launcher's only
-    child); the kernel then kills every process in the namespace
-    and the first process finishes exiting only once they are all gone, after which the launcher
-    exits. Waiting for the launcher therefore means no survivor. Then, in every mode, SIGKILL the
-    launcher's process group (all there is to do without a namespace)."""
+    child); the kernel then kills every process in the namespace, and the init's exit completes only
+    once they are all gone. So we hold a pidfd on the init itself and wait until it reports the exit
+    (not merely the launcher's), then SIGKILL the launcher's process group (all there is to do
+    without a namespace). Pidfds are opened while the launcher, the only one that reaps the init,
+    has not exited: the pid cannot name another process."""
     if launcher.isolation.pid_namespace:
         kids: list[int] = []
         with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{pid}/children") as f:
             kids = [int(k) for k in f.read().split()]
+        held: list[int] = []
         for k in kids:
             with contextlib.suppress(OSError):
-                os.kill(k, signal.SIGKILL)
+                held.append(os.pidfd_open(k))
+        try:
+            for fd in held:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+            deadline = time.monotonic() + 10.0
+            for fd in held:  # readable = exited, and an init exits after its namespace is empty
+                while not select.select([fd], [], [], max(deadline - time.monotonic(), 0))[0]:
+                    if time.monotonic() >= deadline:
+                        break
+        finally:
+            for fd in held:
+                os.close(fd)
         if kids:
             poller = select.poll()
             poller.register(pidfd, select.POLLIN)
@@ -233,13 +247,15 @@ def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launche
             fds.remove(fd)
         if cg and slot is not None and sync is not None:
             try:
-                joined = _join_cgroup(cg, slot, info_r, block_w, start + limits.timeout_s)
+                # the program has not started (it waits on the block fd): this deadline is bwrap's
+                joined = _join_cgroup(cg, slot, info_r, block_w, start + limits.timeout_s + 10.0)
             except OSError:
                 joined = False
             if not joined:  # never let it run outside its caps: bwrap's child dies with its parent
                 with contextlib.suppress(OSError):
                     os.killpg(proc.pid, signal.SIGKILL)
-        result = _collect(proc, launcher, limits, start, err_r, st_r, len(calls))
+        # the time cap counts from when the program may run (after the cgroup join), not from the spawn
+        result = _collect(proc, launcher, limits, start, time.monotonic(), err_r, st_r, len(calls))
         if cg and slot is not None and before is not None:
             after = cg.counters(slot)
             if after.oom_kills > before.oom_kills:
@@ -287,14 +303,14 @@ def _join_cgroup(cg: CgroupSlots, slot: int, info_r: int, block_w: int, deadline
 
 
 def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxLimits, start: float,
-             err_r: int, st_r: int, n_calls: int) -> SandboxResult:
+             released: float, err_r: int, st_r: int, n_calls: int) -> SandboxResult:
     assert proc.stdout is not None and proc.stderr is not None
     streams = _Streams()
     fds = {proc.stdout.fileno(): streams.out, err_r: streams.err, proc.stderr.fileno(): streams.launcher,
            st_r: streams.status}
     pidfd = os.pidfd_open(proc.pid)
     try:
-        reason = _pump(fds, pidfd, start + limits.timeout_s, limits.max_output_bytes, streams)
+        reason = _pump(fds, pidfd, released + limits.timeout_s, limits.max_output_bytes, streams)
     finally:
         # after a normal exit the launcher is an unreaped zombie, so its pid cannot have been reused
         _kill_tree(proc.pid, pidfd, launcher)
