@@ -142,3 +142,22 @@ def test_code_game_rewards_and_opponent_accuracy() -> None:
     assert play(programs, opponent, stats) == [-1.0, 1.0, -1.0, -1.0, -1.0]
     assert len(asked) == 2 and "print(6 * 7)" in asked[0]
     assert stats.metrics()["code_game/opponent_accuracy"] == 0.5 and stats.invalid == 3
+
+
+def test_the_two_runs_of_a_program_are_further_apart_than_the_time_limit() -> None:
+    """Each program's second run starts after a pause longer than the time limit: a clock (seconds,
+    even the monotonic one) cannot make the two runs agree, so printing it is invalid, not a win."""
+    import random
+
+    from training_core.code.game import run_twice
+    from training_core.sandbox import SandboxLimits, default_pool
+
+    limits = SandboxLimits(timeout_s=1.0)
+    codes = ["import time\nprint(time.time())"] * 3
+    for first, second in run_twice(default_pool(), codes, limits, random.Random(7)):
+        assert float(second.stdout) - float(first.stdout) > limits.timeout_s
+    clocks = ["```python\nimport time\nprint(int(time.time()))\n```",
+              "```python\nimport time\nprint(int(time.monotonic()))\n```",
+              "```python\nprint(12)\n```"]
+    assert play(clocks, lambda ps: ["<answer>0</answer>"] * len(ps),
+                limits=SandboxLimits(timeout_s=1.0)) == [-1.0, -1.0, 1.0]
