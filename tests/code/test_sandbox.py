@@ -319,3 +319,21 @@ def test_a_run_that_exited_is_not_a_timeout_when_its_thread_looks_late() -> None
         os.close(pidfd)
         proc.communicate()
     assert why == "" and bytes(streams.out) == b"done\n"
+
+
+def test_two_trainer_processes_never_share_a_sandbox_uid_range() -> None:
+    """Each process claims its own range (an abstract socket name the kernel frees at exit): another
+    process started while this one holds a range gets the next one, and sandboxes run inside it."""
+    import subprocess
+
+    from training_core.sandbox.isolation import UIDS
+
+    mine = UIDS.uid_range
+    code = ("from training_core.sandbox.isolation import UIDS\nr = UIDS.uid_range\nprint(r.start, r.stop)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    start, stop = (int(x) for x in out.stdout.split())
+    assert stop <= mine.start or start >= mine.stop, (mine, start, stop)
+    launcher = detect()
+    if launcher.needs_uid:
+        r = run_python("import os\nprint(os.getuid())", SMALL, launcher)
+        assert int(r.stdout) in mine
