@@ -194,6 +194,14 @@ LEVELS = ("strict", "rlimits", "unsafe")  # recipe's sandbox.isolation, stronges
 _lock = threading.Lock()
 _cached: Launcher | None = None
 _level = "strict"
+_cgroups: list[CgroupSlots | None] = []  # this process's one set of slots (every launcher shares it)
+
+
+def _process_cgroups() -> CgroupSlots | None:
+    """One ``CgroupSlots`` per process: two would hand out the same slot directories."""
+    if not _cgroups:
+        _cgroups.append(CgroupSlots.create())
+    return _cgroups[0]
 
 
 def set_level(level: str) -> None:
@@ -300,7 +308,7 @@ def _detect(force_mode: str | None, level: str) -> Launcher:
         if force_mode is not None:
             modes = [m for m in modes if m == force_mode]
         for mode in modes:
-            cg = CgroupSlots.create() if mode == "bwrap-root" else None
+            cg = _process_cgroups() if mode == "bwrap-root" else None
             if cg is None and level == "strict":
                 why.append(f"{mode}: no cgroup to cap memory and processes of a run's processes together")
                 hints.append(CGROUP_HINT_ROOT if mode == "bwrap-root" else CGROUP_HINT_USER)
@@ -320,8 +328,6 @@ def _detect(force_mode: str | None, level: str) -> Launcher:
                 if not err:
                     return launcher
                 why.append(f"{mode} with {python}: {err}")
-            if cg is not None:
-                cg.remove()
         if not hints:
             hints.append(INSTALL_HINT)
     if level == "unsafe" and force_mode is None:
