@@ -66,8 +66,8 @@ def test_decode_refuses_each_limit_in_milliseconds() -> None:
     wide = '[["l",[' + ",".join(['["n"]'] * (LIMITS.elements + 1)) + "]]]"
     big_int = '[["i","' + "f" * (LIMITS.int_hex_digits + 1) + '"]]'
     too_long = '[["s","' + "41" * LIMITS.bytes + '"]]'
-    dup_keys = '[["m",[' + ",".join(['[["i","1"],["n"]]'] * 1000) + "]]]"
-    for line in (deep, colliding, wide, big_int, too_long, dup_keys):
+    colliding_list = '[["l",[' + ",".join('["i","%x"]' % (k * MERSENNE + 4) for k in range(19000)) + "]]]"
+    for line in (deep, colliding, wide, big_int, too_long, colliding_list):
         start = time.process_time()
         got = decode(line.encode(), 1)
         spent = time.process_time() - start
@@ -79,6 +79,10 @@ def test_values_within_the_limits_still_come_back() -> None:
     line = json.dumps([["S", [["i", f"{k:x}"] for k in range(1000)]], ["l", [["l", [["s", "6869"]]]]],
                        ["m", [[["t", [["i", "1"], ["i", "-2"]]], ["d", (0.5).hex()]]]]])
     assert decode(line.encode(), 3) == (set(range(1000)), [["hi"]], {(1, -2): 0.5})
+    same = json.dumps([["l", [["i", "0"]] * 5000 + [["l", []]] * 10]])  # equal items are no collisions
+    assert decode(same.encode(), 1) == ([0] * 5000 + [[]] * 10,)
+    dup_keys = '[["m",[' + ",".join(['[["i","1"],["n"]]'] * 1000) + "]]]"  # forged, but harmless
+    assert decode(dup_keys.encode(), 1) == ({1: None},)
 
 
 def test_a_value_too_deep_for_the_encoder_arrives_opaque_not_as_a_crash() -> None:
@@ -92,3 +96,14 @@ def test_a_check_that_raises_fails_that_completion_alone() -> None:
     result = SandboxResult(Status.OK, 0, "", "", 0.1, 0.1, True, detect().isolation, values=(4,))
     verdict = judge(job, result)
     assert verdict == Verdict(False, "assert 0 raised ZeroDivisionError")
+
+
+def test_a_returned_list_that_hashes_alike_cannot_stall_an_asserts_set() -> None:
+    """Not forged at all: the solution returns integers that all hash alike, and the assert calls
+    ``set()`` on them in the trainer. The decoder refuses the list before the judge sees it."""
+    code = f"def square(x):\n    return [k * {MERSENNE} + 4 for k in range(15000)]"
+    before = _cpu()
+    verdict = assert_verdicts([code], test_list=[["assert set(square(2)) == {4}"]])[0]
+    spent = _cpu() - before
+    assert not verdict.passed and "hash collisions" in verdict.reason
+    assert spent < 0.5, f"{spent:.2f} s of trainer CPU"

@@ -9,15 +9,15 @@ with an ``__eq__`` that always says yes, arrives as ``Opaque`` and equals nothin
 The program shares the prelude's process, so it can write any line it likes on the status channel.
 Both sides therefore apply the same ``Limits`` (the encoder turns a value beyond them into ``["o"]``;
 the decoder checks them again before building anything): nesting depth, nodes per line, elements
-per container, digits per integer, bytes per line, and hash collisions per set or dict (a set of
-integers that all hash alike costs quadratic time to build). Beyond a limit a value is ``Opaque``,
-so a forged line costs the trainer milliseconds, never seconds, and never a ``RecursionError``.
+per container, digits per integer and bytes per line. The decoder also refuses containers whose
+items hash alike without being equal (a set of integers that all hash alike takes quadratic time to
+build, in the decoder or in an assert's ``set()``). Beyond a limit a value is ``Opaque``, so a forged
+line costs the trainer milliseconds, never seconds, and never a ``RecursionError``.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ class Limits:
     elements: int = 20_000  # items in one list, tuple, set, frozenset or dict
     int_hex_digits: int = 8_192  # 32,768 bits (~9,900 decimal digits): arithmetic on it stays cheap
     bytes: int = 1 << 20  # one line; the status channel is read up to the output cap anyway
-    collisions: int = 64  # items of one set or dict whose hash equals an earlier item's
+    collisions: int = 64  # items of one container that hash like an earlier, unequal item
 
 
 LIMITS = Limits()
@@ -108,27 +108,36 @@ class _Walker:
                 if not all(isinstance(p, list) and len(p) == 2 for p in items):
                     raise ValueError("malformed dict")
                 pairs = [(self.value(p[0], depth + 1), self.value(p[1], depth + 1)) for p in items]
-                self._check_hashes([k for k, _ in pairs])
+                self._check_hashes([k for k, _ in pairs], keys=True)
                 return dict(pairs)
             seq = [self.value(x, depth + 1) for x in items]
+            self._check_hashes(seq, keys=tag in ("S", "F"))
             if tag == "l":
                 return seq
             if tag == "t":
                 return tuple(seq)
             if tag in ("S", "F"):
-                self._check_hashes(seq)
                 return set(seq) if tag == "S" else frozenset(seq)
         raise ValueError(f"unknown tag {tag!r}")
 
-    def _check_hashes(self, keys: list[Any]) -> None:
-        """Refuse keys whose hashes collide often: building the set would take quadratic time."""
-        try:
-            counts = Counter(hash(k) for k in keys)
-        except TypeError as e:  # an unhashable key (a list): the program could not have built this
-            raise ValueError("unhashable key") from e
-        collisions = len(keys) - len(counts)
+    def _check_hashes(self, items: list[Any], keys: bool) -> None:
+        """Refuse items of which many hash alike without being equal: a set, a dict (``keys``) or the
+        judge's own ``set(value)`` built from them would take quadratic time. Linear: each item is
+        compared once, with the first item of its hash."""
+        first: dict[int, Any] = {}
+        collisions = 0
+        for item in items:
+            try:
+                h = hash(item)
+            except TypeError as e:  # a list inside: no set can hold it
+                if keys:
+                    raise ValueError("unhashable key") from e
+                continue
+            seen = first.setdefault(h, item)
+            if seen is not item and seen != item:
+                collisions += 1
         if collisions > self.limits.collisions:
-            raise _Beyond(f"{collisions} hash collisions in one set or dict")
+            raise _Beyond(f"{collisions} hash collisions in one container")
 
 
 def decode(text: bytes, count: int, limits: Limits = LIMITS) -> tuple[Any, ...] | None:
