@@ -235,6 +235,21 @@ def test_per_process_caps_are_refused_unless_the_recipe_accepts_them_by_name() -
     assert "no cgroup" in str(e.value)
 
 
+def test_root_without_writable_cgroups_is_refused_not_weakened(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root whose cgroups are read-only (a container) used to fall back to rlimits without a word."""
+    if os.geteuid() != 0:
+        pytest.skip("root only")
+    monkeypatch.setattr(sandbox_isolation, "_cgroups", [None])  # this process found no writable cgroup
+    with pytest.raises(SandboxUnavailable, match="cgroup controllers writable") as e:
+        detect(force_mode="bwrap-root", level="strict")
+    assert "\n" not in str(e.value) and 'sandbox.isolation = "rlimits"' in str(e.value)
+    weaker = detect(force_mode="bwrap-root", level="rlimits")
+    assert (weaker.isolation.level, weaker.isolation.memory_cap) == ("rlimits", "rlimit")
+    assert weaker.cgroups is None
+    r = run_python("print('ran')", SMALL, weaker)
+    assert r.ok and r.isolation.level == "rlimits" and "isolation = rlimits" in r.isolation.header()
+
+
 def test_no_seccomp_binding_refuses_naming_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail closed: bwrap without the seccomp filter is not offered, at any level but unsafe."""
     monkeypatch.setitem(sys.modules, "pyseccomp", None)  # import pyseccomp raises ImportError
