@@ -10,17 +10,23 @@ with user namespaces what we would otherwise hand-roll:
   and ``/dev`` are read-only; ``/proc`` is a fresh one that shows only the sandbox's own processes;
 - network, IPC, UTS, cgroup and PID namespaces (the whole tree dies with the namespace's first
   process), a new session (no TIOCSTI into our terminal), all capabilities dropped, no new
-  privileges, and no further user namespaces inside (``--disable-userns``).
+  privileges, and no further user namespaces inside (``--disable-userns``);
+- a seccomp filter (``seccomp``) on every process of the sandbox, for what namespaces do not cover.
 
 Modes, best first:
 
-1. ``bwrap-root`` (we are root): bwrap runs under a per-run unprivileged uid, so RLIMIT_NPROC counts
-   per sandbox (root is exempt from it) and nothing the sandbox does acts with root's rights; each
-   run sits in its own cgroup for an aggregate memory cap (tmpfs pages included) and a process cap.
-2. ``bwrap-user`` (not root, unprivileged user namespaces allowed): the same namespaces and file
-   system view; caps come from per-process rlimits and tmpfs sizes (cgroups are not ours to create).
-3. ``unsafe``: rlimits and a session only. Never chosen on its own: only when the caller asks for it
-   (``detect(allow_unsafe=True)``, a recipe's ``sandbox.isolation = "unsafe"``).
+1. ``bwrap-root`` (we are root): bwrap runs under an unprivileged uid of its own (from a range this
+   process claims, ``UidAllocator``), so RLIMIT_NPROC counts per sandbox (root is exempt from it) and
+   nothing the sandbox does acts with root's rights; each run sits in its own cgroup for an aggregate
+   memory cap (tmpfs pages and kernel objects included) and a process cap.
+2. ``bwrap-user`` (not root, unprivileged user namespaces allowed): the same namespaces, filter and
+   file system view; caps come from per-process rlimits and tmpfs sizes (cgroups are not ours).
+3. ``unsafe``: rlimits and a session only.
+
+Levels (the recipe's ``sandbox.isolation``) say which modes are acceptable, and ``detect`` refuses
+with one line naming what is missing rather than weaken on its own: ``strict`` (the default) needs
+bwrap, the filter and cgroup caps (so ``bwrap-root`` with writable cgroups); ``rlimits`` accepts
+per-process caps (``bwrap-user``, or root without writable cgroups); ``unsafe`` accepts mode 3.
 """
 
 from __future__ import annotations
