@@ -192,12 +192,50 @@ def test_what_only_capabilities_refuse_is_named() -> None:
     assert len(CALLS) - len(same) >= 60, sorted(same)
 
 
-def test_the_filter_is_installed_and_the_session_keyring_is_fresh() -> None:
-    code = ("import re\ns = open('/proc/self/status').read()\n"
-            "print(re.search(r'Seccomp:\\s+(\\d)', s).group(1))\nprint(open('/proc/keys').read())")
+def test_the_filter_is_installed() -> None:
+    code = "import re\nprint(re.search(r'Seccomp:\\s+(\\d)', open('/proc/self/status').read()).group(1))"
     r = run_python(code, LIMITS, detect(level="rlimits"))
-    assert r.ok and r.stdout.split()[0] == "2"  # SECCOMP_MODE_FILTER
-    assert "_ses: empty" in r.stdout  # the anonymous session keyring the prelude joined
+    assert r.ok and r.stdout.split() == ["2"]  # SECCOMP_MODE_FILTER
+
+
+KEYRING_HELPER = r"""
+import ctypes, dataclasses, sys, uuid
+import pyseccomp
+from training_core.sandbox import detect, run_python
+nr = lambda name: pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+L = ctypes.c_long
+desc = "pippa-secret-" + uuid.uuid4().hex
+ring = ("pippa-ring-" + uuid.uuid4().hex).encode()
+assert libc.syscall(L(nr("keyctl")), L(1), ring) > 0  # this helper joins a session keyring of its own
+key = libc.syscall(L(nr("add_key")), b"user", desc.encode(), b"s3cret", L(6), L(-3))
+assert key > 0 and libc.syscall(L(nr("keyctl")), L(5), L(key), L(0x3F000000)) == 0  # possessor-only
+launcher = detect(force_mode="bwrap-user", level="rlimits")  # /proc/keys lists only keys of mapped uids
+if sys.argv[1] == "control":  # the same filter, without the prelude's join
+    launcher = dataclasses.replace(launcher, seccomp=dataclasses.replace(launcher.seccomp, keyctl_nr=-1))
+r = run_python("print(open('/proc/keys').read())", launcher=launcher)
+print("visible" if desc in r.stdout else "hidden")
+"""
+
+
+def test_the_sandbox_has_a_fresh_session_keyring() -> None:
+    """A helper process puts a possessor-only key in its session keyring and starts a sandbox: only a
+    process that possesses (inherited) that keyring sees the key in /proc/keys. Without the prelude's
+    join (the control) the sandbox does; with it, not. The helper's keyring dies with the helper. In a
+    user namespace, /proc/keys lists only keys whose owner is mapped there: the helper's are in
+    ``bwrap-user`` mode (same uid), not in ``bwrap-root`` (the run's own uid), so the probe uses the
+    former; the prelude's join is the same in both."""
+    import subprocess
+    import sys
+
+    got = {}
+    for side in ("control", "sandbox"):
+        r = subprocess.run([sys.executable, "-c", KEYRING_HELPER, side], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr[-2000:]
+        got[side] = r.stdout.split()[-1]
+    assert got == {"control": "visible", "sandbox": "hidden"}
 
 
 def test_ordinary_programs_still_run_under_the_filter() -> None:
