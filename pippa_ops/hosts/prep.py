@@ -53,6 +53,9 @@ class Sandbox:
     sudo: bool  # passwordless
     userns: bool | None  # unprivileged user namespaces allowed (None: unknown)
     apt: bool
+    seccomp: bool = False  # libseccomp2 is installed (the sandbox's seccomp filter needs it)
+    cgroups: bool = False  # root with writable cgroups (caps for all of a run's processes together)
+    level: str = "unsafe"  # the strongest sandbox.isolation a recipe can ask for here
 
     @classmethod
     def from_json(cls, data: object) -> Sandbox:
@@ -65,6 +68,9 @@ class Sandbox:
             sudo=bool(d.get("sudo")),
             userns=d.get("userns"),
             apt=bool(d.get("apt")),
+            seccomp=bool(d.get("seccomp")),
+            cgroups=bool(d.get("cgroups")),
+            level=str(d.get("level") or "unsafe"),
         )
 
     @property
@@ -73,7 +79,11 @@ class Sandbox:
 
     def summary(self) -> str:
         if self.works:
-            return f"ok ({self.bwrap})"
+            if self.level == "strict":
+                return f"ok ({self.bwrap}), isolation strict"
+            why = ("libseccomp2 is missing (apt-get install libseccomp2)" if not self.seccomp else
+                   "no writable cgroups: memory is capped per process")
+            return f"ok ({self.bwrap}), isolation {self.level} at best: {why}"
         if self.bwrap is None:
             how = "" if self.can_install else " (Debian's bubblewrap; installing needs root or sudo)"
             return f"unavailable: bwrap is not installed{how}; only code recipes need it"

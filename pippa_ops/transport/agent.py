@@ -192,9 +192,18 @@ def sandbox_facts() -> dict:
         p = run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"], timeout=20)
         works = p.returncode == 0
         why = "" if works else (p.stderr.decode(errors="replace").strip().splitlines() or ["failed"])[-1]
+    import ctypes.util
+
+    seccomp = ctypes.util.find_library("seccomp") is not None  # libseccomp2, for the sandbox's filter
+    cgroups = root and (os.access("/sys/fs/cgroup/memory", os.W_OK) or os.access("/sys/fs/cgroup", os.W_OK))
+    # the strongest sandbox.isolation a code recipe can ask for here (training_core.sandbox.isolation)
+    level = "unsafe"
+    if works and seccomp:
+        level = "strict" if cgroups else "rlimits"
     return {
         "bwrap": bwrap, "works": works, "why": why, "root": root, "sudo": sudo,
-        "userns": userns, "apt": which("apt-get") is not None,
+        "userns": userns, "apt": which("apt-get") is not None, "seccomp": seccomp,
+        "cgroups": cgroups, "level": level,
     }  # fmt: skip
 
 

@@ -70,6 +70,9 @@ def test_probe_reports_python_disk_and_the_sandbox(tmp_path: Path) -> None:
     assert sb["root"] == (os.geteuid() == 0)
     if sb["bwrap"] is None:
         assert not sb["works"] and "bubblewrap" in sb["why"]
+    assert sb["level"] in ("strict", "rlimits", "unsafe")
+    if sb["works"] and sb["seccomp"]:
+        assert sb["level"] == ("strict" if sb["cgroups"] else "rlimits")
 
 
 def test_install_uv_names_each_failed_try_not_a_hint(monkeypatch: pytest.MonkeyPatch) -> None:
