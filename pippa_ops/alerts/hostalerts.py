@@ -49,6 +49,7 @@ DISK_MIN_FREE = 0.05  # alert when the run's file system has less than this frac
 DEFAULT_IDLE_THRESHOLD = 5.0  # % utilization under which a GPU counts as idle
 _ERROR_LINE = re.compile(r"(Error|Exception|Traceback|error:|FAILED|Killed|[Ff]atal)")
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+_ADDRESS = re.compile(r"[0-9.]{1,15}")  # an IPv4 address or a port: parts of a URL that are no secret
 _GPU_IDS = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
 
 
@@ -183,22 +184,29 @@ def load_config() -> dict:
     return cfg if isinstance(cfg, dict) else {}
 
 
-def secret_target() -> str | None:
-    """PIPPA_NOTIFY from the 0600 secrets file (``KEY='value'`` lines written by `pippa up`)."""
+def secret_values() -> dict[str, str]:
+    """Every ``KEY='value'`` line of the 0600 secrets file (written by `pippa up`), as a dict."""
     try:
         with open(os.path.expanduser(SECRETS_PATH)) as f:
             lines = f.read().splitlines()
     except OSError:
-        return None
+        return {}
+    out = {}
     for line in lines:
         key, sep, value = line.partition("=")
-        if sep and key == TARGET:
+        if sep and key.strip():
             try:
                 words = shlex.split(value)
             except ValueError:
-                return None
-            return words[0] if words and words[0].strip() else None
-    return None
+                continue
+            out[key.strip()] = words[0] if words else ""
+    return out
+
+
+def secret_target(values: dict[str, str] | None = None) -> str | None:
+    """PIPPA_NOTIFY (one or more Apprise URLs) from the secrets file; None when unset or blank."""
+    target = (secret_values() if values is None else values).get(TARGET)
+    return target if target and target.strip() else None
 
 
 def read_text(path: str, limit: int = 4096) -> str | None:
@@ -373,16 +381,20 @@ def deliver(title: str, body: str, kind: str, timeout: float = SEND_TIMEOUT_S) -
 
 
 def emit(event: dict, timeout: float = SEND_TIMEOUT_S) -> dict:
-    """Deliver one event when PIPPA_NOTIFY is set (else nothing is sent or logged); never raises."""
-    target = secret_target()
+    """Deliver one event when PIPPA_NOTIFY is set (else nothing is sent or logged); never raises.
+
+    Title, body and error are redacted of every value of the secrets file: a failed run's reason is a
+    line of its log, which may quote a token the job printed."""
+    values = secret_values()
+    target = secret_target(values)
     if target is None:
         return {"sent": False, "configured": False}
     try:
         title, body, kind = message(event)
-        ok, error = deliver(title, body, kind, timeout)
+        ok, error = deliver(redact_secrets(title, values), redact_secrets(body, values), kind, timeout)
     except Exception as e:  # a broken event must not break its caller (a run's end, the watcher)
         ok, error = False, f"{type(e).__name__}: {e}"
-    error = redact(error, target) if error else error  # a traceback of the delivery may quote the URL
+    error = redact_secrets(error, values) if error else error  # a delivery's traceback may quote the URL
     log_delivery(event, ok, error)
     return {"sent": ok, "configured": True, "error": error}
 
@@ -405,13 +417,26 @@ def detach() -> bool:
 
 
 def redact(text: str, target: str) -> str:
-    """Take every part of the Apprise URLs out of a line (tokens live in hosts, paths and queries)."""
+    """Take every part of the Apprise URLs out of a line (tokens live in hosts, paths and queries).
+
+    Bare addresses and ports (digits and dots, IPv4 length at most) stay: they are no secret, and
+    taking them out would mangle the steps, times and costs a message carries."""
     for url in sorted(re.split(r"[\s,]+", target), key=len, reverse=True):
         if url:
             text = text.replace(url, "***")
     for part in sorted(set(re.split(r"[^A-Za-z0-9_.~%+-]+", target)), key=len, reverse=True):
-        if len(part) >= 4 and "://" not in part and part not in ("json", "form", "http", "https"):
+        if len(part) >= 4 and part not in ("json", "form", "http", "https") and not _ADDRESS.fullmatch(part):
             text = text.replace(part, "***")
+    return text
+
+
+def redact_secrets(text: str, values: dict[str, str]) -> str:
+    """``text`` without PIPPA_NOTIFY's URLs and their parts (``redact``) or any other secret's value."""
+    for key, value in sorted(values.items(), key=lambda kv: len(kv[1]), reverse=True):
+        if key == TARGET:
+            text = redact(text, value)
+        elif len(value.strip()) >= 4:
+            text = text.replace(value, "***")
     return text
 
 

@@ -873,6 +873,7 @@ def wandb_sync(req: dict) -> dict:
     if not found:
         raise AgentError("not_found", f"no offline W&B run in {run_dir} (the run had W&B online or off)")
     env = {**secrets_env(req["secrets_path"]), **(req.get("env") or {})}
+    env.pop("PIPPA_NOTIFY", None)  # only the alerts delivery reads the target (docs/CONTRACTS.md)
     if not (env.get("WANDB_API_KEY") or os.environ.get("WANDB_API_KEY")):
         raise AgentError("usage", "no WANDB_API_KEY on the host: put it in .env, then `pippa up` pushes it")
     python = list(req["python"])

@@ -170,6 +170,32 @@ def test_finished_and_failed_runs_alert_from_the_host_with_every_field_and_no_se
     assert [json.loads(x)["ok"] for x in log] == [True, True, True]
 
 
+def test_jobs_never_see_pippa_notify_and_a_message_quoting_a_secret_is_redacted(
+    client_env, ssh_hosts, repo, hook, restore_host
+) -> None:
+    """Only the delivery reads the target: a job printing its environment logs other secrets (that is
+    the job's business) but not PIPPA_NOTIFY; a failed run whose last line quotes a secret or the target
+    sends a message without either."""
+    h = restore_host(ssh_hosts[1])
+    env = client_env.env
+    hf = "hf-secret-0b7d3e"
+    (repo / ".env").write_text(f"PIPPA_NOTIFY={hook.url(TOKEN)}\nHF_TOKEN={hf}\n")
+    configure(client_env, h.name, 'secrets = ["HF_TOKEN"]\n')
+    assert pippa(env, repo, "up", h.name).returncode == 0
+    runs = h.home / "pippa" / "runs"
+    shown = started(pippa(env, repo, "run", "--host", h.name, "--name", "al-env", "--cmd", "env").stdout)
+    wait_until(lambda: (runs / shown / "exit_code").exists())
+    log = (runs / shown / "output.log").read_text()
+    assert f"HF_TOKEN={hf}" in log, "the job still gets its secrets"
+    assert "PIPPA_NOTIFY" not in log and TOKEN not in log
+
+    quote = f'echo "ValueError: bad token $HF_TOKEN for {hook.url(TOKEN)}"; exit 3'
+    bad = started(pippa(env, repo, "run", "--host", h.name, "--name", "al-quote", "--cmd", quote).stdout)
+    failed = hook.wait_for(lambda p: p.fields.get("run") == bad)
+    assert failed.fields["reason"] == "ValueError: bad token *** for ***"
+    assert hf not in failed.body.decode() and TOKEN not in failed.body.decode()
+
+
 def test_no_message_at_all_when_alerts_are_not_configured(
     client_env, ssh_hosts, repo, hook, restore_host
 ) -> None:

@@ -92,6 +92,12 @@ def test_errors_are_redacted_of_every_part_of_the_target() -> None:
     assert out.startswith("Failed to send to ***")
 
 
+def test_messages_are_redacted_of_every_secret_value_but_keep_addresses_and_numbers() -> None:
+    values = {"PIPPA_NOTIFY": "json://10.0.0.1:8080/hook/tok-abc123", "HF_TOKEN": "hf_Zq9", "K": "ab"}
+    text = "step 8080/9000 at 10.0.0.1: sent json://10.0.0.1:8080/hook/tok-abc123 (tok-abc123) hf_Zq9 ab"
+    assert ha.redact_secrets(text, values) == "step 8080/9000 at 10.0.0.1: sent *** (***) *** ab"
+
+
 def test_settings_are_validated_where_the_inventory_is_read() -> None:
     ok = alert_settings({"idle_alert": "20m", "cost_per_gpu_hour": 2}, "f: hosts.a")
     assert ok == {"idle_alert": "20m", "idle_threshold": 5.0, "cost_per_hour": None, "cost_per_gpu_hour": 2.0}
