@@ -336,6 +336,36 @@ def test_a_run_that_exited_is_not_a_timeout_when_its_thread_looks_late() -> None
     assert why == "" and bytes(streams.out) == b"done\n"
 
 
+@pytest.fixture
+def fds_past_1024() -> Iterator[None]:
+    """A trainer with many files open: enough fds held that every new one is numbered above 1024
+    (the soft RLIMIT_NOFILE raised within the hard limit for the test, then restored)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard RLIMIT_NOFILE ({hard}) is too low to open fds above 1024")
+    if soft != resource.RLIM_INFINITY and soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1200, hard))
+    held: list[int] = []
+    try:
+        while not held or held[-1] <= 1024:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_trainer_with_over_1024_fds_open_still_runs_programs(fds_past_1024: None) -> None:
+    """Waiting on pidfds above 1024 (select refuses them) must not turn every run into an error."""
+    r = run_python("print('ran')", SMALL)
+    assert (r.status, r.stdout) == (Status.OK, "ran\n")
+    slow = run_python("while True:\n    pass\n", SMALL)
+    assert slow.status is Status.TIMEOUT
+
+
 def test_two_trainer_processes_never_share_a_sandbox_uid_range() -> None:
     """Each process claims its own range (an abstract socket name the kernel frees at exit): another
     process started while this one holds a range gets the next one, and sandboxes run inside it."""

@@ -92,6 +92,14 @@ class _Streams:
 _ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
+def _readable(fd: int, timeout_s: float) -> bool:
+    """Whether ``fd`` (a pidfd: readable once the process exited) is readable within ``timeout_s``.
+    poll, not select: select refuses fds >= 1024, which a trainer with many files open hands out."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout_s * 1000))
+
+
 def _kill_tree(pid: int, pidfd: int, launcher: Launcher) -> None:
     """Kill the sandbox's whole tree and return only when its PID namespace is empty.
 
@@ -115,7 +123,7 @@ def _kill_tree(pid: int, pidfd: int, launcher: Launcher) -> None:
                     signal.pidfd_send_signal(fd, signal.SIGKILL)
             deadline = time.monotonic() + 10.0
             for fd in held:  # readable = exited, and an init exits after its namespace is empty
-                while not select.select([fd], [], [], max(deadline - time.monotonic(), 0))[0]:
+                while not _readable(fd, max(deadline - time.monotonic(), 0)):
                     if time.monotonic() >= deadline:
                         break
         finally:
@@ -146,7 +154,7 @@ def _pump(fds: dict[int, bytearray], pidfd: int, deadline: float,
         if now >= deadline and exited_at is None:
             # late here is not late there: this thread may have been kept from running (the GIL held
             # elsewhere), so a launcher that already exited is drained, not called a timeout
-            if not select.select([pidfd], [], [], 0)[0]:
+            if not _readable(pidfd, 0):
                 return "timeout"
             exited_at = now
             poller.unregister(pidfd)
