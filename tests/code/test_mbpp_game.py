@@ -88,6 +88,20 @@ def test_mbpp_judges_on_asserts_the_prompt_does_not_show(tmp_path: Path) -> None
     assert "add_k(100)" not in row["prompt"] and "assert add_k(100) == 103" in row["test_list"]
 
 
+def test_held_out_pass_rate_counts_only_problems_that_hold_asserts_out(tmp_path: Path) -> None:
+    """A problem with one assert holds none out: its sample is no held-out pass (nor a held-out failure),
+    so the rate is add_k's alone (1 of 2), not 2 of 3."""
+    one = dict(FULL_ROWS[0], test_list=FULL_ROWS[0]["test_list"][:1])
+    rows = [one, FULL_ROWS[1]]
+    remove_occ, add_k = load_mbpp("full", data_files=write_jsonl(tmp_path / "f.jsonl", rows), limit=0)
+    assert remove_occ.held_out == () and add_k.held_out
+    table = "```python\ndef add_k(x):\n    return {1: 4, 0: 3}[x]\n```"
+    samples = [[f"```python\n{remove_occ.code}\n```"], [table, f"```python\n{add_k.code}\n```"]]
+    results = score_samples([remove_occ, add_k], samples)
+    assert [(r.held_out_correct, r.held_out_n) for r in results] == [(0, 0), (1, 2)]
+    assert summary(results, eval_time=0.0)["mbpp_eval/held_out_pass_rate"] == 0.5
+
+
 def test_pass_at_k_matches_hand_computed_values() -> None:
     assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
     assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)

@@ -117,6 +117,7 @@ class ProblemResult:
     completions: tuple[str, ...]  # the samples (for the per-problem JSON)
     visible_correct: int = 0  # samples that passed the asserts the prompt showed
     held_out_correct: int = 0  # samples that passed the asserts it did not show
+    held_out_n: int = 0  # samples judged on held-out asserts: all of them, or 0 when it holds none out
 
     @property
     def passed(self) -> bool:
@@ -151,14 +152,14 @@ def score_samples(problems: Sequence[MbppProblem], samples: Sequence[Sequence[An
                 statuses.append("no_code")
                 continue
             seen += shown.passed
-            held += hidden is None or hidden.passed
+            held += hidden is not None and hidden.passed
             if shown.passed and (hidden is None or hidden.passed):
                 statuses.append("pass")
             else:
                 statuses.append(_status(hidden, "held_out") if shown.passed else _status(shown, "visible"))
         c = statuses.count("pass")
         scored.append(ProblemResult(p.task_id, len(outs), c, c / len(outs) if outs else 0.0, tuple(statuses),
-                                    tuple(str(o) for o in outs), seen, held))
+                                    tuple(str(o) for o in outs), seen, held, len(outs) if p.held_out else 0))
     return scored
 
 
@@ -172,12 +173,14 @@ def _status(v: Verdict | None, which: str) -> str:
 
 def summary(results: Sequence[ProblemResult], eval_time: float) -> dict[str, float | int]:
     """The ``mbpp_eval/...`` metrics (REFERENCE §5 names), the share of samples passing the visible and
-    the held-out asserts (``visible_pass_rate``, ``held_out_pass_rate``), the unbiased pass@1 and, with k > 1
+    the held-out asserts (``visible_pass_rate``; ``held_out_pass_rate`` over the samples of problems
+    that hold some out, 0 when none does), the unbiased pass@1 and, with k > 1
     samples per problem, ``mbpp_eval/pass_at_<k>``: each problem's ``pass_at_k(n, c, k)`` averaged
     over problems (Chen et al. 2021), k = the smallest sample count of any problem."""
     total = len(results)
     passed = sum(r.passed for r in results)
     samples = sum(r.n for r in results)
+    judged = sum(r.held_out_n for r in results)  # only problems that hold asserts out count
     out: dict[str, float | int] = {
         "mbpp_eval/pass_rate": passed / total if total else 0.0,
         "mbpp_eval/problems_passed": passed,
@@ -185,7 +188,7 @@ def summary(results: Sequence[ProblemResult], eval_time: float) -> dict[str, flo
         "mbpp_eval/eval_time": eval_time,
         "mbpp_eval/pass_at_1": mean_pass_at_k(results, 1),
         "mbpp_eval/visible_pass_rate": sum(r.visible_correct for r in results) / max(samples, 1),
-        "mbpp_eval/held_out_pass_rate": sum(r.held_out_correct for r in results) / max(samples, 1),
+        "mbpp_eval/held_out_pass_rate": sum(r.held_out_correct for r in results) / max(judged, 1),
     }
     k = min((r.n for r in results), default=0)
     if k > 1:
