@@ -550,7 +550,12 @@ class IdleWatch:
         self.alerted = False
 
     def sample(self, now: float, utils: list[float] | None, run: str | None) -> str | None:
-        """``"idle"`` when the alert is due, ``"busy"`` when an alerted idle period ends, else None."""
+        """``"idle"`` when the alert is due, ``"busy"`` when an alerted idle period ends, else None.
+
+        A sample with no reading (nvidia-smi failed once) and no run says nothing: it neither ends an
+        idle period nor alerts again when the next reading is idle."""
+        if not utils and run is None:
+            return None
         idle = bool(utils) and run is None and all(u < self.threshold for u in utils or [])
         if idle:
             if self.idle_since is None:
@@ -561,8 +566,7 @@ class IdleWatch:
             return None
         was = self.alerted
         self.alerted = False
-        if utils is not None or run is not None:
-            self.idle_since = None
+        self.idle_since = None
         return "busy" if was else None
 
 

@@ -70,6 +70,13 @@ def test_a_run_or_one_busy_gpu_or_no_gpus_is_not_idle() -> None:
     assert w.sample(200, None, None) is None and w.idle_since is None  # no nvidia-smi: nothing to say
 
 
+def test_a_failed_gpu_reading_neither_ends_an_idle_period_nor_alerts_again() -> None:
+    w = ha.IdleWatch(idle_s=10, threshold=5)
+    seen = [w.sample(t, u, None) for t, u in ((0, [0.0]), (10, [0.0]), (20, None), (30, [0.0]), (40, [0.0]))]
+    assert seen == [None, "idle", None, None, None] and w.idle_since == 0 and w.alerted
+    assert w.sample(50, [90.0], None) == "busy"
+
+
 def test_message_lists_every_known_field_one_per_line() -> None:
     event = {"state": "failed", "host": "h1", "run_id": "r-1", "recipe": "overfit", "step": 7,
              "total_steps": 10, "reason": "ValueError: x", "elapsed_s": 3725, "cost": 1.234,
