@@ -576,11 +576,14 @@ def lock_file() -> int:
 
 
 def watcher_running() -> bool:
+    """Whether a watcher holds the lock, probed with a shared lock that its exclusive one refuses.
+
+    The probe lasts microseconds, and a watcher starting meanwhile retries its own lock (watch_main)."""
     import fcntl
 
     fd = lock_file()
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
         return True
     finally:
@@ -588,18 +591,37 @@ def watcher_running() -> bool:
     return False
 
 
+def is_watcher(pid: object) -> bool:
+    """Whether ``pid`` is a live watcher process (watch.json may name a dead one: a watcher killed
+    with SIGKILL leaves its file behind)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return False
+    return b"watch" in args and any(a.endswith(b"hostalerts.py") for a in args)
+
+
 def watch_main() -> int:
     """``watch``: sample the GPUs until stopped; alert once when idle, once when busy again."""
     import fcntl
 
     fd = lock_file()
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return 0  # another watcher of this user holds the lock: one per host user
+    deadline = time.monotonic() + 1.0  # a probe (watcher_running) may hold the lock shared for a moment
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if time.monotonic() >= deadline:
+                return 0  # another watcher of this user holds the lock: one per host user
+            time.sleep(0.02)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     started = time.time()
+    write_json(here(WATCH_STATE), {"pid": os.getpid(), "started": started})  # before the first, slow sample
     cfg_mtime = None
     watch = IdleWatch(1200.0, DEFAULT_IDLE_THRESHOLD)
     disk: dict[str, Any] = {}
@@ -646,8 +668,9 @@ def watch_ensure() -> dict:
     deadline = time.time() + 10
     while time.time() < deadline:
         st = read_json(here(WATCH_STATE))
-        if isinstance(st, dict) and st.get("pid") and watcher_running():
-            return {"watcher": st["pid"]}
+        pid = st.get("pid") if isinstance(st, dict) else None
+        if is_watcher(pid) and watcher_running():
+            return {"watcher": pid}
         time.sleep(0.05)
     return {"watcher": None, "error": "the watcher did not start within 10s"}
 

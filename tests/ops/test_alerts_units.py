@@ -183,3 +183,40 @@ def test_run_event_reads_the_run_directory(tmp_path: Path, monkeypatch: pytest.M
     )
     assert (ev["elapsed_s"], ev["cost"], ev["wandb"]) == (1800, pytest.approx(2.5), "https://w/x")
     assert ev["look"] == "pippa logs r-2 --host h9"
+
+
+SLOW_SMI = """#!/bin/sh
+# an nvidia-smi that answers only once the test creates $HOME/release (a first sample can take 20 s)
+i=0
+while [ ! -e "$HOME/release" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done
+echo 0
+"""
+
+
+def test_watch_ensure_names_the_new_watcher_before_its_first_sample_not_a_stale_pid(tmp_path: Path) -> None:
+    """watch.json is written as soon as the watcher holds its lock, so watch-ensure answers while the
+    first nvidia-smi is still out, and never with the pid a killed watcher left behind."""
+    home = tmp_path / "home"
+    alerts = home / ".config" / "pippa" / "alerts"
+    alerts.mkdir(parents=True)
+    (alerts / "config.json").write_text(json.dumps({"idle_alert_s": 600, "remote_dir": str(tmp_path)}))
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that is no watcher any more
+    (alerts / "watch.json").write_text(json.dumps({"pid": gone.pid, "started": 0}))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(SLOW_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {**os.environ, "HOME": str(home), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    prog = [sys.executable, "-S", ha.__file__]
+    try:
+        p = subprocess.run([*prog, "watch-ensure"], env=env, capture_output=True, text=True, timeout=60)
+        pid = json.loads(p.stdout)["watcher"]
+        assert pid != gone.pid and ha.is_watcher(pid), p.stdout
+        assert "sample_time" not in json.loads((alerts / "watch.json").read_text()), "no sample yet"
+        again = subprocess.run([*prog, "watch-ensure"], env=env, capture_output=True, text=True, timeout=60)
+        assert json.loads(again.stdout)["watcher"] == pid, "one watcher per host user"
+    finally:
+        (home / "release").touch()
+        stop = subprocess.run([*prog, "watch-stop"], env=env, capture_output=True, text=True, timeout=60)
+    assert json.loads(stop.stdout)["stopped"] == pid
