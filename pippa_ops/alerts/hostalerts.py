@@ -334,23 +334,34 @@ def host_event(state: str, subject: str, reason: str, elapsed_s: float | None = 
 
 
 def log_delivery(event: dict, ok: bool, error: str | None) -> None:
+    """Append one attempt to deliveries.jsonl, first halving it when it is over DELIVERIES_MAX_BYTES.
+
+    Runs' ends and the watcher log at once: trim and append happen under one lock, so no trim writes
+    over another's temp file or drops a record appended between its read and its rename."""
+    import fcntl
+
     path = here(DELIVERIES)
     rec = {"time": time.time(), "state": event.get("state"), "run_id": event.get("run_id"),
            "subject": event.get("subject"), "ok": ok, "error": error}  # fmt: skip
     try:
-        if os.path.getsize(path) > DELIVERIES_MAX_BYTES:
-            keep = tail_lines(path, DELIVERIES_MAX_BYTES // 2)
-            with open(path + ".tmp", "w") as f:
-                f.write("".join(line + "\n" for line in keep))
-            os.replace(path + ".tmp", path)
+        lock = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     except OSError:
-        pass
+        return
     try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(path) and os.path.getsize(path) > DELIVERIES_MAX_BYTES:
+            keep = tail_lines(path, DELIVERIES_MAX_BYTES // 2)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+                f.write("".join(line + "\n" for line in keep))
+            os.replace(tmp, path)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with open(fd, "a") as f:
             f.write(json.dumps(rec) + "\n")
     except OSError:
         pass
+    finally:
+        os.close(lock)
 
 
 def sender_argv(cfg: dict) -> list[str]:

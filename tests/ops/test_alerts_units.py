@@ -220,3 +220,22 @@ def test_watch_ensure_names_the_new_watcher_before_its_first_sample_not_a_stale_
         (home / "release").touch()
         stop = subprocess.run([*prog, "watch-stop"], env=env, capture_output=True, text=True, timeout=60)
     assert json.loads(stop.stdout)["stopped"] == pid
+
+
+def test_deliveries_log_stays_whole_json_lines_when_many_processes_trim_it_at_once(tmp_path: Path) -> None:
+    """Runs ending together each log and trim deliveries.jsonl: no torn or lost line, and it stays bounded."""
+    alerts = tmp_path / ".config" / "pippa" / "alerts"
+    alerts.mkdir(parents=True)
+    code = (
+        f"import runpy, sys; ha = runpy.run_path({ha.__file__!r}, run_name='x');"
+        "ha['log_delivery'].__globals__['DELIVERIES_MAX_BYTES'] = 3000;"
+        "[ha['log_delivery']({'state': 'failed', 'run_id': f'r-{sys.argv[1]}-{i}'}, False, 'e' * 40)"
+        " for i in range(60)]"
+    )
+    env = {**os.environ, "HOME": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-S", "-c", code, str(n)], env=env) for n in range(6)]
+    assert [p.wait(timeout=60) for p in procs] == [0] * 6
+    lines = (alerts / "deliveries.jsonl").read_text().splitlines()
+    assert [json.loads(line)["state"] for line in lines] == ["failed"] * len(lines)
+    assert len("\n".join(lines)) <= 3000 + 200
+    assert not list(alerts.glob("*.tmp"))
