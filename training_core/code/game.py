@@ -97,9 +97,11 @@ def run_twice(pool: SandboxPool, codes: Sequence[str], limits: SandboxLimits,
               rng: random.Random | None = None) -> list[tuple[SandboxResult, SandboxResult]]:
     """Each program's two runs, at different times in fresh sandboxes: all first runs (in a shuffled
     order), then a pause longer than the time limit and of random length, then all second runs (in
-    another order). No two runs of one program overlap or start in the same second, so neither a
-    clock nor anything they could share (a lock, a file watch: the seccomp filter denies those too)
-    lets them agree on an output the opponent cannot read off the program."""
+    another order). No two runs of one program overlap, and they are more than the time limit apart,
+    so a clock read finer than that gap (seconds, with a limit of 1 s or more) differs between them,
+    and nothing they could share (a lock, a file watch: the seccomp filter denies those too) lets
+    them agree. A coarse clock does agree nearly always (``int(time.time()) // 3600`` differs only
+    when an hour starts in the 1-2 limits between the runs): that is not isolated (README)."""
     if not codes:
         return []
     rng = rng or random.SystemRandom()
