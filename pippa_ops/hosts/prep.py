@@ -54,7 +54,7 @@ class Sandbox:
     userns: bool | None  # unprivileged user namespaces allowed (None: unknown)
     apt: bool
     seccomp: bool = False  # libseccomp2 is installed (the sandbox's seccomp filter needs it)
-    cgroups: bool = False  # root with writable cgroups (caps for all of a run's processes together)
+    cgroups: bool = False  # root gets memory and pids cgroups (caps on a run's processes together)
     level: str = "unsafe"  # the strongest sandbox.isolation a recipe can ask for here
 
     @classmethod
@@ -82,7 +82,7 @@ class Sandbox:
             if self.level == "strict":
                 return f"ok ({self.bwrap}), isolation strict"
             why = ("libseccomp2 is missing (apt-get install libseccomp2)" if not self.seccomp else
-                   "no writable cgroups: memory is capped per process")
+                   "no usable memory and pids cgroup controllers: memory is capped per process")
             return f"ok ({self.bwrap}), isolation {self.level} at best: {why}"
         if self.bwrap is None:
             how = "" if self.can_install else " (Debian's bubblewrap; installing needs root or sudo)"
