@@ -3,8 +3,9 @@
 Sides, alternating each round with the same number of parallel workers (default 2, the CI machine's
 cores): bare ``subprocess.run([trainer python, "-c", code])``; bare ``[sandbox python, "-I", "-S",
 "-c", code]`` (the same interpreter and flags as inside the sandbox: what isolation alone costs);
-the sandbox with every limit on (bubblewrap namespaces, own uid, cgroup caps, rlimits, wall clock,
-output caps, tree kill); and the sandbox without the per-run cgroup (what the cgroup move costs).
+the sandbox with every limit on (bubblewrap namespaces, the seccomp filter and a fresh session keyring,
+own uid, cgroup caps, rlimits, wall clock, output caps, tree kill); the sandbox without the per-run
+cgroup (what the cgroup move costs); and without the seccomp filter and keyring (what they cost).
 Goal: sandbox / bare >= 0.8.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_sandbox.py [--n 200] [--workers 2] [--rounds 3]
@@ -53,18 +54,22 @@ def main() -> None:
     args = ap.parse_args()
     launcher = detect()
     plain = dataclasses.replace(launcher, cgroups=None)
-    print(f"isolation: {launcher.isolation}")
+    no_filter = dataclasses.replace(launcher, seccomp=None)
+    print(launcher.isolation.header())
     print(f"sandbox python: {launcher.python}\nbare python: {sys.executable}")
     codes = programs(args.n)
-    best = {"bare": 0.0, "bare -I -S": 0.0, "sandbox": 0.0, "sandbox, no cgroup": 0.0}
+    sides = ("bare", "bare -I -S", "sandbox", "sandbox, no cgroup", "sandbox, no seccomp")
+    best = dict.fromkeys(sides, 0.0)
     with SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=launcher) as pool, \
-            SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=plain) as pool_plain:
+            SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=plain) as pool_plain, \
+            SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=no_filter) as pool_no_filter:
         pool.map(codes[:4])  # warm
         for r in range(args.rounds):
             got = {"bare": bare(codes, args.workers, sys.executable),
                    "sandbox": sandboxed(codes, pool),
                    "bare -I -S": bare(codes, args.workers, launcher.python, ("-I", "-S")),
-                   "sandbox, no cgroup": sandboxed(codes, pool_plain)}
+                   "sandbox, no cgroup": sandboxed(codes, pool_plain),
+                   "sandbox, no seccomp": sandboxed(codes, pool_no_filter)}
             best = {k: max(best[k], v) for k, v in got.items()}
             print(f"round {r + 1}: " + "  ".join(f"{k} {v:6.1f}/s" for k, v in got.items())
                   + f"  ratio {got['sandbox'] / got['bare']:.2f}")
@@ -73,8 +78,9 @@ def main() -> None:
     print(f"sandbox / bare python -I -S = {best['sandbox'] / best['bare -I -S']:.2f} (isolation alone)")
     per_run = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["bare -I -S"])
     cgroup = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["sandbox, no cgroup"])
-    print(f"isolation cost per run: {per_run:.1f} ms of which the cgroup move {cgroup:.1f} ms "
-          f"({args.workers} workers)")
+    filt = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["sandbox, no seccomp"])
+    print(f"isolation cost per run: {per_run:.1f} ms, of which the cgroup move {cgroup:.1f} ms and the "
+          f"seccomp filter with the fresh keyring {filt:.1f} ms ({args.workers} workers)")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,12 @@ def desktop(body: str, title: str = TITLE) -> bool:
 
 
 def run_ended(message: str, stream: TextIO | None = None) -> None:
-    """Everything the user gets when a run ends: bell, line, desktop notification."""
+    """Everything the user gets when a run ends: bell, line, desktop notification, and PIPPA_NOTIFY
+    where it is set here (pippa_ops.alerts.local)."""
     bell_line(message, stream)
     desktop(message)
+    from pippa_ops.alerts.local import send
+
+    error = send(message)
+    if error is not None:
+        bell_line(f"alert to PIPPA_NOTIFY failed: {error}", stream)

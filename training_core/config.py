@@ -176,10 +176,12 @@ class LoggingConfig:
 
 @dataclass
 class SandboxConfig:
-    # How model-written code (code rewards, MBPP eval) is isolated. "strict": bubblewrap namespaces,
-    # the run refuses to start without them; "unsafe": rlimits only, the program sees the host's file
-    # system and network with the trainer's rights (logged in the run header). Default "strict".
-    isolation: Literal["strict", "unsafe"] = "strict"
+    # How model-written code (code rewards, MBPP eval) is isolated. "strict": bubblewrap namespaces, a
+    # seccomp filter, and cgroup caps on all of a run's processes together (root); the run refuses to
+    # start without them. "rlimits": the same but memory and processes capped per process (rlimits),
+    # what an ordinary user or root without writable cgroups gets. "unsafe": rlimits only, the program
+    # sees the host's file system and network with the trainer's rights. The run header shows which.
+    isolation: Literal["strict", "rlimits", "unsafe"] = "strict"
 
 
 @dataclass

@@ -252,10 +252,14 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
 
     # model-written code runs only under real isolation unless the recipe says "unsafe" (the header
     # above records the setting; the sandbox refuses with one line naming what to install otherwise)
-    sandbox.allow_unsafe(cfg.sandbox.isolation == "unsafe")
+    sandbox.set_level(cfg.sandbox.isolation)
     if cfg.sandbox.isolation == "unsafe":
         print("sandbox: isolation = unsafe (recipe setting): model-written code runs without namespaces",
               flush=True)
+    if _runs_model_code(cfg):
+        # found now, not at the first reward: a sandbox that cannot keep its promises stops the run here,
+        # with one line, and the header shows what every program will run under (mode, caps, seccomp)
+        print(sandbox.detect().isolation.header(), flush=True)
     rctx = registry.RewardContext(model=model, tokenizer=tokenizer, run_dir=str(run_dir), config=cfg)
     reward_funcs = [registry.build(r.name, r.params, rctx, cfg.plugins) for r in cfg.rewards] if grpo else []
     n_params = sum(p.numel() for p in model.parameters())
@@ -355,3 +359,12 @@ def _any_rank(trainer: Any) -> Any:
         return bool(acc.reduce(torch.tensor([float(flag)], device=acc.device), reduction="sum").item() > 0)
 
     return agree
+
+
+_CODE_REWARDS = ("code_execution", "test_cases", "assert_tests", "code_game")
+
+
+def _runs_model_code(cfg: Any) -> bool:
+    """Whether this recipe runs model-written code (a code reward, the MBPP evaluation or callback)."""
+    return (any(r.name in _CODE_REWARDS for r in cfg.rewards) or cfg.eval.task == "mbpp"
+            or any(c.name == "mbpp_eval" for c in cfg.callbacks))

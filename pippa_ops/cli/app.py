@@ -29,6 +29,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "pippa_ops.cli.hosts_cmd",
         "Prepare a host: check tmux/GPUs/python/disk, install uv, sync, run setup, push secrets.",
     ),
+    "notify-test": (
+        "pippa_ops.cli.notify_cmd",
+        "Send one test alert from the host to PIPPA_NOTIFY; non-zero exit with the service's error.",
+    ),
     "sync": (
         "pippa_ops.cli.hosts_cmd",
         "Copy the working tree to the host: changed files only, one stream, deletions only with --delete.",

@@ -95,6 +95,7 @@ def compare_cmd(
             f"  best {_fmt(s['best_reward'])}"
             + (f"  {ev}" if ev else "")
             + (f"  {s['end']}" if s["end"] else "")
+            + (f"  cost {s['cost']:.2f}" if s["cost"] is not None else "")
         )
     typer.echo("")
     if diff:

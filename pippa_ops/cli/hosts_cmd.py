@@ -91,6 +91,11 @@ def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
         for r in rows:
             if r.origins:
                 typer.echo(f"{r.name}: " + ", ".join(f"{k} from {v}" for k, v in r.origins.items()))
+    for r in rows:
+        if r.alerts:  # alerts, rate, idle watcher, failed deliveries (pippa_ops.alerts): a line each
+            from pippa_ops.alerts.remote import status_line
+
+            typer.echo(f"{r.name}: {status_line(r.alerts)}")
 
 
 def up_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOpt = False) -> None:
@@ -136,6 +141,9 @@ def render_up(r: UpReport) -> None:
     ]
     if r.secrets.missing:
         rows.append(("not in .env", ", ".join(r.secrets.missing)))
+    if r.alerts is not None:
+        rows.append(("alerts", r.alerts.summary()))
+        rows.append(("idle watch", r.alerts.watch_summary()))
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from pippa_ops.alerts.cost import priced_on
 from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json, goes_on_line
 from pippa_ops.errors import (
     AmbiguousSession,
@@ -54,7 +55,7 @@ def _all_hosts() -> list[str]:
 def _host_runs(name: str) -> HostRuns:
     spec, transport = connect(name)
     with transport:
-        return list_runs(transport, spec.remote_dir)
+        return priced_on(spec, transport, list_runs(transport, spec.remote_dir))
 
 
 def _locate_run(name: str, host: str | None) -> list[str]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from pippa_ops.alerts.cost import cost_text
 from pippa_ops.cli.table import Column, layout, natural_width, terminal_width
 from pippa_ops.errors import ExitCode, PippaError
 from pippa_ops.runs.precheck import failure_hint
@@ -122,8 +123,8 @@ def render_ps(
         for r in records:
             step = "-" if r.last_step is None else str(r.last_step)
             rows.append([r.host, r.session, name.get(r.run_id, r.run_id), label(r), r.state_text,
-                         when(r.started), duration(r.duration_s), step, num(r.last_reward),
-                         commit_text(r)])  # fmt: skip
+                         when(r.started), duration(r.duration_s) + cost_text(r.cost), step,
+                         num(r.last_reward), commit_text(r)])  # fmt: skip
         return rows
 
     lines, shown = _fit(PS_COLUMNS, build, ids, verbose)
@@ -168,8 +169,8 @@ def render_runs(
             r = i.record
             steps = "-" if i.steps is None else str(i.steps)
             rows.append([i.host, name.get(r.run_id, r.run_id), label(r), r.state_text, when(r.started),
-                         duration(r.duration_s), steps, num(i.final_reward), num(i.best_reward),
-                         eval_text(i.eval), commit_text(r), wandb_text(i.wandb),
+                         duration(r.duration_s) + cost_text(r.cost), steps, num(i.final_reward),
+                         num(i.best_reward), eval_text(i.eval), commit_text(r), wandb_text(i.wandb),
                          "yes" if i.pulled else ""])  # fmt: skip
         rows += [[h, "-", "-", _host_state(e), *[""] * 9] for h, e in errors.items()]
         return rows

@@ -13,6 +13,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
+from pippa_ops.alerts.cost import cost_text
 from pippa_ops.monitor.state import PLOTTED, SLOT_KEYS, GpuState, HostState, RunDetail, RunRow
 from pippa_ops.runs.curves import smooth, ticks_for_width
 from pippa_ops.runs.shortid import short_ids
@@ -153,7 +154,7 @@ class RunsTable(DataTable[str]):
         for r in runs:
             reward = "" if r.last_reward is None else f"{r.last_reward:.3f}"
             step = "" if r.step is None else str(r.step)
-            elapsed = _fmt_elapsed(r.elapsed_s)
+            elapsed = _fmt_elapsed(r.elapsed_s) + cost_text(r.cost)
             row = (r.state, r.session or "-", names[r.run_id], step, reward, elapsed, r.what)
             self.add_row(*row, key=r.run_id)
         ids = [r.run_id for r in runs]

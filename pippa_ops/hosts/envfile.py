@@ -49,10 +49,14 @@ def write_command(path: str = SECRETS_PATH) -> str:
     )
 
 
-def push_secrets(transport: Transport, names: tuple[str, ...], env_path: Path) -> SecretsPush:
-    """Send the named variables of ``env_path`` to the host's secrets file (rewritten each time)."""
+def push_secrets(
+    transport: Transport, names: tuple[str, ...], env_path: Path, optional: tuple[str, ...] = ()
+) -> SecretsPush:
+    """Send the named variables of ``env_path`` to the host's secrets file (rewritten each time);
+    ``optional`` ones (PIPPA_NOTIFY) travel when set (not empty) and are not reported missing when not."""
     local = read_env(env_path)
     chosen = {n: local[n] for n in names if n in local}
+    chosen.update({n: local[n] for n in optional if local.get(n)})
     missing = tuple(n for n in names if n not in local)
     transport.run(write_command(), input=secrets_file_text(chosen).encode(), timeout=60, check=True)
     return SecretsPush(pushed=tuple(sorted(chosen)), missing=missing, path=SECRETS_PATH)

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pippa_ops.alerts.settings import FIELDS as ALERT_FIELDS
+from pippa_ops.alerts.settings import alert_settings
 from pippa_ops.errors import UnknownHost, UsageError, did_you_mean
 from pippa_ops.hosts.scheduler import SCHEDULERS, SlurmSpec, slurm_spec
 from pippa_ops.repo import repo_root
@@ -56,6 +58,18 @@ class HostSpec:
     source: str = "address"  # "inventory:<file>", "ssh_config", "address", "local"
     # Where each set field came from: "hosts.toml", "ssh_config" or "pippa.toml" (`pippa hosts --explain`).
     origins: dict[str, str] = field(default_factory=dict)
+    # Alerts and cost (pippa_ops.alerts.settings): the idle-GPU watcher's period ("20m"; None: off) and
+    # threshold (% utilization), the host's price per hour, or per GPU-hour (None: no cost shown).
+    idle_alert: str | None = None
+    idle_threshold: float = 5.0
+    cost_per_hour: float | None = None
+    cost_per_gpu_hour: float | None = None
+
+    @property
+    def idle_alert_s(self) -> float | None:
+        from pippa_ops.alerts.hostalerts import parse_duration
+
+        return parse_duration(self.idle_alert) if self.idle_alert else None
 
     @property
     def is_local(self) -> bool:
@@ -66,7 +80,7 @@ _ADDRESS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,253}$")
 _IPV6_RE = re.compile(r"^[0-9A-Fa-f:.]{2,45}$")
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _STR_FIELDS = ("address", "user", "identity_file", "proxy_jump", "remote_dir", "python")
-_FIELDS = (*_STR_FIELDS, "port", "setup", "env", "secrets", "scheduler", "slurm")
+_FIELDS = (*_STR_FIELDS, "port", "setup", "env", "secrets", "scheduler", "slurm", *ALERT_FIELDS)
 # How to reach a host. For these, the user's own files win over the team's: personal hosts.toml >
 # ~/.ssh/config > team pippa.toml (a team entry never overrides the user's ssh alias of that name).
 # The other fields (remote_dir, python, setup, env, secrets): hosts.toml > pippa.toml.
@@ -206,6 +220,7 @@ def _spec_from_entry(name: str, entry: Mapping[str, Any]) -> HostSpec:
         env=dict(env),
         secrets=tuple(secrets),
         source=f"inventory:{entry['_file']}",
+        **alert_settings(entry, where),
     )
 
 

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pippa_ops.alerts import remote as alerts
+from pippa_ops.alerts.remote import AlertsSetup
 from pippa_ops.errors import HostUnreachable, PippaError, RemoteCommandFailed, ToolMissing
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.envfile import SecretsPush, push_secrets
@@ -52,6 +54,9 @@ class Sandbox:
     sudo: bool  # passwordless
     userns: bool | None  # unprivileged user namespaces allowed (None: unknown)
     apt: bool
+    seccomp: bool = False  # libseccomp2 is installed (the sandbox's seccomp filter needs it)
+    cgroups: bool = False  # root gets memory and pids cgroups (caps on a run's processes together)
+    level: str = "unsafe"  # the strongest sandbox.isolation a recipe can ask for here
 
     @classmethod
     def from_json(cls, data: object) -> Sandbox:
@@ -64,6 +69,9 @@ class Sandbox:
             sudo=bool(d.get("sudo")),
             userns=d.get("userns"),
             apt=bool(d.get("apt")),
+            seccomp=bool(d.get("seccomp")),
+            cgroups=bool(d.get("cgroups")),
+            level=str(d.get("level") or "unsafe"),
         )
 
     @property
@@ -72,7 +80,11 @@ class Sandbox:
 
     def summary(self) -> str:
         if self.works:
-            return f"ok ({self.bwrap})"
+            if self.level == "strict":
+                return f"ok ({self.bwrap}), isolation strict"
+            why = ("libseccomp2 is missing (apt-get install libseccomp2)" if not self.seccomp else
+                   "no usable memory and pids cgroup controllers: memory is capped per process")
+            return f"ok ({self.bwrap}), isolation {self.level} at best: {why}"
         if self.bwrap is None:
             how = "" if self.can_install else " (Debian's bubblewrap; installing needs root or sudo)"
             return f"unavailable: bwrap is not installed{how}; only code recipes need it"
@@ -105,6 +117,7 @@ class UpReport:
     secrets: SecretsPush
     elapsed_s: float
     bwrap_installed: bool = False  # bubblewrap installed by this `up`
+    alerts: AlertsSetup | None = None  # alerts from the host (pippa_ops.alerts), the idle watcher
 
     def to_json(self) -> dict[str, object]:
         p = self.probe
@@ -127,6 +140,7 @@ class UpReport:
             "secrets_pushed": list(self.secrets.pushed),
             "secrets_missing": list(self.secrets.missing),
             "elapsed_s": round(self.elapsed_s, 2),
+            "alerts": None if self.alerts is None else self.alerts.to_json(),
         }
 
 
@@ -247,8 +261,10 @@ def up(
     r = transport.run(f"{py_expr} --version", timeout=30)
     if not r.ok:
         raise ToolMissing(f"{spec.name}: the training python {python} does not run: {r.stderr.strip()}")
-    secrets = push_secrets(transport, spec.secrets, env_path or repo / ".env")
+    secrets = push_secrets(transport, spec.secrets, env_path or repo / ".env", optional=(alerts.TARGET,))
     remote_dir = str(repo) if spec.is_local else transport.expand(spec.remote_dir)
+    alerts_setup = alerts.install(transport, spec, remote_dir=remote_dir, gpus=len(facts.gpus), python=python,
+                                  configured=alerts.TARGET in secrets.pushed)  # fmt: skip
     return UpReport(
         host=spec.name,
         remote_dir=remote_dir,
@@ -260,6 +276,7 @@ def up(
         secrets=secrets,
         elapsed_s=time.monotonic() - t0,
         bwrap_installed=bwrap_installed,
+        alerts=alerts_setup,
     )
 
 
@@ -286,6 +303,7 @@ class HostRow:
     error: str | None
     origins: dict[str, str] = field(default_factory=dict)  # field -> hosts.toml | ssh_config | pippa.toml
     python_missing: str | None = None  # the host's python setting, when the host has no such program
+    alerts: dict[str, object] | None = None  # the host's alerts status (pippa_ops.alerts.hostalerts.status)
 
     def to_json(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -300,19 +318,20 @@ def survey(
 
     missing: set[str] = set()
 
-    def check(name: str) -> float:
+    def check(name: str) -> tuple[float, dict[str, object] | None]:
         t0 = time.monotonic()
         spec = by_name[name]
         if spec.is_local and spec.python is None:
-            return 0.0
+            return 0.0, None
         with open_transport(spec) as t:
             try:
                 r = t.run(python_probe_line(spec.python), timeout=timeout, check=True)
             except TimeoutError as e:
                 raise HostUnreachable(f"{name}: no answer within {timeout:.0f}s") from e
-        if r.stdout.strip() == "missing":
-            missing.add(name)
-        return (time.monotonic() - t0) * 1000
+            if r.stdout.strip() == "missing":
+                missing.add(name)
+            latency = (time.monotonic() - t0) * 1000
+            return latency, None if spec.is_local else alerts.status_or_none(t, timeout)
 
     results = fan_out(list(by_name), check)
     rows = []
@@ -328,10 +347,11 @@ def survey(
                 source=spec.source,
                 remote_dir=spec.remote_dir,
                 reachable=ok,
-                latency_ms=round(res, 1) if not isinstance(res, PippaError) else None,
+                latency_ms=round(res[0], 1) if not isinstance(res, PippaError) else None,
                 error=None if ok else str(res),
                 origins=dict(spec.origins),
                 python_missing=spec.python if spec.name in missing else None,
+                alerts=None if isinstance(res, PippaError) else alerts.with_rate(res[1], spec),
             )
         )
     return rows

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
+from pippa_ops.alerts.cost import Prices
 from pippa_ops.errors import (
     AuthFailed,
     HostKeyRejected,
@@ -90,7 +91,7 @@ def indexed(g: Gpu, position: int) -> Gpu:
 
 def run_row(r: RunRecord, now: float) -> RunRow:
     elapsed = r.duration_s if r.duration_s is not None else (now - r.started if r.started else None)
-    return RunRow(r.run_id, r.label, r.state_text, r.session, r.last_step, r.last_reward, elapsed)
+    return RunRow(r.run_id, r.label, r.state_text, r.session, r.last_step, r.last_reward, elapsed, r.cost)
 
 
 class HostMonitor:
@@ -106,6 +107,7 @@ class HostMonitor:
         opener: Callable[[HostSpec], Transport] | None = None,
     ) -> None:
         self.name, self.spec = spec.name, spec
+        self._prices = Prices(spec)  # runs' cost so far, where the host has a rate
         self.interval_s, self.runs_every_s = interval_s, runs_every_s
         self._opener = opener or open_transport
         self._transport: Transport | None = None
@@ -210,7 +212,7 @@ class HostMonitor:
                 self._up.wait(1.0)
                 continue
             try:
-                listing = list_runs(t, self.spec.remote_dir)
+                listing = self._prices.priced(list_runs(t, self.spec.remote_dir), t)
             except LOST as e:
                 self.lose(e)
                 continue

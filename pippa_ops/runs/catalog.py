@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pippa_ops.alerts.cost import priced_on
 from pippa_ops.errors import AmbiguousSession, PippaError, RunNotFound, UsageError
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect
@@ -71,17 +72,19 @@ def _info(record: RunRecord, summary: Any, pulled: str | None = None) -> RunInfo
     )
 
 
-def infos_from_answer(host: str, answer: dict[str, Any]) -> list[RunInfo]:
-    """The agent's ``list_runs`` answer (with ``summary``) as RunInfos (pure)."""
+def infos_from_answer(host: str, answer: dict[str, Any], runs: HostRuns | None = None) -> list[RunInfo]:
+    """The agent's ``list_runs`` answer (with ``summary``) as RunInfos (pure); ``runs``: its records
+    already derived (and priced)."""
     summaries = {r.get("run_id"): r.get("summary") for r in answer.get("runs") or [] if isinstance(r, dict)}
-    return [_info(rec, summaries.get(rec.run_id)) for rec in host_runs(host, answer).runs]
+    return [_info(rec, summaries.get(rec.run_id)) for rec in (runs or host_runs(host, answer)).runs]
 
 
 def host_infos(host: str) -> list[RunInfo]:
     spec, transport = connect(host)
     with transport:
         answer = agent_client.call(transport, "list_runs", {"remote_dir": spec.remote_dir, "summary": True})
-    return infos_from_answer(spec.name, answer)
+        runs = priced_on(spec, transport, host_runs(spec.name, answer))
+    return infos_from_answer(spec.name, answer, runs)
 
 
 def pulled_infos(root: Path) -> list[RunInfo]:
@@ -184,7 +187,7 @@ def select(
 def _host_runs(host: str) -> HostRuns:
     spec, transport = connect(host)
     with transport:
-        return list_runs(transport, spec.remote_dir)
+        return priced_on(spec, transport, list_runs(transport, spec.remote_dir))
 
 
 def locate(names: Sequence[str], host: str | None = None) -> dict[str, RunRecord]:

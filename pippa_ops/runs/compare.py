@@ -29,6 +29,7 @@ class LoadedRun:
     source: str  # "pulled" (the local copy's path) or "host"
     where: str
     curves: Curves
+    cost: float | None = None  # so far, at its host's rate (pippa_ops.alerts.cost); None: no rate or a copy
 
     def summary(self) -> dict[str, Any]:
         reward = self.curves.series("reward/mean")
@@ -39,6 +40,7 @@ class LoadedRun:
             "best_reward": max((p[1] for p in reward), default=None),
             "final_eval": evals or None,
             "end": self.curves.end,
+            "cost": self.cost,
         }
 
 
@@ -78,7 +80,7 @@ def load_runs(names: Sequence[str], root: Path, host: str | None = None) -> list
                     path = f"{spec.remote_dir.rstrip('/')}/runs/{rec.run_id}/metrics.jsonl"
                     data = read_all(transport, path)
                     loaded[name] = LoadedRun(
-                        rec.run_id, spec.name, "host", f"{h}:{path}", parse_metrics(data)
+                        rec.run_id, spec.name, "host", f"{h}:{path}", parse_metrics(data), rec.cost
                     )
     return [loaded[n] for n in names]
 

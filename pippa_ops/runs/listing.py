@@ -50,6 +50,7 @@ class RunRecord:
     machine_rank: int | None = None  # this host's rank in such a run
     job_id: str | None = None  # the SLURM job of a run on a SLURM host (None: a tmux run)
     slurm_state: str | None = None  # squeue/scontrol's state and reason, e.g. "PENDING (Resources)"
+    cost: float | None = None  # so far, at the host's rate (pippa_ops.alerts.cost); None: no rate
 
     @property
     def label(self) -> str:

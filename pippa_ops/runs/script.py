@@ -3,7 +3,8 @@
 Everything here is a string built from validated names and quoted values, unit-tested without a host.
 The wrapper (cmd.sh) is where the run's guarantees live:
 - secrets come from the 0600 file, sourced inside the job's subshell; they never appear in cmd.sh,
-  argv, tmux send-keys text, output.log or run.json;
+  argv, tmux send-keys text or run.json; PIPPA_NOTIFY is unset again, since only the alerts delivery
+  reads it (docs/CONTRACTS.md), so even a job that prints its environment cannot log it;
 - stdout+stderr go to ``output.log`` and to the pane (``tee -a -i``: the tee survives Ctrl-C so a
   trainer that catches SIGINT can still log while it saves);
 - the wrapper traps SIGINT, so after an interrupt it still records ``exit_code`` (tmp + rename);
@@ -20,6 +21,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pippa_ops.alerts import hostalerts
+from pippa_ops.alerts.commands import run_end_line
 from pippa_ops.errors import BadSetting
 from pippa_ops.hosts.inventory import SECRETS_PATH
 from pippa_ops.transport.shell import export_line, sh_path, validate_name
@@ -98,6 +101,12 @@ def cmd_job(run_id: str, command: str) -> Job:
     return Job(run_id=run_id, recipe=None, command=command, argv=None)
 
 
+def source_secrets_line() -> str:
+    """The job's secrets: every variable of the 0600 file exported, except the alerts target."""
+    path = sh_path(SECRETS_PATH)
+    return f"if [ -f {path} ]; then set -a; . {path}; set +a; unset {hostalerts.TARGET}; fi"
+
+
 def render_cmd_sh(job: Job, remote_dir: str, env: dict[str, str]) -> str:
     """The wrapper the session runs for one job (see the module docstring for its guarantees)."""
     run_dir = sh_path(f"{remote_dir.rstrip('/')}/runs/{job.run_id}")
@@ -115,12 +124,13 @@ trap : INT
     export PATH="$HOME/.local/bin:$PATH" PYTHONUNBUFFERED=1
     export PIPPA_RUN_ID={shlex.quote(job.run_id)} PIPPA_RUN_DIR="$RUN_DIR"
     {export_line(env)}
-    if [ -f {sh_path(SECRETS_PATH)} ]; then set -a; . {sh_path(SECRETS_PATH)}; set +a; fi
+    {source_secrets_line()}
 {job.command}
   )
   echo $? > "$RUN_DIR/exit_code.tmp"
 }} 2>&1 | tee -a -i "$RUN_DIR/output.log"
 [ -f "$RUN_DIR/exit_code.tmp" ] && mv -f "$RUN_DIR/exit_code.tmp" "$RUN_DIR/exit_code"
+{run_end_line()}
 exit 0
 """
 

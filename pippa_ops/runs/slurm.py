@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from pippa_ops.hosts.inventory import SECRETS_PATH
 from pippa_ops.hosts.scheduler import SlurmSpec
+from pippa_ops.runs.script import source_secrets_line
 from pippa_ops.transport.shell import export_line, sh_path
 
 PORT_BASE, PORT_SPAN = 20000, 20000  # rendezvous port: PORT_BASE + job id % PORT_SPAN
@@ -83,7 +84,7 @@ cd {sh_path(remote_dir)} || exit 1
 export PATH="$HOME/.local/bin:$PATH" PYTHONUNBUFFERED=1
 export PIPPA_RUN_ID={shlex.quote(run_id)} PIPPA_RUN_DIR="$RUN_DIR"
 {export_line(env)}
-if [ -f {sh_path(SECRETS_PATH)} ]; then set -a; . {sh_path(SECRETS_PATH)}; set +a; fi
+{source_secrets_line()}
 MAIN_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 MAIN_PORT=$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))
 srun --kill-on-bad-exit=1 {step}

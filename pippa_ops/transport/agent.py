@@ -19,6 +19,7 @@ modules only some verbs need (subprocess, shutil, tempfile, threading) are impor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -192,10 +193,67 @@ def sandbox_facts() -> dict:
         p = run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"], timeout=20)
         works = p.returncode == 0
         why = "" if works else (p.stderr.decode(errors="replace").strip().splitlines() or ["failed"])[-1]
+    import ctypes.util
+
+    seccomp = ctypes.util.find_library("seccomp") is not None  # libseccomp2, for the sandbox's filter
+    cgroups = cgroup_caps()
+    # the strongest sandbox.isolation a code recipe can ask for here (training_core.sandbox.isolation)
+    level = "unsafe"
+    if works and seccomp:
+        level = "strict" if cgroups else "rlimits"
     return {
         "bwrap": bwrap, "works": works, "why": why, "root": root, "sudo": sudo,
-        "userns": userns, "apt": which("apt-get") is not None,
+        "userns": userns, "apt": which("apt-get") is not None, "seccomp": seccomp,
+        "cgroups": cgroups, "level": level,
     }  # fmt: skip
+
+
+def cgroup_caps(root: str = "/sys/fs/cgroup") -> bool:
+    """Whether root can cap a run's processes together here, found as the trainer finds it
+    (training_core.sandbox.cgroups.CgroupSlots.create): a cgroup beside this process's own, with the
+    memory and pids controllers, made and removed again. A writable /sys/fs/cgroup is not enough."""
+    if os.geteuid() != 0:
+        return False
+    own = {}
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f.read().splitlines():
+                parts = line.split(":", 2)
+                if len(parts) == 3:
+                    for ctrl in parts[1].split(","):
+                        own[ctrl] = parts[2].lstrip("/")
+    except OSError:
+        return False
+    name = f"pippa-probe-{os.getpid()}"
+    made = []
+    try:
+        v1 = all(c in own and os.path.isdir(os.path.join(root, c)) for c in ("memory", "pids"))
+        if v1:
+            for ctrl, control in (("memory", "memory.limit_in_bytes"), ("pids", "pids.max")):
+                d = os.path.join(root, ctrl, own[ctrl], name)
+                os.mkdir(d)
+                made.append(d)
+                if not os.path.exists(os.path.join(d, control)):  # the kernel makes it in a real cgroup
+                    return False
+            return True
+        if "" in own and os.path.exists(os.path.join(root, "cgroup.controllers")):
+            base = os.path.normpath(os.path.join(root, own[""]))
+            d = os.path.join(base if base == os.path.normpath(root) else os.path.dirname(base), name)
+            os.mkdir(d)
+            made.append(d)
+            with open(os.path.join(d, "cgroup.subtree_control"), "w") as f:
+                f.write("+memory +pids")
+            slot = os.path.join(d, "0")  # a run's slot: the kernel gives it the controllers' files
+            os.mkdir(slot)
+            made.append(slot)
+            return all(os.path.exists(os.path.join(slot, c)) for c in ("memory.max", "pids.max"))
+        return False
+    except OSError:
+        return False
+    finally:
+        for d in reversed(made):
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
 
 
 def install_bwrap(req: dict) -> dict:
@@ -873,6 +931,7 @@ def wandb_sync(req: dict) -> dict:
     if not found:
         raise AgentError("not_found", f"no offline W&B run in {run_dir} (the run had W&B online or off)")
     env = {**secrets_env(req["secrets_path"]), **(req.get("env") or {})}
+    env.pop("PIPPA_NOTIFY", None)  # only the alerts delivery reads the target (docs/CONTRACTS.md)
     if not (env.get("WANDB_API_KEY") or os.environ.get("WANDB_API_KEY")):
         raise AgentError("usage", "no WANDB_API_KEY on the host: put it in .env, then `pippa up` pushes it")
     python = list(req["python"])

@@ -36,7 +36,15 @@ from pathlib import Path
 
 from training_core.code.game import play
 from training_core.rewards import code as rc
-from training_core.sandbox import SandboxLimits, SandboxResult, Status, detect, run_python
+from training_core.sandbox import (
+    SandboxLimits,
+    SandboxResult,
+    SandboxUnavailable,
+    Status,
+    detect,
+    run_python,
+    set_level,
+)
 from training_core.sandbox.isolation import Launcher
 
 REPO = Path(__file__).resolve().parents[2]
@@ -404,6 +412,91 @@ SOCKETS = [
          lambda r, c: "ESCAPED" not in r.stdout),
 ]
 
+def _nr(name: str) -> int:
+    import pyseccomp
+
+    return pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name)
+
+
+def called(name: str, *args: str, before: str = "") -> str:
+    """A program calling syscall ``name`` through libc (arguments as Python source: ``L(3)``, b'..');
+    it prints ESCAPED when the call succeeds."""
+    return ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+            f"L = ctypes.c_long\n{before}r = libc.syscall(L({_nr(name)}), {', '.join(args)})\n"
+            "print('ESCAPED' if r >= 0 else 'refused', r, ctypes.get_errno())\n")
+
+
+
+
+def _lock_channel(ctx: Ctx) -> tuple[bool, str]:
+    """Two concurrent sandboxes: one locks a shared /usr file, the other tests the lock (a bit)."""
+    a = ("import fcntl, time\nf = open('/usr/bin/env')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX)\n    print('locked')\n"
+         "except OSError as e:\n    print('refused', e.errno)\ntry:\n    fcntl.lockf(open('/tmp/x', 'w'), fcntl.LOCK_EX)\n"
+         "except OSError:\n    pass\ntime.sleep(1.2)")
+    b = ("import fcntl, time\ntime.sleep(0.4)\nf = open('/usr/bin/env')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+         "    print('free')\nexcept BlockingIOError:\n    print('ESCAPED: saw the other sandbox lock')\nexcept OSError as e:\n"
+         "    print('refused', e.errno)\n")
+    with ThreadPoolExecutor(2) as ex:
+        fa = ex.submit(run_python, a, SMALL, ctx.launcher)
+        rb = ex.submit(run_python, b, SMALL, ctx.launcher).result()
+        ra = fa.result()
+    return "ESCAPED" not in rb.stdout and "locked" not in ra.stdout, f"a={ra.stdout.strip()!r} b={rb.stdout.strip()!r}"
+
+
+def _keyring_between_runs(ctx: Ctx) -> tuple[bool, str]:
+    """Run 1 adds a key to its session, user and user-session keyrings; run 2 looks for it; so does the host."""
+    desc = f"pippa-{ctx.token[:12]}"
+    for ring in (-3, -4, -5):
+        run_python(called("add_key", "b'user'", f"b'{desc}'", "b'x'", "L(1)", f"L({ring})"), SMALL, ctx.launcher)
+    find = called("request_key", "b'user'", f"b'{desc}'", "None", "L(0)") + \
+        f"print('ESCAPED' if '{desc}' in open('/proc/keys').read() else 'not listed')\n"
+    r = run_python(find, SMALL, ctx.launcher)
+    host = Path("/proc/keys").read_text()
+    return "ESCAPED" not in r.stdout and desc not in host, r.stdout[-160:]
+
+
+KERNEL = [
+    prog("kernel_keyring", "read_session_keyring",
+         called("keyctl", "L(11)", "L(-3)", "L(0)", "L(0)"),  # KEYCTL_READ
+         lambda r, c: "ESCAPED" not in r.stdout),
+    prog("kernel_keyring", "clear_session_keyring", called("keyctl", "L(7)", "L(-3)"),  # KEYCTL_CLEAR
+         lambda r, c: "ESCAPED" not in r.stdout),
+    prog("kernel_keyring", "join_named_keyring",
+         called("keyctl", "L(1)", "b'pippa-shared-@TOKEN@'"), lambda r, c: "ESCAPED" not in r.stdout),
+    prog("kernel_keyring", "request_key_dns_upcall",
+         called("request_key", "b'dns_resolver'", "b'pypi.org'", "None", "L(0)"),
+         lambda r, c: "ESCAPED" not in r.stdout),
+    Case("kernel_keyring", "keyring_between_runs", _keyring_between_runs),
+    prog("shared_state", "flock_usr_file", tried("import fcntl; fcntl.flock(open('/usr/bin/env'), fcntl.LOCK_SH)"),
+         lambda r, c: "ESCAPED" not in r.stdout),
+    prog("shared_state", "fcntl_lock_usr_file",
+         tried("import fcntl; fcntl.lockf(open('/usr/bin/env'), fcntl.LOCK_SH)"), lambda r, c: "ESCAPED" not in r.stdout),
+    Case("shared_state", "lock_channel_between_sandboxes", _lock_channel),
+    prog("shared_state", "inotify_on_usr", called("inotify_init1", "L(0)"),
+         lambda r, c: "ESCAPED" not in r.stdout),
+    prog("shared_state", "fanotify", called("fanotify_init", "L(0x200)", "L(0)"),
+         lambda r, c: "ESCAPED" not in r.stdout),
+    prog("shared_state", "dnotify_on_tmp",
+         tried("import fcntl, os; fcntl.fcntl(os.open('/tmp', os.O_RDONLY), fcntl.F_NOTIFY, fcntl.DN_ACCESS)"),
+         lambda r, c: "ESCAPED" not in r.stdout),
+    prog("uncounted_memory", "sysv_shm", called("shmget", "L(0)", "L(256 << 20)", "L(0o1600)"),
+         lambda r, c: "ESCAPED" not in r.stdout),
+    prog("uncounted_memory", "memfd", tried("import os; os.memfd_create('x')"),
+         lambda r, c: "ESCAPED" not in r.stdout),
+    prog("uncounted_memory", "tmpfs_xattrs",
+         tried("open('/tmp/x', 'w').close(); import os; os.setxattr('/tmp/x', 'user.a', b'x' * 65536)"),
+         lambda r, c: "ESCAPED" not in r.stdout),
+    prog("kernel_interfaces", "io_uring", called("io_uring_setup", "L(8)", "ctypes.create_string_buffer(120)"),
+         lambda r, c: "ESCAPED" not in r.stdout),
+    prog("kernel_interfaces", "userfaultfd", called("userfaultfd", "L(1)"),
+         lambda r, c: "ESCAPED" not in r.stdout),
+    prog("kernel_interfaces", "ptrace_traceme", called("ptrace", "L(0)", "L(0)", "L(0)", "L(0)"),
+         lambda r, c: "ESCAPED" not in r.stdout),
+    prog("kernel_interfaces", "personality", called("personality", "L(0x0040000)"),  # ADDR_NO_RANDOMIZE
+         lambda r, c: "ESCAPED" not in r.stdout),
+]
+
+
 SQUARE = ["assert square(2) == 4", "assert square(-3) == 9"]
 FORGERIES = {
     "always_equal": "class Yes:\n    def __eq__(self, other):\n        return True\ndef square(x):\n    return Yes()",
@@ -436,17 +529,38 @@ def _test_cases_repo(ctx: Ctx) -> tuple[bool, str]:
 
 def _game(ctx: Ctx) -> tuple[bool, str]:
     progs = ["import os\nprint(int.from_bytes(os.urandom(6), 'big'))", "print(hash('x'))",
-             "import time\nprint(time.time_ns())"]
+             "import time\nprint(time.time_ns())", "import time\nprint(int(time.time()))",
+             "import time\nprint(int(time.monotonic()))"]
     got = play(progs, lambda ps: ["<answer>0</answer>"] * len(ps))
-    return got == [-1.0] * 3, f"rewards {got}"
+    return got == [-1.0] * len(progs), f"rewards {got}"
+
+
+def _forged_values(ctx: Ctx) -> tuple[bool, str]:
+    """Three programs forge values (nested 400 deep, 15,000 ints that hash alike, 60,000 nodes) next
+    to a correct one: the forgers get 0, the correct one 1 (test_judge.py bounds the CPU it costs)."""
+    def forger(payload: str) -> str:
+        return ("import os\n" + payload + "\nline = b'V' + value.encode() + b'\\nD'\n"
+                "for fd in range(3, 64):\n    try:\n        os.write(fd, line)\n    except OSError:\n"
+                "        pass\nos._exit(0)\n")
+
+    m = (1 << 61) - 1
+    progs = [forger("value = '[' + '[\"l\",[' * 400 + '[\"i\",\"4\"]' + ']]' * 400 + ',[\"i\",\"9\"]]'"),
+             forger(f"items = ','.join('[\"i\",\"%x\"]' % (k * {m} + 4) for k in range(15000))\n"
+                    "value = '[[\"S\",[' + items + ']],[\"i\",\"9\"]]'"),
+             forger("inner = '[\"l\",[[\"n\"],[\"n\"],[\"n\"]]]'\n"
+                    "value = '[[\"l\",[' + ','.join([inner] * 15000) + ']],[\"i\",\"9\"]]'"),
+             "def square(x):\n    return x * x"]
+    got = rc.assert_tests(progs, test_list=[SQUARE] * 4)
+    return got == [0.0, 0.0, 0.0, 1.0], f"rewards {got}"
 
 
 FORGING = [_forgery(n, c) for n, c in FORGERIES.items()] + [
+    Case("reward_forging", "assert_tests_forged_values", _forged_values),
     Case("reward_forging", "test_cases_reads_repo", _test_cases_repo),
     Case("reward_forging", "code_game_random_output", _game),
 ]
 
-CASES = NETWORK + FS_READ + FS_WRITE + PERSISTENCE + PROCESSES + RESOURCES + SOCKETS + FORGING
+CASES = NETWORK + FS_READ + FS_WRITE + PERSISTENCE + PROCESSES + RESOURCES + SOCKETS + KERNEL + FORGING
 
 
 @dataclass(frozen=True)
@@ -457,8 +571,19 @@ class Outcome:
     evidence: str
 
 
+def suite_launcher() -> Launcher:
+    """The default (strict) sandbox; where this user is refused it (no cgroup of its own), the level a
+    recipe opts into by name, ``rlimits``: the suite then shows what that level holds."""
+    try:
+        return detect()
+    except SandboxUnavailable as e:
+        print(f"isolation = strict refused here: {e}", file=sys.stderr)
+        set_level("rlimits")  # for the rewards' shared pool too, as the recipe setting would
+        return detect()
+
+
 def run_suite(workers: int = 4, launcher: Launcher | None = None) -> tuple[list[Outcome], Launcher]:
-    launcher = launcher or detect()
+    launcher = launcher or suite_launcher()
     ctx = Ctx(launcher, Path(tempfile.mkdtemp(prefix="pippa-hostile-")))
     try:
         ctx.setup()
@@ -480,8 +605,9 @@ def run_suite(workers: int = 4, launcher: Launcher | None = None) -> tuple[list[
 def summary(outcomes: list[Outcome], launcher: Launcher) -> str:
     bad = sum(not o.contained for o in outcomes)
     iso = launcher.isolation
-    return (f"{len(outcomes) - bad} contained, {bad} escaped ({iso.mode}, uid {os.geteuid()}, memory cap "
-            f"{iso.memory_cap}, process cap {iso.pids_cap})")
+    return (f"{len(outcomes) - bad} contained, {bad} escaped ({iso.mode}, isolation = {iso.level}, uid "
+            f"{os.geteuid()}, memory cap {iso.memory_cap}, process cap {iso.pids_cap}, "
+            f"{'seccomp on' if iso.seccomp else 'NO seccomp'})")
 
 
 def main() -> int:

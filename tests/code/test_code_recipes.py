@@ -65,12 +65,16 @@ def test_code_game_recipe_trains_on_cpu(tmp_path: Path, offline: None) -> None:
 
 
 @pytest.mark.slow
-def test_code_tests_recipe_trains_on_cpu(tmp_path: Path, offline: None) -> None:
+def test_code_tests_recipe_trains_on_cpu(tmp_path: Path, offline: None,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "tests"
     assert train_main(["code_tests", "--run-dir", str(run_dir), "--set", "train.max_steps=1"],
                       facts=PlatformFacts()) == 0
     steps = [x for x in lines(run_dir) if x["type"] == "step"]
     assert len(steps) == 1 and 0.0 <= steps[0]["reward/test_cases"] <= 2.0
+    header = [line for line in capsys.readouterr().out.splitlines() if line.startswith("sandbox: bwrap")]
+    assert header and "(isolation = " in header[0] and "seccomp (libseccomp" in header[0]
+    assert "memfd_create" in header[0] and "fcntl: lock" in header[0]
 
 
 def test_code_game_opponent_is_a_frozen_copy_and_accuracy_is_logged() -> None:

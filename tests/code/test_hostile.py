@@ -27,6 +27,9 @@ def test_every_hostile_program_is_contained_here() -> None:
     escaped = [f"{o.area}/{o.name}: {o.evidence}" for o in outcomes if not o.contained]
     assert len(outcomes) >= 40
     assert escaped == [], hostile_suite.summary(outcomes, launcher)
+    areas = {o.area for o in outcomes}
+    assert {"kernel_keyring", "shared_state", "uncounted_memory", "kernel_interfaces"} <= areas
+    assert len(outcomes) >= 70 and launcher.isolation.seccomp
 
 
 def test_every_hostile_program_is_contained_as_an_ordinary_user(user_python: str) -> None:
@@ -54,3 +57,4 @@ def test_every_hostile_program_is_contained_as_an_ordinary_user(user_python: str
     escaped = [o for o in report["outcomes"] if not o["contained"]]
     assert report["mode"] == "bwrap-user" and len(report["outcomes"]) >= 40
     assert escaped == [], report["summary"]
+    assert len(report["outcomes"]) >= 70 and "seccomp on" in report["summary"]

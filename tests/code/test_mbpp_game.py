@@ -70,6 +70,38 @@ def test_prompt_shows_the_task_and_three_tests(tmp_path: Path) -> None:
     assert "similar_elements((), ())" not in mbpp_prompt(san)  # the fourth test stays hidden
 
 
+def test_mbpp_judges_on_asserts_the_prompt_does_not_show(tmp_path: Path) -> None:
+    """A table of the prompt's answers passes the visible asserts and fails the held-out one: no pass,
+    and the two rates show the gap. challenge_test_list, where a row has one, is what is held out."""
+    problems = load_mbpp("full", data_files=write_jsonl(tmp_path / "full.jsonl", FULL_ROWS), limit=0)
+    add_k = problems[1]
+    assert add_k.held_out == ("assert add_k(-3) == 0",) and "add_k(-3)" not in mbpp_prompt(add_k)
+    table = "```python\ndef add_k(x):\n    return {1: 4, 0: 3}[x]\n```"
+    results = score_samples([add_k], [[table, f"```python\n{add_k.code}\n```"]])
+    assert results[0].statuses == ("held_out_asserts_failed", "pass")
+    m = summary(results, eval_time=0.0)
+    assert m["mbpp_eval/visible_pass_rate"] == 1.0 and m["mbpp_eval/held_out_pass_rate"] == 0.5
+    rows = [dict(FULL_ROWS[1], challenge_test_list=["assert add_k(100) == 103"])]
+    challenged = load_mbpp("full", data_files=write_jsonl(tmp_path / "c.jsonl", rows), limit=0)[0]
+    assert challenged.held_out == ("assert add_k(100) == 103",) and len(challenged.visible) == 3
+    row = DATASETS.get("mbpp")(config="full", data_files=write_jsonl(tmp_path / "d.jsonl", rows))[0]
+    assert "add_k(100)" not in row["prompt"] and "assert add_k(100) == 103" in row["test_list"]
+
+
+def test_held_out_pass_rate_counts_only_problems_that_hold_asserts_out(tmp_path: Path) -> None:
+    """A problem with one assert holds none out: its sample is no held-out pass (nor a held-out failure),
+    so the rate is add_k's alone (1 of 2), not 2 of 3."""
+    one = dict(FULL_ROWS[0], test_list=FULL_ROWS[0]["test_list"][:1])
+    rows = [one, FULL_ROWS[1]]
+    remove_occ, add_k = load_mbpp("full", data_files=write_jsonl(tmp_path / "f.jsonl", rows), limit=0)
+    assert remove_occ.held_out == () and add_k.held_out
+    table = "```python\ndef add_k(x):\n    return {1: 4, 0: 3}[x]\n```"
+    samples = [[f"```python\n{remove_occ.code}\n```"], [table, f"```python\n{add_k.code}\n```"]]
+    results = score_samples([remove_occ, add_k], samples)
+    assert [(r.held_out_correct, r.held_out_n) for r in results] == [(0, 0), (1, 2)]
+    assert summary(results, eval_time=0.0)["mbpp_eval/held_out_pass_rate"] == 0.5
+
+
 def test_pass_at_k_matches_hand_computed_values() -> None:
     assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
     assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
@@ -86,7 +118,7 @@ def test_scoring_runs_setup_and_counts_first_sample(tmp_path: Path) -> None:
                ["import sys\nsys.exit(0)", f"```python\n{problems[1].code}\n```"]]
     results = score_samples(problems, samples)
     assert [(r.correct, r.passed) for r in results] == [(1, True), (1, False)]
-    assert results[1].statuses[0] == "ok"  # exited 0 early: not a pass
+    assert results[1].statuses[0] == "visible_asserts_failed"  # exited 0 early: no values, not a pass
     m = summary(results, eval_time=1.5)
     assert m["mbpp_eval/pass_rate"] == 0.5 and m["mbpp_eval/problems_passed"] == 1
     assert m["mbpp_eval/total_problems"] == 2 and m["mbpp_eval/pass_at_1"] == 0.5
@@ -142,3 +174,23 @@ def test_code_game_rewards_and_opponent_accuracy() -> None:
     assert play(programs, opponent, stats) == [-1.0, 1.0, -1.0, -1.0, -1.0]
     assert len(asked) == 2 and "print(6 * 7)" in asked[0]
     assert stats.metrics()["code_game/opponent_accuracy"] == 0.5 and stats.invalid == 3
+
+
+def test_the_two_runs_of_a_program_are_further_apart_than_the_time_limit() -> None:
+    """Each program's second run starts after a pause longer than the time limit: a clock read finer
+    than that (whole seconds, even the monotonic one) differs between the runs, so printing it is
+    invalid, not a win. A coarse clock (hours) can agree; the README lists that as not isolated."""
+    import random
+
+    from training_core.code.game import run_twice
+    from training_core.sandbox import SandboxLimits, default_pool
+
+    limits = SandboxLimits(timeout_s=1.0)
+    codes = ["import time\nprint(time.time())"] * 3
+    for first, second in run_twice(default_pool(), codes, limits, random.Random(7)):
+        assert float(second.stdout) - float(first.stdout) > limits.timeout_s
+    clocks = ["```python\nimport time\nprint(int(time.time()))\n```",
+              "```python\nimport time\nprint(int(time.monotonic()))\n```",
+              "```python\nprint(12)\n```"]
+    assert play(clocks, lambda ps: ["<answer>0</answer>"] * len(ps),
+                limits=SandboxLimits(timeout_s=1.0)) == [-1.0, -1.0, 1.0]

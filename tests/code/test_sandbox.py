@@ -6,8 +6,10 @@ Every case runs under small limits so a containment bug cannot take the machine 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -201,7 +203,7 @@ def test_weaker_modes_still_run_programs_and_say_what_is_missing(mode: str) -> N
     """What a non-root caller gets (bwrap in a user namespace: network and file system still cut) or,
     only when asked for, unsafe mode; the result's isolation says which."""
     try:
-        launcher = detect(force_mode=mode)
+        launcher = detect(force_mode=mode, level="rlimits" if mode == "bwrap-user" else "unsafe")
     except SandboxUnavailable:
         pytest.skip(f"{mode} not available here")
     r = run_python("import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9), timeout=0.5)\n"
@@ -209,6 +211,7 @@ def test_weaker_modes_still_run_programs_and_say_what_is_missing(mode: str) -> N
     assert r.ok and r.stdout.endswith("ran\n") and r.isolation.mode == mode
     if mode == "bwrap-user":
         assert r.isolation.network and r.isolation.filesystem and r.stdout[:3] in ("101", "111")
+        assert r.isolation.level == "rlimits" and "denies" in r.isolation.seccomp
     else:
         assert not r.isolation.network and "UNSAFE" in r.isolation.notes[0]
     assert run_python("while True:\n    pass", SMALL, launcher=launcher).status is Status.TIMEOUT
@@ -223,6 +226,40 @@ def test_no_bwrap_refuses_with_one_line_naming_the_package(monkeypatch: pytest.M
     assert detect(allow_unsafe=True).isolation.mode == "unsafe"
 
 
+def test_per_process_caps_are_refused_unless_the_recipe_accepts_them_by_name() -> None:
+    """Fail closed: a mode without a cgroup for all of a run's processes (an ordinary user here, or
+    root without writable cgroups) is refused at the default level, with one line saying what to do."""
+    with pytest.raises(SandboxUnavailable) as e:
+        detect(force_mode="bwrap-user", level="strict")
+    assert "\n" not in str(e.value) and 'sandbox.isolation = "rlimits"' in str(e.value)
+    assert "no cgroup" in str(e.value)
+
+
+def test_root_without_writable_cgroups_is_refused_not_weakened(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root whose cgroups are read-only (a container) used to fall back to rlimits without a word."""
+    if os.geteuid() != 0:
+        pytest.skip("root only")
+    monkeypatch.setattr(sandbox_isolation, "_cgroups", [None])  # this process found no writable cgroup
+    with pytest.raises(SandboxUnavailable, match="cgroup controllers writable") as e:
+        detect(force_mode="bwrap-root", level="strict")
+    assert "\n" not in str(e.value) and 'sandbox.isolation = "rlimits"' in str(e.value)
+    weaker = detect(force_mode="bwrap-root", level="rlimits")
+    assert (weaker.isolation.level, weaker.isolation.memory_cap) == ("rlimits", "rlimit")
+    assert weaker.cgroups is None
+    r = run_python("print('ran')", SMALL, weaker)
+    assert r.ok and r.isolation.level == "rlimits" and "isolation = rlimits" in r.isolation.header()
+
+
+def test_no_seccomp_binding_refuses_naming_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed: bwrap without the seccomp filter is not offered, at any level but unsafe."""
+    monkeypatch.setitem(sys.modules, "pyseccomp", None)  # import pyseccomp raises ImportError
+    for level in ("strict", "rlimits"):
+        with pytest.raises(SandboxUnavailable, match="pyseccomp") as e:
+            detect(level=level)
+        assert "libseccomp2" in str(e.value) and "\n" not in str(e.value)
+    assert detect(level="unsafe").isolation.mode == "unsafe"
+
+
 def test_recipe_isolation_setting_is_explicit_and_checked() -> None:
     """Unsafe mode exists only as a named recipe setting (it lands in the run header with the config)."""
     from training_core.errors import BadSetting
@@ -232,6 +269,8 @@ def test_recipe_isolation_setting_is_explicit_and_checked() -> None:
     assert resolve("code_tests", [], PlatformFacts()).config.sandbox.isolation == "strict"
     unsafe = resolve("code_tests", ["sandbox.isolation=unsafe"], PlatformFacts())
     assert unsafe.as_dict()["config"]["sandbox"]["isolation"] == "unsafe"
+    rlimits = resolve("code_tests", ["sandbox.isolation=rlimits"], PlatformFacts())
+    assert rlimits.config.sandbox.isolation == "rlimits"
     with pytest.raises(BadSetting):
         resolve("code_tests", ["sandbox.isolation=off"], PlatformFacts())
 
@@ -264,3 +303,82 @@ def test_a_run_that_cannot_join_its_cgroup_never_starts(monkeypatch: pytest.Monk
     monkeypatch.setattr(launcher.cgroups, "join", refuse)
     r = run_python("print('ran')", SMALL, launcher)
     assert r.status is Status.KILLED and r.stdout == ""
+
+
+def test_a_killed_run_is_reported_only_once_its_namespace_is_empty(marker: str) -> None:
+    """On a timeout the namespace's init is killed and waited for itself: when ``run_python`` returns,
+    no process of the run exists any more, with no grace period."""
+    code = ("import os\nfor _ in range(6):\n    if os.fork() == 0:\n        os.setsid()\n"
+            f"        os.execv('/bin/sleep', ['sleep', '{marker}'])\nwhile True:\n    pass\n")
+    r = run_python(code, SMALL)
+    left = processes_with(marker)
+    assert r.status is Status.TIMEOUT
+    assert left == []
+
+
+def test_a_run_that_exited_is_not_a_timeout_when_its_thread_looks_late() -> None:
+    """The trainer's thread may be kept from running (the GIL held by a decode elsewhere) until after
+    the deadline: a launcher that had already exited is drained and judged by its exit, not timed out."""
+    import subprocess
+
+    from training_core.sandbox.runner import _pump, _Streams
+
+    proc = subprocess.Popen(["/bin/echo", "done"], stdout=subprocess.PIPE)
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        assert select.select([pidfd], [], [], 10)[0]  # exited (a condition, not a sleep)
+        streams = _Streams()
+        assert proc.stdout is not None
+        why = _pump({proc.stdout.fileno(): streams.out}, pidfd, time.monotonic() - 1.0, 1 << 20, streams)
+    finally:
+        os.close(pidfd)
+        proc.communicate()
+    assert why == "" and bytes(streams.out) == b"done\n"
+
+
+@pytest.fixture
+def fds_past_1024() -> Iterator[None]:
+    """A trainer with many files open: enough fds held that every new one is numbered above 1024
+    (the soft RLIMIT_NOFILE raised within the hard limit for the test, then restored)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard RLIMIT_NOFILE ({hard}) is too low to open fds above 1024")
+    if soft != resource.RLIM_INFINITY and soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1200, hard))
+    held: list[int] = []
+    try:
+        while not held or held[-1] <= 1024:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_trainer_with_over_1024_fds_open_still_runs_programs(fds_past_1024: None) -> None:
+    """Waiting on pidfds above 1024 (select refuses them) must not turn every run into an error."""
+    r = run_python("print('ran')", SMALL)
+    assert (r.status, r.stdout) == (Status.OK, "ran\n")
+    slow = run_python("while True:\n    pass\n", SMALL)
+    assert slow.status is Status.TIMEOUT
+
+
+def test_two_trainer_processes_never_share_a_sandbox_uid_range() -> None:
+    """Each process claims its own range (an abstract socket name the kernel frees at exit): another
+    process started while this one holds a range gets the next one, and sandboxes run inside it."""
+    import subprocess
+
+    from training_core.sandbox.isolation import UIDS
+
+    mine = UIDS.uid_range
+    code = ("from training_core.sandbox.isolation import UIDS\nr = UIDS.uid_range\nprint(r.start, r.stop)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    start, stop = (int(x) for x in out.stdout.split())
+    assert stop <= mine.start or start >= mine.stop, (mine, start, stop)
+    launcher = detect()
+    if launcher.needs_uid:
+        r = run_python("import os\nprint(os.getuid())", SMALL, launcher)
+        assert int(r.stdout) in mine

@@ -70,6 +70,40 @@ def test_probe_reports_python_disk_and_the_sandbox(tmp_path: Path) -> None:
     assert sb["root"] == (os.geteuid() == 0)
     if sb["bwrap"] is None:
         assert not sb["works"] and "bubblewrap" in sb["why"]
+    assert sb["level"] in ("strict", "rlimits", "unsafe")
+    if sb["works"] and sb["seccomp"]:
+        assert sb["level"] == ("strict" if sb["cgroups"] else "rlimits")
+
+
+def test_strict_needs_usable_memory_and_pids_controllers_not_a_writable_cgroup_directory(
+    tmp_path: Path,
+) -> None:
+    """A writable tree without the controllers (plain directories here) is not promised as strict; on
+    this machine the answer is the trainer's own (CgroupSlots.create), and no probe cgroup is left."""
+    from training_core.sandbox.cgroups import CgroupSlots
+
+    if os.geteuid() != 0:
+        pytest.skip("only root may cap a run's processes with cgroups")
+    own = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        for ctrl in ctrls.split(","):
+            own[ctrl] = path.lstrip("/")
+    for ctrl in ("memory", "pids"):
+        (tmp_path / ctrl / own.get(ctrl, "")).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "cgroup.controllers").write_text("memory pids\n")
+    (tmp_path / own.get("", "")).mkdir(parents=True, exist_ok=True)
+    assert agent.cgroup_caps(str(tmp_path)) is False
+    assert not list(tmp_path.rglob("pippa-probe-*"))
+    slots = CgroupSlots.create()
+    try:
+        assert agent.cgroup_caps() is (slots is not None)
+    finally:
+        if slots is not None:
+            slots.remove()
+    for ctrl in ("memory", "pids", ""):
+        if ctrl in own:
+            assert not list((Path("/sys/fs/cgroup") / ctrl / own[ctrl]).parent.glob("*/pippa-probe-*"))
 
 
 def test_install_uv_names_each_failed_try_not_a_hint(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
+from argv_scan import watching_argv
 from conftest import PIPPA
 
 pytestmark = pytest.mark.ssh
@@ -48,31 +47,6 @@ def _configure(client_env, name: str, extra: str) -> None:
     inv.write_text(text)
 
 
-def _pippa_watching_argv(client_env, repo: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], bool]:
-    """Run pippa while scanning every process's argv for the secret."""
-    seen = threading.Event()
-    done = threading.Event()
-
-    def scan() -> None:
-        while not done.is_set():
-            for pid in os.listdir("/proc"):
-                if pid.isdigit():
-                    try:
-                        if SECRET.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                            seen.set()
-                    except OSError:
-                        pass
-
-    watcher = threading.Thread(target=scan, daemon=True)
-    watcher.start()
-    try:
-        p = _pippa(client_env, repo, *args, timeout=120)
-    finally:
-        done.set()
-        watcher.join()
-    return p, seen.is_set()
-
-
 def test_up_prepares_host_pushes_secrets_0600_and_is_fast_the_second_time(client_env, ssh_hosts, repo):
     h = ssh_hosts[0]
     h.install_bin("uv", FAKE_UV)
@@ -82,7 +56,7 @@ def test_up_prepares_host_pushes_secrets_0600_and_is_fast_the_second_time(client
         'setup = ["echo setting-up-now", "echo run >> ~/setup-count"]\n'
         'secrets = ["WANDB_API_KEY", "HF_TOKEN", "WANDB_ENTITY"]\n',
     )
-    p, leaked = _pippa_watching_argv(client_env, repo, "up", h.name)
+    p, leaked = watching_argv(SECRET, lambda: _pippa(client_env, repo, "up", h.name, timeout=120))
     assert p.returncode == 0, p.stderr
     assert not leaked, "secret appeared in some process's argv"
     assert SECRET not in p.stdout + p.stderr

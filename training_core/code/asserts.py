@@ -122,27 +122,77 @@ def assert_job(code: str, test_list: Sequence[str], setup: str = "") -> AssertJo
 
 
 def _opaque(v: Any) -> bool:
-    if isinstance(v, Opaque):
-        return True
-    if isinstance(v, (list, tuple, set, frozenset)):
-        return any(_opaque(x) for x in v)
-    if isinstance(v, dict):
-        return any(_opaque(k) or _opaque(x) for k, x in v.items())
+    """Whether an ``Opaque`` sits anywhere inside ``v`` (iterative: the depth is the program's choice)."""
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, Opaque):
+            return True
+        if isinstance(x, (list, tuple, set, frozenset)):
+            todo.extend(x)
+        elif isinstance(x, dict):
+            todo.extend(x.keys())
+            todo.extend(x.values())
     return False
 
 
-def judged(job: AssertJob, result: SandboxResult | None) -> bool:
-    """True when the program exited 0, every call returned plain data and every check holds."""
-    if result is None or not job.valid or result.status is not Status.OK or result.values is None:
-        return False
+@dataclass(frozen=True)
+class Verdict:
+    """One completion's judgment: passed, or why not (for logs and ``mbpp_eval`` statuses)."""
+
+    passed: bool
+    reason: str = ""
+
+
+def judge(job: AssertJob, result: SandboxResult | None) -> Verdict:
+    """Passed when the program exited 0, every call returned plain data and every check holds.
+
+    Never raises: whatever goes wrong while judging (a check that raises, a value too deep for a
+    comparison, memory) fails this completion alone, with the reason."""
+    try:
+        return _judge(job, result)
+    except Exception as e:  # RecursionError and MemoryError included: the values are the program's
+        return Verdict(False, f"judge error: {type(e).__name__}")
+
+
+def _judge(job: AssertJob, result: SandboxResult | None) -> Verdict:
+    if result is None:
+        return Verdict(False, "no run")
+    if not job.valid:
+        return Verdict(False, "tests could not be split into calls and checks")
+    if result.status is not Status.OK:
+        why = f" ({result.reason})" if result.reason else ""
+        return Verdict(False, f"program {result.status.value}{why}")
     values = result.values
-    if len(values) != len(job.calls) or any(_opaque(v) for v in values):
-        return False
+    if values is None or len(values) != len(job.calls):
+        return Verdict(False, "no values came back")
+    for k, v in enumerate(values):
+        if _opaque(v):
+            return Verdict(False, f"call {k} returned no plain value: {_first_opaque(v)}")
     namespace = {**job.namespace, VALUES: values}
-    for check in job.checks:
+    for n, check in enumerate(job.checks):
         try:
             if not eval(check, namespace):  # trusted test code on plain values, in the trainer
-                return False
-        except Exception:
-            return False
-    return True
+                return Verdict(False, f"assert {n} failed")
+        except Exception as e:
+            return Verdict(False, f"assert {n} raised {type(e).__name__}")
+    return Verdict(True)
+
+
+def _first_opaque(v: Any) -> str:
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, Opaque):
+            return x.what[:120]
+        if isinstance(x, (list, tuple, set, frozenset)):
+            todo.extend(x)
+        elif isinstance(x, dict):
+            todo.extend(x.keys())
+            todo.extend(x.values())
+    return ""
+
+
+def judged(job: AssertJob, result: SandboxResult | None) -> bool:
+    """``judge(...).passed``."""
+    return judge(job, result).passed

@@ -42,9 +42,10 @@ def code_tests(split: str = "train", n_rows: int = 0, seed: int = 42, reasoning:
 @DATASETS.register("mbpp")
 def mbpp(split: str = "train", n_rows: int = 0, seed: int = 42, config: str = "sanitized",
          data_files: str = "", **_: Any) -> list[Row]:
-    """MBPP rows: the standard three-test prompt plus the columns ``assert_tests`` reads."""
+    """MBPP rows: the standard prompt with the visible tests, and the columns ``assert_tests`` reads:
+    every test, the held-out ones included (``mbpp.MbppProblem.held_out``)."""
     problems = load_mbpp(config, split, n_rows, data_files or None)
-    return [{"prompt": mbpp_prompt(p), "test_list": list(p.test_list), "test_setup": p.setup,
+    return [{"prompt": mbpp_prompt(p), "test_list": list(p.all_tests), "test_setup": p.setup,
              "task_id": p.task_id} for p in problems]
 
 

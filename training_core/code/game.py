@@ -5,7 +5,8 @@ named model) reads the program and predicts the integer. The true output comes f
 never from running the program in the trainer (the earlier script's bug). Rewards: +1 when the
 opponent is wrong, -1 when it is right, and -1 when the program fails or prints no integer (the
 earlier script rewarded crashing programs with +1: a crash is not a win). Each program runs twice in
-fresh sandboxes; different outputs (randomness, ``hash()``, clocks, addresses) make it invalid (-1).
+fresh sandboxes, at different random times further apart than the time limit (``run_twice``);
+different outputs (randomness, ``hash()``, clocks, addresses) make it invalid (-1).
 
 The opponent is any ``predict(prompts) -> texts`` callable, so the game logic is tested without a
 model; ``hf_opponent`` wraps a transformers model.
@@ -13,8 +14,10 @@ model; ``hf_opponent`` wraps a transformers model.
 
 from __future__ import annotations
 
+import random
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,6 +93,29 @@ class GameStats:
                 "code_game/invalid_programs": float(self.invalid)}
 
 
+def run_twice(pool: SandboxPool, codes: Sequence[str], limits: SandboxLimits,
+              rng: random.Random | None = None) -> list[tuple[SandboxResult, SandboxResult]]:
+    """Each program's two runs, at different times in fresh sandboxes: all first runs (in a shuffled
+    order), then a pause longer than the time limit and of random length, then all second runs (in
+    another order). No two runs of one program overlap, and they are more than the time limit apart,
+    so a clock read finer than that gap (seconds, with a limit of 1 s or more) differs between them,
+    and nothing they could share (a lock, a file watch: the seccomp filter denies those too) lets
+    them agree. A coarse clock does agree nearly always (``int(time.time()) // 3600`` differs only
+    when an hour starts in the 1-2 limits between the runs): that is not isolated (README)."""
+    if not codes:
+        return []
+    rng = rng or random.SystemRandom()
+    results: list[list[SandboxResult]] = [[] for _ in codes]
+    for round_ in range(2):
+        if round_:
+            time.sleep(limits.timeout_s * (1.0 + rng.random()) + 0.1)
+        order = list(range(len(codes)))
+        rng.shuffle(order)
+        for i, r in zip(order, pool.map([codes[i] for i in order], limits), strict=True):
+            results[i].append(r)
+    return [(a, b) for a, b in results]
+
+
 def play(completions: Sequence[Any], predict: Predictor, stats: GameStats | None = None,
          pool: SandboxPool | None = None, limits: SandboxLimits | None = None,
          win: float = 1.0, lose: float = -1.0, invalid: float = -1.0, prefix: str = "",
@@ -104,8 +130,7 @@ def play(completions: Sequence[Any], predict: Predictor, stats: GameStats | None
     todo = [c for c in codes if c]
     # twice, each in a fresh sandbox: a program whose output differs between runs (os.urandom, random,
     # hash(), time, id()) is not "unpredictable", it is invalid: nothing could have predicted it
-    ran = pool.map(todo + todo, limits)
-    both = iter(zip(ran[:len(todo)], ran[len(todo):], strict=True))
+    both = iter(run_twice(pool, todo, limits))
     truths = [_stable_output(*next(both)) if c else None for c in codes]
     valid = [i for i, t in enumerate(truths) if t is not None]
     guesses = predict([opponent_prompt.replace("{code}", codes[i]) for i in valid]) if valid else []

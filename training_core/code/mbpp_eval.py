@@ -134,7 +134,7 @@ def _load_eval(n: int, seed: int, data: Any = None, config: str = "sanitized", s
                data_files: str = "", **_: Any) -> list[dict[str, Any]]:
     """EvalTask rows: the MBPP prompt, and the tests as the ``answer`` (JSON)."""
     return [{"prompt": mbpp_prompt(p), "task_id": p.task_id,
-             "answer": json.dumps({"test_list": list(p.test_list), "setup": p.setup})}
+             "answer": json.dumps({"test_list": list(p.all_tests), "setup": p.setup})}
             for p in load_mbpp(config, split, n, data_files or None)]
 
 

@@ -20,7 +20,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from training_core.code.asserts import assert_job, judged
+from training_core.code.asserts import Verdict, assert_job, judge
 from training_core.code.checks import execution_score, stdout_test_passed
 from training_core.code.extract import extract_code
 from training_core.code.game import OPPONENT_PROMPT, GameStats, Predictor, hf_opponent, play
@@ -90,14 +90,23 @@ def assert_tests(
     memory_mb: int = 512, **_: Any,
 ) -> list[float]:
     """``passed`` when the code exits 0 and every assert holds, judged outside the sandbox on the
-    values the code returned (``training_core.code.asserts``), else ``failed``."""
+    values the code returned (``training_core.code.asserts``), else ``failed``: whatever goes wrong
+    for one completion (its run, its values, a check) fails that completion alone."""
+    verdicts = assert_verdicts(completions, test_list, test_setup, answer_tag, timeout_s, memory_mb)
+    return [passed if v.passed else failed for v in verdicts]
+
+
+def assert_verdicts(completions: list[Any], test_list: list[Sequence[str]],
+                    test_setup: list[str] | None = None, answer_tag: bool = False, timeout_s: float = 10.0,
+                    memory_mb: int = 512) -> list[Verdict]:
+    """Per completion a ``Verdict`` (passed, or the reason it did not)."""
     setups = test_setup or [""] * len(completions)
     codes = [extract_code(c, answer_tag=answer_tag) for c in completions]
     jobs = [assert_job(c, t, s) for c, t, s in zip(codes, test_list, setups, strict=True) if c]
     results = iter(default_pool().map([j.program for j in jobs], _limits(timeout_s, memory_mb),
                                       [j.calls for j in jobs]))
-    judgments = iter([judged(j, next(results)) for j in jobs])
-    return [passed if c and next(judgments) else failed for c in codes]
+    verdicts = iter([judge(j, next(results)) for j in jobs])
+    return [next(verdicts) if c else Verdict(False, "no code") for c in codes]
 
 
 def _opponent(ctx: RewardContext, opponent: str, max_new_tokens: int) -> Predictor:

@@ -1,13 +1,15 @@
-"""A sandbox for model-written Python: bubblewrap namespaces, cgroup caps, no network, no survivors.
+"""A sandbox for model-written Python: bubblewrap namespaces, a seccomp filter, cgroup caps, no
+network, no survivors.
 
-Use ``run_python`` for one program or ``SandboxPool`` for many in parallel. Without real isolation
-``detect()`` raises ``SandboxUnavailable`` unless unsafe mode was asked for (``allow_unsafe``).
+Use ``run_python`` for one program or ``SandboxPool`` for many in parallel. Where the sandbox cannot
+apply what it promises ``detect()`` raises ``SandboxUnavailable`` unless a weaker level was asked for
+by name (``set_level("rlimits")`` or ``"unsafe"``, the recipe's ``sandbox.isolation``).
 """
 
-from training_core.sandbox.isolation import Isolation, SandboxUnavailable, allow_unsafe, detect
+from training_core.sandbox.isolation import Isolation, SandboxUnavailable, allow_unsafe, detect, set_level
 from training_core.sandbox.pool import SandboxPool, default_pool
 from training_core.sandbox.runner import SandboxLimits, SandboxResult, Status, run_python
 from training_core.sandbox.values import Opaque
 
 __all__ = ["Isolation", "Opaque", "SandboxLimits", "SandboxPool", "SandboxResult", "SandboxUnavailable",
-           "Status", "allow_unsafe", "default_pool", "detect", "run_python"]
+           "Status", "allow_unsafe", "default_pool", "detect", "run_python", "set_level"]

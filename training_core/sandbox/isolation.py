@@ -10,37 +10,54 @@ with user namespaces what we would otherwise hand-roll:
   and ``/dev`` are read-only; ``/proc`` is a fresh one that shows only the sandbox's own processes;
 - network, IPC, UTS, cgroup and PID namespaces (the whole tree dies with the namespace's first
   process), a new session (no TIOCSTI into our terminal), all capabilities dropped, no new
-  privileges, and no further user namespaces inside (``--disable-userns``).
+  privileges, and no further user namespaces inside (``--disable-userns``);
+- a seccomp filter (``seccomp``) on every process of the sandbox, for what namespaces do not cover.
 
 Modes, best first:
 
-1. ``bwrap-root`` (we are root): bwrap runs under a per-run unprivileged uid, so RLIMIT_NPROC counts
-   per sandbox (root is exempt from it) and nothing the sandbox does acts with root's rights; each
-   run sits in its own cgroup for an aggregate memory cap (tmpfs pages included) and a process cap.
-2. ``bwrap-user`` (not root, unprivileged user namespaces allowed): the same namespaces and file
-   system view; caps come from per-process rlimits and tmpfs sizes (cgroups are not ours to create).
-3. ``unsafe``: rlimits and a session only. Never chosen on its own: only when the caller asks for it
-   (``detect(allow_unsafe=True)``, a recipe's ``sandbox.isolation = "unsafe"``).
+1. ``bwrap-root`` (we are root): bwrap runs under an unprivileged uid of its own (from a range this
+   process claims, ``UidAllocator``), so RLIMIT_NPROC counts per sandbox (root is exempt from it) and
+   nothing the sandbox does acts with root's rights; each run sits in its own cgroup for an aggregate
+   memory cap (tmpfs pages and kernel objects included) and a process cap.
+2. ``bwrap-user`` (not root, unprivileged user namespaces allowed): the same namespaces, filter and
+   file system view; caps come from per-process rlimits and tmpfs sizes (cgroups are not ours).
+3. ``unsafe``: rlimits and a session only.
+
+Levels (the recipe's ``sandbox.isolation``) say which modes are acceptable, and ``detect`` refuses
+with one line naming what is missing rather than weaken on its own: ``strict`` (the default) needs
+bwrap, the filter and cgroup caps (so ``bwrap-root`` with writable cgroups); ``rlimits`` accepts
+per-process caps (``bwrap-user``, or root without writable cgroups); ``unsafe`` accepts mode 3.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
 from dataclasses import dataclass
 
 from training_core.errors import SandboxMissing
+from training_core.sandbox import seccomp
 from training_core.sandbox.cgroups import CgroupSlots
+from training_core.sandbox.seccomp import Filter, SeccompUnavailable
 
 # Unprivileged uids handed to concurrent sandboxes, one each, so RLIMIT_NPROC counts per sandbox
-# (the kernel counts processes per real uid). Chosen above typical login uids and below 65534.
-UID_BASE = 61000
+# (the kernel counts processes per real uid). Each trainer process claims its own range of UID_COUNT,
+# so two trainers on one host never share a uid. The ranges sit in 2,000,000,000 + k * UID_COUNT:
+# above login users, systemd's dynamic (61184-65519) and container (524288-1879048191) uids, below
+# 2^31 (some tools read uids as signed) and systemd's foreign range (0x7FFE0000).
+UID_BASE = 2_000_000_000
 UID_COUNT = 512
+UID_RANGES = 256
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and allow unprivileged user "
                 "namespaces (sysctl user.max_user_namespaces > 0)")
+CGROUP_HINT_ROOT = ("make the memory and pids cgroup controllers writable for root (/sys/fs/cgroup mounted "
+                    "read-write; in a container: --cgroupns=private with a writable cgroup mount)")
+CGROUP_HINT_USER = ("run the trainer as root, or accept per-process caps (a memory-bounding delegated cgroup "
+                    "for an ordinary user, e.g. systemd-run --user --scope -p MemoryMax=, is not used yet)")
 
 
 class SandboxUnavailable(SandboxMissing):
@@ -59,6 +76,15 @@ class Isolation:
     memory_cap: str = "rlimit"  # "cgroup v1" | "cgroup v2": all processes together; "rlimit": per process
     pids_cap: str = "rlimit"  # "cgroup v1" | "cgroup v2" | "rlimit" (RLIMIT_NPROC in the namespace)
     notes: tuple[str, ...] = ()
+    seccomp: str = ""  # what the seccomp filter denies (``seccomp.Filter.summary``); "" = no filter
+    level: str = "strict"  # the recipe's sandbox.isolation this satisfies: strict | rlimits | unsafe
+
+    def header(self) -> str:
+        """The run header's sandbox line: what was applied, and what was not."""
+        caps = f"memory cap {self.memory_cap}, process cap {self.pids_cap}"
+        notes = "".join(f"; {n}" for n in self.notes)
+        return (f"sandbox: {self.mode} (isolation = {self.level}), {caps}{notes}; "
+                f"{self.seccomp or 'NO seccomp filter'}")
 
 
 @dataclass(frozen=True)
@@ -71,9 +97,10 @@ class Launcher:
     cgroups: CgroupSlots | None = None
     extra_ro: tuple[str, ...] = ()  # host paths bound read-only (an interpreter prefix outside /usr)
     setpriv: str | None = None  # util-linux setpriv: drops to the run's uid without forking the trainer
+    seccomp: Filter | None = None  # installed by bwrap on the sandbox's processes (``--seccomp FD``)
 
     def prefix(self, tmp_bytes: int, shm_bytes: int, sync_fds: tuple[int, int] | None = None,
-               uid: int | None = None) -> list[str]:
+               uid: int | None = None, seccomp_fd: int | None = None) -> list[str]:
         """bwrap's argv; ``sync_fds`` = (info fd, block fd): the sandbox waits until the caller has put
         its first process into the run's cgroup, so nothing it forks can start outside. ``uid``: run
         bwrap under that uid through ``setpriv`` (Popen's ``user=`` would make Python fork() the whole
@@ -101,6 +128,8 @@ class Launcher:
                  "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8"]
         if sync_fds is not None:
             argv += ["--info-fd", str(sync_fds[0]), "--block-fd", str(sync_fds[1])]
+        if seccomp_fd is not None:
+            argv += ["--seccomp", str(seccomp_fd)]
         return argv
 
     @property
@@ -109,14 +138,51 @@ class Launcher:
 
 
 class UidAllocator:
-    """Hands out distinct sandbox uids to concurrent runs (thread-safe)."""
+    """Hands out distinct sandbox uids to concurrent runs (thread-safe) from a range this process owns.
 
-    def __init__(self, base: int = UID_BASE, count: int = UID_COUNT) -> None:
-        self._free = list(range(base + count - 1, base - 1, -1))
+    The range is claimed on first use by binding an abstract unix socket named after it: the kernel
+    frees the name when the process exits, however it exits, and another trainer in the same network
+    namespace (the host's) cannot bind it meanwhile. The sandboxes themselves have their own network
+    namespace, so they cannot squat a name."""
+
+    def __init__(self, base: int = UID_BASE, count: int = UID_COUNT, ranges: int = UID_RANGES) -> None:
+        self.base, self.count, self.ranges = base, count, ranges
+        self._claim: socket.socket | None = None
+        self._first = -1
+        self._free: list[int] = []
         self._cond = threading.Condition()
+
+    def _claimed(self) -> int:
+        """The first uid of this process's range (claiming it the first time)."""
+        if self._claim is None:
+            for k in range(self.ranges):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    s.bind(f"\0pippa-sandbox-uids-{self.base}-{k}")
+                except OSError:
+                    s.close()
+                    continue
+                self._claim, self._first = s, self.base + k * self.count
+                # the last uid is the probes' (``detect``), the rest are handed out
+                self._free = list(range(self._first + self.count - 2, self._first - 1, -1))
+                break
+            else:
+                raise OSError(f"all {self.ranges} sandbox uid ranges are held by other processes")
+        return self._first
+
+    @property
+    def uid_range(self) -> range:
+        with self._cond:
+            first = self._claimed()
+        return range(first, first + self.count)
+
+    @property
+    def probe_uid(self) -> int:
+        return self.uid_range[-1]
 
     def acquire(self) -> int:
         with self._cond:
+            self._claimed()
             while not self._free:
                 self._cond.wait()
             return self._free.pop()
@@ -129,17 +195,36 @@ class UidAllocator:
 
 UIDS = UidAllocator()
 
+LEVELS = ("strict", "rlimits", "unsafe")  # recipe's sandbox.isolation, strongest first
+
 _lock = threading.Lock()
 _cached: Launcher | None = None
-_allow_unsafe = False
+_level = "strict"
+_cgroups: list[CgroupSlots | None] = []  # this process's one set of slots (every launcher shares it)
+
+
+def _process_cgroups() -> CgroupSlots | None:
+    """One ``CgroupSlots`` per process: two would hand out the same slot directories."""
+    if not _cgroups:
+        _cgroups.append(CgroupSlots.create())
+    return _cgroups[0]
+
+
+def set_level(level: str) -> None:
+    """The weakest isolation ``detect()`` may return (the recipe's ``sandbox.isolation``, logged):
+    "strict" needs namespaces, seccomp and cgroup caps for all processes together; "rlimits" accepts
+    per-process caps where no cgroup is ours; "unsafe" accepts no namespaces at all."""
+    global _level, _cached
+    if level not in LEVELS:
+        raise ValueError(f"sandbox isolation {level!r} is not one of {', '.join(LEVELS)}")
+    with _lock:
+        _level = level
+        _cached = None
 
 
 def allow_unsafe(on: bool = True) -> None:
-    """Let ``detect()`` fall back to the ``unsafe`` mode (the recipe's explicit choice, logged)."""
-    global _allow_unsafe, _cached
-    with _lock:
-        _allow_unsafe = on
-        _cached = None
+    """``set_level("unsafe" if on else "strict")``."""
+    set_level("unsafe" if on else "strict")
 
 
 def _python_candidates() -> list[tuple[str, tuple[str, ...]]]:
@@ -157,32 +242,44 @@ def _python_candidates() -> list[tuple[str, tuple[str, ...]]]:
 
 
 def _probe(launcher: Launcher, user: int | None) -> str:
-    """"" when the launcher runs a program, else what went wrong (bwrap's own message)."""
-    code = "import os, resource; print('pippa-probe-ok')"
-    argv = [*launcher.prefix(1 << 20, 1 << 20, uid=user), launcher.python, "-I", "-S", "-c", code]
+    """"" when the launcher runs a program under its filter, else what went wrong (bwrap's message)."""
+    code = ("import os, resource, errno\ntry:\n    os.memfd_create('probe')\nexcept OSError as e:\n"
+            "    print('pippa-probe-ok' if e.errno == errno.EPERM else e)")
+    flt = launcher.seccomp.fd() if launcher.seccomp is not None else None
+    argv = [*launcher.prefix(1 << 20, 1 << 20, uid=user, seccomp_fd=flt), launcher.python, "-I", "-S", "-c",
+            code]
     popen_user = user if launcher.setpriv is None else None
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=20, cwd="/",
                            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, user=popen_user,
-                           group=popen_user, extra_groups=[] if popen_user is not None else None)
+                           group=popen_user, extra_groups=[] if popen_user is not None else None,
+                           pass_fds=() if flt is None else (flt,))
     except (OSError, subprocess.SubprocessError) as e:
         return str(e)
+    finally:
+        if flt is not None:
+            os.close(flt)
     if r.returncode == 0 and r.stdout.strip() == "pippa-probe-ok":
         return ""
-    return (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
+    return (r.stderr.strip().splitlines() or r.stdout.strip().splitlines()
+            or [f"exit status {r.returncode}"])[-1]
 
 
-def detect(force_mode: str | None = None, allow_unsafe: bool | None = None) -> Launcher:
-    """The best launcher this machine allows; cached after the first call (``force_mode`` bypasses).
+def detect(force_mode: str | None = None, allow_unsafe: bool | None = None,
+           level: str | None = None) -> Launcher:
+    """The best launcher this machine allows at ``level`` (default: ``set_level``'s); cached after the
+    first call with no arguments.
 
-    Raises ``SandboxUnavailable`` with one line naming what to install when no real isolation works
-    and unsafe mode was not asked for."""
+    Raises ``SandboxUnavailable`` with one line naming what is missing and how to get it when the level
+    asked for cannot be met."""
     global _cached
+    if allow_unsafe is not None and level is None:
+        level = "unsafe" if allow_unsafe else "strict"
     with _lock:
-        if _cached is not None and force_mode is None and allow_unsafe is None:
+        if _cached is not None and force_mode is None and level is None:
             return _cached
-        launcher = _detect(force_mode, _allow_unsafe if allow_unsafe is None else allow_unsafe)
-        if force_mode is None and allow_unsafe is None:
+        launcher = _detect(force_mode, level or _level)
+        if force_mode is None and level is None:
             _cached = launcher
         return launcher
 
@@ -190,39 +287,59 @@ def detect(force_mode: str | None = None, allow_unsafe: bool | None = None) -> L
 def _unsafe() -> Launcher:
     iso = Isolation("unsafe", False, False, False, False, "rlimit", "rlimit",
                     ("UNSAFE: no namespaces; the program sees the host file system and network with the "
-                     "caller's rights",))
+                     "caller's rights",), level="unsafe")
     return Launcher(iso, os.path.realpath(sys.executable), None)
 
 
-def _detect(force_mode: str | None, unsafe_ok: bool) -> Launcher:
+def _detect(force_mode: str | None, level: str) -> Launcher:
+    if level not in LEVELS:
+        raise ValueError(f"sandbox isolation {level!r} is not one of {', '.join(LEVELS)}")
     if force_mode == "unsafe":
         return _unsafe()
     root = os.geteuid() == 0
     bwrap = shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
     why: list[str] = []
+    hints: list[str] = []
+    try:
+        flt: Filter | None = seccomp.build()
+    except SeccompUnavailable as e:
+        flt = None
+        why.append(str(e))
+        hints.append(seccomp.INSTALL_HINT)
     if bwrap is None:
         why.append("bwrap not found")
-    else:
+        hints.append(INSTALL_HINT)
+    elif flt is not None:
         modes = ["bwrap-root", "bwrap-user"] if root else ["bwrap-user"]
         if force_mode is not None:
             modes = [m for m in modes if m == force_mode]
         for mode in modes:
-            cg = CgroupSlots.create() if mode == "bwrap-root" else None
+            cg = _process_cgroups() if mode == "bwrap-root" else None
+            if cg is None and level == "strict":
+                why.append(f"{mode}: no cgroup to cap memory and processes of a run's processes together")
+                hints.append(CGROUP_HINT_ROOT if mode == "bwrap-root" else CGROUP_HINT_USER)
+                continue
             cap = cg.kind if cg else "rlimit"
             notes: list[str] = []
             if cg is None:
                 notes.append("memory and process caps are per process (rlimits): no cgroup for this run")
             if mode == "bwrap-user":
                 notes.append("runs with the caller's uid inside a user namespace")
-            iso = Isolation(mode, True, True, mode == "bwrap-root", True, cap, cap, tuple(notes))
+            iso = Isolation(mode, True, True, mode == "bwrap-root", True, cap, cap, tuple(notes),
+                            seccomp=flt.summary(), level="strict" if cg else "rlimits")
             for python, binds in _python_candidates():
                 launcher = Launcher(iso, python, bwrap, cg, binds,
-                                    shutil.which("setpriv", path="/usr/bin:/bin") if root else None)
-                err = _probe(launcher, UID_BASE + UID_COUNT if mode == "bwrap-root" else None)
+                                    shutil.which("setpriv", path="/usr/bin:/bin") if root else None, flt)
+                err = _probe(launcher, UIDS.probe_uid if mode == "bwrap-root" else None)
                 if not err:
                     return launcher
                 why.append(f"{mode} with {python}: {err}")
-    if unsafe_ok and force_mode is None:
+        if not hints:
+            hints.append(INSTALL_HINT)
+    if level == "unsafe" and force_mode is None:
         return _unsafe()
-    raise SandboxUnavailable(f"no sandbox for model-written code ({'; '.join(why)}): {INSTALL_HINT}, "
-                             "or set sandbox.isolation = \"unsafe\" in the recipe to run it unconfined")
+    weaker = ('sandbox.isolation = "rlimits" in the recipe to accept per-process caps' if level == "strict"
+              and flt is not None and bwrap is not None else
+              'sandbox.isolation = "unsafe" in the recipe to run it unconfined')
+    raise SandboxUnavailable(f"no sandbox for model-written code at isolation = {level} ({'; '.join(why)}): "
+                             f"{'; '.join(dict.fromkeys(hints))}; or set {weaker}")

@@ -12,8 +12,20 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from training_core.sandbox.isolation import Launcher, detect
-from training_core.sandbox.runner import SandboxLimits, SandboxResult, run_python
+from training_core.sandbox.isolation import Launcher, SandboxUnavailable, detect
+from training_core.sandbox.runner import SandboxLimits, SandboxResult, failed_result, run_python
+
+
+def _run_one(code: str, limits: SandboxLimits, launcher: Launcher, calls: Sequence[str]) -> SandboxResult:
+    """One run whose failure to start (file descriptors, a cgroup write) is that run's result alone.
+
+    ``SandboxUnavailable`` still raises: refusing to run unconfined concerns the whole batch."""
+    try:
+        return run_python(code, limits, launcher, calls)
+    except SandboxUnavailable:
+        raise
+    except Exception as e:
+        return failed_result(launcher, f"sandbox error: {type(e).__name__}: {e}")
 
 
 class SandboxPool:
@@ -34,7 +46,7 @@ class SandboxPool:
         """Results in the order of ``codes``; ``calls[i]`` are evaluated after program i (``run_python``)."""
         lim = limits or self.limits
         per = calls if calls is not None else [()] * len(codes)
-        futures = [self._executor.submit(run_python, c, lim, self.launcher, k)
+        futures = [self._executor.submit(_run_one, c, lim, self.launcher, k)
                    for c, k in zip(codes, per, strict=True)]
         return [f.result() for f in futures]
 

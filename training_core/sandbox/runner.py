@@ -37,6 +37,7 @@ class Status(enum.StrEnum):
     MEMORY_LIMIT = "memory_limit"  # the address-space limit was hit (MemoryError or killed)
     OUTPUT_LIMIT = "output_limit"  # stdout or stderr went past its cap; the program was killed
     KILLED = "killed"  # died from a signal for another reason
+    ERROR = "error"  # the sandbox itself failed for this run (``reason`` says how); scored as a failure
 
 
 @dataclass(frozen=True)
@@ -91,21 +92,43 @@ class _Streams:
 _ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
+def _readable(fd: int, timeout_s: float) -> bool:
+    """Whether ``fd`` (a pidfd: readable once the process exited) is readable within ``timeout_s``.
+    poll, not select: select refuses fds >= 1024, which a trainer with many files open hands out."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout_s * 1000))
+
+
 def _kill_tree(pid: int, pidfd: int, launcher: Launcher) -> None:
-    """Kill the sandbox's whole tree and return only when its namespace is empty.
+    """Kill the sandbox's whole tree and return only when its PID namespace is empty.
 
     With a PID namespace: SIGKILL the namespace's first process (bwrap's init, the launcher's only
-    child); the kernel then kills every process in the namespace
-    and the first process finishes exiting only once they are all gone, after which the launcher
-    exits. Waiting for the launcher therefore means no survivor. Then, in every mode, SIGKILL the
-    launcher's process group (all there is to do without a namespace)."""
+    child); the kernel then kills every process in the namespace, and the init's exit completes only
+    once they are all gone. So we hold a pidfd on the init itself and wait until it reports the exit
+    (not merely the launcher's), then SIGKILL the launcher's process group (all there is to do
+    without a namespace). Pidfds are opened while the launcher, the only one that reaps the init,
+    has not exited: the pid cannot name another process."""
     if launcher.isolation.pid_namespace:
         kids: list[int] = []
         with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{pid}/children") as f:
             kids = [int(k) for k in f.read().split()]
+        held: list[int] = []
         for k in kids:
             with contextlib.suppress(OSError):
-                os.kill(k, signal.SIGKILL)
+                held.append(os.pidfd_open(k))
+        try:
+            for fd in held:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+            deadline = time.monotonic() + 10.0
+            for fd in held:  # readable = exited, and an init exits after its namespace is empty
+                while not _readable(fd, max(deadline - time.monotonic(), 0)):
+                    if time.monotonic() >= deadline:
+                        break
+        finally:
+            for fd in held:
+                os.close(fd)
         if kids:
             poller = select.poll()
             poller.register(pidfd, select.POLLIN)
@@ -128,13 +151,18 @@ def _pump(fds: dict[int, bytearray], pidfd: int, deadline: float,
     exited_at: float | None = None
     while open_fds or exited_at is None:
         now = time.monotonic()
-        if now >= deadline:
-            return "timeout"
+        if now >= deadline and exited_at is None:
+            # late here is not late there: this thread may have been kept from running (the GIL held
+            # elsewhere), so a launcher that already exited is drained, not called a timeout
+            if not _readable(pidfd, 0):
+                return "timeout"
+            exited_at = now
+            poller.unregister(pidfd)
         wait_s = deadline - now
         if exited_at is not None:  # launcher gone: drain briefly, then kill whatever holds pipes
             if now - exited_at > 0.5:
                 return "leftover"
-            wait_s = min(wait_s, 0.5)
+            wait_s = 0.5 - (now - exited_at)
         for fd, _ev in poller.poll(wait_s * 1000):
             if fd == pidfd:
                 exited_at = time.monotonic()
@@ -206,9 +234,14 @@ def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launche
             fds += [info_r, info_w, block_r, block_w]
             sync = (info_w, block_r)
             child_fds += [info_w, block_r]
+        flt = launcher.seccomp.fd() if launcher.seccomp is not None else None
+        if flt is not None:
+            fds.append(flt)
+            child_fds.append(flt)
         disk = limits.disk_mb << 20
-        argv = [*launcher.prefix(disk - disk // 4, disk // 4, sync, uid), launcher.python, "-I", "-S", "-B",
-                "-c", PRELUDE, str(src), str(err_w), str(st_w), limits.rlimit_arg()]
+        argv = [*launcher.prefix(disk - disk // 4, disk // 4, sync, uid, flt), launcher.python,
+                "-I", "-S", "-B", "-c", PRELUDE, str(src), str(err_w), str(st_w), limits.rlimit_arg(),
+                str(launcher.seccomp.keyctl_nr if launcher.seccomp is not None else -1)]
         env = {"PATH": _ENV_PATH, "HOME": workdir or "/tmp", "TMPDIR": workdir or "/tmp", "LANG": "C.UTF-8"}
         before = cg.counters(slot) if cg and slot is not None else None
         popen_uid = uid if launcher.bwrap is None or launcher.setpriv is None else None
@@ -222,13 +255,15 @@ def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launche
             fds.remove(fd)
         if cg and slot is not None and sync is not None:
             try:
-                joined = _join_cgroup(cg, slot, info_r, block_w, start + limits.timeout_s)
+                # the program has not started (it waits on the block fd): this deadline is bwrap's
+                joined = _join_cgroup(cg, slot, info_r, block_w, start + limits.timeout_s + 10.0)
             except OSError:
                 joined = False
             if not joined:  # never let it run outside its caps: bwrap's child dies with its parent
                 with contextlib.suppress(OSError):
                     os.killpg(proc.pid, signal.SIGKILL)
-        result = _collect(proc, launcher, limits, start, err_r, st_r, len(calls))
+        # the time cap counts from when the program may run (after the cgroup join), not from the spawn
+        result = _collect(proc, launcher, limits, start, time.monotonic(), err_r, st_r, len(calls))
         if cg and slot is not None and before is not None:
             after = cg.counters(slot)
             if after.oom_kills > before.oom_kills:
@@ -276,14 +311,14 @@ def _join_cgroup(cg: CgroupSlots, slot: int, info_r: int, block_w: int, deadline
 
 
 def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxLimits, start: float,
-             err_r: int, st_r: int, n_calls: int) -> SandboxResult:
+             released: float, err_r: int, st_r: int, n_calls: int) -> SandboxResult:
     assert proc.stdout is not None and proc.stderr is not None
     streams = _Streams()
     fds = {proc.stdout.fileno(): streams.out, err_r: streams.err, proc.stderr.fileno(): streams.launcher,
            st_r: streams.status}
     pidfd = os.pidfd_open(proc.pid)
     try:
-        reason = _pump(fds, pidfd, start + limits.timeout_s, limits.max_output_bytes, streams)
+        reason = _pump(fds, pidfd, released + limits.timeout_s, limits.max_output_bytes, streams)
     finally:
         # after a normal exit the launcher is an unreaped zombie, so its pid cannot have been reused
         _kill_tree(proc.pid, pidfd, launcher)
@@ -315,3 +350,9 @@ def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxL
         duration_s=duration, cpu_s=cpu, completed=st.startswith(b"R") and st.endswith(b"D"),
         isolation=launcher.isolation, launcher_error=streams.launcher.decode("utf-8", "replace").strip(),
         truncated=streams.over_cap, values=values, reason=why)
+
+
+def failed_result(launcher: Launcher, reason: str) -> SandboxResult:
+    """The result of a run the sandbox could not carry out (``Status.ERROR``)."""
+    return SandboxResult(status=Status.ERROR, exit_code=None, stdout="", stderr="", duration_s=0.0, cpu_s=0.0,
+                         completed=False, isolation=launcher.isolation, reason=reason)

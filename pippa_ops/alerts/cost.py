@@ -1,0 +1,78 @@
+"""What a run has cost so far: its elapsed time x the host's rate x its share of the host's GPUs.
+
+The formula is hostalerts.cost_so_far, the one the host's messages use. A host without
+``cost_per_hour`` or ``cost_per_gpu_hour`` prices nothing (None, never a made-up zero). The host's GPU
+count, which a share needs, is what `pippa up` recorded there; it is read only when a run needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from pippa_ops.alerts.hostalerts import cost_so_far, run_gpus
+from pippa_ops.hosts.inventory import HostSpec
+from pippa_ops.runs.listing import HostRuns, RunRecord
+from pippa_ops.transport.base import Transport
+
+
+def has_rate(spec: HostSpec) -> bool:
+    return spec.cost_per_hour is not None or spec.cost_per_gpu_hour is not None
+
+
+def needs_host_gpus(spec: HostSpec, record: RunRecord) -> bool:
+    """Whether pricing this run needs the host's GPU count (a share of a whole-host rate, or all
+    GPUs at a per-GPU rate)."""
+    asked = run_gpus(record.command)
+    return (spec.cost_per_hour is not None and asked is not None) or (
+        spec.cost_per_gpu_hour is not None and asked is None
+    )
+
+
+def run_cost(spec: HostSpec, record: RunRecord, host_gpus: int | None) -> float | None:
+    cost = cost_so_far(
+        record.duration_s, spec.cost_per_hour, spec.cost_per_gpu_hour, run_gpus(record.command), host_gpus
+    )
+    return None if cost is None else round(cost, 4)
+
+
+def priced(spec: HostSpec, runs: HostRuns, host_gpus: Callable[[], int | None]) -> HostRuns:
+    """``runs`` with each record's ``cost`` set (where the host has a rate); ``host_gpus`` is asked
+    at most once, and only when a run's share needs it."""
+    if not has_rate(spec) or not runs.runs:
+        return runs
+    gpus = host_gpus() if any(needs_host_gpus(spec, r) for r in runs.runs) else None
+    return replace(runs, runs=tuple(replace(r, cost=run_cost(spec, r, gpus)) for r in runs.runs))
+
+
+def priced_on(spec: HostSpec, transport: Transport, runs: HostRuns) -> HostRuns:
+    """``priced`` with the host's GPU count read from the host (over ``transport``) when needed."""
+    from pippa_ops.alerts.remote import host_gpus
+
+    return priced(spec, runs, lambda: host_gpus(transport))
+
+
+def cost_text(cost: float | None) -> str:
+    """What a table adds after a run's duration: `` (4.80)`` in the host's currency; nothing without a
+    rate."""
+    return "" if cost is None else f" ({cost:.2f})"
+
+
+class Prices:
+    """Pricing for a poller that lists one host's runs again and again (the dashboard): the host's GPU
+    count, when a share needs it, is read once per monitor."""
+
+    def __init__(self, spec: HostSpec) -> None:
+        self.spec = spec
+        self._gpus: int | None = None
+        self._asked = False
+
+    def priced(self, runs: HostRuns, transport: Transport) -> HostRuns:
+        def gpus() -> int | None:
+            if not self._asked:
+                from pippa_ops.alerts.remote import host_gpus
+
+                self._gpus, self._asked = host_gpus(transport), True
+            return self._gpus
+
+        return priced(self.spec, runs, gpus)

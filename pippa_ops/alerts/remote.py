@@ -1,0 +1,178 @@
+"""The laptop's side of the host's alerts: install ``hostalerts.py`` and its config (`pippa up`), start or
+stop the idle-GPU watcher, send the test message (`pippa notify-test`), read the status (`pippa hosts`).
+
+Every command line here is built by a pure function from fixed words and quoted once; the target
+(PIPPA_NOTIFY) never passes through: it reaches the host in the secrets file (hosts.envfile), and only
+the host's delivery process reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pippa_ops.alerts import hostalerts
+from pippa_ops.alerts.commands import program_command
+from pippa_ops.errors import PippaError
+from pippa_ops.hosts.inventory import HostSpec
+from pippa_ops.transport import agent_client
+from pippa_ops.transport.base import Transport
+from pippa_ops.transport.shell import sh_path
+
+SOURCE = Path(hostalerts.__file__)
+
+
+def host_config(spec: HostSpec, remote_dir: str, gpus: int, python: str) -> dict[str, Any]:
+    """config.json beside the program: what messages say about the host, and the watcher's settings."""
+    words = shlex.split(python)
+    return {
+        "host": spec.name,
+        "remote_dir": remote_dir,
+        "python": words,
+        "gpus": gpus or None,
+        "cost_per_hour": spec.cost_per_hour,
+        "cost_per_gpu_hour": spec.cost_per_gpu_hour,
+        "idle_alert_s": spec.idle_alert_s,
+        "idle_threshold": spec.idle_threshold,
+    }
+
+
+@dataclass(frozen=True)
+class AlertsSetup:
+    """What `pippa up` reports about alerts (never the target itself)."""
+
+    configured: bool  # PIPPA_NOTIFY went to the host's secrets file
+    watcher: int | None  # the idle watcher's pid, None when idle_alert is not set
+    watcher_error: str | None = None
+    idle_alert: str | None = None  # the entry's setting, e.g. "20m"
+    idle_threshold: float = hostalerts.DEFAULT_IDLE_THRESHOLD
+
+    def to_json(self) -> dict[str, object]:
+        return {"configured": self.configured, "watcher": self.watcher, "watcher_error": self.watcher_error}
+
+    def summary(self) -> str:
+        return "configured (PIPPA_NOTIFY)" if self.configured else "not configured (set PIPPA_NOTIFY in .env)"
+
+    def watch_summary(self) -> str:
+        if self.watcher_error:
+            return f"not running: {self.watcher_error}"
+        if self.watcher is None:
+            return "off (idle_alert not set)"
+        return (
+            f"pid {self.watcher}: alerts after {self.idle_alert} under {self.idle_threshold:g}% utilization"
+        )
+
+
+def install(
+    transport: Transport, spec: HostSpec, *, remote_dir: str, gpus: int, python: str, configured: bool
+) -> AlertsSetup:
+    """Copy the program and its config to the host, then start or stop the watcher as the entry says."""
+    base = hostalerts.ALERTS_DIR
+    with agent_client.Session(transport) as agent:
+        agent.call("write_file", {"path": f"{base}/hostalerts.py", "text": SOURCE.read_text(), "mode": 0o600})
+        config = host_config(spec, remote_dir, gpus, python)
+        agent.call(
+            "write_file", {"path": f"{base}/{hostalerts.CONFIG}", "text": json.dumps(config), "mode": 0o600}
+        )
+    transport.run(f"chmod 700 {sh_path(base)}", timeout=30)
+    verb = "watch-ensure" if spec.idle_alert_s else "watch-stop"
+    answer = _answer(transport.run(program_command(verb), timeout=60).stdout)
+    if not spec.idle_alert_s:
+        return AlertsSetup(configured=configured, watcher=None)
+    pid = answer.get("watcher")
+    ok = isinstance(pid, int)
+    return AlertsSetup(configured=configured, watcher=pid if ok else None,
+                       watcher_error=None if ok else str(answer.get("error") or "no answer from the host"),
+                       idle_alert=spec.idle_alert, idle_threshold=spec.idle_threshold)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TestResult:
+    sent: bool
+    configured: bool
+    error: str | None
+    missing: bool = False  # the host has no hostalerts.py: `pippa up` first
+
+    def to_json(self) -> dict[str, object]:
+        return {"sent": self.sent, "configured": self.configured, "error": self.error}
+
+
+def notify_test(transport: Transport) -> TestResult:
+    """One test message from the host, synchronously, with the service's error when it fails."""
+    r = transport.run(program_command("test"), timeout=hostalerts.SEND_TIMEOUT_S + 30)
+    answer = _answer(r.stdout)
+    if answer.get("missing"):
+        return TestResult(False, False, "alerts are not installed on this host: run pippa up", missing=True)
+    if not answer:
+        return TestResult(False, False, (r.stderr.strip().splitlines() or ["no answer"])[-1])
+    return TestResult(bool(answer.get("sent")), bool(answer.get("configured")), answer.get("error"))
+
+
+def host_status(transport: Transport, timeout: float = 10.0) -> dict[str, Any] | None:
+    """The host's alerts status (hostalerts.status), None where alerts were never installed."""
+    answer = _answer(transport.run(program_command("status"), timeout=timeout).stdout)
+    return None if not answer or answer.get("missing") else answer
+
+
+def status_or_none(transport: Transport, timeout: float) -> dict[str, Any] | None:
+    """``host_status``, or None when the host cannot say (`pippa hosts` still lists it)."""
+    try:
+        return host_status(transport, timeout)
+    except (PippaError, TimeoutError, OSError):
+        return None
+
+
+def with_rate(status: dict[str, Any] | None, spec: HostSpec) -> dict[str, Any] | None:
+    """The status with the entry's rate (the inventory is what counts, not the host's copy)."""
+    if status is None and not (spec.cost_per_hour is not None or spec.cost_per_gpu_hour is not None):
+        return None
+    return {
+        **(status or {}),
+        "cost_per_hour": spec.cost_per_hour,
+        "cost_per_gpu_hour": spec.cost_per_gpu_hour,
+    }
+
+
+def status_line(status: dict[str, Any]) -> str:
+    """One line for `pippa hosts`: alerts on/off, rate, idle watcher and idle time, delivery failures."""
+    parts = ["alerts on" if status.get("configured") else "alerts off"]
+    if status.get("cost_per_hour") is not None:
+        parts.append(f"{status['cost_per_hour']:g}/h")
+    elif status.get("cost_per_gpu_hour") is not None:
+        parts.append(f"{status['cost_per_gpu_hour']:g}/GPU-h")
+    if status.get("watcher"):
+        idle = status.get("idle_s")
+        since = f", GPUs idle {hostalerts.format_elapsed(idle)}" if isinstance(idle, int | float) else ""
+        parts.append(f"idle watch pid {status['watcher']}{since}")
+    failures = status.get("failures") or 0
+    last = status.get("last_failure")
+    if failures and isinstance(last, dict):
+        parts.append(f"alerts failed: {failures}, last: {last.get('error')}")
+    return "; ".join(parts)
+
+
+def host_gpus(transport: Transport) -> int | None:
+    """The host's GPU count as `pippa up` recorded it (the cost of a run on some of them needs it)."""
+    from pippa_ops.runs.follow import read_all
+
+    try:
+        cfg = json.loads(read_all(transport, f"{hostalerts.ALERTS_DIR}/{hostalerts.CONFIG}") or b"null")
+    except ValueError:
+        return None
+    n = cfg.get("gpus") if isinstance(cfg, dict) else None
+    return n if isinstance(n, int) and n > 0 else None
+
+
+def _answer(stdout: str) -> dict[str, Any]:
+    lines = [ln for ln in stdout.strip().splitlines() if ln.strip()]
+    try:
+        value = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+TARGET = hostalerts.TARGET

@@ -1,0 +1,51 @@
+"""The host entry's alert and cost settings, checked where the inventory is read (hosts.inventory).
+
+``idle_alert = "20m"`` and ``idle_threshold = 5`` (% utilization) turn on the host's idle-GPU watcher;
+``cost_per_hour`` (the whole host) or ``cost_per_gpu_hour`` give runs and idle time a price.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pippa_ops.alerts.hostalerts import DEFAULT_IDLE_THRESHOLD, parse_duration
+from pippa_ops.errors import UsageError
+
+FIELDS = ("idle_alert", "idle_threshold", "cost_per_hour", "cost_per_gpu_hour")
+
+
+def alert_settings(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The HostSpec fields of FIELDS from one merged inventory entry, validated."""
+
+    def number(key: str) -> float | None:
+        value = entry.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise UsageError(f"{where}.{key} must be a number >= 0")
+        return float(value)
+
+    idle = entry.get("idle_alert")
+    if idle is not None:
+        if not isinstance(idle, str):
+            raise UsageError(f'{where}.idle_alert must be a duration string like "20m"')
+        try:
+            if parse_duration(idle) <= 0:
+                raise ValueError("zero")
+        except ValueError as e:
+            raise UsageError(
+                f'{where}.idle_alert must be a duration like "20m" or "90s", not {idle!r}'
+            ) from e
+    threshold = number("idle_threshold")
+    if threshold is not None and threshold > 100:
+        raise UsageError(f"{where}.idle_threshold is a % of utilization (0-100)")
+    per_host, per_gpu = number("cost_per_hour"), number("cost_per_gpu_hour")
+    if per_host is not None and per_gpu is not None:
+        raise UsageError(f"{where}: set cost_per_hour or cost_per_gpu_hour, not both")
+    return {
+        "idle_alert": idle,
+        "idle_threshold": DEFAULT_IDLE_THRESHOLD if threshold is None else threshold,
+        "cost_per_hour": per_host,
+        "cost_per_gpu_hour": per_gpu,
+    }

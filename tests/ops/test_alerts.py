@@ -1,0 +1,367 @@
+"""Alerts from the host, end to end: real loopback sshd hosts, real tmux runs, Apprise posting to a real
+HTTP server on loopback (tests/ops/webhook.py). PIPPA_NOTIFY is the secret: its token must appear in no
+payload, argv, output.log or pippa output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import webhook
+from argv_scan import watching_argv
+from conftest import PIPPA
+
+pytestmark = pytest.mark.ssh
+
+TOKEN = "tok-5e1f0c7a9d"  # the secret part of the webhook URL
+PROG = ".config/pippa/alerts/hostalerts.py"
+FAKE_SMI = """#!/bin/sh
+# two GPUs whose utilization is the number in ~/gpu-util
+case "$1" in
+  -L) echo "GPU 0: Fake GPU (UUID: GPU-0)"; echo "GPU 1: Fake GPU (UUID: GPU-1)";;
+  *) u=$(cat "$HOME/gpu-util" 2>/dev/null || echo 0); echo "$u"; echo "$u";;
+esac
+"""
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    r = tmp_path / "repo"
+    r.mkdir()
+    (r / ".gitignore").write_text(".env\n")
+    subprocess.run(["git", "init", "-q", str(r)], check=True)
+    return r
+
+
+@pytest.fixture
+def hook() -> Iterator[webhook.Webhook]:
+    with webhook.serve() as h:
+        yield h
+
+
+def pippa(
+    env: dict[str, str], repo: Path, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PIPPA, *args], cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def configure(client_env: Any, name: str, extra: str) -> None:
+    inv = client_env.personal_inventory
+    inv.write_text(inv.read_text().replace(f"[hosts.{name}]\n", f"[hosts.{name}]\nsetup = []\n{extra}"))
+
+
+@pytest.fixture
+def restore_host() -> Iterator[Any]:
+    """``use(h)``: what the test leaves on host user ``h`` is undone after it (the alerts directory and its
+    watcher, ~/gpu-util, secrets.env as it was)."""
+    used: dict[str, tuple[Any, bytes | None]] = {}
+
+    def use(h: Any) -> Any:
+        f = h.home / ".config" / "pippa" / "secrets.env"
+        used[h.name] = (h, f.read_bytes() if f.exists() else None)
+        return h
+
+    yield use
+    for h, saved in used.values():
+        if (h.home / PROG).exists():
+            h.run_as_user(["python3", "-S", str(h.home / PROG), "watch-stop"])
+        subprocess.run(["rm", "-rf", str(h.home / ".config" / "pippa" / "alerts"), str(h.home / "gpu-util")])
+        f = h.home / ".config" / "pippa" / "secrets.env"
+        if saved is None:
+            f.unlink(missing_ok=True)
+        else:
+            f.write_bytes(saved)
+
+
+def started(out: str) -> str:
+    return next(line.split()[1] for line in out.splitlines() if line.startswith("started "))
+
+
+def wait_until(pred: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_finished_and_failed_runs_alert_from_the_host_with_every_field_and_no_secret(
+    client_env, ssh_hosts, repo, hook, restore_host
+) -> None:
+    h = restore_host(ssh_hosts[1])
+    env = client_env.env
+    (repo / ".env").write_text(f"PIPPA_NOTIFY={hook.url(TOKEN)}\n")
+    configure(client_env, h.name, "secrets = []\ncost_per_hour = 36\n")
+    up, leaked = watching_argv(TOKEN, lambda: pippa(env, repo, "up", h.name))
+    assert up.returncode == 0, up.stderr
+    assert "configured (PIPPA_NOTIFY)" in up.stdout and TOKEN not in up.stdout + up.stderr
+    assert not leaked, "the webhook token appeared in some process's argv"
+    test = pippa(env, repo, "notify-test", h.name)
+    assert test.returncode == 0 and test.stdout == f"{h.name}: test alert sent to PIPPA_NOTIFY\n", test.stderr
+    sent = hook.wait_for(lambda p: p.fields.get("state") == "test")
+    assert sent.json["title"] == f"pippa: test on {h.name}" and sent.fields["host"] == h.name
+
+    def runs_and_their_alerts() -> tuple[Any, ...]:
+        ok = pippa(env, repo, "run", "--host", h.name, "--name", "al-ok", "--cmd", "echo all good; sleep 1")
+        bad = pippa(
+            env, repo, "run", "--host", h.name, "--name", "al-bad", "--cmd", "echo 'ValueError: boom'; exit 3"
+        )
+        assert ok.returncode == 0 and bad.returncode == 0, ok.stderr + bad.stderr
+        ok_id, bad_id = started(ok.stdout), started(bad.stdout)
+        done = hook.wait_for(lambda p: p.fields.get("run") == ok_id)
+        failed = hook.wait_for(lambda p: p.fields.get("run") == bad_id)
+        return ok, bad, ok_id, bad_id, done, failed
+
+    (ok, bad, ok_id, bad_id, done, failed), leaked = watching_argv(TOKEN, runs_and_their_alerts)
+    assert not leaked, "the token appeared in the argv of a process of the runs or their delivery"
+    outputs = [ok.stdout + ok.stderr, bad.stdout + bad.stderr]
+    assert done.path == f"/hook/{TOKEN}"  # the secret is the target, so it is in the URL only
+    f = done.fields
+    assert done.json["title"] == f"pippa: finished {ok_id} on {h.name}" and done.json["type"] == "success"
+    assert (f["host"], f["state"], f["recipe"]) == (h.name, "finished", "echo all good; sleep 1")
+    assert f["look"] == f"pippa logs {ok_id} --host {h.name}"
+    assert f["elapsed"].startswith("0m0") and "reason" not in f and "step" not in f
+    run_dir = h.home / "pippa" / "runs" / ok_id
+    t = float((run_dir / "exit_code").stat().st_mtime) - float((run_dir / "started").read_text())
+    assert abs(float(f["cost so far"]) - 36 * t / 3600) < 0.011
+    g = failed.fields
+    assert (g["state"], g["reason"], failed.json["type"]) == ("failed", "ValueError: boom", "failure")
+    assert failed.json["title"] == f"pippa: failed {bad_id} on {h.name}"
+
+    for p in hook.posts:
+        assert TOKEN not in p.body.decode()
+    for rid in (ok_id, bad_id):
+        d = h.home / "pippa" / "runs" / rid
+        assert TOKEN not in (d / "output.log").read_text() + (d / "cmd.sh").read_text()
+    ps = pippa(env, repo, "ps", "--json", "--host", h.name)
+    for text in [*outputs, ps.stdout, ps.stderr]:
+        assert TOKEN not in text
+    log = (h.home / ".config" / "pippa" / "alerts" / "deliveries.jsonl").read_text().splitlines()
+    assert [json.loads(x)["ok"] for x in log] == [True, True, True]
+
+
+def test_jobs_never_see_pippa_notify_and_a_message_quoting_a_secret_is_redacted(
+    client_env, ssh_hosts, repo, hook, restore_host
+) -> None:
+    """Only the delivery reads the target: a job printing its environment logs other secrets (that is
+    the job's business) but not PIPPA_NOTIFY; a failed run whose last line quotes a secret or the target
+    sends a message without either."""
+    h = restore_host(ssh_hosts[1])
+    env = client_env.env
+    hf = "hf-secret-0b7d3e"
+    (repo / ".env").write_text(f"PIPPA_NOTIFY={hook.url(TOKEN)}\nHF_TOKEN={hf}\n")
+    configure(client_env, h.name, 'secrets = ["HF_TOKEN"]\n')
+    assert pippa(env, repo, "up", h.name).returncode == 0
+    runs = h.home / "pippa" / "runs"
+    shown = started(pippa(env, repo, "run", "--host", h.name, "--name", "al-env", "--cmd", "env").stdout)
+    wait_until(lambda: (runs / shown / "exit_code").exists())
+    log = (runs / shown / "output.log").read_text()
+    assert f"HF_TOKEN={hf}" in log, "the job still gets its secrets"
+    assert "PIPPA_NOTIFY" not in log and TOKEN not in log
+
+    quote = f'echo "ValueError: bad token $HF_TOKEN for {hook.url(TOKEN)}"; exit 3'
+    bad = started(pippa(env, repo, "run", "--host", h.name, "--name", "al-quote", "--cmd", quote).stdout)
+    failed = hook.wait_for(lambda p: p.fields.get("run") == bad)
+    assert failed.fields["reason"] == "ValueError: bad token *** for ***"
+    assert hf not in failed.body.decode() and TOKEN not in failed.body.decode()
+
+
+def test_no_message_at_all_when_alerts_are_not_configured(
+    client_env, ssh_hosts, repo, hook, restore_host
+) -> None:
+    h = restore_host(ssh_hosts[1])
+    env = client_env.env
+    configure(client_env, h.name, "secrets = []\n")
+    up = pippa(env, repo, "up", h.name, "--json")
+    assert up.returncode == 0, up.stderr
+    assert json.loads(up.stdout)["alerts"] == {"configured": False, "watcher": None, "watcher_error": None}
+    run = pippa(env, repo, "run", "--host", h.name, "--name", "al-none", "--cmd", "true")
+    run_dir = h.home / "pippa" / "runs" / started(run.stdout)
+    wait_until(lambda: (run_dir / "exit_code").exists())
+    # the same call the run's end made, in the foreground: it finds no target and sends nothing
+    event = h.run_as_user(["python3", "-S", str(h.home / PROG), "event", "--run-dir", str(run_dir)])
+    assert json.loads(event.stdout) == {"sent": False, "configured": False}
+    test = pippa(env, repo, "notify-test", h.name)
+    assert test.returncode == 1 and "not configured" in test.stderr
+    assert hook.posts == []
+    assert not (h.home / ".config" / "pippa" / "alerts" / "deliveries.jsonl").exists()
+
+
+@pytest.mark.parametrize("down", [False, True], ids=["http-500", "down"])
+def test_a_failing_webhook_neither_fails_nor_slows_the_run_and_shows_in_hosts(
+    client_env, ssh_hosts, repo, hook, restore_host, down: bool
+) -> None:
+    h = restore_host(ssh_hosts[2])
+    env = client_env.env
+    hook.status = 500
+    url = hook.url(TOKEN)
+    if down:  # a port nobody listens on
+        with webhook.serve() as gone:
+            url = gone.url(TOKEN)
+    (repo / ".env").write_text(f"PIPPA_NOTIFY={url}\n")
+    configure(client_env, h.name, "secrets = []\n")
+    assert pippa(env, repo, "up", h.name).returncode == 0
+
+    test = pippa(env, repo, "notify-test", h.name)
+    assert test.returncode == 1
+    assert ("error=500" if not down else "the test alert failed") in test.stderr and TOKEN not in test.stderr
+
+    run = pippa(env, repo, "run", "--host", h.name, "--name", "al-slow", "--cmd", "echo done")
+    run_id = started(run.stdout)
+    run_dir = h.home / "pippa" / "runs" / run_id
+    wait_until(lambda: (run_dir / "exit_code").exists())
+
+    def session_gone() -> bool:
+        r = h.run_as_user(["tmux", "has-session", "-t", "=al-slow"])
+        return r.returncode != 0
+
+    wait_until(session_gone)  # how soon after the exit is bench/bench_alerts.py's measure, not a test's
+    assert (run_dir / "exit_code").read_text() == "0\n"
+    deliveries = h.home / ".config" / "pippa" / "alerts" / "deliveries.jsonl"
+    wait_until(lambda: deliveries.exists() and run_id in deliveries.read_text())
+    hosts = pippa(env, repo, "hosts", "--json")
+    row = next(r for r in json.loads(hosts.stdout) if r["name"] == h.name)
+    assert row["alerts"]["failures"] >= 2 and row["alerts"]["last_failure"]["run_id"] == run_id
+    table = pippa(env, repo, "hosts")
+    assert "alerts failed: " in table.stdout and TOKEN not in table.stdout + hosts.stdout
+
+
+def test_idle_gpus_alert_once_and_again_when_busy_and_the_watcher_follows_the_setting(
+    client_env, ssh_hosts, repo, hook, restore_host
+) -> None:
+    h = restore_host(ssh_hosts[3])
+    env = client_env.env
+    h.install_bin("nvidia-smi", FAKE_SMI)
+    (h.home / "gpu-util").write_text("0\n")
+    (repo / ".env").write_text(f"PIPPA_NOTIFY={hook.url(TOKEN)}\n")
+    configure(
+        client_env, h.name, 'secrets = []\nidle_alert = "2s"\nidle_threshold = 5\ncost_per_gpu_hour = 3600\n'
+    )
+    up = pippa(env, repo, "up", h.name, "--json")
+    assert up.returncode == 0, up.stderr
+    pid = json.loads(up.stdout)["alerts"]["watcher"]
+    assert isinstance(pid, int)
+    again = pippa(env, repo, "up", h.name, "--json")
+    assert json.loads(again.stdout)["alerts"]["watcher"] == pid, "one watcher per host user"
+
+    idle = hook.wait_for(lambda p: p.fields.get("state") == "idle")
+    f = idle.fields
+    assert idle.json["title"] == f"pippa: idle GPUs on {h.name}" and f["host"] == h.name
+    assert f["reason"].startswith("every GPU under 5% for 0m0")
+    assert float(f["cost so far"]) >= 2 * 2 * 0.99  # two GPUs at 1 per GPU-second, idle for >= 2 s
+    hosts = json.loads(pippa(env, repo, "hosts", "--json").stdout)
+    row = next(r for r in hosts if r["name"] == h.name)
+    assert row["alerts"]["watcher"] == pid and row["alerts"]["idle_s"] >= 2
+
+    (h.home / "gpu-util").write_text("80\n")
+    busy = hook.wait_for(lambda p: p.fields.get("state") == "busy")
+    assert busy.received >= idle.received
+    assert sum(1 for p in hook.posts if p.fields.get("state") == "idle") == 1, "alerted once per idle period"
+
+    inv = client_env.personal_inventory
+    inv.write_text(inv.read_text().replace('idle_alert = "2s"\n', ""))
+    stop = pippa(env, repo, "up", h.name, "--json")
+    assert json.loads(stop.stdout)["alerts"]["watcher"] is None
+    wait_until(lambda: not Path(f"/proc/{pid}").exists())
+    assert TOKEN not in up.stdout + again.stdout + stop.stdout
+
+
+def test_ps_shows_cost_so_far_by_the_hosts_rate_and_the_runs_share_of_gpus(
+    client_env, ssh_hosts, repo, restore_host
+) -> None:
+    h = restore_host(ssh_hosts[0])
+    env = client_env.env
+    h.install_bin("nvidia-smi", FAKE_SMI)
+    configure(client_env, h.name, "secrets = []\ncost_per_hour = 24\n")
+    assert pippa(env, repo, "up", h.name).returncode == 0
+    whole = started(pippa(env, repo, "run", "--host", h.name, "--name", "c-all", "--cmd", "sleep 1").stdout)
+    # the words a `pippa run --gpus 0` recipe run records (sh -c ignores them: $0 and $1)
+    half = started(
+        pippa(
+            env,
+            repo,
+            "run",
+            "--host",
+            h.name,
+            "--name",
+            "c-half",
+            "--cmd",
+            "sh -c 'sleep 1' --set launch.gpus=0",
+        ).stdout
+    )
+    runs_dir = h.home / "pippa" / "runs"
+    wait_until(lambda: all((runs_dir / r / "exit_code").exists() for r in (whole, half)))
+    ps = pippa(env, repo, "ps", "--json", "--host", h.name)
+    recs = {r["run_id"]: r for r in json.loads(ps.stdout)[h.name]["runs"]}
+    for rid, share in ((whole, 1.0), (half, 0.5)):
+        t = recs[rid]["duration_s"]
+        assert t >= 1 and recs[rid]["cost"] == pytest.approx(24 * t / 3600 * share, abs=1e-3)
+    table = pippa(env, repo, "ps", "--host", h.name).stdout
+    assert f"({recs[whole]['cost']:.2f})" in table, "the DURATION column carries the cost so far"
+    runs = pippa(env, repo, "runs", "--json", "--host", h.name)
+    by_id = {r["run_id"]: r for r in json.loads(runs.stdout)["runs"]}
+    assert by_id[half]["cost"] == pytest.approx(recs[half]["cost"], abs=1e-3)
+
+    inv = client_env.personal_inventory
+    inv.write_text(inv.read_text().replace("cost_per_hour = 24\n", ""))
+    ps = pippa(env, repo, "ps", "--json", "--host", h.name)
+    assert all(r["cost"] is None for r in json.loads(ps.stdout)[h.name]["runs"]), "no rate, no cost"
+
+
+def test_wait_notify_also_sends_to_pippa_notify_set_on_the_laptop(client_env, ssh_hosts, repo, hook) -> None:
+    h = ssh_hosts[0]
+    env = {**client_env.env, "PIPPA_NOTIFY": hook.url(TOKEN)}
+    run = pippa(client_env.env, repo, "run", "--host", h.name, "--name", "al-wait", "--cmd", "exit 4")
+    run_id = started(run.stdout)
+    waited = pippa(env, repo, "wait", run_id, "--host", h.name, "--notify")
+    assert waited.returncode == 4, waited.stderr
+    post = hook.wait_for(lambda p: run_id in p.json["message"])
+    assert post.json["title"] == "pippa" and "exit 4" in post.json["message"]
+    assert TOKEN not in post.body.decode() + waited.stdout + waited.stderr
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs of the test's own (root only), unmounted after it."""
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    p = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
+    if p.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {p.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_run_ending_on_a_nearly_full_disk_also_says_so(tmp_path, small_fs, hook) -> None:
+    """The host program itself, on this machine (the SSH path is the tests above): a run on a file
+    system with under 5% free sends its own message and a ``disk low`` one."""
+    home = tmp_path / "home"
+    alerts = home / ".config" / "pippa" / "alerts"
+    alerts.mkdir(parents=True)
+    prog = Path(__file__).parents[2] / "pippa_ops" / "alerts" / "hostalerts.py"
+    (alerts / "config.json").write_text(json.dumps({"host": "hx", "python": [sys.executable]}))
+    (home / ".config" / "pippa" / "secrets.env").write_text(f"PIPPA_NOTIFY='{hook.url(TOKEN)}'\n")
+    run_dir = small_fs / "runs" / "r-disk"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"host": "hx", "command": "true"}))
+    (run_dir / "exit_code").write_text("0\n")
+    (small_fs / "fill").write_bytes(b"\0" * (4 * 1024 * 1024 - 64 * 1024))  # leaves < 5% of 4 MiB
+    env = {**os.environ, "HOME": str(home)}
+    p = subprocess.run(["python3", "-S", str(prog), "event", "--run-dir", str(run_dir)], env=env,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert p.returncode == 0 and json.loads(p.stdout)["sent"] is True, p.stderr
+    low = hook.wait_for(lambda x: x.fields.get("state") == "disk low")
+    assert low.json["title"] == f"pippa: disk low {small_fs / 'runs'} on hx"
+    assert low.fields["reason"].endswith(f"% free on the file system of {small_fs / 'runs'}")
+    assert float(low.fields["reason"].split("%")[0]) < 5
+    hook.wait_for(lambda x: x.fields.get("run") == "r-disk")
