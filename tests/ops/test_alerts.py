@@ -140,7 +140,10 @@ def test_finished_and_failed_runs_alert_from_the_host_with_every_field_and_no_se
         d = h.home / "pippa" / "runs" / rid
         assert TOKEN not in (d / "output.log").read_text() + (d / "cmd.sh").read_text()
     ps = pippa(env, repo, "ps", "--json", "--host", h.name)
-    for text in [*outputs, ps.stdout, ps.stderr]:
+    # (another test's command may quote the target on purpose: only this test's runs are looked at)
+    mine = [r for r in json.loads(ps.stdout)[h.name]["runs"] if r["run_id"] in (ok_id, bad_id)]
+    assert len(mine) == 2
+    for text in [*outputs, json.dumps(mine), ps.stderr]:
         assert TOKEN not in text
     log = (h.home / ".config" / "pippa" / "alerts" / "deliveries.jsonl").read_text().splitlines()
     assert [json.loads(x)["ok"] for x in log] == [True, True, True]
@@ -302,7 +305,7 @@ def test_ps_shows_cost_so_far_by_the_hosts_rate_and_the_runs_share_of_gpus(
     for rid, share in ((whole, 1.0), (half, 0.5)):
         t = recs[rid]["duration_s"]
         assert t >= 1 and recs[rid]["cost"] == pytest.approx(24 * t / 3600 * share, abs=1e-3)
-    table = pippa(env, repo, "ps", "--host", h.name).stdout
+    table = pippa({**env, "COLUMNS": "160"}, repo, "ps", "--host", h.name).stdout  # room for DURATION
     assert f"({recs[whole]['cost']:.2f})" in table, "the DURATION column carries the cost so far"
     runs = pippa(env, repo, "runs", "--json", "--host", h.name)
     by_id = {r["run_id"]: r for r in json.loads(runs.stdout)["runs"]}

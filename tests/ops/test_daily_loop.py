@@ -194,7 +194,7 @@ def test_runs_lists_steps_rewards_evals_and_wandb_from_hosts_and_pulled_copies(
     finally:
         daily.host.start()
     assert set(pulled) == {daily.real} and pulled[daily.real]["state"] == "finished"
-    table = pippa(env, "runs", "--host", h, "--runs-dir", rd)
+    table = pippa(env, "runs", "--host", h, "--runs-dir", rd, "-v")  # whole ids
     assert table.returncode == 0 and "BEST" in table.stdout and daily.real in table.stdout
 
 

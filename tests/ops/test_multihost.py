@@ -63,7 +63,7 @@ def test_one_run_over_two_hosts_trains_as_one_group_and_stops_on_both(
     recs = ps()
     assert [recs[h]["machine_rank"] for h in (h1.name, h2.name)] == [0, 1]
     assert recs[h2.name]["hosts"] == [h1.name, h2.name]
-    table = pippa("ps", "--host", h1.name, "--host", h2.name).stdout
+    table = pippa("ps", "--host", h1.name, "--host", h2.name, "-v").stdout  # whole ids
     assert sum(run_id in line for line in table.splitlines()) == 1  # one row for the run
     assert f"{h1.name}+{h2.name}" in table
 

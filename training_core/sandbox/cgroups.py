@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -62,7 +63,7 @@ def remove_tree(*bases: Path, wait_s: float = 0.0) -> None:
 def _remove_stale(parent: Path) -> None:
     """Parents left by a trainer that was killed (no atexit): their pid is gone."""
     for d in parent.glob("pippa-sandbox-*"):
-        pid = d.name.rsplit("-", 1)[1]
+        pid = d.name.split("-")[2]  # pippa-sandbox-PID-TOKEN
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             remove_tree(d)
 
@@ -84,7 +85,8 @@ class CgroupSlots:
         if os.geteuid() != 0:
             return None
         mem, pids = _own_path("memory"), _own_path("pids")
-        name = f"pippa-sandbox-{os.getpid()}"
+        # one parent per CgroupSlots, not per process: removing one never empties another's slots
+        name = f"pippa-sandbox-{os.getpid()}-{secrets.token_hex(3)}"
         if mem is not None and pids is not None and (ROOT / "memory").is_dir() and (ROOT / "pids").is_dir():
             mb, pb = ROOT / "memory" / mem.lstrip("/") / name, ROOT / "pids" / pids.lstrip("/") / name
             with contextlib.suppress(OSError):
