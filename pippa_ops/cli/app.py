@@ -58,6 +58,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period.",
     ),
     "recipes": ("pippa_ops.cli.run_cmd", "The recipes this repo ships (recipes/*.toml)."),
+    "recover": (
+        "pippa_ops.cli.recover_cmd",
+        "Resume every lost run (session gone, no exit code) that has attempts left, each in its own session.",
+    ),
     "wait": (
         "pippa_ops.cli.wait_cmd",
         "Wait until runs end (riding out dropped connections); exit with their status (0: all exited 0).",
