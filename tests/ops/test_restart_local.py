@@ -18,9 +18,17 @@ from typing import Any
 import pytest
 from conftest import PIPPA
 
-# A stand-in trainer: prints its argv; without --resume it waits (to be lost), with it it completes.
-FAKE_TRAIN = """import sys, time
+# A stand-in trainer: prints its argv; ``slow`` waits unless resumed (to be lost), ``diverge`` ends its
+# metrics the way training_core ends a run whose loss became NaN.
+FAKE_TRAIN = """import json, os, sys, time
 print("train", " ".join(sys.argv[1:]), flush=True)
+if sys.argv[1] == "diverge":
+    end = {"type": "end", "status": "diverged", "step": 3, "time": time.time(),
+           "error": "diverged at step 3: loss/total is nan"}
+    with open(os.path.join(os.environ["PIPPA_RUN_DIR"], "metrics.jsonl"), "a") as f:
+        f.write(json.dumps(end) + "\\n")
+    print("error: diverged at step 3: loss/total is nan", file=sys.stderr)
+    sys.exit(1)
 if "--resume" not in sys.argv:
     time.sleep(120)
 """
@@ -76,6 +84,7 @@ def local(tmp_path: Path) -> Iterator[Local]:
     (repo / "training_core" / "__init__.py").write_text("")
     (repo / "training_core" / "launch.py").write_text(FAKE_TRAIN)
     (repo / "recipes" / "slow.toml").write_text('description = "waits unless resumed"\n')
+    (repo / "recipes" / "diverge.toml").write_text('description = "diverges at step 3"\n')
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     home = tmp_path / "home"
     (home / ".config" / "pippa").mkdir(parents=True)
@@ -180,3 +189,16 @@ def test_a_lost_session_shows_lost_and_recover_resumes_it_with_its_attempts_coun
     assert f"train slow --run-dir {run_dir} --resume" in local.log(run_id)
     again = local.pippa("recover", "local")  # nothing left to do
     assert again.returncode == 0 and again.stdout.strip() == "local: no lost runs"
+
+
+def test_a_diverged_run_is_not_retried_unless_asked(local: Local) -> None:
+    run_id = local.start("diverge", "--name", "nan", "--retry", "2", "--backoff", "0.1s")
+    rec = local.wait_state(run_id, lambda r: r["state"] != "running")
+    assert (rec["state_text"], rec["error"]) == ("diverged", "diverged at step 3: loss/total is nan")
+    assert [a["outcome"] for a in local.attempts(run_id)] == ["diverged"]
+    assert "not retried (--retry-diverged retries it)" in local.log(run_id)
+
+    asked = local.start("diverge", "--name", "nan2", "--retry", "1", "--backoff", "0.1s", "--retry-diverged")
+    rec = local.wait_state(asked, lambda r: r["state"] != "running")
+    assert rec["state_text"] == "diverged after 2 attempts (exit 1)"
+    assert [a["outcome"] for a in local.attempts(asked)] == ["diverged", "diverged"]
