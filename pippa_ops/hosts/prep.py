@@ -104,6 +104,7 @@ class UpReport:
     secrets: SecretsPush
     elapsed_s: float
     bwrap_installed: bool = False  # bubblewrap installed by this `up`
+    boot: str | None = None  # recovery at boot (hosts.boot): installed, kept, removed, absent, unavailable
 
     def to_json(self) -> dict[str, object]:
         p = self.probe
@@ -126,6 +127,7 @@ class UpReport:
             "secrets_pushed": list(self.secrets.pushed),
             "secrets_missing": list(self.secrets.missing),
             "elapsed_s": round(self.elapsed_s, 2),
+            "recover_on_boot": self.boot,
         }
 
 
@@ -247,6 +249,11 @@ def up(
     if not r.ok:
         raise ToolMissing(f"{spec.name}: the training python {python} does not run: {r.stderr.strip()}")
     secrets = push_secrets(transport, spec.secrets, env_path or repo / ".env")
+    from pippa_ops.hosts.boot import apply_boot
+
+    boot = apply_boot(spec, transport)
+    if boot.message:
+        emit(boot.message)
     remote_dir = str(repo) if spec.is_local else transport.expand(spec.remote_dir)
     return UpReport(
         host=spec.name,
@@ -259,6 +266,7 @@ def up(
         secrets=secrets,
         elapsed_s=time.monotonic() - t0,
         bwrap_installed=bwrap_installed,
+        boot=boot.state,
     )
 
 

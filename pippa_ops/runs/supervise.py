@@ -422,9 +422,81 @@ class Supervisor:
         os._exit(128 + signum)
 
 
+# Kept in step with pippa_ops.transport.agent (RUN_STATE_FILES, reopen_run_dir, SESSION_RE) and
+# pippa_ops.runs.tmux (IDENTITY_FORMAT, session_argv): this file runs alone on the host at boot.
+RUN_STATE_FILES = ("exit_code", "exit_code.tmp", "started", "stop_requested", "tmux_session")
+SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+IDENTITY_FORMAT = "#{session_id}@#{session_created}"
+
+
+def recover_lost(remote_dir: str) -> dict:
+    """What ``recover_on_boot`` runs (cron @reboot): start again, each in its own tmux session, every
+    supervised run of ``remote_dir`` that ended with no exit code, no stop and no live session, and
+    has attempts left. Its cmd.sh runs this supervisor again, which counts the lost attempt."""
+    import shlex
+
+    out: dict = {"resumed": [], "skipped": []}
+    base = os.path.join(os.path.expanduser(remote_dir), "runs")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return out
+    for name in names:
+        d = os.path.join(base, name)
+        meta = read_json(os.path.join(d, "run.json"))
+        if not isinstance(meta, dict) or not isinstance(meta.get("restart"), dict):
+            continue
+        ended = any(os.path.exists(os.path.join(d, f)) for f in ("exit_code", "stop_requested", "slurm_job"))
+        if ended or not os.path.exists(os.path.join(d, "started")):
+            continue
+        session = str(meta.get("session") or "")
+        if not SESSION_RE.match(session) or not os.path.exists(os.path.join(d, "cmd.sh")):
+            continue
+        if subprocess.run(["tmux", "has-session", "-t", "=" + session], capture_output=True).returncode == 0:
+            continue  # running, or its session is taken: not lost
+        summary = summarize(read_json(os.path.join(d, ATTEMPTS_FILE)))
+        if isinstance(meta.get("hosts"), list) and len(meta["hosts"]) > 1:
+            out["skipped"].append([name, "a run over several hosts"])
+            continue
+        if summary is None or summary["attempt"] >= policy_of(meta)["max_attempts"]:
+            out["skipped"].append([name, "no attempts left"])
+            continue
+        for state in RUN_STATE_FILES:
+            if os.path.lexists(os.path.join(d, state)):
+                os.unlink(os.path.join(d, state))
+        meta["resumed"] = [*meta.get("resumed", []), time.time()]
+        write_json(os.path.join(d, "run.json"), meta)
+        job = "trap : INT; sh " + shlex.quote(os.path.join(d, "cmd.sh"))
+        argv = [
+            "tmux",
+            "new-session",
+            "-d",
+            "-P",
+            "-F",
+            IDENTITY_FORMAT,
+            "-s",
+            session,
+            "-x",
+            "200",
+            "-y",
+            "50",
+        ]
+        p = subprocess.run([*argv, "sh", "-c", job], capture_output=True)
+        if p.returncode != 0:
+            out["skipped"].append([name, "tmux: " + p.stderr.decode(errors="replace").strip()])
+            continue
+        with open(os.path.join(d, "tmux_session"), "w") as f:
+            f.write(p.stdout.decode().strip() + "\n")
+        out["resumed"].append([name, session])
+    return out
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[1] == "--recover":
+        sys.stdout.write(json.dumps(recover_lost(argv[2])) + "\n")
+        return 0
     if len(argv) != 2:
-        sys.stderr.write("usage: supervise.py RUN_DIR\n")
+        sys.stderr.write("usage: supervise.py RUN_DIR | --recover REMOTE_DIR\n")
         return USAGE_EXIT
     sup = Supervisor(os.path.abspath(argv[1]))
     signal.signal(signal.SIGINT, sup.on_interrupt)

@@ -202,3 +202,20 @@ def test_a_diverged_run_is_not_retried_unless_asked(local: Local) -> None:
     rec = local.wait_state(asked, lambda r: r["state"] != "running")
     assert rec["state_text"] == "diverged after 2 attempts (exit 1)"
     assert [a["outcome"] for a in local.attempts(asked)] == ["diverged", "diverged"]
+
+
+def test_recovery_at_boot_resumes_a_lost_run_on_the_host_alone(local: Local) -> None:
+    run_id = local.start("slow", "--name", "boot", "--retry", "1", "--backoff", "0.1s")
+    wait_for(lambda: "train slow" in local.log(run_id))
+    local.tmux("kill-server")  # the reboot
+    wait_for(lambda: local.record(run_id)["state"] == "lost")
+    # what the @reboot line runs (pippa_ops.hosts.boot), with no laptop involved
+    supervisor = local.repo / "runs" / run_id / "supervise.py"
+    argv = ["python3", "-S", "-I", str(supervisor), "--recover", str(local.repo)]
+    p = subprocess.run(argv, env=local.env, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and json.loads(p.stdout) == {"resumed": [[run_id, "boot"]], "skipped": []}, p
+    rec = local.wait_state(run_id, lambda r: r["state"] != "running")
+    assert rec["state_text"] == "finished (exit 0)", local.log(run_id)
+    assert [a["outcome"] for a in local.attempts(run_id)] == ["lost", "completed"]
+    again = subprocess.run(argv, env=local.env, capture_output=True, text=True, timeout=30)
+    assert json.loads(again.stdout) == {"resumed": [], "skipped": []}  # finished: nothing to do
