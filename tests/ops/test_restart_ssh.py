@@ -132,3 +132,24 @@ def test_a_frozen_trainer_is_detected_stopped_resumed_and_completes(client_env, 
     first, second = attempts(run_dir)
     assert (first["outcome"], first["reason"]) == ("stalled", "no new metrics line for 5s")
     assert second["outcome"] == "completed" and second["resumed_from_step"] >= 2
+
+
+def test_a_run_whose_tmux_server_died_is_lost_and_recover_completes_it(client_env, ssh_hosts) -> None:
+    env, h = client_env.env, ssh_hosts[2]
+    run_id = started(pippa(env, "run", "tiny", "--host", h.name, "--name", "rlost", "--retry", "1", *SETS))
+    run_dir = h.home / "pippa" / "runs" / run_id
+    wait_for(lambda: at_a_checkpoint_and_past_it(run_dir), 300, lambda: (run_dir / "output.log").read_text())
+    h.run_as_user(["tmux", "kill-server"])  # a reboot, an OOM killer taking tmux: no exit code
+    wait_for(lambda: trainer_pid(run_id) is None, 30)
+    p = pippa(env, "ps", "--host", h.name, "--json")
+    (rec,) = [r for r in json.loads(p.stdout)[h.name]["runs"] if r["run_id"] == run_id]
+    assert (rec["state"], rec["state_text"], rec["exit_code"]) == ("lost", "lost", None)
+    assert "lost" in pippa(env, "ps", "--host", h.name).stdout
+
+    r = pippa(env, "recover", h.name)
+    assert r.returncode == 0, r.stderr
+    assert f"{h.name}: resumed {run_id} in session rlost (attempt 2/2, with --resume)" in r.stdout
+    finished(env, h.name, run_id, run_dir)
+    first, second = attempts(run_dir)
+    assert (first["outcome"], second["outcome"]) == ("lost", "completed")
+    assert second["resumed_from_step"] >= 2
