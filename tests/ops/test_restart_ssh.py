@@ -153,3 +153,35 @@ def test_a_run_whose_tmux_server_died_is_lost_and_recover_completes_it(client_en
     first, second = attempts(run_dir)
     assert (first["outcome"], second["outcome"]) == ("lost", "completed")
     assert second["resumed_from_step"] >= 2
+
+
+def rank_pid(run_id: str, rank: int) -> int | None:
+    """The trainer process of ``rank`` (its LOCAL_RANK) among the run's gloo ranks."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        mine = b"training_core.train" in argv and any(run_id.encode() in a for a in argv)
+        if mine and f"LOCAL_RANK={rank}".encode() in environ:
+            return int(pid)
+    return None
+
+
+def test_a_killed_rank_fails_the_attempt_for_both_and_the_retry_restarts_the_group(client_env, ssh_hosts):
+    env, h = client_env.env, ssh_hosts[2]
+    args = ("--processes", "2", "--retry", "1", "--backoff", "1s", *SETS)
+    run_id = started(pippa(env, "run", "tiny", "--host", h.name, "--name", "rrank", *args))
+    run_dir = h.home / "pippa" / "runs" / run_id
+    wait_for(lambda: at_a_checkpoint_and_past_it(run_dir), 400, lambda: (run_dir / "output.log").read_text())
+    pid = rank_pid(run_id, 1)
+    assert pid is not None and rank_pid(run_id, 0) is not None
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: len(attempts(run_dir)) == 2, 120, lambda: (run_dir / "output.log").read_text()[-3000:])
+    first, _ = attempts(run_dir)
+    assert first["outcome"] == "failed" and first["exit_code"] != 0  # rank 0 did not train on alone
+    finished(env, h.name, run_id, run_dir)
+    first, second = attempts(run_dir)
+    assert second["outcome"] == "completed" and second["resumed_from_step"] >= 2
+    assert len(list((run_dir / "checkpoints").glob(f"checkpoint-{STEPS}/rng_state_*.pth"))) == 2  # both ranks
