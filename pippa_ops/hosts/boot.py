@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from pippa_ops.errors import BadSetting
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.restart import supervisor_source
 from pippa_ops.transport import agent_client
@@ -29,7 +30,10 @@ class BootChange:
 
 
 def boot_line(remote_dir: str) -> str:
-    """The crontab line for ``remote_dir`` (pure): cron's shell expands ``~``; the rest is quoted."""
+    """The crontab line for ``remote_dir`` (pure): cron's shell expands ``~``; the rest is quoted, and a
+    line break (which would start another crontab line) is refused."""
+    if any(ord(c) < 32 for c in remote_dir):
+        raise BadSetting(f"remote_dir {remote_dir!r} has a control character: no @reboot line for it")
     return (f"@reboot python3 -S -I {SUPERVISOR_PATH} --recover {shlex.quote(remote_dir)} "
             f"{MARK} {shlex.quote(remote_dir)}")  # fmt: skip
 

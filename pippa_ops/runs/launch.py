@@ -341,11 +341,14 @@ def resume(
                                                  "resume": True, "stamp": time.time(), "script": script})
             return LaunchResult(spec.name, "slurm", (run.run_id,), None, (str(answer["job_id"]),))
         session = validate_session(session or run.session)
-        cmd_sh = render_cmd_sh(job, spec.remote_dir, spec.env)
+        # A supervised run (--retry) continues under its supervisor: one more recorded attempt, with --resume.
+        supervised = run.max_attempts is not None
+        cmd_sh = render_cmd_sh(job, spec.remote_dir, spec.env, supervised=supervised)
+        supervisor = supervisor_source() if supervised else None
         request = {
             "remote_dir": spec.remote_dir,
             "session": session,
-            "runs": [{"run_id": run.run_id, "resume": True, "cmd_sh": cmd_sh}],
+            "runs": [{"run_id": run.run_id, "resume": True, "cmd_sh": cmd_sh, "supervisor": supervisor}],
             "tmux_argv": _tmux_new(session, spec.remote_dir, [run.run_id], 0),
             "replace": False,
             "stamp": time.time(),

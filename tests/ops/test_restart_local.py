@@ -219,3 +219,14 @@ def test_recovery_at_boot_resumes_a_lost_run_on_the_host_alone(local: Local) -> 
     assert [a["outcome"] for a in local.attempts(run_id)] == ["lost", "completed"]
     again = subprocess.run(argv, env=local.env, capture_output=True, text=True, timeout=30)
     assert json.loads(again.stdout) == {"resumed": [], "skipped": []}  # finished: nothing to do
+
+
+def test_pippa_resume_of_a_supervised_run_is_one_more_recorded_attempt(local: Local) -> None:
+    run_id = local.start("diverge", "--name", "again", "--retry", "1", "--backoff", "0.1s")
+    local.wait_state(run_id, lambda r: r["state"] == "diverged")
+    r = local.pippa("resume", run_id, "--host", "local")
+    assert r.returncode == 0, r.stderr
+    rec = local.wait_state(run_id, lambda r: r["state"] == "diverged" and len(local.attempts(run_id)) == 2)
+    assert rec["state_text"] == "diverged after 2 attempts (exit 1)"
+    run_dir = local.repo / "runs" / run_id
+    assert f"train diverge --run-dir {run_dir} --resume" in local.log(run_id)
