@@ -285,6 +285,9 @@ def make_callback(
                 print(
                     progress_line(state.global_step, state.max_steps, m), file=out or sys.stdout, flush=True
                 )
+            from training_core.divergence import check
+
+            check(state.global_step, m)  # NaN/inf loss or reward: the run ends "diverged" (runner)
 
     return MetricsCallback()
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from training_core.divergence import Diverged
 from training_core.errors import StartFailed, TrainingError, UsageError
 from training_core.platform import PlatformFacts, apply_offline_env, detect, torch_facts, train_precision
 from training_core.recipes import Resolved
@@ -330,6 +331,9 @@ def _train(res: Resolved, run_dir: Path, trainer: Any, started: _Started, n_rows
     except KeyboardInterrupt as e:
         status, error, code = "interrupted", str(e) or "interrupted", 130
         print(f"interrupted at step {trainer.state.global_step}", file=sys.stderr, flush=True)
+    except Diverged as e:  # no checkpoint: it would hold the broken weights
+        status, error, code = "diverged", str(e), e.exit_code
+        print(f"error: {e}", file=sys.stderr, flush=True)
     except Exception as e:
         error = f"{type(e).__name__}: {e}"
         traceback.print_exc()

@@ -70,6 +70,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "pippa_ops.cli.tidy_cmd",
         "Remove ended runs older than an age on every host (or those named); never a running run.",
     ),
+    "recover": (
+        "pippa_ops.cli.recover_cmd",
+        "Resume every lost run (session gone, no exit code) that has attempts left, each in its own session.",
+    ),
     "wait": (
         "pippa_ops.cli.wait_cmd",
         "Wait until runs end (riding out dropped connections); exit with their status (0: all exited 0).",

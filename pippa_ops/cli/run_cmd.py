@@ -42,6 +42,7 @@ from pippa_ops.runs.launch import (
 )
 from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, merge_groups, select_runs
 from pippa_ops.runs.recipes import list_recipes
+from pippa_ops.runs.restart import RestartFlags
 from pippa_ops.runs.script import DEFAULT_GAP_S, DEFAULT_SESSION
 from pippa_ops.runs.tmux import Tmux
 from pippa_ops.transport.base import Transport
@@ -226,9 +227,30 @@ def run_cmd(
         ),
     ] = None,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Return as soon as the run is started.")] = False,
+    retry: Annotated[
+        int | None,
+        typer.Option("--retry", help="Rerun a crashed run up to N times on the host, with --resume "
+                     "(over the recipe's [restart] max_attempts).", show_default=False),
+    ] = None,
+    stall_timeout: Annotated[
+        str | None,
+        typer.Option("--stall-timeout", help="No new metrics line (--cmd: output) for this long after a "
+                     "step, e.g. 20m: stop the attempt (it saves) and retry it.", show_default=False),
+    ] = None,
+    retry_diverged: Annotated[
+        bool | None,
+        typer.Option("--retry-diverged", help="Retry a run whose loss or reward became NaN/inf too.",
+                     show_default=False),
+    ] = None,
+    backoff: Annotated[
+        str | None,
+        typer.Option("--backoff", help="First wait before a retry (doubles, capped at 10m). Default 30s.",
+                     show_default=False),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start recipes (one after another) or a command in a named tmux session on a host."""
+    restart = RestartFlags(retry, stall_timeout, retry_diverged, backoff)
     names = list(recipes or [])
     if not names and cmd is None:
         names = ["tiny"]  # the README's main job
@@ -236,6 +258,8 @@ def run_cmd(
     if hosts is not None:
         if host is not None or cmd is not None or len(names) != 1:
             raise BadSetting("--hosts runs one recipe over several hosts (no --host, no --cmd, no sweep)")
+        if restart.given:
+            raise BadSetting("--retry and --stall-timeout are not supported with --hosts yet")
         result = _run_group([h for h in hosts.split(",") if h], names[0], name, sets)
         if as_json:
             emit_json({"host": result.host, "session": result.session, "run_ids": list(result.run_ids),
@@ -259,6 +283,7 @@ def run_cmd(
             replace=replace,
             gap_s=gap,
             nodes=nodes,
+            restart=restart,
         )
         if as_json:
             emit_json(

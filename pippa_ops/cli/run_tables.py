@@ -131,7 +131,7 @@ def render_ps(
     for line in lines:
         typer.echo(line)
     for r in records:
-        if r.state == "failed" and r.error:
+        if r.state in ("failed", "diverged") and r.error:
             rid = shown.get(r.run_id, r.run_id)
             typer.secho(f"{r.host} {rid}: {r.state_text}: {r.error}{failure_hint(r.error, r.host)}", fg="red")
     for h, e in errors.items():

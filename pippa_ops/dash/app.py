@@ -236,7 +236,7 @@ class DashApp(App[None]):
         if self.selected is None or row is None:
             self.notify("select a run first", severity="warning")
             return
-        if not row.session or row.state != "running":
+        if not row.session or row.state.partition(" ")[0] != "running":  # "running (attempt 2/4)"
             self.notify(f"{row.run_id} has no live tmux session", severity="warning")
             return
         if self._attacher is None:

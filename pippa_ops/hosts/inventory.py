@@ -55,6 +55,7 @@ class HostSpec:
     # "tmux" (runs in tmux sessions) or "slurm" (a login node: runs are sbatch jobs, hosts.scheduler)
     scheduler: str = "tmux"
     slurm: SlurmSpec | None = None  # the [hosts.NAME.slurm] table; None unless scheduler = "slurm"
+    recover_on_boot: bool = False  # `pippa up` installs an @reboot crontab line resuming lost runs
     source: str = "address"  # "inventory:<file>", "ssh_config", "address", "local"
     # Where each set field came from: "hosts.toml", "ssh_config" or "pippa.toml" (`pippa hosts --explain`).
     origins: dict[str, str] = field(default_factory=dict)
@@ -80,7 +81,8 @@ _ADDRESS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,253}$")
 _IPV6_RE = re.compile(r"^[0-9A-Fa-f:.]{2,45}$")
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _STR_FIELDS = ("address", "user", "identity_file", "proxy_jump", "remote_dir", "python")
-_FIELDS = (*_STR_FIELDS, "port", "setup", "env", "secrets", "scheduler", "slurm", *ALERT_FIELDS)
+_FIELDS = (*_STR_FIELDS, "port", "setup", "env", "secrets", "scheduler", "slurm", *ALERT_FIELDS,
+           "recover_on_boot")
 # How to reach a host. For these, the user's own files win over the team's: personal hosts.toml >
 # ~/.ssh/config > team pippa.toml (a team entry never overrides the user's ssh alias of that name).
 # The other fields (remote_dir, python, setup, env, secrets): hosts.toml > pippa.toml.
@@ -205,6 +207,9 @@ def _spec_from_entry(name: str, entry: Mapping[str, Any]) -> HostSpec:
     if "slurm" in entry and scheduler != "slurm":
         raise UsageError(f'{where} has a slurm table but scheduler is not "slurm"')
     slurm = slurm_spec(entry.get("slurm", {}), where) if scheduler == "slurm" else None
+    recover_on_boot = entry.get("recover_on_boot", False)
+    if not isinstance(recover_on_boot, bool):
+        raise UsageError(f"{where}.recover_on_boot must be true or false")
     return HostSpec(
         name=name,
         address=address,
@@ -219,6 +224,7 @@ def _spec_from_entry(name: str, entry: Mapping[str, Any]) -> HostSpec:
         setup=tuple(setup) if setup is not None else None,
         env=dict(env),
         secrets=tuple(secrets),
+        recover_on_boot=recover_on_boot,
         source=f"inventory:{entry['_file']}",
         **alert_settings(entry, where),
     )

@@ -118,6 +118,7 @@ class UpReport:
     elapsed_s: float
     bwrap_installed: bool = False  # bubblewrap installed by this `up`
     alerts: AlertsSetup | None = None  # alerts from the host (pippa_ops.alerts), the idle watcher
+    boot: str | None = None  # recovery at boot (hosts.boot): installed, kept, removed, absent, unavailable
 
     def to_json(self) -> dict[str, object]:
         p = self.probe
@@ -141,6 +142,7 @@ class UpReport:
             "secrets_missing": list(self.secrets.missing),
             "elapsed_s": round(self.elapsed_s, 2),
             "alerts": None if self.alerts is None else self.alerts.to_json(),
+            "recover_on_boot": self.boot,
         }
 
 
@@ -262,6 +264,11 @@ def up(
     if not r.ok:
         raise ToolMissing(f"{spec.name}: the training python {python} does not run: {r.stderr.strip()}")
     secrets = push_secrets(transport, spec.secrets, env_path or repo / ".env", optional=(alerts.TARGET,))
+    from pippa_ops.hosts.boot import apply_boot
+
+    boot = apply_boot(spec, transport)
+    if boot.message:
+        emit(boot.message)
     remote_dir = str(repo) if spec.is_local else transport.expand(spec.remote_dir)
     alerts_setup = alerts.install(transport, spec, remote_dir=remote_dir, gpus=len(facts.gpus), python=python,
                                   configured=alerts.TARGET in secrets.pushed)  # fmt: skip
@@ -277,6 +284,7 @@ def up(
         elapsed_s=time.monotonic() - t0,
         bwrap_installed=bwrap_installed,
         alerts=alerts_setup,
+        boot=boot.state,
     )
 
 

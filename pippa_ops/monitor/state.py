@@ -119,8 +119,8 @@ ACTIVE = ("running", "queued")
 def ended_runs(before: tuple[RunRow, ...], after: tuple[RunRow, ...]) -> list[RunRow]:
     """Runs that were running or queued in the previous listing and are not any more: what the
     dashboard tells the user about (the first listing of a host tells nothing)."""
-    was_active = {r.run_id for r in before if r.state in ACTIVE}
-    return [r for r in after if r.run_id in was_active and r.state not in ACTIVE]
+    was_active = {r.run_id for r in before if r.state.partition(" ")[0] in ACTIVE}  # "running (attempt 2/4)"
+    return [r for r in after if r.run_id in was_active and r.state.partition(" ")[0] not in ACTIVE]
 
 
 def _push(history: tuple[float, ...], value: float | None) -> tuple[float, ...]:

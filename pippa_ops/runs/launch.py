@@ -24,7 +24,8 @@ from pippa_ops.repo import repo_root
 from pippa_ops.runs.follow import follow_to_end, read_all
 from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs
 from pippa_ops.runs.precheck import check_python
-from pippa_ops.runs.recipes import check_recipe, check_settings
+from pippa_ops.runs.recipes import check_recipe, check_settings, recipes_dir
+from pippa_ops.runs.restart import RestartFlags, supervisor_source
 from pippa_ops.runs.script import (
     DEFAULT_GAP_S,
     DEFAULT_SESSION,
@@ -144,20 +145,26 @@ def launch(
     gap_s: float = DEFAULT_GAP_S,
     sync: bool = True,
     nodes: int | None = None,
+    restart: RestartFlags | None = None,
 ) -> LaunchResult:
     """Start ``recipes`` (one after another) or ``command`` in tmux ``session`` on the host.
-    ``sync=False`` launches what the host already has (the run records no commit)."""
+    ``sync=False`` launches what the host already has (the run records no commit); ``restart``: the
+    retry and stall flags over each recipe's ``[restart]`` table (runs.restart)."""
     validate_session(session)
     now = time.time()
     remote_dir = spec.remote_dir
     jobs = plan_jobs(spec, remote_dir, recipes, command, sets, now)
     with agent_client.Session(transport) as agent:
         if spec.scheduler == "slurm":
+            if restart is not None and restart.given:
+                raise BadSetting(f"{spec.name} is a SLURM host: --retry and --stall-timeout run in a tmux "
+                                 "session's supervisor and are not supported for batch jobs")  # fmt: skip
             sync_info, job_ids = _submit(spec, transport, agent, jobs, nodes, sync, now)
             return LaunchResult(spec.name, "slurm", tuple(j.run_id for j in jobs), sync_info, job_ids)
         if nodes is not None:
             raise BadSetting(f"--nodes needs a SLURM host; {spec.name} runs jobs in tmux")
-        sync_info = _launch(spec, transport, agent, jobs, session, replace, gap_s, sync, now)
+        sync_info = _launch(spec, transport, agent, jobs, session, replace, gap_s, sync, now,
+                            restart or RestartFlags())  # fmt: skip
     return LaunchResult(spec.name, session, tuple(j.run_id for j in jobs), sync_info)
 
 
@@ -261,8 +268,10 @@ def _launch(
     gap_s: float,
     sync: bool,
     now: float,
+    restart: RestartFlags,
 ) -> SyncInfo | None:
     remote_dir = spec.remote_dir
+    policies = [restart.policy_for(job.recipe, recipes_dir()) for job in jobs]  # checked before a sync
     marker: list[dict[str, object]] = []  # a no-change sync's marker: written by the launch request
     sync_info = sync_for_launch(spec, transport, marker, agent) if sync else None
     if any(job.recipe for job in jobs):  # nothing starts with a python that cannot run the trainer
@@ -278,10 +287,12 @@ def _launch(
                 sync=sync_info,
                 sweep_index=i,
                 sweep_size=len(jobs),
+                restart=policy.to_json() if policy.active else None,
             ),
-            "cmd_sh": render_cmd_sh(job, remote_dir, spec.env),
+            "cmd_sh": render_cmd_sh(job, remote_dir, spec.env, supervised=policy.active),
+            "supervisor": supervisor_source() if policy.active else None,
         }
-        for i, job in enumerate(jobs)
+        for i, (job, policy) in enumerate(zip(jobs, policies, strict=True))
     ]
     request = {
         "remote_dir": remote_dir,
@@ -339,11 +350,14 @@ def resume(
                                                  "resume": True, "stamp": time.time(), "script": script})
             return LaunchResult(spec.name, "slurm", (run.run_id,), None, (str(answer["job_id"]),))
         session = validate_session(session or run.session)
-        cmd_sh = render_cmd_sh(job, spec.remote_dir, spec.env)
+        # A supervised run (--retry) continues under its supervisor: one more recorded attempt, with --resume.
+        supervised = run.max_attempts is not None
+        cmd_sh = render_cmd_sh(job, spec.remote_dir, spec.env, supervised=supervised)
+        supervisor = supervisor_source() if supervised else None
         request = {
             "remote_dir": spec.remote_dir,
             "session": session,
-            "runs": [{"run_id": run.run_id, "resume": True, "cmd_sh": cmd_sh}],
+            "runs": [{"run_id": run.run_id, "resume": True, "cmd_sh": cmd_sh, "supervisor": supervisor}],
             "tmux_argv": _tmux_new(session, spec.remote_dir, [run.run_id], 0),
             "replace": False,
             "stamp": time.time(),

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pippa_ops.errors import AmbiguousSession, RunNotFound
+from pippa_ops.runs import supervise
 from pippa_ops.runs.shortid import designates
 from pippa_ops.runs.tmux import parse_sessions
 from pippa_ops.transport import agent_client
@@ -33,7 +34,7 @@ class RunRecord:
     session: str
     recipe: str | None
     command: str
-    state: str  # running | queued | finished | failed | stopped | killed | cancelled | lost
+    state: str  # running | queued | finished | failed | diverged | stopped | killed | cancelled | lost
     exit_code: int | None = None
     started: float | None = None  # host unix time the job began (launch time while queued)
     ended: float | None = None
@@ -51,6 +52,9 @@ class RunRecord:
     job_id: str | None = None  # the SLURM job of a run on a SLURM host (None: a tmux run)
     slurm_state: str | None = None  # squeue/scontrol's state and reason, e.g. "PENDING (Resources)"
     cost: float | None = None  # so far, at the host's rate (pippa_ops.alerts.cost); None: no rate
+    attempt: int | None = None  # a supervised run (--retry, --stall-timeout): its attempt now (1-based)
+    max_attempts: int | None = None
+    retry_in_s: float | None = None  # waiting before the next attempt: seconds left
 
     @property
     def label(self) -> str:
@@ -62,6 +66,15 @@ class RunRecord:
 
     @property
     def state_text(self) -> str:
+        if self.attempt is not None and self.max_attempts is not None and self.max_attempts > 1:
+            if self.state == "running" and self.retry_in_s is not None:
+                return f"running (attempt {self.attempt + 1}/{self.max_attempts} in {self.retry_in_s:.0f}s)"
+            if self.state == "running":
+                return f"running (attempt {self.attempt}/{self.max_attempts})"
+            if self.state in ("failed", "diverged") and self.attempt > 1 and self.exit_code is not None:
+                return f"{self.state} after {self.attempt} attempts (exit {self.exit_code})"
+        if self.state == "diverged":
+            return self.state
         if self.state in ("finished", "failed", "stopped") and self.exit_code is not None:
             return f"{self.state} (exit {self.exit_code})"
         if self.slurm_state and self.exit_code is None:
@@ -168,6 +181,10 @@ def _record(
     state = derive_state(
         session_alive=alive, exit_code=exit_code, started=started, stop_requested=stop_requested
     )
+    end = raw.get("end")
+    if state == "failed" and isinstance(end, dict) and end.get("status") == "diverged":
+        state = "diverged"  # a NaN/inf loss or reward ended it (training_core); not retried by default
+    attempts = supervise.summarize(raw.get("attempts"))
     job = raw.get("slurm") if isinstance(raw.get("slurm"), dict) else None
     job_state = None
     if job is not None:
@@ -183,11 +200,11 @@ def _record(
         duration = max(0.0, (ended if ended is not None else now) - started_host)
     steps = raw.get("steps")
     step, reward = _last_step(steps if isinstance(steps, list) else [])
-    end = raw.get("end")
     error = None
     if exit_code not in (None, 0):
         from_metrics = end.get("error") if isinstance(end, dict) else None
-        error = str(from_metrics or raw.get("error") or "") or None
+        from_attempt = attempts["reason"] if attempts and attempts["attempt"] > 1 else None
+        error = str(from_attempt or from_metrics or raw.get("error") or "") or None
     elif state == "failed" and job_state:
         error = f"SLURM job {job_state}"  # the job ended before its script could record why
     raw_sync = meta.get("sync")
@@ -215,7 +232,16 @@ def _record(
         machine_rank=meta.get("machine_rank") if isinstance(meta.get("machine_rank"), int) else None,
         job_id=str(job["job_id"]) if job is not None else None,
         slurm_state=job_state,
+        attempt=attempts["attempt"] if attempts else None,
+        max_attempts=attempts["max_attempts"] if attempts else None,
+        retry_in_s=_retry_in(attempts, now) if attempts and state == "running" else None,
     )
+
+
+def _retry_in(attempts: dict[str, Any], now: float) -> float | None:
+    """Seconds until the supervisor's next attempt, while it waits (its backoff)."""
+    at = _num(attempts.get("next_at"))
+    return max(0.0, at - now) if at is not None else None
 
 
 def host_runs(host: str, answer: dict[str, Any]) -> HostRuns:
@@ -280,7 +306,9 @@ def current_run(host_runs: HostRuns, name: str) -> RunRecord:
 
 # A multi-host run's state from its hosts' states: a rank that died (failed, lost) fails the run, then
 # any rank still going keeps it going, then the way the ranks ended.
-_GROUP_ORDER = ("failed", "lost", "running", "queued", "killed", "stopped", "cancelled", "finished")
+_GROUP_ORDER = (
+    "failed", "diverged", "lost", "running", "queued", "killed", "stopped", "cancelled", "finished",
+)  # fmt: skip
 
 
 def merge_group(records: list[RunRecord]) -> RunRecord:

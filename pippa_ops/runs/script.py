@@ -107,7 +107,13 @@ def source_secrets_line() -> str:
     return f"if [ -f {path} ]; then set -a; . {path}; set +a; unset {hostalerts.TARGET}; fi"
 
 
-def render_cmd_sh(job: Job, remote_dir: str, env: dict[str, str]) -> str:
+def supervisor_line() -> str:
+    """The job line of a run with a restart policy: the host supervisor (``runs.supervise``, written
+    into the run directory at launch) runs the recorded command, and retries it, itself."""
+    return '    python3 -S -I "$RUN_DIR/supervise.py" "$RUN_DIR"'
+
+
+def render_cmd_sh(job: Job, remote_dir: str, env: dict[str, str], *, supervised: bool = False) -> str:
     """The wrapper the session runs for one job (see the module docstring for its guarantees)."""
     run_dir = sh_path(f"{remote_dir.rstrip('/')}/runs/{job.run_id}")
     return f"""#!/bin/sh
@@ -125,7 +131,7 @@ trap : INT
     export PIPPA_RUN_ID={shlex.quote(job.run_id)} PIPPA_RUN_DIR="$RUN_DIR"
     {export_line(env)}
     {source_secrets_line()}
-{job.command}
+{supervisor_line() if supervised else job.command}
   )
   echo $? > "$RUN_DIR/exit_code.tmp"
 }} 2>&1 | tee -a -i "$RUN_DIR/output.log"
@@ -146,6 +152,7 @@ def run_json(
     sweep_size: int,
     hosts: Sequence[str] | None = None,
     machine_rank: int | None = None,
+    restart: dict[str, object] | None = None,
 ) -> str:
     """run.json; a run over several hosts records all of them (``hosts``, machine rank 0 first) and
     this host's ``machine_rank``, so every host's copy names the one run."""
@@ -163,6 +170,8 @@ def run_json(
     }
     if hosts is not None:
         meta.update(hosts=list(hosts), machine_rank=machine_rank)
+    if restart is not None:
+        meta["restart"] = restart  # the host supervisor's policy (runs.restart, runs.supervise)
     return json.dumps(meta)
 
 

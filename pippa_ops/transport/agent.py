@@ -385,6 +385,13 @@ def run_facts(d: str, summary: bool = False) -> dict | None:
         "log_time": mtime(os.path.join(d, "output.log")),
     }
     run["steps"], run["end"] = last_records(os.path.join(d, "metrics.jsonl"))
+    attempts = os.path.join(d, "attempts.json")  # written by the run's supervisor (runs.supervise)
+    if os.path.exists(attempts):
+        try:
+            with open(attempts, "rb") as f:
+                run["attempts"] = json.loads(f.read())
+        except (OSError, ValueError):
+            pass
     if exit_text not in (None, "0"):
         run["error"] = error_line(os.path.join(d, "output.log"))
     if summary:
@@ -514,6 +521,8 @@ def launch(req: dict) -> dict:
                 f.write(r["run_json"] + "\n")
         with open(os.path.join(d, "cmd.sh"), "w") as f:
             f.write(r["cmd_sh"])
+        if r.get("supervisor") is not None:  # a run with a restart policy: its host supervisor
+            write_atomic(os.path.join(d, "supervise.py"), r["supervisor"].encode())
     p = tmux(*req["tmux_argv"][1:])
     if old is not None:  # a failed start still ends the replaced session, as asked
         tmux("kill-session", "-t", "=" + old)

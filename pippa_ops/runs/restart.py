@@ -1,0 +1,137 @@
+"""A run's restart policy: ``pippa run --retry N --stall-timeout 20m`` over a recipe's ``[restart]`` table.
+
+The policy travels in run.json (``"restart"``) and is carried out on the host by
+``runs.supervise`` (which reads it with ``supervise.policy_of``), so it holds while the laptop sleeps.
+A run without one is started exactly as before (no supervisor process).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pippa_ops.errors import BadSetting
+from pippa_ops.runs import supervise
+
+_DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)?$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+RESTART_KEYS = ("max_attempts", "stall_timeout", "retry_diverged", "backoff")
+
+
+def parse_duration(text: str | float | int, what: str = "duration") -> float:
+    """``"20m"``, ``"90s"``, ``"1.5h"``, ``"500ms"`` or a number of seconds, as seconds (> 0)."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        seconds = float(text)
+    else:
+        m = _DURATION_RE.fullmatch(str(text).strip())
+        if m is None:
+            raise BadSetting(f"bad {what} {text!r}: use e.g. 90s, 20m, 2h")
+        seconds = float(m.group(1)) * _UNIT_S[m.group(2) or "s"]
+    if seconds <= 0:
+        raise BadSetting(f"bad {what} {text!r}: it must be more than 0")
+    return seconds
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """What the host supervisor does when an attempt ends badly (see ``runs.supervise``)."""
+
+    max_attempts: int = 1  # the first attempt plus the retries (--retry N: N + 1)
+    stall_timeout_s: float | None = None  # no new metrics line for this long after a step: a hang
+    retry_diverged: bool = False  # a NaN/inf loss or reward would diverge again from the same checkpoint
+    backoff_s: float = supervise.BACKOFF_S  # the first wait before a retry; doubles, capped
+    grace_s: float = 180.0  # after a stall's SIGINT: the time to save before SIGKILL (pippa stop's grace)
+
+    @property
+    def active(self) -> bool:
+        """Whether the run needs a supervisor at all."""
+        return self.max_attempts > 1 or self.stall_timeout_s is not None
+
+    def to_json(self) -> dict[str, Any]:
+        """run.json's ``restart``, as ``supervise.policy_of`` reads it."""
+        return {
+            "max_attempts": self.max_attempts,
+            "stall_timeout_s": self.stall_timeout_s,
+            "retry_diverged": self.retry_diverged,
+            "backoff_s": self.backoff_s,
+            "backoff_cap_s": supervise.BACKOFF_CAP_S,
+            "grace_s": self.grace_s,
+        }
+
+
+def recipe_restart(path: Path) -> RestartPolicy:
+    """A recipe's ``[restart]`` table (max_attempts, stall_timeout, retry_diverged, backoff)."""
+    try:
+        table = tomllib.loads(path.read_text()).get("restart") or {}
+    except (OSError, tomllib.TOMLDecodeError):
+        return RestartPolicy()  # the trainer reports a broken recipe in its own words
+    if not isinstance(table, dict):
+        raise BadSetting(f"{path.name}: [restart] must be a table")
+    unknown = sorted(set(table) - set(RESTART_KEYS))
+    if unknown:
+        known = ", ".join(RESTART_KEYS)
+        raise BadSetting(f"{path.name}: unknown [restart] key {unknown[0]!r}; known: {known}")
+    policy = RestartPolicy()
+    if "max_attempts" in table:
+        n = table["max_attempts"]
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise BadSetting(f"{path.name}: [restart] max_attempts must be a whole number >= 1")
+        policy = replace(policy, max_attempts=n)
+    if "stall_timeout" in table:
+        policy = replace(policy, stall_timeout_s=parse_duration(table["stall_timeout"], "stall_timeout"))
+    if "retry_diverged" in table:
+        policy = replace(policy, retry_diverged=bool(table["retry_diverged"]))
+    if "backoff" in table:
+        policy = replace(policy, backoff_s=parse_duration(table["backoff"], "backoff"))
+    return policy
+
+
+def resolve_policy(
+    base: RestartPolicy,
+    *,
+    retry: int | None = None,
+    stall_timeout: str | None = None,
+    retry_diverged: bool | None = None,
+    backoff: str | None = None,
+) -> RestartPolicy:
+    """The recipe's policy with the command line's flags over it (a flag wins)."""
+    policy = base
+    if retry is not None:
+        if retry < 0:
+            raise BadSetting(f"bad --retry {retry}: use 0 or more")
+        policy = replace(policy, max_attempts=retry + 1)
+    if stall_timeout is not None:
+        policy = replace(policy, stall_timeout_s=parse_duration(stall_timeout, "--stall-timeout"))
+    if retry_diverged is not None:
+        policy = replace(policy, retry_diverged=retry_diverged)
+    if backoff is not None:
+        policy = replace(policy, backoff_s=parse_duration(backoff, "--backoff"))
+    return policy
+
+
+@dataclass(frozen=True)
+class RestartFlags:
+    """``pippa run``'s restart flags (None: not given, the recipe's ``[restart]`` or the default holds)."""
+
+    retry: int | None = None
+    stall_timeout: str | None = None
+    retry_diverged: bool | None = None
+    backoff: str | None = None
+
+    @property
+    def given(self) -> bool:
+        return any(v is not None for v in (self.retry, self.stall_timeout, self.retry_diverged, self.backoff))
+
+    def policy_for(self, recipe: str | None, recipes_dir: Path) -> RestartPolicy:
+        """The policy of one run: the recipe's ``[restart]`` (none for ``--cmd``) under these flags."""
+        base = recipe_restart(recipes_dir / f"{recipe}.toml") if recipe is not None else RestartPolicy()
+        return resolve_policy(base, retry=self.retry, stall_timeout=self.stall_timeout,
+                              retry_diverged=self.retry_diverged, backoff=self.backoff)  # fmt: skip
+
+
+def supervisor_source() -> str:
+    """What a launch writes into a supervised run's directory as ``supervise.py``."""
+    return Path(supervise.__file__).read_text()

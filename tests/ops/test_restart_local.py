@@ -1,0 +1,232 @@
+"""Runs that restart themselves, on the host ``local``: the real CLI, real tmux, the real supervisor.
+
+Retry mechanics with jobs that fail on purpose (cheap); the real trainer's kill, hang and resume are
+in test_restart_ssh.py. Each test has its own checkout, HOME and tmux server (TMUX_TMPDIR).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import PIPPA
+
+# A stand-in trainer: prints its argv; ``slow`` waits unless resumed (to be lost), ``diverge`` ends its
+# metrics the way training_core ends a run whose loss became NaN.
+FAKE_TRAIN = """import json, os, sys, time
+print("train", " ".join(sys.argv[1:]), flush=True)
+if sys.argv[1] == "diverge":
+    end = {"type": "end", "status": "diverged", "step": 3, "time": time.time(),
+           "error": "diverged at step 3: loss/total is nan"}
+    with open(os.path.join(os.environ["PIPPA_RUN_DIR"], "metrics.jsonl"), "a") as f:
+        f.write(json.dumps(end) + "\\n")
+    print("error: diverged at step 3: loss/total is nan", file=sys.stderr)
+    sys.exit(1)
+if "--resume" not in sys.argv:
+    time.sleep(120)
+"""
+# A job that counts its attempts in a file and fails each with a line naming the attempt.
+COUNT = "n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count"
+
+
+@dataclass
+class Local:
+    repo: Path
+    env: dict[str, str]
+
+    def pippa(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [PIPPA, *args], cwd=self.repo, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def start(self, *args: str) -> str:
+        p = self.pippa("run", "--host", "local", *args)
+        assert p.returncode == 0, p.stderr
+        return next(line.split()[1] for line in p.stdout.splitlines() if line.startswith("started "))
+
+    def record(self, run_id: str) -> dict[str, Any]:
+        p = self.pippa("ps", "--host", "local", "--json")
+        assert p.returncode == 0, p.stderr
+        return next(r for r in json.loads(p.stdout)["local"]["runs"] if r["run_id"] == run_id)
+
+    def wait_state(self, run_id: str, predicate: Any, timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            rec = self.record(run_id)
+            if predicate(rec):
+                return rec
+            assert time.monotonic() < deadline, f"timed out; last: {rec}\n{self.log(run_id)}"
+            time.sleep(0.3)
+
+    def log(self, run_id: str) -> str:
+        path = self.repo / "runs" / run_id / "output.log"
+        return path.read_text() if path.exists() else ""
+
+    def attempts(self, run_id: str) -> list[dict[str, Any]]:
+        return list(json.loads((self.repo / "runs" / run_id / "attempts.json").read_text())["attempts"])
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["tmux", *args], env=self.env, capture_output=True, text=True)
+
+
+@pytest.fixture
+def local(tmp_path: Path) -> Iterator[Local]:
+    repo = tmp_path / "proj"
+    (repo / "recipes").mkdir(parents=True)
+    (repo / "training_core").mkdir()
+    (repo / "training_core" / "__init__.py").write_text("")
+    (repo / "training_core" / "launch.py").write_text(FAKE_TRAIN)
+    (repo / "recipes" / "slow.toml").write_text('description = "waits unless resumed"\n')
+    (repo / "recipes" / "diverge.toml").write_text('description = "diverges at step 3"\n')
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    home = tmp_path / "home"
+    (home / ".config" / "pippa").mkdir(parents=True)
+    (tmp_path / "tmux").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "SSH_AUTH_SOCK")}
+    env.update(
+        HOME=str(home),
+        TMUX_TMPDIR=str(tmp_path / "tmux"),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        PIPPA_INVENTORY=str(tmp_path / "none.toml"),
+    )
+    lo = Local(repo, env)
+    yield lo
+    lo.tmux("kill-server")
+
+
+def wait_for(predicate: Any, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_a_job_that_keeps_crashing_ends_after_n_plus_1_attempts_with_its_last_reason(local: Local) -> None:
+    cmd = f'{COUNT}; echo "Error: boom $n" >&2; exit 1'
+    run_id = local.start("--cmd", cmd, "--name", "crash", "--retry", "2", "--backoff", "0.2s")
+    rec = local.wait_state(run_id, lambda r: r["state"] != "running")
+    assert (rec["state"], rec["exit_code"]) == ("failed", 1)
+    assert (rec["state_text"], rec["error"]) == ("failed after 3 attempts (exit 1)", "Error: boom 3")
+    attempts = local.attempts(run_id)
+    assert [(a["attempt"], a["outcome"], a["exit_code"], a["reason"]) for a in attempts] == [
+        (i, "failed", 1, f"Error: boom {i}") for i in (1, 2, 3)
+    ]
+    assert all(a["end"] >= a["start"] for a in attempts)
+    log = local.log(run_id)
+    assert [ln for ln in log.splitlines() if ln.startswith("Error")] == [
+        f"Error: boom {i}" for i in (1, 2, 3)
+    ]  # each attempt's output stays
+    assert "pippa: ===== attempt 2/3 =====" in log and "pippa: ===== attempt 3/3 =====" in log
+    assert "pippa: attempt 3/3 failed (exit 1): Error: boom 3; no attempts left" in log
+    ps = local.pippa("ps", "--host", "local")
+    assert f"local {run_id}: failed after 3 attempts (exit 1): Error: boom 3" in ps.stdout.replace("\n", "")
+
+
+def test_a_configuration_error_exit_2_is_not_retried(local: Local) -> None:
+    cmd = f"{COUNT}; echo 'error: unknown setting train.nope' >&2; exit 2"
+    run_id = local.start("--cmd", cmd, "--name", "usage", "--retry", "3", "--backoff", "0.1s")
+    rec = local.wait_state(run_id, lambda r: r["state"] != "running")
+    assert (rec["state_text"], rec["error"]) == ("failed (exit 2)", "error: unknown setting train.nope")
+    assert [a["outcome"] for a in local.attempts(run_id)] == ["failed"]
+    assert (local.repo / "count").read_text() == "1\n"
+    assert "exit 2 (configuration or usage error): not retried" in local.log(run_id)
+
+
+def test_a_run_stopped_with_pippa_stop_is_not_retried(local: Local) -> None:
+    run_id = local.start(
+        "--cmd", "echo started; sleep 60", "--name", "stopme", "--retry", "3", "--backoff", "0.1s"
+    )
+    wait_for(lambda: "started" in local.log(run_id))
+    assert local.record(run_id)["state_text"] == "running (attempt 1/4)"
+    s = local.pippa("stop", run_id, "--host", "local", "--grace", "20")
+    assert s.returncode == 0, s.stderr
+    rec = local.record(run_id)
+    assert rec["state"] == "stopped", rec
+    assert [a["outcome"] for a in local.attempts(run_id)] == ["stopped"]
+    assert "attempt 2" not in local.log(run_id)
+
+
+def test_a_job_silent_past_its_stall_timeout_is_ended_and_retried(local: Local) -> None:
+    cmd = f'{COUNT}; echo "tick $n"; if [ "$n" = 1 ]; then sleep 60; fi; echo "done $n"'
+    args = ("--stall-timeout", "2s", "--retry", "1", "--backoff", "0.1s")
+    run_id = local.start("--cmd", cmd, "--name", "hang", *args)
+    wait_for(lambda: "tick 1" in local.log(run_id))
+    silent_since = time.monotonic()
+    rec = local.wait_state(run_id, lambda r: r["state"] != "running")
+    assert time.monotonic() - silent_since < 2 + 10  # detected within stall-timeout + 10 s
+    assert rec["state_text"] == "finished (exit 0)"
+    attempts = local.attempts(run_id)
+    assert [(a["outcome"], a["reason"]) for a in attempts] == [
+        ("stalled", "no new output for 2s"),
+        ("completed", None),
+    ]
+    log = local.log(run_id)
+    assert "pippa: attempt 1 stalled: no new output for 2s; ending it" in log and "done 2" in log
+
+
+def test_a_lost_session_shows_lost_and_recover_resumes_it_with_its_attempts_counted(local: Local) -> None:
+    run_id = local.start("slow", "--name", "night", "--retry", "1", "--backoff", "0.1s")
+    wait_for(lambda: "train slow" in local.log(run_id))
+    assert local.record(run_id)["state_text"] == "running (attempt 1/2)"
+    local.tmux("kill-server")  # a reboot, an OOM killer taking tmux: no exit code is written
+    rec = local.wait_state(run_id, lambda r: r["state"] != "running")
+    assert (rec["state_text"], rec["exit_code"]) == ("lost", None)
+
+    r = local.pippa("recover", "local")
+    assert r.returncode == 0, r.stderr
+    assert f"local: resumed {run_id} in session night (attempt 2/2, with --resume)" in r.stdout
+    rec = local.wait_state(run_id, lambda r: r["state"] != "running")
+    assert rec["state_text"] == "finished (exit 0)", local.log(run_id)
+    assert [a["outcome"] for a in local.attempts(run_id)] == ["lost", "completed"]
+    run_dir = local.repo / "runs" / run_id
+    assert f"train slow --run-dir {run_dir} --resume" in local.log(run_id)
+    again = local.pippa("recover", "local")  # nothing left to do
+    assert again.returncode == 0 and again.stdout.strip() == "local: no lost runs"
+
+
+def test_a_diverged_run_is_not_retried_unless_asked(local: Local) -> None:
+    run_id = local.start("diverge", "--name", "nan", "--retry", "2", "--backoff", "0.1s")
+    rec = local.wait_state(run_id, lambda r: r["state"] != "running")
+    assert (rec["state_text"], rec["error"]) == ("diverged", "diverged at step 3: loss/total is nan")
+    assert [a["outcome"] for a in local.attempts(run_id)] == ["diverged"]
+    assert "not retried (--retry-diverged retries it)" in local.log(run_id)
+
+    asked = local.start("diverge", "--name", "nan2", "--retry", "1", "--backoff", "0.1s", "--retry-diverged")
+    rec = local.wait_state(asked, lambda r: r["state"] != "running")
+    assert rec["state_text"] == "diverged after 2 attempts (exit 1)"
+    assert [a["outcome"] for a in local.attempts(asked)] == ["diverged", "diverged"]
+
+
+def test_recovery_at_boot_resumes_a_lost_run_on_the_host_alone(local: Local) -> None:
+    run_id = local.start("slow", "--name", "boot", "--retry", "1", "--backoff", "0.1s")
+    wait_for(lambda: "train slow" in local.log(run_id))
+    local.tmux("kill-server")  # the reboot
+    wait_for(lambda: local.record(run_id)["state"] == "lost")
+    # what the @reboot line runs (pippa_ops.hosts.boot), with no laptop involved
+    supervisor = local.repo / "runs" / run_id / "supervise.py"
+    argv = ["python3", "-S", "-I", str(supervisor), "--recover", str(local.repo)]
+    p = subprocess.run(argv, env=local.env, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and json.loads(p.stdout) == {"resumed": [[run_id, "boot"]], "skipped": []}, p
+    rec = local.wait_state(run_id, lambda r: r["state"] != "running")
+    assert rec["state_text"] == "finished (exit 0)", local.log(run_id)
+    assert [a["outcome"] for a in local.attempts(run_id)] == ["lost", "completed"]
+    again = subprocess.run(argv, env=local.env, capture_output=True, text=True, timeout=30)
+    assert json.loads(again.stdout) == {"resumed": [], "skipped": []}  # finished: nothing to do
+
+
+def test_pippa_resume_of_a_supervised_run_is_one_more_recorded_attempt(local: Local) -> None:
+    run_id = local.start("diverge", "--name", "again", "--retry", "1", "--backoff", "0.1s")
+    local.wait_state(run_id, lambda r: r["state"] == "diverged")
+    r = local.pippa("resume", run_id, "--host", "local")
+    assert r.returncode == 0, r.stderr
+    rec = local.wait_state(run_id, lambda r: r["state"] == "diverged" and len(local.attempts(run_id)) == 2)
+    assert rec["state_text"] == "diverged after 2 attempts (exit 1)"
+    run_dir = local.repo / "runs" / run_id
+    assert f"train diverge --run-dir {run_dir} --resume" in local.log(run_id)
