@@ -65,6 +65,10 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests/sshd.py, also for the be
 # (pytest -n auto), and torch's default of a thread per core in every worker oversubscribes the cores,
 # whose spinning threads then cost more CPU than the tests themselves.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# pytest-xdist hands its workers COLUMNS (the controller's width): pippa's tables would then fit 80
+# columns under -n and 240 without. A test that cares about the width sets COLUMNS itself.
+for _var in ("COLUMNS", "LINES"):
+    os.environ.pop(_var, None)
 import slurm
 import sshd
 
