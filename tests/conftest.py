@@ -61,6 +61,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/sshd.py, also for the benchmarks
+import slurm
+import sshd
+
 # One compute thread per process unless the caller says otherwise: the suite runs one worker per core
 # (pytest -n auto), and torch's default of a thread per core in every worker oversubscribes the cores,
 # whose spinning threads then cost more CPU than the tests themselves.
@@ -69,8 +72,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # columns under -n and 240 without. A test that cares about the width sets COLUMNS itself.
 for _var in ("COLUMNS", "LINES"):
     os.environ.pop(_var, None)
-import slurm
-import sshd
 
 PIPPA = str(Path(sys.prefix) / "bin" / "pippa")
 

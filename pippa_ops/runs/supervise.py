@@ -34,6 +34,11 @@ import sys
 import time
 from typing import Callable
 
+# pippa_ops.alerts.hostalerts.PROGRAM (this file is copied alone to the host: kept in step by a test)
+ALERTS_PROGRAM = "~/.config/pippa/alerts/hostalerts.py"
+# supervisor events told as they happen (the run's end is told by cmd.sh's run-end line)
+MID_RUN_ALERTS = {"retrying": "retrying", "stalled": "stalled"}
+
 ATTEMPTS_FILE = "attempts.json"
 SUPERVISOR_FILE = "supervise.py"
 BACKOFF_S = 30.0  # the first wait before a retry; it doubles per attempt ...
@@ -215,12 +220,27 @@ class Supervisor:
         """Record the attempts and tell output.log. ``event``: started, ended, retrying, stalled,
         diverged, gave_up, finished, stopped. (The place to hook alerts on.)"""
         write_json(self.path, self.doc)
+        if event in MID_RUN_ALERTS:
+            self.alert(MID_RUN_ALERTS[event])
         if message:
             try:
                 sys.stdout.write(f"pippa: {message}\n")
                 sys.stdout.flush()
             except OSError:
                 pass  # the pane and its tee are gone (a hang-up): the record above is what counts
+
+    def alert(self, state: str) -> None:
+        """Tell PIPPA_NOTIFY (pippa_ops.alerts, when ``pippa up`` installed it) in the background: the
+        run's end is told by cmd.sh; these are the events in between. The reason is read from the
+        run's files by the alerts program (redacted there), never passed in argv."""
+        program = os.path.expanduser(ALERTS_PROGRAM)
+        if not os.path.isfile(program):
+            return
+        argv = [sys.executable or "python3", "-S", program, "event", "--run-dir", self.run_dir,
+                "--state", state, "--detach"]  # fmt: skip
+        with contextlib.suppress(OSError):
+            subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
 
     # -- attempts ----------------------------------------------------------------------------------
     def stop_requested(self) -> bool:

@@ -108,3 +108,12 @@ def test_the_supervisor_is_python_3_8_and_standard_library_only() -> None:
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported - {"__future__"} <= set(sys.stdlib_module_names)
+
+
+def test_the_supervisor_tells_alerts_where_pippa_up_installs_them() -> None:
+    """supervise.py travels alone to the host, so it names the alerts program itself: the same file."""
+    from pippa_ops.alerts import hostalerts
+    from pippa_ops.runs import supervise
+
+    assert hostalerts.PROGRAM == supervise.ALERTS_PROGRAM
+    assert set(supervise.MID_RUN_ALERTS) <= {"retrying", "stalled", "diverged", "gave_up", "lost"}
