@@ -106,6 +106,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 _MODES = pytest.StashKey[dict[Path, int]]()
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """The order's seed, even under -q: a failure that only one order shows can be replayed."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if isinstance(seed, int):
+        terminalreporter.write_line(f"test order: --randomly-seed={seed} repeats it")
+
+
 @dataclass
 class ClientEnv:
     home: Path

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from pippa_ops.errors import HostUnreachable
+from pippa_ops.errors import AuthFailed, HostUnreachable
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Process, Transport, read_to_end
 from pippa_ops.transport.retry import RECONNECT_BACKOFF_S, retry_delay
@@ -107,11 +107,18 @@ def follow_to_end(
     """
     offset, failures = 0, 0
     transport: Transport | None = None
+    connected = False
     while True:
         follower: Follower | None = None
         try:
             if transport is None:
-                transport = connect()
+                try:
+                    transport = connect()
+                except AuthFailed as e:
+                    if not connected:
+                        raise
+                    raise dropped_during_auth(e) from e
+                connected = True
             follower = Follower(transport, path, offset, end_file=end_file, session=session)
             for chunk in follower.chunks():
                 failures = 0
@@ -127,3 +134,11 @@ def follow_to_end(
             failures += 1
             notify(f"{e}; reconnecting in {wait:g}s (the run goes on; Ctrl-C stops following)")
             time.sleep(wait)
+
+
+def dropped_during_auth(e: AuthFailed) -> HostUnreachable:
+    """A reconnect to a host whose key was accepted minutes ago that "fails authentication": paramiko
+    reports a connection that dies during authentication (a host going away mid-handshake) as
+    "Authentication failed: transport shut down or saw EOF", so a follower treats it as a drop and
+    retries with backoff, saying so; a key really refused on the first connect still ends the command."""
+    return HostUnreachable(str(e))

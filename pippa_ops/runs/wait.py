@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from pippa_ops.errors import ExitCode, HostUnreachable, PippaError, WaitTimeout
+from pippa_ops.errors import AuthFailed, ExitCode, HostUnreachable, PippaError, WaitTimeout
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import HostSpec, resolve
-from pippa_ops.runs.follow import Follower
+from pippa_ops.runs.follow import Follower, dropped_during_auth
 from pippa_ops.runs.listing import RunRecord, current_run, list_runs
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.retry import RECONNECT_BACKOFF_S, retry_delay
@@ -44,7 +44,10 @@ def wait_run(
             raise WaitTimeout(f"{spec.name}: run {run.run_id} had not ended when the timeout passed")
         transport: Transport | None = None
         try:
-            transport = opener(spec)
+            try:
+                transport = opener(spec)
+            except AuthFailed as e:  # the run was found over this host's connection a moment ago
+                raise dropped_during_auth(e) from e
             follower = Follower(transport, exit_file, end_file=exit_file, session=run.session)
             timer = threading.Timer(left, follower.close) if left is not None else None
             if timer is not None:

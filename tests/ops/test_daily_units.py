@@ -265,3 +265,29 @@ def test_the_daily_core_loads_no_cli_tui_plotting_or_torch() -> None:
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert p.stdout.strip() == ""
+
+
+def test_a_reconnect_that_fails_authentication_is_ridden_out_as_a_drop() -> None:
+    """paramiko reports a connection that dies during authentication (a host going away mid-handshake)
+    as "Authentication failed: transport shut down or saw EOF": `wait` found its run over that host a
+    moment ago, so it notes the failure and tries again instead of giving up with an auth error."""
+    import time
+
+    from pippa_ops.errors import AuthFailed, WaitTimeout
+    from pippa_ops.hosts.inventory import resolve
+    from pippa_ops.runs.listing import RunRecord
+    from pippa_ops.runs.wait import wait_run
+
+    tries: list[str] = []
+
+    def opener(spec: object) -> Any:
+        tries.append("connect")
+        raise AuthFailed("t1: authentication failed for u@h: transport shut down or saw EOF")
+
+    rec = RunRecord(host="local", run_id="20260101-000000-cmd-abcd", session="s", recipe=None, command="x",
+                    state="running")  # fmt: skip
+    notes: list[str] = []
+    with pytest.raises(WaitTimeout):
+        wait_run(resolve("local"), rec, deadline=time.monotonic() + 1.0, note=notes.append, backoff_s=(0.05,),
+                 opener=opener)  # fmt: skip
+    assert len(tries) >= 2 and all("reconnecting in" in n for n in notes) and notes
