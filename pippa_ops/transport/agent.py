@@ -524,6 +524,11 @@ def launch(req: dict) -> dict:
         if r.get("supervisor") is not None:  # a run with a restart policy: its host supervisor
             write_atomic(os.path.join(d, "supervise.py"), r["supervisor"].encode())
     p = tmux(*req["tmux_argv"][1:])
+    if p.returncode != 0 and b"server exited unexpectedly" in p.stderr:
+        # the tmux server was exiting as we connected (its last session had just ended): a new one
+        # starts on the next try
+        time.sleep(0.2)
+        p = tmux(*req["tmux_argv"][1:])
     if old is not None:  # a failed start still ends the replaced session, as asked
         tmux("kill-session", "-t", "=" + old)
     if p.returncode != 0:
