@@ -250,26 +250,32 @@ def test_wait_exits_with_the_run_status_times_out_and_rides_out_a_drop(ssh_hosts
     from pippa_ops.runs.wait import wait_run
 
     env, h = ssh_env.env, ssh_hosts[2]
+    flag = h.home / f"go-{os.getpid()}-{time.monotonic_ns()}"  # the slow run ends when the test says so
     failing = started(pippa(env, "run", "--cmd", "sleep 1; exit 3", "--host", h.name, "--name", "w-fail"))
-    slow = started(pippa(env, "run", "--cmd", "sleep 6; exit 4", "--host", h.name, "--name", "w-slow"))
-    t0 = time.monotonic()
+    slow_cmd = f"while [ ! -e {flag} ]; do sleep 0.2; done; exit 4"
+    slow = started(pippa(env, "run", "--cmd", slow_cmd, "--host", h.name, "--name", "w-slow"))
     p = pippa(env, "wait", failing, "--host", h.name)
     assert p.returncode == 3 and f"run {failing} (sleep 1; exit 3) failed (exit 3)" in p.stdout, p.stderr
     p = pippa(env, "wait", slow, "--host", h.name, "--timeout", "0.5")
-    assert p.returncode == 124 and "had not ended" in p.stderr
-    assert time.monotonic() - t0 < 6  # the slow run was still going: the timeout ended the wait
+    assert p.returncode == 124 and "had not ended" in p.stderr  # the slow run goes on: the timeout ended it
 
     notes: list[str] = []
     rec = locate([slow], h.name)[slow]
     got: list[Any] = []
     waiter = threading.Thread(target=lambda: got.append(wait_run(resolve(h.name), rec, note=notes.append,
                                                                  backoff_s=(0.5,))))  # fmt: skip
-    waiter.start()
-    time.sleep(1.0)
-    h.drop()  # the connection goes away mid-wait ...
-    time.sleep(1.0)
-    h.start()  # ... and comes back
-    waiter.join(30)
+    try:
+        waiter.start()
+        time.sleep(1.0)  # (the drop comes while following or while connecting: both are ridden out)
+        h.drop()  # the connection goes away mid-wait ...
+        deadline = time.monotonic() + 30
+        while not notes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        h.start()  # ... and comes back
+    finally:
+        h.run_as_user(["touch", str(flag)])
+    waiter.join(60)
+    h.run_as_user(["rm", "-f", str(flag)])
     assert got and (got[0].state, got[0].exit_code) == ("failed", 4)
     assert notes and "reconnecting in 0.5s" in notes[0]
 
