@@ -7,16 +7,14 @@ in test_restart_ssh.py. Each test has its own checkout, HOME and tmux server (TM
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PIPPA
+import test_runs_local
 
 # A stand-in trainer: prints its argv; ``slow`` waits unless resumed (to be lost), ``diverge`` ends its
 # metrics the way training_core ends a run whose loss became NaN.
@@ -36,15 +34,8 @@ if "--resume" not in sys.argv:
 COUNT = "n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count"
 
 
-@dataclass
-class Local:
-    repo: Path
-    env: dict[str, str]
-
-    def pippa(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [PIPPA, *args], cwd=self.repo, env=self.env, capture_output=True, text=True, timeout=timeout
-        )
+class Local(test_runs_local.Local):
+    """Host ``local`` of test_runs_local, with what the restart tests read: attempts, the log."""
 
     def start(self, *args: str) -> str:
         p = self.pippa("run", "--host", "local", *args)
@@ -52,9 +43,7 @@ class Local:
         return next(line.split()[1] for line in p.stdout.splitlines() if line.startswith("started "))
 
     def record(self, run_id: str) -> dict[str, Any]:
-        p = self.pippa("ps", "--host", "local", "--json")
-        assert p.returncode == 0, p.stderr
-        return next(r for r in json.loads(p.stdout)["local"]["runs"] if r["run_id"] == run_id)
+        return next(r for r in self.ps() if r["run_id"] == run_id)
 
     def wait_state(self, run_id: str, predicate: Any, timeout: float = 60) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -72,8 +61,6 @@ class Local:
     def attempts(self, run_id: str) -> list[dict[str, Any]]:
         return list(json.loads((self.repo / "runs" / run_id / "attempts.json").read_text())["attempts"])
 
-    def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["tmux", *args], env=self.env, capture_output=True, text=True)
 
 
 @pytest.fixture
@@ -86,17 +73,7 @@ def local(tmp_path: Path) -> Iterator[Local]:
     (repo / "recipes" / "slow.toml").write_text('description = "waits unless resumed"\n')
     (repo / "recipes" / "diverge.toml").write_text('description = "diverges at step 3"\n')
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    home = tmp_path / "home"
-    (home / ".config" / "pippa").mkdir(parents=True)
-    (tmp_path / "tmux").mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "SSH_AUTH_SOCK")}
-    env.update(
-        HOME=str(home),
-        TMUX_TMPDIR=str(tmp_path / "tmux"),
-        XDG_CONFIG_HOME=str(home / ".config"),
-        PIPPA_INVENTORY=str(tmp_path / "none.toml"),
-    )
-    lo = Local(repo, env)
+    lo = Local(repo, test_runs_local.local_env(tmp_path))
     yield lo
     lo.tmux("kill-server")
 

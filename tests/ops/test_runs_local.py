@@ -63,6 +63,22 @@ def started_ids(out: str) -> list[str]:
     return [line.split()[1] for line in out.splitlines() if line.startswith("started ")]
 
 
+def local_env(tmp_path: Path) -> dict[str, str]:
+    """pippa's environment for host ``local`` in ``tmp_path``: its own HOME, tmux server and no team
+    inventory."""
+    home = tmp_path / "home"
+    (home / ".config" / "pippa").mkdir(parents=True)
+    (tmp_path / "tmux").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "SSH_AUTH_SOCK")}
+    env.update(
+        HOME=str(home),
+        TMUX_TMPDIR=str(tmp_path / "tmux"),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        PIPPA_INVENTORY=str(tmp_path / "none.toml"),
+    )
+    return env
+
+
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[Local]:
     repo = tmp_path / "proj"
@@ -73,19 +89,10 @@ def local(tmp_path: Path) -> Iterator[Local]:
     for name in ("ok_0", "fail_2", "also_0"):
         (repo / "recipes" / f"{name}.toml").write_text(f'description = "sweep step {name}"\n')
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    home = tmp_path / "home"
-    (home / ".config" / "pippa").mkdir(parents=True)
-    secrets = home / ".config" / "pippa" / "secrets.env"
+    env = local_env(tmp_path)
+    secrets = Path(env["HOME"]) / ".config" / "pippa" / "secrets.env"
     secrets.write_text(f"SECRET_TOKEN='{SECRET}'\n")
     secrets.chmod(0o600)
-    (tmp_path / "tmux").mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "SSH_AUTH_SOCK")}
-    env.update(
-        HOME=str(home),
-        TMUX_TMPDIR=str(tmp_path / "tmux"),
-        XDG_CONFIG_HOME=str(home / ".config"),
-        PIPPA_INVENTORY=str(tmp_path / "none.toml"),
-    )
     lo = Local(repo, env)
     yield lo
     lo.tmux("kill-server")
