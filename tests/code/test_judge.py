@@ -7,12 +7,14 @@ whole batch) or starved it (integers that all hash alike: seconds of trainer CPU
 
 from __future__ import annotations
 
+import gc
 import json
-import resource
+import subprocess
+import sys
 import time
 
 from training_core.code.asserts import Verdict, assert_job, judge
-from training_core.rewards.code import assert_tests, assert_verdicts
+from training_core.rewards.code import assert_verdicts
 from training_core.sandbox import Opaque, SandboxResult, Status, detect
 from training_core.sandbox.values import LIMITS, decode
 
@@ -36,18 +38,35 @@ MANY_NODES = _forger("inner = '[\"l\",[[\"n\"],[\"n\"],[\"n\"]]]'\n"
                      "value = '[[\"l\",[' + ','.join([inner] * 15000) + ']],[\"i\",\"9\"]]'")
 
 
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+def _trainer_cpu(call: str, **values: object) -> tuple[object, float]:
+    """``call`` evaluated in a fresh interpreter: its result and the CPU seconds that process spent on it.
+
+    A fresh process, because the pool's threads score in this process and any thread an earlier test
+    left behind in a pytest worker would count too (it once did: 0.29 s charged to a 0.02 s decode)."""
+    script = ("import json, resource, sys\n"
+              "from training_core.rewards.code import assert_tests, assert_verdicts\n"
+              "from training_core.sandbox import detect\n"
+              "detect()\n"
+              "def cpu():\n"
+              "    r = resource.getrusage(resource.RUSAGE_SELF)\n"
+              "    return r.ru_utime + r.ru_stime\n"
+              "v = json.load(sys.stdin)\n"
+              "before = cpu()\n"
+              f"got = {call}\n"
+              "spent = cpu() - before\n"
+              "print(json.dumps([got, spent]))\n")
+    p = subprocess.run([sys.executable, "-c", script], input=json.dumps(values), capture_output=True,
+                       text=True, timeout=120, check=False)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got, spent = json.loads(p.stdout)
+    return got, spent
 
 
 def test_three_forgers_score_zero_and_the_correct_completion_one_in_under_a_second_of_cpu() -> None:
-    detect()
-    completions = [DEEP, COLLIDING, MANY_NODES, HONEST]
-    before = _cpu()
-    rewards = assert_tests(completions, test_list=[SQUARE] * 4)
-    spent = _cpu() - before
+    rewards, spent = _trainer_cpu("assert_tests(v['completions'], test_list=[v['tests']] * 4)",
+                                  completions=[DEEP, COLLIDING, MANY_NODES, HONEST], tests=SQUARE)
     assert rewards == [0.0, 0.0, 0.0, 1.0]
+    # unguarded, COLLIDING alone cost the trainer seconds and DEEP crashed the batch
     assert spent < 1.0, f"the trainer spent {spent:.2f} s of CPU on the batch"
 
 
@@ -60,7 +79,31 @@ def test_each_forger_fails_with_a_reason_naming_the_limit() -> None:
     assert verdicts[3] == Verdict(True)
 
 
-def test_decode_refuses_each_limit_in_milliseconds() -> None:
+def _decode_cpu(line: str) -> tuple[tuple[object, ...] | None, float]:
+    """The decoder's result and the least CPU this thread spent on it over three tries.
+
+    The garbage collector is off meanwhile: in a pytest worker that has loaded torch, one full
+    collection walks millions of objects and would be charged to whichever line triggered it."""
+    best, got = float("inf"), None
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(3):
+            start = time.thread_time()
+            got = decode(line.encode(), 1)
+            best = min(best, time.thread_time() - start)
+    finally:
+        gc.enable()
+    return got, best
+
+
+def test_decode_refuses_each_limit_in_linear_time() -> None:
+    """Each refusal costs about what decoding a benign line of the same size costs, not the seconds a
+    quadratic set build of 19,000 colliding integers takes (2.3 s here). Measured against that baseline
+    on this thread, so a slow or busy machine scales both sides."""
+    plain = '[["S",[' + ",".join('["i","%x"]' % (k * 7919 + 4) for k in range(19000)) + "]]]"
+    assert len(decode(plain.encode(), 1)[0]) == 19000  # type: ignore[index]
+    _, baseline = _decode_cpu(plain)
     deep = "[" + '["l",[' * 5000 + '["n"]' + "]]" * 5000 + "]"
     colliding = '[["S",[' + ",".join('["i","%x"]' % (k * MERSENNE + 4) for k in range(19000)) + "]]]"
     wide = '[["l",[' + ",".join(['["n"]'] * (LIMITS.elements + 1)) + "]]]"
@@ -68,11 +111,9 @@ def test_decode_refuses_each_limit_in_milliseconds() -> None:
     too_long = '[["s","' + "41" * LIMITS.bytes + '"]]'
     colliding_list = '[["l",[' + ",".join('["i","%x"]' % (k * MERSENNE + 4) for k in range(19000)) + "]]]"
     for line in (deep, colliding, wide, big_int, too_long, colliding_list):
-        start = time.process_time()
-        got = decode(line.encode(), 1)
-        spent = time.process_time() - start
+        got, spent = _decode_cpu(line)
         assert got is None or isinstance(got[0], Opaque), line[:60]
-        assert spent < 0.25, f"{spent:.2f} s for {line[:60]}"
+        assert spent < 5 * baseline + 0.05, f"{spent:.3f} s (benign line: {baseline:.3f} s) for {line[:60]}"
 
 
 def test_values_within_the_limits_still_come_back() -> None:
@@ -102,8 +143,9 @@ def test_a_returned_list_that_hashes_alike_cannot_stall_an_asserts_set() -> None
     """Not forged at all: the solution returns integers that all hash alike, and the assert calls
     ``set()`` on them in the trainer. The decoder refuses the list before the judge sees it."""
     code = f"def square(x):\n    return [k * {MERSENNE} + 4 for k in range(15000)]"
-    before = _cpu()
-    verdict = assert_verdicts([code], test_list=[["assert set(square(2)) == {4}"]])[0]
-    spent = _cpu() - before
-    assert not verdict.passed and "hash collisions" in verdict.reason
+    call = "[[x.passed, x.reason] for x in assert_verdicts([v['code']], test_list=[v['tests']])]"
+    got, spent = _trainer_cpu(call, code=code, tests=["assert set(square(2)) == {4}"])
+    assert isinstance(got, list) and len(got) == 1
+    passed, reason = got[0]
+    assert not passed and "hash collisions" in reason
     assert spent < 0.5, f"{spent:.2f} s of trainer CPU"

@@ -54,4 +54,4 @@ def test_a_silent_host_raises_host_unreachable_after_the_stall_timeout(tmp_path,
     t0 = time.monotonic()
     with pytest.raises(HostUnreachable, match="no answer for"):
         list(stream.samples())
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 20  # the stall timeout, not the 30 s sleep

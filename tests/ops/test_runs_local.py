@@ -164,7 +164,7 @@ def test_stop_kills_a_job_that_ignores_ctrl_c_after_the_grace_period(local: Loca
     t0 = time.monotonic()
     s = local.pippa("stop", run_id, "--grace", "1")
     assert s.returncode == 0, s.stderr
-    assert time.monotonic() - t0 < 15
+    assert time.monotonic() - t0 < 25  # killed after the grace, not after the 30 s sleep
     rec = local.wait_state(run_id, lambda r: r["state"] != "running")
     assert rec["state"] == "killed" and rec["exit_code"] is None
 

@@ -49,4 +49,4 @@ def test_local_read_past_its_deadline_raises_timeout_instead_of_blocking() -> No
         t0 = time.monotonic()
         with pytest.raises(TimeoutError):
             p.readline()
-        assert time.monotonic() - t0 < 3
+        assert time.monotonic() - t0 < 8  # long before the 10 s sleep ends
