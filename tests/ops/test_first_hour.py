@@ -68,8 +68,12 @@ def test_version_and_shell_completion(tmp_path: Path) -> None:
 
     p = _pippa(tmp_path, "--version")
     assert (p.returncode, p.stdout) == (0, f"pippa {version('pippa')}\n")
-    c = _pippa(tmp_path, "--show-completion", "bash")
-    assert c.returncode == 0 and "_pippa_completion" in c.stdout
+    # typer finds the shell by walking up the process tree (shellingham), as it would from a user's
+    # prompt; a pytest worker may have no shell above it, so the command runs under one. The trailing
+    # `exit` keeps bash from exec-ing pippa in its own place.
+    c = subprocess.run(["bash", "-c", '"$0" --show-completion; exit $?', PIPPA], cwd=REPO,
+                       env=_fresh_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert c.returncode == 0 and "_pippa_completion" in c.stdout, c.stderr
 
 
 def test_help_lists_every_command_with_its_whole_summary(tmp_path: Path) -> None:
