@@ -23,8 +23,11 @@ from pippa_ops.alerts.settings import FIELDS as ALERT_FIELDS
 from pippa_ops.alerts.settings import alert_settings
 from pippa_ops.errors import UnknownHost, UsageError, did_you_mean
 from pippa_ops.hosts.scheduler import SCHEDULERS, SlurmSpec, slurm_spec
-from pippa_ops.repo import repo_root
+from pippa_ops.repo import repo_root, team_inventory_path
 from pippa_ops.transport.shell import NAME_RE, validate_env_key
+from pippa_ops.transport.sshconfig import known_hosts_path as known_hosts_path  # re-exported
+from pippa_ops.transport.sshconfig import read_ssh_config, ssh_aliases, ssh_config_path
+from pippa_ops.transport.sshconfig import ssh_dir as ssh_dir  # re-exported
 
 if TYPE_CHECKING:
     import paramiko
@@ -90,23 +93,6 @@ CONNECTION_FIELDS = ("address", "user", "port", "identity_file", "proxy_jump")
 PERSONAL, SSH_CONFIG, TEAM = "hosts.toml", "ssh_config", "pippa.toml"
 
 
-def ssh_dir() -> Path:
-    return Path.home() / ".ssh"
-
-
-def known_hosts_path() -> Path:
-    return ssh_dir() / "known_hosts"
-
-
-def ssh_config_path() -> Path:
-    return ssh_dir() / "config"
-
-
-def team_inventory_path(repo: Path | None = None) -> Path:
-    override = os.environ.get("PIPPA_INVENTORY")
-    return Path(override) if override else (repo or repo_root()) / "pippa.toml"
-
-
 def personal_inventory_path() -> Path:
     config_home = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(config_home) / "pippa" / "hosts.toml"
@@ -124,25 +110,6 @@ def load_ssh_config() -> paramiko.SSHConfig:
         if kept is not None:
             return kept  # type: ignore[return-value]
     return read_ssh_config()
-
-
-def read_ssh_config() -> paramiko.SSHConfig:
-    """~/.ssh/config parsed by paramiko in this process."""
-    from pippa_ops.transport._paramiko import paramiko
-
-    path = ssh_config_path()
-    if not path.is_file():
-        return paramiko.SSHConfig()
-    try:
-        return paramiko.SSHConfig.from_path(str(path))
-    except Exception as e:  # paramiko raises assorted errors on a malformed file
-        raise UsageError(f"cannot read {path}: {e}") from e
-
-
-def ssh_aliases(config: paramiko.SSHConfig | None = None) -> list[str]:
-    """Concrete ``Host`` names of ~/.ssh/config (patterns and negations left out)."""
-    names = (config or load_ssh_config()).get_hostnames()
-    return sorted(n for n in names if not any(c in n for c in "*?!"))
 
 
 def _read_file(path: Path) -> dict[str, dict[str, Any]]:
