@@ -98,15 +98,16 @@ def personal_inventory_path() -> Path:
     return Path(config_home) / "pippa" / "hosts.toml"
 
 
-def load_ssh_config() -> paramiko.SSHConfig:
+def load_ssh_config(addresses: tuple[str, ...] = ()) -> paramiko.SSHConfig:
     """~/.ssh/config as paramiko reads it: from the connection keeper when one answers (so a warm
-    command never imports paramiko), else read here (``local`` never needs it)."""
+    command never imports paramiko), else read here (``local`` never needs it). ``addresses``: what
+    the keeper looks up in the same answer (a host's endpoint looks up its address)."""
     from pippa_ops.transport import reuse
 
     if reuse.requested():
         from pippa_ops.transport.keeper_client import kept_ssh_config
 
-        kept = kept_ssh_config()
+        kept = kept_ssh_config(addresses)
         if kept is not None:
             return kept  # type: ignore[return-value]
     return read_ssh_config()
@@ -242,7 +243,8 @@ def load_inventory(repo: Path | None = None) -> dict[str, HostSpec]:
     team = _read_file(team_inventory_path(repo))
     personal = _read_file(personal_inventory_path())
     names = sorted(set(team) | set(personal))
-    config = load_ssh_config() if names and ssh_config_path().is_file() else None
+    addresses = tuple(dict.fromkeys(str(e.get("address", n)) for f in (team, personal) for n, e in f.items()))
+    config = load_ssh_config(addresses) if names and ssh_config_path().is_file() else None
     aliases = set(ssh_aliases(config)) if config is not None else set()
     out = {}
     for name in names:

@@ -221,8 +221,13 @@ class Keeper:
         if op == "ssh_config":
             config = self._ssh_config()
             lookups = {n: config.lookup(n) for n in ssh_aliases(config)}
-            for found in list(lookups.values()):  # the address an alias names: a command's endpoint
-                lookups.setdefault(found["hostname"], config.lookup(found["hostname"]))  # looks it up
+            # A command's endpoint looks up the address of its host next: the address an alias
+            # names, and those the command's inventory names (``addresses``), come in this answer.
+            asked = request.get("addresses")
+            more = [str(a) for a in asked] if isinstance(asked, list) else []
+            for address in [*(found["hostname"] for found in list(lookups.values())), *more]:
+                if address not in lookups:
+                    lookups[address] = config.lookup(address)
             return {"hostnames": sorted(config.get_hostnames()), "lookups": lookups}
         if op == "ssh_lookup":
             return {"lookup": self._ssh_config().lookup(str(request["name"]))}

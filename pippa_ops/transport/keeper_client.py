@@ -429,8 +429,9 @@ class KeptSSHConfig:
         return dict(self._lookups[hostname])
 
 
-def kept_ssh_config() -> KeptSSHConfig | None:
-    """~/.ssh/config from the keeper (no paramiko import here), or None without a keeper."""
+def kept_ssh_config(addresses: tuple[str, ...] = ()) -> KeptSSHConfig | None:
+    """~/.ssh/config from the keeper (no paramiko import here), or None without a keeper; the
+    lookups of ``addresses`` come in the same answer."""
     if not reuse_enabled():
         return None
     path = ssh_config_path()
@@ -442,7 +443,7 @@ def kept_ssh_config() -> KeptSSHConfig | None:
     cached = _config_cache.get(stamp)
     if cached is not None:
         return cached
-    answer = _ask({"op": "ssh_config"}, ACK_WAIT_S * 5)
+    answer = _ask({"op": "ssh_config", "addresses": list(addresses)}, ACK_WAIT_S * 5)
     if answer is None:
         return None
     config = KeptSSHConfig(list(answer["hostnames"]), dict(answer["lookups"]))
