@@ -41,3 +41,10 @@ def _toplevel(cwd: str) -> Path | None:
 def repo_root(cwd: Path | None = None) -> Path:
     """The project root: git toplevel of ``cwd``, else the package's own checkout."""
     return git_toplevel(cwd) or _PACKAGE_CHECKOUT
+
+
+def team_inventory_path(repo: Path | None = None) -> Path:
+    """The team's inventory: ``$PIPPA_INVENTORY``, else ``pippa.toml`` at the project root. Here, not in
+    ``hosts``, because it also names the connection keeper's context (``transport.keeper_client``)."""
+    override = os.environ.get("PIPPA_INVENTORY")
+    return Path(override) if override else (repo or repo_root()) / "pippa.toml"

@@ -23,14 +23,14 @@ class ModelConfig:
     # HF hub id, local directory, or "tiny" (built in code by training_core.tiny). Default: the team's model.
     name: str = "Qwen/Qwen2-0.5B-Instruct"
     # Weights/compute dtype. "auto": bf16 where the GPU supports it (compute capability >= 8.0), fp16 on
-    # older GPUs (V100, T4, RTX 20xx), fp32 on CPU (REFERENCE §4). "bf16": weights loaded in bf16 and bf16
+    # older GPUs (V100, T4, RTX 20xx), fp32 on CPU. "bf16": weights loaded in bf16 and bf16
     # compute (half the weight and optimizer memory); "bf16_amp": fp32 weights with bf16 autocast (exact
     # fp32 updates, more memory); "fp16": fp32 weights with fp16 autocast and loss scaling. A GPU without
     # bf16 gets fp16 instead of bf16 at run time (training_core.platform.train_precision).
     precision: Precision = "auto"
     # Recompute activations in backward to fit bigger batches (A100/H100 presets turn it on). Default off.
     gradient_checkpointing: bool = False
-    # LoRA rank; 0 = full fine-tuning (default). The code recipes use r=16, alpha=32 (REFERENCE §5).
+    # LoRA rank; 0 = full fine-tuning (default). The code recipes use r=16, alpha=32 (recipes/code_*.toml).
     lora_r: int = 0
     # LoRA scaling alpha (unused when lora_r = 0). Default 32.
     lora_alpha: int = 32
@@ -131,7 +131,7 @@ class TrainConfig:
     vllm_gpu_memory_utilization: float = 0.3
     # Zero truncated completions' loss. Default False.
     mask_truncated_completions: bool = False
-    # DataLoader workers. Must stay 0: worker processes break TRL's generation batching (REFERENCE §1).
+    # DataLoader workers. Must stay 0: worker processes break TRL's generation batching.
     dataloader_num_workers: int = 0
     # Log (metrics.jsonl, W&B, stdout) every N optimizer steps. Default 1.
     logging_steps: int = 1

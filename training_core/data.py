@@ -46,7 +46,7 @@ def _take(rows: list[Row], n_rows: int) -> list[Row]:
 
 @DATASETS.register("arithmetic_fixed")
 def arithmetic_fixed(split: str = "train", n_rows: int = 0, seed: int = 42, **_: Any) -> list[Row]:
-    """The baseline recipe's 12 questions (REFERENCE §3), in a fixed order."""
+    """The baseline recipe's 12 questions, in a fixed order."""
     return _take([{"prompt": q, "answer": a} for q, a in FIXED_ARITHMETIC], n_rows)
 
 

@@ -208,7 +208,7 @@ def _offline(probe: bool) -> bool:
 
 
 def apply_offline_env(facts: PlatformFacts) -> None:
-    """Offline hosts: tell HF libraries not to try the hub, and W&B to log locally (REFERENCE §4)."""
+    """Offline hosts: tell HF libraries not to try the hub, and W&B to log locally."""
     if not facts.offline:
         return
     for key in _OFFLINE_ENV:

@@ -70,9 +70,8 @@ def forward_cmd(
 ) -> None:
     """Forward local ports to ports on the host (TensorBoard, a vLLM server) until Ctrl-C."""
     from pippa_ops.errors import UsageError
-    from pippa_ops.hosts.connect import resolve
+    from pippa_ops.hosts.connect import direct_transport, resolve
     from pippa_ops.transport.forward import LISTEN, Forwarder, parse_port_spec
-    from pippa_ops.transport.ssh import SSHTransport
 
     specs = [parse_port_spec(p) for p in ports]
     spec = resolve(host)
@@ -80,7 +79,7 @@ def forward_cmd(
         raise UsageError("the host 'local' is this machine: connect to its ports directly")
     # Forwards open direct-tcpip channels of their own: a connection of this process, not the
     # connection keeper's (which relays commands only).
-    transport = SSHTransport(spec)
+    transport = direct_transport(spec)
 
     def log(message: str) -> None:
         typer.echo(f"pippa: {message}", err=True)

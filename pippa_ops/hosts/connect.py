@@ -3,6 +3,8 @@
 ``open_transport`` is the one door the core uses: LocalTransport for ``local``, else the connection
 keeper's KeeperTransport when reuse is on (the CLI), else SSHTransport (connecting lazily;
 pippa_ops.transport.ssh, and so paramiko, is imported only then, so commands on ``local`` never load it).
+Both get the host's ``Endpoint``, resolved here once (``hosts.endpoint``): the transports know no
+inventory and no ~/.ssh/config.
 ``ssh_argv`` builds the equivalent ``ssh`` command for what paramiko
 cannot do well: a real interactive terminal (``pippa attach``). It uses the same endpoint and the same
 known_hosts with strict checking, so both paths trust exactly the same keys.
@@ -10,10 +12,16 @@ known_hosts with strict checking, so both paths trust exactly the same keys.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from pippa_ops.hosts.endpoint import endpoint, target
 from pippa_ops.hosts.inventory import HostSpec, known_hosts_path, resolve, ssh_config_path
 from pippa_ops.transport.base import LocalTransport, Transport
 
-__all__ = ["connect", "open_transport", "resolve", "ssh_argv"]
+if TYPE_CHECKING:
+    from pippa_ops.transport.ssh import SSHTransport
+
+__all__ = ["connect", "direct_transport", "open_transport", "resolve", "ssh_argv"]
 
 
 def open_transport(spec: HostSpec, *, accept_new: bool = False) -> Transport:
@@ -27,10 +35,16 @@ def open_transport(spec: HostSpec, *, accept_new: bool = False) -> Transport:
         from pippa_ops.transport import keeper_client
 
         if keeper_client.reuse_enabled():
-            return keeper_client.KeeperTransport(spec, accept_new=accept_new)
+            return keeper_client.KeeperTransport(endpoint(spec), accept_new=accept_new)
+    return direct_transport(spec, accept_new=accept_new)
+
+
+def direct_transport(spec: HostSpec, *, accept_new: bool = False) -> SSHTransport:
+    """A paramiko connection of this process, never the keeper's (``pippa forward`` opens channels
+    of its own on it); nothing connects until the first command."""
     from pippa_ops.transport.ssh import SSHTransport  # paramiko: only a remote host needs it
 
-    return SSHTransport(spec, accept_new=accept_new)
+    return SSHTransport(endpoint(spec), accept_new=accept_new)
 
 
 def connect(name: str, *, accept_new: bool = False) -> tuple[HostSpec, Transport]:
@@ -46,9 +60,7 @@ def ssh_argv(spec: HostSpec, *, tty: bool = True) -> list[str]:
     """
     if spec.is_local:
         raise ValueError("the host 'local' needs no ssh")
-    from pippa_ops.hosts.endpoint import endpoint
-
-    ep = endpoint(spec)
+    ep = target(spec)  # the ProxyJump chain as written: ssh -J resolves its hops itself
     argv = ["ssh"]
     if ssh_config_path().is_file():
         argv += ["-F", str(ssh_config_path())]

@@ -1,52 +1,58 @@
-"""Where and as whom to connect to a host: its HostSpec completed from ~/.ssh/config, and ProxyJump hops.
+"""From a HostSpec to the Endpoint the transports connect to: the spec completed from ~/.ssh/config,
+and its ProxyJump chain resolved hop by hop, once, before any connection.
 
-Shared by the paramiko transport (``transport.ssh``), the connection keeper and ``ssh_argv`` (the
-OpenSSH command line), so every path reaches the same address with the same user, port and keys.
-Imports no paramiko itself: the ssh config comes from ``inventory.load_ssh_config``.
+Shared by the paramiko transport, the connection keeper (which gets the endpoint as JSON) and
+``ssh_argv`` (the OpenSSH command line), so every path reaches the same address with the same user,
+port and keys. Imports no paramiko itself: the ssh config comes from ``inventory.load_ssh_config``,
+and only when ~/.ssh/config exists.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pippa_ops.errors import UnknownHost
-from pippa_ops.hosts.inventory import HostSpec, load_ssh_config, resolve
+from pippa_ops.hosts.inventory import HostSpec, load_ssh_config, resolve, ssh_config_path
+from pippa_ops.transport.endpoint import MAX_HOPS, Endpoint
 
-__all__ = ["Endpoint", "endpoint", "jump_host"]
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where and as whom to connect: the HostSpec completed from ~/.ssh/config (spec fields win)."""
-
-    hostname: str
-    port: int
-    user: str | None
-    identity_files: tuple[str, ...]
-    proxy_jump: str | None
-
-    @property
-    def known_hosts_name(self) -> str:
-        """The name OpenSSH files the key under: ``host`` on port 22, else ``[host]:port``."""
-        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+__all__ = ["Endpoint", "endpoint", "jump_host", "target"]
 
 
-def endpoint(spec: HostSpec) -> Endpoint:
-    """Complete ``spec`` with what ~/.ssh/config says about its address (HostName, User, Port, ...)."""
+def target(spec: HostSpec) -> Endpoint:
+    """``spec`` completed with what ~/.ssh/config says about its address (HostName, User, Port, ...);
+    its ProxyJump chain kept as written, not resolved (``ssh -J`` resolves it itself)."""
     if spec.address is None:
         raise UnknownHost(f"host {spec.name!r} has no address")
-    found = load_ssh_config().lookup(spec.address)
+    # No ~/.ssh/config: paramiko's lookup would only echo the address back; skip it (and paramiko).
+    found: dict[str, Any] = {}
+    if ssh_config_path().is_file():
+        found = dict(load_ssh_config().lookup(spec.address))
     identities = [spec.identity_file] if spec.identity_file else list(found.get("identityfile", []))
-    port = spec.port or int(found.get("port", 22))
     proxy = spec.proxy_jump or found.get("proxyjump")
     return Endpoint(
+        name=spec.name,
         hostname=found.get("hostname", spec.address),
-        port=port,
+        port=spec.port or int(found.get("port", 22)),
         user=spec.user or found.get("user"),
         identity_files=tuple(str(Path(p).expanduser()) for p in identities),
         proxy_jump=None if proxy in (None, "none") else proxy,
     )
+
+
+def endpoint(spec: HostSpec) -> Endpoint:
+    """``spec``'s endpoint with every ProxyJump hop resolved (each an Endpoint of its own)."""
+    return _resolved(spec, 0)
+
+
+def _resolved(spec: HostSpec, hops: int) -> Endpoint:
+    ep = target(spec)
+    if ep.proxy_jump is None:
+        return ep
+    if hops >= MAX_HOPS:
+        raise UnknownHost(f"{spec.name}: ProxyJump goes through more than {MAX_HOPS} hops (a loop?)")
+    return replace(ep, jump=_resolved(jump_host(ep.proxy_jump), hops + 1))
 
 
 def jump_host(chain: str) -> HostSpec:

@@ -23,8 +23,11 @@ from pippa_ops.alerts.settings import FIELDS as ALERT_FIELDS
 from pippa_ops.alerts.settings import alert_settings
 from pippa_ops.errors import UnknownHost, UsageError, did_you_mean
 from pippa_ops.hosts.scheduler import SCHEDULERS, SlurmSpec, slurm_spec
-from pippa_ops.repo import repo_root
+from pippa_ops.repo import repo_root, team_inventory_path
 from pippa_ops.transport.shell import NAME_RE, validate_env_key
+from pippa_ops.transport.sshconfig import known_hosts_path as known_hosts_path  # re-exported
+from pippa_ops.transport.sshconfig import read_ssh_config, ssh_aliases, ssh_config_path
+from pippa_ops.transport.sshconfig import ssh_dir as ssh_dir  # re-exported
 
 if TYPE_CHECKING:
     import paramiko
@@ -90,59 +93,24 @@ CONNECTION_FIELDS = ("address", "user", "port", "identity_file", "proxy_jump")
 PERSONAL, SSH_CONFIG, TEAM = "hosts.toml", "ssh_config", "pippa.toml"
 
 
-def ssh_dir() -> Path:
-    return Path.home() / ".ssh"
-
-
-def known_hosts_path() -> Path:
-    return ssh_dir() / "known_hosts"
-
-
-def ssh_config_path() -> Path:
-    return ssh_dir() / "config"
-
-
-def team_inventory_path(repo: Path | None = None) -> Path:
-    override = os.environ.get("PIPPA_INVENTORY")
-    return Path(override) if override else (repo or repo_root()) / "pippa.toml"
-
-
 def personal_inventory_path() -> Path:
     config_home = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(config_home) / "pippa" / "hosts.toml"
 
 
-def load_ssh_config() -> paramiko.SSHConfig:
+def load_ssh_config(addresses: tuple[str, ...] = ()) -> paramiko.SSHConfig:
     """~/.ssh/config as paramiko reads it: from the connection keeper when one answers (so a warm
-    command never imports paramiko), else read here (``local`` never needs it)."""
+    command never imports paramiko), else read here (``local`` never needs it). ``addresses``: what
+    the keeper looks up in the same answer (a host's endpoint looks up its address)."""
     from pippa_ops.transport import reuse
 
     if reuse.requested():
         from pippa_ops.transport.keeper_client import kept_ssh_config
 
-        kept = kept_ssh_config()
+        kept = kept_ssh_config(addresses)
         if kept is not None:
             return kept  # type: ignore[return-value]
     return read_ssh_config()
-
-
-def read_ssh_config() -> paramiko.SSHConfig:
-    """~/.ssh/config parsed by paramiko in this process."""
-    from pippa_ops.transport._paramiko import paramiko
-
-    path = ssh_config_path()
-    if not path.is_file():
-        return paramiko.SSHConfig()
-    try:
-        return paramiko.SSHConfig.from_path(str(path))
-    except Exception as e:  # paramiko raises assorted errors on a malformed file
-        raise UsageError(f"cannot read {path}: {e}") from e
-
-
-def ssh_aliases(config: paramiko.SSHConfig | None = None) -> list[str]:
-    """Concrete ``Host`` names of ~/.ssh/config (patterns and negations left out)."""
-    names = (config or load_ssh_config()).get_hostnames()
-    return sorted(n for n in names if not any(c in n for c in "*?!"))
 
 
 def _read_file(path: Path) -> dict[str, dict[str, Any]]:
@@ -275,7 +243,8 @@ def load_inventory(repo: Path | None = None) -> dict[str, HostSpec]:
     team = _read_file(team_inventory_path(repo))
     personal = _read_file(personal_inventory_path())
     names = sorted(set(team) | set(personal))
-    config = load_ssh_config() if names and ssh_config_path().is_file() else None
+    addresses = tuple(dict.fromkeys(str(e.get("address", n)) for f in (team, personal) for n, e in f.items()))
+    config = load_ssh_config(addresses) if names and ssh_config_path().is_file() else None
     aliases = set(ssh_aliases(config)) if config is not None else set()
     out = {}
     for name in names:

@@ -40,7 +40,6 @@ ALERTS_PROGRAM = "~/.config/pippa/alerts/hostalerts.py"
 MID_RUN_ALERTS = {"retrying": "retrying", "stalled": "stalled"}
 
 ATTEMPTS_FILE = "attempts.json"
-SUPERVISOR_FILE = "supervise.py"
 BACKOFF_S = 30.0  # the first wait before a retry; it doubles per attempt ...
 BACKOFF_CAP_S = 600.0  # ... up to this
 KILL_WAIT_S = 5.0  # after a hang-up: how long the job gets before SIGKILL
@@ -55,7 +54,6 @@ _CHECKPOINT_RE = re.compile(r"^checkpoint-([0-9]+)$")
 RUNNING, COMPLETED, FAILED, STALLED, DIVERGED, STOPPED, LOST = (
     "running", "completed", "failed", "stalled", "diverged", "stopped", "lost",
 )  # fmt: skip
-NOT_RETRIED = (COMPLETED, STOPPED)
 
 
 def policy_of(meta: dict) -> dict:

@@ -19,7 +19,6 @@ from pippa_ops.transport.shell import join, validate_session
 TMUX = "tmux"
 # Exit status a shell gives for "command not found"; how we learn tmux is missing on a host.
 NOT_FOUND_STATUS = 127
-_NO_SERVER = ("no server running", "error connecting to", "no sessions")
 # "|"-separated: tmux replaces a tab in -F output with "_" when the client has no UTF-8 terminal (ssh).
 LIST_FORMAT = "#{session_name}|#{session_created}|#{session_attached}|#{session_windows}|#{session_id}"
 # What a launch records in each run dir, so a later session reusing the name is never mistaken for it.
@@ -65,10 +64,6 @@ def has_session_argv(session: str) -> list[str]:
     return [TMUX, "has-session", "-t", target(session)]
 
 
-def list_sessions_argv() -> list[str]:
-    return [TMUX, "list-sessions", "-F", LIST_FORMAT]
-
-
 def interrupt_argv(session: str) -> list[str]:
     """Ctrl-C to the session's active pane, as a person would type it (a trainer can save)."""
     return [TMUX, "send-keys", "-t", target(session, pane=True), "C-c"]
@@ -81,10 +76,6 @@ def kill_session_argv(session: str) -> list[str]:
 def capture_pane_argv(session: str, lines: int = 50) -> list[str]:
     """The pane's visible screen plus ``lines`` of scrollback, as plain text."""
     return [TMUX, "capture-pane", "-p", "-t", target(session, pane=True), "-S", f"-{int(lines)}"]
-
-
-def identity_argv(session: str) -> list[str]:
-    return [TMUX, "display-message", "-p", "-t", target(session, pane=True), IDENTITY_FORMAT]
 
 
 def attach_argv(session: str) -> list[str]:
@@ -109,11 +100,6 @@ def parse_sessions(text: str) -> list[SessionInfo]:
         except ValueError:
             continue
     return out
-
-
-def is_no_server(result: CommandResult) -> bool:
-    """tmux exits non-zero with this text when the host's server has no sessions at all."""
-    return any(s in result.stderr for s in _NO_SERVER)
 
 
 def check_tool(result: CommandResult, tool: str = TMUX) -> CommandResult:

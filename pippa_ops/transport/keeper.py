@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from pippa_ops import errors
-from pippa_ops.hosts.inventory import HostSpec, read_ssh_config, ssh_aliases, ssh_config_path
 from pippa_ops.transport import keeper_wire as wire
 from pippa_ops.transport._paramiko import paramiko
 from pippa_ops.transport.base import CONNECT_TIMEOUT_S
+from pippa_ops.transport.endpoint import Endpoint
 from pippa_ops.transport.ssh import SSHProcess, SSHTransport
+from pippa_ops.transport.sshconfig import read_ssh_config, ssh_aliases, ssh_config_path
 
-SPEC_FIELDS = ("name", "address", "user", "port", "identity_file", "proxy_jump")
 REQUEST_WAIT_S = 5.0  # a client that connects must send its request within this
 AHEAD = 2  # host agents kept started per host (an idle python3 each, waiting on its stdin)
 
@@ -79,23 +79,12 @@ class Kept:
         self.transport.close()
 
 
-def spec_of(data: Any) -> HostSpec:
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data.get("address"):
-        raise wire.ProtocolError("bad host")
-    port = data.get("port")
-    return HostSpec(
-        name=str(data["name"]),
-        address=str(data["address"]),
-        user=_text(data.get("user")),
-        port=int(port) if port is not None else None,
-        identity_file=_text(data.get("identity_file")),
-        proxy_jump=_text(data.get("proxy_jump")),
-        source="keeper",
-    )
-
-
-def _text(value: object) -> str | None:
-    return None if value is None else str(value)
+def endpoint_of(data: Any) -> Endpoint:
+    """The endpoint the command resolved (``Endpoint.as_json``): the keeper connects where it says."""
+    try:
+        return Endpoint.from_json(data)
+    except ValueError as e:
+        raise wire.ProtocolError("bad host") from e
 
 
 class Keeper:
@@ -232,6 +221,13 @@ class Keeper:
         if op == "ssh_config":
             config = self._ssh_config()
             lookups = {n: config.lookup(n) for n in ssh_aliases(config)}
+            # A command's endpoint looks up the address of its host next: the address an alias
+            # names, and those the command's inventory names (``addresses``), come in this answer.
+            asked = request.get("addresses")
+            more = [str(a) for a in asked] if isinstance(asked, list) else []
+            for address in [*(found["hostname"] for found in list(lookups.values())), *more]:
+                if address not in lookups:
+                    lookups[address] = config.lookup(address)
             return {"hostnames": sorted(config.get_hostnames()), "lookups": lookups}
         if op == "ssh_lookup":
             return {"lookup": self._ssh_config().lookup(str(request["name"]))}
@@ -287,13 +283,13 @@ class Keeper:
     # ---------------------------------------------------------------------------------- connections
     def _kept_for(self, request: dict[str, Any]) -> Kept:
         """The host's entry, marked busy (``_release`` when done); created on first use."""
-        spec = spec_of(request.get("host"))
+        ep = endpoint_of(request.get("host"))
         accept_new = bool(request.get("accept_new"))
-        key = json.dumps([[getattr(spec, f) for f in SPEC_FIELDS], accept_new])
+        key = json.dumps([ep.as_json(), accept_new])
         with self._lock:
             kept = self._kept.get(key)
             if kept is None:
-                kept = self._kept[key] = Kept(SSHTransport(spec, accept_new=accept_new))
+                kept = self._kept[key] = Kept(SSHTransport(ep, accept_new=accept_new))
             kept.busy += 1
             kept.last_used = time.monotonic()
         return kept

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pippa_ops import errors
-from pippa_ops.hosts.inventory import HostSpec, ssh_config_path, team_inventory_path
+from pippa_ops.repo import team_inventory_path
 from pippa_ops.transport import keeper_wire as wire
 from pippa_ops.transport import reuse
 from pippa_ops.transport.base import (
@@ -37,6 +37,8 @@ from pippa_ops.transport.base import (
     as_shell_line,
     run_started,
 )
+from pippa_ops.transport.endpoint import Endpoint
+from pippa_ops.transport.sshconfig import ssh_config_path
 
 ACK_WAIT_S = 2.0  # a live keeper answers A at once; a stopped or wedged one is given up after this
 ANSWER_WAIT_S = 6 * CONNECT_TIMEOUT_S  # the keeper's own connect (TCP, banner, auth, jump hops)
@@ -67,15 +69,9 @@ def socket_path() -> Path:
     return wire.socket_path(wire.context(str(team_inventory_path())))
 
 
-def host_fields(spec: HostSpec) -> dict[str, Any]:
-    return {
-        "name": spec.name,
-        "address": spec.address,
-        "user": spec.user,
-        "port": spec.port,
-        "identity_file": spec.identity_file,
-        "proxy_jump": spec.proxy_jump,
-    }
+def host_fields(ep: Endpoint) -> dict[str, Any]:
+    """The host of a request: the endpoint this command resolved (the keeper resolves nothing)."""
+    return ep.as_json()
 
 
 # -- one connection to the keeper -------------------------------------------------------------------
@@ -100,30 +96,30 @@ class _Conn:
             self.sock.close()
 
 
-def _absent(spec: HostSpec | None, ahead: str | None) -> None:
+def _absent(ep: Endpoint | None, ahead: str | None) -> None:
     """No keeper: remember the host, and start one when this process exits (the CLI only)."""
-    if spec is None or not reuse.spawn():
+    if ep is None or not reuse.spawn():
         return
     with _lock:
         first = not _prefetch
-        _prefetch[spec.name] = {**host_fields(spec), "ahead": ahead}
+        _prefetch[ep.name] = {**host_fields(ep), "ahead": ahead}
     if first:
         atexit.register(_spawn_at_exit)
 
 
-def _open(request: dict[str, Any], spec: HostSpec | None = None, ahead: str | None = None) -> _Conn | None:
+def _open(request: dict[str, Any], ep: Endpoint | None = None, ahead: str | None = None) -> _Conn | None:
     """A connection to the keeper that has acknowledged ``request``; None: go direct."""
     path = socket_path()
     if path in _broken:
         return None
     if not wire.private_dir(path.parent, create=False):
         if not path.parent.exists():
-            _absent(spec, ahead)
+            _absent(ep, ahead)
         return None
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        _absent(spec, ahead)
+        _absent(ep, ahead)
         return None
     except OSError:
         return None
@@ -137,7 +133,7 @@ def _open(request: dict[str, Any], spec: HostSpec | None = None, ahead: str | No
         sock.settimeout(None)
     except (ConnectionRefusedError, FileNotFoundError):  # a stale socket: its keeper is gone
         sock.close()
-        _absent(spec, ahead)
+        _absent(ep, ahead)
         return None
     except OSError:
         sock.close()
@@ -171,9 +167,9 @@ def _raise_typed(answer: dict[str, Any]) -> None:
     # "internal" or unknown: the keeper could not do it; the caller goes direct
 
 
-def _ask(request: dict[str, Any], wait_s: float, spec: HostSpec | None = None) -> dict[str, Any] | None:
+def _ask(request: dict[str, Any], wait_s: float, ep: Endpoint | None = None) -> dict[str, Any] | None:
     """One JSON request and its answer; None when the keeper cannot answer (go direct)."""
-    conn = _open(request, spec)
+    conn = _open(request, ep)
     if conn is None:
         return None
     try:
@@ -323,10 +319,10 @@ class KeeperTransport(Transport):
     """A host's commands through the keeper, or directly (``SSHTransport``) when it cannot serve."""
 
     def __init__(
-        self, spec: HostSpec, *, accept_new: bool = False, timeout: float = CONNECT_TIMEOUT_S
+        self, endpoint: Endpoint, *, accept_new: bool = False, timeout: float = CONNECT_TIMEOUT_S
     ) -> None:
-        self.name = spec.name
-        self.spec = spec
+        self.name = endpoint.name
+        self.endpoint = endpoint
         self._accept_new = accept_new
         self._timeout = timeout
         self._lock = threading.Lock()
@@ -340,14 +336,14 @@ class KeeperTransport(Transport):
         return self._direct is None
 
     def _request(self, op: str, **extra: object) -> dict[str, Any]:
-        return {"op": op, "host": host_fields(self.spec), "accept_new": self._accept_new, **extra}
+        return {"op": op, "host": host_fields(self.endpoint), "accept_new": self._accept_new, **extra}
 
     def direct(self) -> Transport:
         with self._lock:
             if self._direct is None:
                 from pippa_ops.transport.ssh import SSHTransport  # paramiko: only without a keeper
 
-                self._direct = SSHTransport(self.spec, accept_new=self._accept_new, timeout=self._timeout)
+                self._direct = SSHTransport(self.endpoint, accept_new=self._accept_new, timeout=self._timeout)
             return self._direct
 
     def start(self, command: Command) -> Process:
@@ -365,7 +361,7 @@ class KeeperTransport(Transport):
     def _relay(self, line: str) -> KeeperProcess | None:
         # The host agent's command may be started ahead by the keeper (it waits for its request).
         request = self._request("exec", command=line, ahead=line == self._agent_line())
-        conn = _open(request, self.spec, ahead=self._agent_line())
+        conn = _open(request, self.endpoint, ahead=self._agent_line())
         if conn is None:
             return None
         try:
@@ -396,7 +392,7 @@ class KeeperTransport(Transport):
         if self._home is None:
             answer = None
             if self._direct is None:
-                answer = _ask(self._request("home"), ANSWER_WAIT_S, self.spec)
+                answer = _ask(self._request("home"), ANSWER_WAIT_S, self.endpoint)
             self._home = str(answer["home"]) if answer else self.direct().home()
         return self._home
 
@@ -425,7 +421,7 @@ class KeptSSHConfig:
             answer = _ask({"op": "ssh_lookup", "name": hostname}, ACK_WAIT_S * 5)
             if answer is None:  # the keeper went away meanwhile: read the file here
                 if self._local is None:
-                    from pippa_ops.hosts.inventory import read_ssh_config
+                    from pippa_ops.transport.sshconfig import read_ssh_config
 
                     self._local = read_ssh_config()
                 return dict(self._local.lookup(hostname))
@@ -433,8 +429,9 @@ class KeptSSHConfig:
         return dict(self._lookups[hostname])
 
 
-def kept_ssh_config() -> KeptSSHConfig | None:
-    """~/.ssh/config from the keeper (no paramiko import here), or None without a keeper."""
+def kept_ssh_config(addresses: tuple[str, ...] = ()) -> KeptSSHConfig | None:
+    """~/.ssh/config from the keeper (no paramiko import here), or None without a keeper; the
+    lookups of ``addresses`` come in the same answer."""
     if not reuse_enabled():
         return None
     path = ssh_config_path()
@@ -446,7 +443,7 @@ def kept_ssh_config() -> KeptSSHConfig | None:
     cached = _config_cache.get(stamp)
     if cached is not None:
         return cached
-    answer = _ask({"op": "ssh_config"}, ACK_WAIT_S * 5)
+    answer = _ask({"op": "ssh_config", "addresses": list(addresses)}, ACK_WAIT_S * 5)
     if answer is None:
         return None
     config = KeptSSHConfig(list(answer["hostnames"]), dict(answer["lookups"]))

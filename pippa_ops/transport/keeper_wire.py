@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-PROTOCOL = 1
+PROTOCOL = 2  # 2: a request names its host by the Endpoint the command resolved
 DEFAULT_PERSIST_S = 300.0  # like a ControlPersist of a few minutes
 MAX_FRAME = 64 << 20
 CHUNK = 256 << 10  # stdin/stdout bytes per frame
@@ -144,7 +144,7 @@ def _code_stamp() -> str:
     """This code's identity: a keeper started by another checkout or an older version is not used."""
     here = Path(__file__).parent
     parts = [str(here)]
-    for name in ("keeper.py", "keeper_client.py", "keeper_wire.py", "ssh.py"):
+    for name in ("keeper.py", "keeper_client.py", "keeper_wire.py", "ssh.py", "endpoint.py"):
         try:
             parts.append(str(os.stat(here / name).st_mtime_ns))
         except OSError:

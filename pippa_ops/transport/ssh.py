@@ -20,8 +20,6 @@ import socket
 import threading
 
 from pippa_ops.errors import AuthFailed, HostKeyChanged, HostKeyUnknown, HostUnreachable
-from pippa_ops.hosts.endpoint import Endpoint, endpoint, jump_host
-from pippa_ops.hosts.inventory import HostSpec, known_hosts_path
 from pippa_ops.transport._paramiko import paramiko
 from pippa_ops.transport.base import (
     CONNECT_TIMEOUT_S,
@@ -32,6 +30,8 @@ from pippa_ops.transport.base import (
     as_shell_line,
     run_started,
 )
+from pippa_ops.transport.endpoint import Endpoint
+from pippa_ops.transport.sshconfig import known_hosts_path
 
 KEEPALIVE_S = 15
 _known_hosts_lock = threading.Lock()
@@ -103,13 +103,14 @@ def _transport_factory(sock: socket.socket | paramiko.Channel, **kwargs: object)
 
 
 class SSHTransport(Transport):
-    """Commands on one host over one lazily opened, shared, keepalive'd paramiko connection."""
+    """Commands on one host over one lazily opened, shared, keepalive'd paramiko connection; where to
+    connect (address, user, keys, ProxyJump hops) is the ``Endpoint`` that ``hosts.endpoint`` resolved."""
 
     def __init__(
-        self, spec: HostSpec, *, accept_new: bool = False, timeout: float = CONNECT_TIMEOUT_S
+        self, endpoint: Endpoint, *, accept_new: bool = False, timeout: float = CONNECT_TIMEOUT_S
     ) -> None:
-        self.name = spec.name
-        self.spec = spec
+        self.name = endpoint.name
+        self.endpoint = endpoint
         self._accept_new = accept_new
         self._timeout = timeout
         self._lock = threading.Lock()
@@ -133,20 +134,20 @@ class SSHTransport(Transport):
             return t
 
     def _connect(self) -> paramiko.SSHClient:
-        ep = endpoint(self.spec)
+        ep = self.endpoint
+        if ep.proxy_jump and ep.jump is None:  # never straight to a host that must be reached via hops
+            raise ValueError(f"{self.name}: ProxyJump {ep.proxy_jump!r} not resolved (hosts.endpoint does)")
         if self._jump is not None:  # a reconnect: the old hop's connection goes with the old one
             self._jump.close()
             self._jump = None
-        if ep.proxy_jump:
-            jump_spec = jump_host(ep.proxy_jump)
-            jump_name = jump_spec.name
-            self._jump = SSHTransport(jump_spec, accept_new=self._accept_new, timeout=self._timeout)
+        if ep.jump is not None:
+            self._jump = SSHTransport(ep.jump, accept_new=self._accept_new, timeout=self._timeout)
             try:
                 sock: socket.socket | paramiko.Channel = self._jump.connection().open_channel(
                     "direct-tcpip", (ep.hostname, ep.port), ("127.0.0.1", 0), timeout=self._timeout
                 )
             except paramiko.SSHException as e:
-                raise _unreachable(self.name, ep, f"via {jump_name}: {e}") from e
+                raise _unreachable(self.name, ep, f"via {ep.jump.name}: {e}") from e
         else:
             sock = _open_socket(self.name, ep, self._timeout)
         client = paramiko.SSHClient()

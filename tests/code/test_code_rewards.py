@@ -1,4 +1,4 @@
-"""Code reward values for each case (REFERENCE §5), strings and TRL chat-message completions alike."""
+"""Code reward values for each case, strings and TRL chat-message completions alike."""
 
 from __future__ import annotations
 

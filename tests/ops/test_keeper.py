@@ -22,6 +22,7 @@ from conftest import PIPPA, ClientEnv
 
 from pippa_ops.errors import ExitCode, HostKeyChanged
 from pippa_ops.hosts.connect import connect
+from pippa_ops.hosts.endpoint import endpoint
 from pippa_ops.transport import keeper_client, reuse
 from pippa_ops.transport.keeper_client import KeeperTransport
 from pippa_ops.transport.ssh import SSHTransport
@@ -149,7 +150,7 @@ def test_a_relayed_process_behaves_like_an_ssh_one(kept, ssh_hosts, way):
     spec, t = connect(h.name)
     assert isinstance(t, KeeperTransport)
     if way == "direct":
-        t = SSHTransport(spec)
+        t = SSHTransport(endpoint(spec))
     with t:
         big = b"x" * 3_000_000
         r = t.run("wc -c; echo oops >&2; exit 3", input=big)

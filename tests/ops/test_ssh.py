@@ -13,6 +13,7 @@ from conftest import PIPPA
 
 from pippa_ops.errors import AuthFailed, ExitCode, HostKeyChanged, HostKeyUnknown, HostUnreachable
 from pippa_ops.hosts.connect import connect, open_transport, ssh_argv
+from pippa_ops.hosts.endpoint import endpoint
 from pippa_ops.hosts.inventory import resolve
 from pippa_ops.transport.base import LocalTransport
 from pippa_ops.transport.ssh import SSHTransport
@@ -48,7 +49,7 @@ def test_ssh_config_alias_resolves_hostname_port_user_identity(ssh_env, ssh_host
 
 
 def test_channels_from_many_threads_share_one_connection(ssh_env, ssh_hosts):
-    t = SSHTransport(resolve(ssh_hosts[0].name))
+    t = SSHTransport(endpoint(resolve(ssh_hosts[0].name)))
     seen: list[object] = []
     outs: list[str] = []
 
@@ -194,7 +195,7 @@ def test_a_proxy_jump_chain_goes_through_every_hop_and_a_reconnect_closes_the_ol
     from dataclasses import replace
 
     target = resolve(ssh_hosts[0].name)
-    t = SSHTransport(replace(target, proxy_jump=f"{ssh_hosts[1].name},{ssh_hosts[2].name}"))
+    t = SSHTransport(endpoint(replace(target, proxy_jump=f"{ssh_hosts[1].name},{ssh_hosts[2].name}")))
     with t:
         assert t.run("whoami", check=True).stdout.strip() == ssh_hosts[0].user
         last, first = t._jump, t._jump._jump if t._jump else None

@@ -1,6 +1,6 @@
 """Code prompt datasets, registered in training_core.data's table (imported via ``training_core.code``).
 
-- ``code_fixed_prompt``: one prompt repeated (REFERENCE §5's code_execution setup: the signal is
+- ``code_fixed_prompt``: one prompt repeated (the code_execution recipe's setup: the signal is
   whether the code runs, so the prompt need not vary).
 - ``code_tests``: this repo's problems (``problems.PROBLEMS``) with a ``tests`` column.
 - ``mbpp``: MBPP problems with ``test_list`` / ``test_setup`` columns for ``assert_tests``.

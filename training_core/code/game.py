@@ -1,4 +1,4 @@
-"""The adversarial code game (REFERENCE §5).
+"""The adversarial code game.
 
 The policy writes a program that prints an integer; an opponent (a frozen copy of the policy, or a
 named model) reads the program and predicts the integer. The true output comes from the sandbox,

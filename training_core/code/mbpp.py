@@ -3,8 +3,8 @@
 The hub dataset ``google-research-datasets/mbpp`` has two configs whose columns differ:
 ``full`` (text, code, test_list, test_setup_code) and ``sanitized`` (prompt, code, test_list,
 test_imports). ``MbppProblem`` is the one shape the rest of the code sees. Scoring runs every
-program in the sandbox: a problem passes when the code exits 0 and all its asserts hold (REFERENCE
-§5), judged outside the sandbox (``asserts``).
+program in the sandbox: a problem passes when the code exits 0 and all its asserts hold (as in
+Austin et al. 2021, arXiv:2108.07732), judged outside the sandbox (``asserts``).
 
 The prompt shows the asserts, so a table of their answers would pass them. Each problem therefore
 holds asserts back (``held_out``): ``challenge_test_list`` where the row has one, else its last
@@ -172,7 +172,7 @@ def _status(v: Verdict | None, which: str) -> str:
 
 
 def summary(results: Sequence[ProblemResult], eval_time: float) -> dict[str, float | int]:
-    """The ``mbpp_eval/...`` metrics (REFERENCE §5 names), the share of samples passing the visible and
+    """The ``mbpp_eval/...`` metrics, the share of samples passing the visible and
     the held-out asserts (``visible_pass_rate``; ``held_out_pass_rate`` over the samples of problems
     that hold some out, 0 when none does), the unbiased pass@1 and, with k > 1
     samples per problem, ``mbpp_eval/pass_at_<k>``: each problem's ``pass_at_k(n, c, k)`` averaged

@@ -1,6 +1,6 @@
 """MBPP evaluation of a model: sampling, scoring in the sandbox, the interval callback, the eval task.
 
-Defaults are REFERENCE §5's: sanitized config, test split, 10 problems, 512 new tokens,
+Defaults: the sanitized MBPP (arXiv:2108.07732) config, test split, 10 problems, 512 new tokens,
 temperature 0.2, 10 s per program, at start / every 20 steps / at the end. Each evaluation logs
 ``mbpp_eval/pass_rate``, ``problems_passed``, ``total_problems`` and ``eval_time``, plus the unbiased
 ``pass_at_1`` and, with ``samples`` = k > 1, ``pass_at_<k>`` (``mbpp.summary``), to metrics.jsonl

@@ -1,7 +1,7 @@
 """Small coding problems written for this repo, with stdout tests, for the ``code_tests`` recipe.
 
 Each test is a program appended to the model's code; it passes when the combined program's stripped
-stdout equals ``expected`` (the test-case reward of REFERENCE §5). Kept easy on purpose: a small model
+stdout equals ``expected`` (the ``test_cases`` reward). Kept easy on purpose: a small model
 must get some right so a group has reward spread.
 """
 

@@ -1,4 +1,4 @@
-"""Code rewards (REFERENCE §5): run the completion's program in the sandbox and score what happened.
+"""Code rewards: run the completion's program in the sandbox and score what happened.
 
 Every program runs through ``training_core.sandbox`` (a separate, limited process), never in the
 trainer. A batch is scored through the shared pool so slow programs overlap.
@@ -37,7 +37,7 @@ def code_execution(
     completions: list[Any], timeout_s: float = 3.0, memory_mb: int = 512, with_output: float = 1.0,
     without_output: float = 0.5, syntax: float = -0.5, failure: float = -1.0, **_: Any,
 ) -> list[float]:
-    """+1 runs cleanly with output, +0.5 without, -0.5 syntax error, -1 otherwise (REFERENCE §5)."""
+    """+1 runs cleanly with output, +0.5 without, -0.5 syntax error, -1 otherwise."""
     codes = [extract_code(c) for c in completions]
     todo = [c for c in codes if c]
     results = iter(default_pool().map(todo, _limits(timeout_s, memory_mb)))

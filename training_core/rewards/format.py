@@ -1,6 +1,6 @@
 """Format reward for ``<reasoning>…</reasoning><answer>…</answer>`` completions.
 
-Used by the reasoning-format recipes (REFERENCE §5); TRL signature, parameters explicit.
+Used by the reasoning-format recipes; TRL signature, parameters explicit.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Math rewards: the baseline and GSM8K correctness / length penalties (REFERENCE §3) and the
+"""Math rewards: the baseline and GSM8K correctness / length penalties and the
 tiny recipe's dense closeness reward.
 
 TRL signature: ``fn(completions, answer, **columns) -> list[float]``; ``answer`` is the dataset

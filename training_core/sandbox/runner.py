@@ -42,7 +42,7 @@ class Status(enum.StrEnum):
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Per-run limits. Defaults follow REFERENCE §5 (3 s for code_execution rewards)."""
+    """Per-run limits. The 3 s default is the code_execution reward's budget per program."""
 
     timeout_s: float = 3.0  # wall clock, seconds; the tree is killed when it passes
     cpu_s: int = 0  # CPU seconds per process (RLIMIT_CPU); 0 = ceil(timeout_s) + 1

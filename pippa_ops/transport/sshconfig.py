@@ -1,0 +1,48 @@
+"""The user's OpenSSH files: ~/.ssh/config (parsed by paramiko) and ~/.ssh/known_hosts.
+
+In the transport layer because both the inventory (``hosts``) and the connection keeper read them,
+and the keeper connects without knowing the inventory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pippa_ops.errors import UsageError
+
+if TYPE_CHECKING:
+    import paramiko
+
+__all__ = ["known_hosts_path", "read_ssh_config", "ssh_aliases", "ssh_config_path", "ssh_dir"]
+
+
+def ssh_dir() -> Path:
+    return Path.home() / ".ssh"
+
+
+def known_hosts_path() -> Path:
+    return ssh_dir() / "known_hosts"
+
+
+def ssh_config_path() -> Path:
+    return ssh_dir() / "config"
+
+
+def read_ssh_config() -> paramiko.SSHConfig:
+    """~/.ssh/config parsed by paramiko in this process."""
+    from pippa_ops.transport._paramiko import paramiko
+
+    path = ssh_config_path()
+    if not path.is_file():
+        return paramiko.SSHConfig()
+    try:
+        return paramiko.SSHConfig.from_path(str(path))
+    except Exception as e:  # paramiko raises assorted errors on a malformed file
+        raise UsageError(f"cannot read {path}: {e}") from e
+
+
+def ssh_aliases(config: paramiko.SSHConfig) -> list[str]:
+    """Concrete ``Host`` names of ~/.ssh/config (patterns and negations left out)."""
+    names = config.get_hostnames()
+    return sorted(n for n in names if not any(c in n for c in "*?!"))
