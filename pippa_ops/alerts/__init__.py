@@ -1,1 +1,1 @@
-"""Alerts from the host (Apprise), the idle-GPU watcher, and what runs cost."""
+"""Alerts from the host (Apprise), the idle-GPU watcher program, and the settings that configure them."""

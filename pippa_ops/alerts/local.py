@@ -19,7 +19,7 @@ def local_target(env_file: Path | None = None) -> str | None:
     if value:
         return value
     try:
-        from pippa_ops.hosts.envfile import read_env
+        from pippa_ops.provision.envfile import read_env
         from pippa_ops.repo import repo_root
 
         return read_env(env_file or repo_root() / ".env").get(TARGET) or None

@@ -19,7 +19,7 @@ from pippa_ops.cli.table import Column, layout, terminal_width
 from pippa_ops.errors import ExitCode
 
 if TYPE_CHECKING:
-    from pippa_ops.hosts.prep import HostRow, UpReport
+    from pippa_ops.provision.prep import HostRow, UpReport
     from pippa_ops.sync import SyncResult
 
 
@@ -52,7 +52,7 @@ def hosts_command(
         return
     from pippa_ops.hosts.connect import open_transport
     from pippa_ops.hosts.inventory import alias_spec, load_inventory, load_ssh_config, local_spec, ssh_aliases
-    from pippa_ops.hosts.prep import survey
+    from pippa_ops.provision.prep import survey
 
     inventory = load_inventory()
     config = load_ssh_config()
@@ -93,7 +93,7 @@ def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
                 typer.echo(f"{r.name}: " + ", ".join(f"{k} from {v}" for k, v in r.origins.items()))
     for r in rows:
         if r.alerts:  # alerts, rate, idle watcher, failed deliveries (pippa_ops.alerts): a line each
-            from pippa_ops.alerts.remote import status_line
+            from pippa_ops.provision.alerts import status_line
 
             typer.echo(f"{r.name}: {status_line(r.alerts)}")
 
@@ -103,7 +103,7 @@ def up_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOp
     from rich.markup import escape
 
     from pippa_ops.hosts.connect import connect
-    from pippa_ops.hosts.prep import up
+    from pippa_ops.provision.prep import up
     from pippa_ops.repo import repo_root
 
     keys = _KeysWatch(host, accept_new)

@@ -10,8 +10,8 @@ from pippa_ops.errors import ExitCode, RemoteCommandFailed, ToolMissing
 
 def notify_test_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOpt = False) -> None:
     """Send one test alert from the host to PIPPA_NOTIFY; non-zero exit with the service's error."""
-    from pippa_ops.alerts.remote import notify_test
     from pippa_ops.hosts.connect import connect
+    from pippa_ops.provision.alerts import notify_test
 
     spec, transport = connect(host, accept_new=accept_new)
     with transport:

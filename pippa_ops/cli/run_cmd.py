@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 import typer
 
-from pippa_ops.alerts.cost import priced_on
 from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json, goes_on_line
 from pippa_ops.errors import (
     AmbiguousSession,
@@ -28,6 +27,7 @@ from pippa_ops.errors import (
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect, open_transport
 from pippa_ops.hosts.inventory import LOCAL, HostSpec, default_host, load_inventory, resolve
+from pippa_ops.runs.cost import priced_on
 from pippa_ops.runs.follow import read_all
 from pippa_ops.runs.launch import (
     DEFAULT_GRACE_S,

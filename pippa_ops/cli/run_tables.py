@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from pippa_ops.alerts.cost import cost_text
 from pippa_ops.cli.table import Column, layout, natural_width, terminal_width
 from pippa_ops.errors import ExitCode, PippaError
+from pippa_ops.runs.cost import cost_text
 from pippa_ops.runs.precheck import failure_hint
 from pippa_ops.runs.shortid import short_ids
 

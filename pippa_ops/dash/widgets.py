@@ -13,8 +13,8 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from pippa_ops.alerts.cost import cost_text
 from pippa_ops.monitor.state import PLOTTED, SLOT_KEYS, GpuState, HostState, RunDetail, RunRow
+from pippa_ops.runs.cost import cost_text
 from pippa_ops.runs.curves import smooth, ticks_for_width
 from pippa_ops.runs.shortid import short_ids
 

@@ -1,1 +1,1 @@
-"""Hosts: the inventory (where each connection field comes from), connecting, preparing, secrets."""
+"""Hosts: the inventory (where each connection field comes from), resolving endpoints, connecting."""

@@ -51,7 +51,7 @@ class HostSpec:
     proxy_jump: str | None = None
     remote_dir: str = DEFAULT_REMOTE_DIR  # for local: the repo root itself (no copy)
     python: str | None = None  # how the host runs training code; None: <remote_dir>/.venv/bin/python
-    # Shell lines `up` runs after sync; None: hosts.prep.DEFAULT_SETUP (uv sync --locked ...).
+    # Shell lines `up` runs after sync; None: provision.prep.DEFAULT_SETUP (uv sync --locked ...).
     setup: tuple[str, ...] | None = None
     env: dict[str, str] = field(default_factory=dict)  # extra non-secret variables (HF_HOME, ...)
     secrets: tuple[str, ...] = DEFAULT_SECRETS  # names pushed from the local .env

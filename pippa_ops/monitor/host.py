@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
-from pippa_ops.alerts.cost import Prices
 from pippa_ops.errors import (
     AuthFailed,
     HostKeyRejected,
@@ -42,6 +41,7 @@ from pippa_ops.monitor.state import (
     RunUpdated,
     apply,
 )
+from pippa_ops.runs.cost import Prices
 from pippa_ops.runs.follow import Follower
 from pippa_ops.runs.launch import stop
 from pippa_ops.runs.listing import RunRecord, list_runs

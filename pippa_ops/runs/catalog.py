@@ -17,11 +17,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pippa_ops.alerts.cost import priced_on
 from pippa_ops.errors import AmbiguousSession, PippaError, RunNotFound, UsageError
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.inventory import LOCAL, load_inventory
+from pippa_ops.runs.cost import priced_on
 from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, host_runs, list_runs, select_runs
 from pippa_ops.transport import agent, agent_client
 from pippa_ops.transport.shell import NAME_RE, validate_name

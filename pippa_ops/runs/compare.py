@@ -29,7 +29,7 @@ class LoadedRun:
     source: str  # "pulled" (the local copy's path) or "host"
     where: str
     curves: Curves
-    cost: float | None = None  # so far, at its host's rate (pippa_ops.alerts.cost); None: no rate or a copy
+    cost: float | None = None  # so far, at its host's rate (pippa_ops.runs.cost); None: no rate or a copy
 
     def summary(self) -> dict[str, Any]:
         reward = self.curves.series("reward/mean")

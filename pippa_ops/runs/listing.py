@@ -51,7 +51,7 @@ class RunRecord:
     machine_rank: int | None = None  # this host's rank in such a run
     job_id: str | None = None  # the SLURM job of a run on a SLURM host (None: a tmux run)
     slurm_state: str | None = None  # squeue/scontrol's state and reason, e.g. "PENDING (Resources)"
-    cost: float | None = None  # so far, at the host's rate (pippa_ops.alerts.cost); None: no rate
+    cost: float | None = None  # so far, at the host's rate (pippa_ops.runs.cost); None: no rate
     attempt: int | None = None  # a supervised run (--retry, --stall-timeout): its attempt now (1-based)
     max_attempts: int | None = None
     retry_in_s: float | None = None  # waiting before the next attempt: seconds left

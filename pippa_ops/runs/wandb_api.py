@@ -54,7 +54,7 @@ def api_key(env_file: str | None = None) -> str | None:
         return key
     from pathlib import Path
 
-    from pippa_ops.hosts.envfile import read_env
+    from pippa_ops.provision.envfile import read_env
     from pippa_ops.repo import repo_root
 
     return read_env(Path(env_file) if env_file else repo_root() / ".env").get("WANDB_API_KEY") or None

@@ -14,10 +14,10 @@ import pytest
 
 from pippa_ops.alerts import hostalerts as ha
 from pippa_ops.alerts.commands import program_command, run_end_line
-from pippa_ops.alerts.cost import priced
 from pippa_ops.alerts.settings import alert_settings
 from pippa_ops.errors import UsageError
 from pippa_ops.hosts.inventory import HostSpec
+from pippa_ops.runs.cost import priced
 from pippa_ops.runs.listing import HostRuns, RunRecord
 from pippa_ops.runs.script import Job, render_cmd_sh
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import PIPPA
 
 from pippa_ops.hosts.inventory import load_inventory
-from pippa_ops.hosts.prep import DEFAULT_SETUP
+from pippa_ops.provision.prep import DEFAULT_SETUP
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,21 +16,9 @@ import pippa_ops
 
 ROOT = Path(pippa_ops.__file__).parent
 
-# Module imports that close a cycle between subpackages today, each with why it is there. Not cycles
-# between modules (there are none): layering debts, listed so that no new one comes in unseen.
-# The `pippa up` steps live in hosts/ but use sync, the run follower, the supervisor and the alerts
-# watcher, all of which read HostSpec from hosts.inventory; their place is a layer above (hosts.prep,
-# hosts.boot and hosts.envfile moving out of hosts/). The inventory parses the alert settings of an entry.
-# alerts.cost prices the run records of runs.listing, and runs.catalog shows those prices.
-KNOWN_PACKAGE_CYCLE_EDGES = {
-    ("pippa_ops.hosts.prep", "pippa_ops.runs.follow"),
-    ("pippa_ops.hosts.prep", "pippa_ops.sync"),
-    ("pippa_ops.hosts.prep", "pippa_ops.alerts.remote"),
-    ("pippa_ops.hosts.boot", "pippa_ops.runs.restart"),
-    ("pippa_ops.hosts.envfile", "pippa_ops.sync"),
-    ("pippa_ops.hosts.inventory", "pippa_ops.alerts.settings"),
-    ("pippa_ops.alerts.cost", "pippa_ops.runs.listing"),
-}
+# Module imports allowed to close a cycle between subpackages, each with why it is there: none today.
+# (The `pippa up` steps moved from hosts/ to provision/, the pricing of run records to runs/.)
+KNOWN_PACKAGE_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 
 def _modules() -> dict[str, Path]:
@@ -143,7 +131,7 @@ def test_the_known_package_cycle_edges_are_still_there() -> None:
 def test_the_graph_sees_what_python_imports() -> None:
     """The reader itself: relative and ``from pkg import module`` imports, not function-level ones."""
     graph = import_graph()
-    assert "pippa_ops.transport.agent_client" in graph["pippa_ops.hosts.boot"]  # from pkg import module
+    assert "pippa_ops.transport.agent_client" in graph["pippa_ops.provision.boot"]  # from pkg import module
     assert "pippa_ops.transport.ssh" not in graph["pippa_ops.hosts.connect"]  # inside a function
     assert "pippa_ops.transport.endpoint" in graph["pippa_ops.transport.ssh"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]

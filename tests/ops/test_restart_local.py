@@ -186,7 +186,7 @@ def test_recovery_at_boot_resumes_a_lost_run_on_the_host_alone(local: Local) -> 
     wait_for(lambda: "train slow" in local.log(run_id))
     local.tmux("kill-server")  # the reboot
     wait_for(lambda: local.record(run_id)["state"] == "lost")
-    # what the @reboot line runs (pippa_ops.hosts.boot), with no laptop involved
+    # what the @reboot line runs (pippa_ops.provision.boot), with no laptop involved
     supervisor = local.repo / "runs" / run_id / "supervise.py"
     argv = ["python3", "-S", "-I", str(supervisor), "--recover", str(local.repo)]
     p = subprocess.run(argv, env=local.env, capture_output=True, text=True, timeout=30)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pippa_ops.errors import BadSetting
-from pippa_ops.hosts.boot import boot_line, edit_crontab
+from pippa_ops.provision.boot import boot_line, edit_crontab
 from pippa_ops.runs import supervise
 from pippa_ops.runs.listing import RunRecord, host_runs
 from pippa_ops.runs.recover import why_not

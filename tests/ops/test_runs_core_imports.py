@@ -10,7 +10,7 @@ import pytest
 CORE = (
     "transport.base", "transport.ssh", "transport.agent_client", "hosts.connect", "hosts.inventory", "sync",
     "runs.tmux", "runs.launch", "runs.listing", "runs.script", "runs.follow", "gpu", "monitor.host",
-    "monitor.state", "hosts.prep", "hosts.envfile", "fanout", "runs.recipes",
+    "monitor.state", "provision.prep", "provision.envfile", "fanout", "runs.recipes",
 )  # fmt: skip
 
 

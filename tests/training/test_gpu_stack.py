@@ -76,7 +76,7 @@ def test_the_vllm_set_resolves_to_wheels_for_a_gpu_host(tmp_path: Path, uv_env: 
 def test_the_committed_lock_is_what_pippa_up_installs(tmp_path: Path, uv_env: dict[str, str]) -> None:
     """`pippa up` runs `uv sync --locked`: the committed uv.lock must match pyproject.toml (else the
     host's setup stops), and it pins the tested torch and both transformers forks."""
-    from pippa_ops.hosts.prep import DEFAULT_SETUP
+    from pippa_ops.provision.prep import DEFAULT_SETUP
 
     assert "--locked" in DEFAULT_SETUP[0].split()
     tracked = subprocess.run(["git", "ls-files", "--error-unmatch", "uv.lock"], cwd=REPO, capture_output=True)

@@ -21,12 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pippa_ops.alerts import remote as alerts
-from pippa_ops.alerts.remote import AlertsSetup
 from pippa_ops.errors import HostUnreachable, PippaError, RemoteCommandFailed, ToolMissing
 from pippa_ops.fanout import fan_out
-from pippa_ops.hosts.envfile import SecretsPush, push_secrets
 from pippa_ops.hosts.inventory import HostSpec
+from pippa_ops.provision import alerts
+from pippa_ops.provision.alerts import AlertsSetup
+from pippa_ops.provision.envfile import SecretsPush, push_secrets
 from pippa_ops.runs.follow import read_all
 from pippa_ops.sync import SyncResult, remote_dir_expr, sync
 from pippa_ops.transport import agent_client
@@ -118,7 +118,7 @@ class UpReport:
     elapsed_s: float
     bwrap_installed: bool = False  # bubblewrap installed by this `up`
     alerts: AlertsSetup | None = None  # alerts from the host (pippa_ops.alerts), the idle watcher
-    boot: str | None = None  # recovery at boot (hosts.boot): installed, kept, removed, absent, unavailable
+    boot: str | None = None  # recovery at boot (provision.boot): installed|kept|removed|absent|unavailable
 
     def to_json(self) -> dict[str, object]:
         p = self.probe
@@ -264,7 +264,7 @@ def up(
     if not r.ok:
         raise ToolMissing(f"{spec.name}: the training python {python} does not run: {r.stderr.strip()}")
     secrets = push_secrets(transport, spec.secrets, env_path or repo / ".env", optional=(alerts.TARGET,))
-    from pippa_ops.hosts.boot import apply_boot
+    from pippa_ops.provision.boot import apply_boot
 
     boot = apply_boot(spec, transport)
     if boot.message:

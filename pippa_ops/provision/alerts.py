@@ -2,7 +2,7 @@
 stop the idle-GPU watcher, send the test message (`pippa notify-test`), read the status (`pippa hosts`).
 
 Every command line here is built by a pure function from fixed words and quoted once; the target
-(PIPPA_NOTIFY) never passes through: it reaches the host in the secrets file (hosts.envfile), and only
+(PIPPA_NOTIFY) never passes through: it reaches the host in the secrets file (provision.envfile), and only
 the host's delivery process reads it.
 """
 
@@ -152,18 +152,6 @@ def status_line(status: dict[str, Any]) -> str:
     if failures and isinstance(last, dict):
         parts.append(f"alerts failed: {failures}, last: {last.get('error')}")
     return "; ".join(parts)
-
-
-def host_gpus(transport: Transport) -> int | None:
-    """The host's GPU count as `pippa up` recorded it (the cost of a run on some of them needs it)."""
-    from pippa_ops.runs.follow import read_all
-
-    try:
-        cfg = json.loads(read_all(transport, f"{hostalerts.ALERTS_DIR}/{hostalerts.CONFIG}") or b"null")
-    except ValueError:
-        return None
-    n = cfg.get("gpus") if isinstance(cfg, dict) else None
-    return n if isinstance(n, int) and n > 0 else None
 
 
 def _answer(stdout: str) -> dict[str, Any]:

@@ -7,11 +7,14 @@ count, which a share needs, is what `pippa up` recorded there; it is read only w
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
 
+from pippa_ops.alerts import hostalerts
 from pippa_ops.alerts.hostalerts import cost_so_far, run_gpus
 from pippa_ops.hosts.inventory import HostSpec
+from pippa_ops.runs.follow import read_all
 from pippa_ops.runs.listing import HostRuns, RunRecord
 from pippa_ops.transport.base import Transport
 
@@ -36,19 +39,27 @@ def run_cost(spec: HostSpec, record: RunRecord, host_gpus: int | None) -> float 
     return None if cost is None else round(cost, 4)
 
 
-def priced(spec: HostSpec, runs: HostRuns, host_gpus: Callable[[], int | None]) -> HostRuns:
-    """``runs`` with each record's ``cost`` set (where the host has a rate); ``host_gpus`` is asked
+def host_gpus(transport: Transport) -> int | None:
+    """The host's GPU count as `pippa up` recorded it (the cost of a run on some of them needs it)."""
+    try:
+        cfg = json.loads(read_all(transport, f"{hostalerts.ALERTS_DIR}/{hostalerts.CONFIG}") or b"null")
+    except ValueError:
+        return None
+    n = cfg.get("gpus") if isinstance(cfg, dict) else None
+    return n if isinstance(n, int) and n > 0 else None
+
+
+def priced(spec: HostSpec, runs: HostRuns, gpu_count: Callable[[], int | None]) -> HostRuns:
+    """``runs`` with each record's ``cost`` set (where the host has a rate); ``gpu_count`` is asked
     at most once, and only when a run's share needs it."""
     if not has_rate(spec) or not runs.runs:
         return runs
-    gpus = host_gpus() if any(needs_host_gpus(spec, r) for r in runs.runs) else None
+    gpus = gpu_count() if any(needs_host_gpus(spec, r) for r in runs.runs) else None
     return replace(runs, runs=tuple(replace(r, cost=run_cost(spec, r, gpus)) for r in runs.runs))
 
 
 def priced_on(spec: HostSpec, transport: Transport, runs: HostRuns) -> HostRuns:
     """``priced`` with the host's GPU count read from the host (over ``transport``) when needed."""
-    from pippa_ops.alerts.remote import host_gpus
-
     return priced(spec, runs, lambda: host_gpus(transport))
 
 
@@ -70,8 +81,6 @@ class Prices:
     def priced(self, runs: HostRuns, transport: Transport) -> HostRuns:
         def gpus() -> int | None:
             if not self._asked:
-                from pippa_ops.alerts.remote import host_gpus
-
                 self._gpus, self._asked = host_gpus(transport), True
             return self._gpus
 
