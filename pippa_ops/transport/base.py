@@ -14,7 +14,6 @@ from __future__ import annotations
 import abc
 import io
 import os
-import select
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from types import TracebackType
 from typing import cast
 
 from pippa_ops.errors import RemoteCommandFailed
+from pippa_ops.transport.ready import readable
 from pippa_ops.transport.shell import join
 
 Command = str | Sequence[str]
@@ -266,12 +266,12 @@ class _LocalProcess(Process):
         assert out is not None
         try:
             left = self._time_left()
-            if left is not None and not select.select([out], [], [], left)[0]:
+            if left is not None and not readable([out], left):
                 raise TimeoutError("read timed out")
-            # The raw pipe: one os.read, so select never misses bytes parked in a Python buffer.
+            # The raw pipe: one os.read, so the wait never misses bytes parked in a Python buffer.
             return cast(io.BufferedReader, out).raw.read(n) or b""
         except (ValueError, OSError):
-            if out.closed:  # kill() from another thread closed the pipe (EBADF mid-select): ended
+            if out.closed:  # kill() from another thread closed the pipe (EBADF mid-wait): ended
                 return b""
             raise
 

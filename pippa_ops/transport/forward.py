@@ -10,7 +10,6 @@ network reaches the host's port. A connection that dropped is reopened by the ne
 from __future__ import annotations
 
 import re
-import select
 import socket
 import threading
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from typing import Any
 
 from pippa_ops.errors import PippaError, UsageError
 from pippa_ops.transport._paramiko import paramiko
+from pippa_ops.transport.ready import readable
 from pippa_ops.transport.ssh import SSHTransport
 
 LISTEN = "127.0.0.1"
@@ -45,10 +45,10 @@ def parse_port_spec(text: str) -> PortSpec:
 
 def _pump(sock: socket.socket, chan: paramiko.Channel) -> None:
     """Copy bytes both ways until one side closes, then close both."""
-    both: list[Any] = [sock, chan]  # a paramiko Channel has fileno(): select waits on it
+    both: list[Any] = [sock, chan]  # a paramiko Channel has fileno(): poll waits on it
     try:
         while True:
-            ready, _, _ = select.select(both, [], [], 1.0)
+            ready = readable(both, 1.0)
             if sock in ready:
                 data = sock.recv(65536)
                 if not data:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import select
 import socket
 import stat
 import struct
@@ -27,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from pippa_ops.transport.ready import readable
 
 PROTOCOL = 2  # 2: a request names its host by the Endpoint the command resolved
 DEFAULT_PERSIST_S = 300.0  # like a ControlPersist of a few minutes
@@ -83,7 +84,7 @@ class FrameReader:
     def next(self, deadline: float | None = None) -> tuple[bytes, bytes] | None:
         """The next (kind, payload); None at a clean end of stream; TimeoutError past ``deadline``.
 
-        The socket stays blocking (a deadline is a select, not a socket timeout), so another thread
+        The socket stays blocking (a deadline is a poll, not a socket timeout), so another thread
         can write to it meanwhile without its writes timing out."""
         while True:
             if len(self._buf) >= _HEADER.size:
@@ -96,7 +97,7 @@ class FrameReader:
                     return kind, payload
             if deadline is not None:
                 left = deadline - time.monotonic()
-                if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                if left <= 0 or not readable([self.sock], left):
                     raise TimeoutError("no answer in time")
             chunk = self.sock.recv(CHUNK + _HEADER.size)
             if not chunk:
@@ -144,7 +145,7 @@ def _code_stamp() -> str:
     """This code's identity: a keeper started by another checkout or an older version is not used."""
     here = Path(__file__).parent
     parts = [str(here)]
-    for name in ("keeper.py", "keeper_client.py", "keeper_wire.py", "ssh.py", "endpoint.py"):
+    for name in ("keeper.py", "keeper_client.py", "keeper_wire.py", "ssh.py", "endpoint.py", "ready.py"):
         try:
             parts.append(str(os.stat(here / name).st_mtime_ns))
         except OSError:

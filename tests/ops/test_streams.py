@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import resource
+import socket
 import time
 
 import pytest
 
 from pippa_ops.hosts.connect import connect
+from pippa_ops.transport import keeper_wire
 from pippa_ops.transport.base import LocalTransport, Process
 
 MIXED = "printf 'a\\nbc\\nrest'"
@@ -50,3 +54,29 @@ def test_local_read_past_its_deadline_raises_timeout_instead_of_blocking() -> No
         with pytest.raises(TimeoutError):
             p.readline()
         assert time.monotonic() - t0 < 8  # long before the 10 s sleep ends
+
+
+def test_waits_work_on_descriptors_numbered_past_1024() -> None:
+    """select() refuses a descriptor >= 1024 (FD_SETSIZE); a keeper or dashboard holding many
+    connections gets there. Both waits that once used it (a local process's deadline read and the
+    keeper wire's frame read) are given such a descriptor."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below 1100")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100) if hard == resource.RLIM_INFINITY
+                                                else min(max(soft, 1100), hard), hard))
+    filler = [os.open("/dev/null", os.O_RDONLY) for _ in range(1030)]
+    try:
+        a, b = socket.socketpair()
+        assert a.fileno() >= 1024
+        b.sendall(keeper_wire.frame(b"J", b"payload"))
+        assert keeper_wire.FrameReader(a).next(deadline=time.monotonic() + 5) == (b"J", b"payload")
+        with LocalTransport().start("echo hi; sleep 10") as p:
+            p.set_deadline(time.monotonic() + 5)
+            assert p.readline() == b"hi\n"
+        a.close()
+        b.close()
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
