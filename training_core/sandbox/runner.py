@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import json
 import marshal
 import os
@@ -19,11 +20,10 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from training_core.sandbox.cgroups import CgroupSlots
 from training_core.sandbox.isolation import UIDS, Isolation, Launcher, detect
 from training_core.sandbox.prelude import PRELUDE
 from training_core.sandbox.values import decode
@@ -100,16 +100,23 @@ def _readable(fd: int, timeout_s: float) -> bool:
     return bool(poller.poll(timeout_s * 1000))
 
 
-def _kill_tree(pid: int, pidfd: int, launcher: Launcher) -> None:
+def _kill_tree(pid: int, pidfd: int, launcher: Launcher, init_fd: int | None = None) -> None:
     """Kill the sandbox's whole tree and return only when its PID namespace is empty.
 
-    With a PID namespace: SIGKILL the namespace's first process (bwrap's init, the launcher's only
-    child); the kernel then kills every process in the namespace, and the init's exit completes only
-    once they are all gone. So we hold a pidfd on the init itself and wait until it reports the exit
-    (not merely the launcher's), then SIGKILL the launcher's process group (all there is to do
-    without a namespace). Pidfds are opened while the launcher, the only one that reaps the init,
-    has not exited: the pid cannot name another process."""
-    if launcher.isolation.pid_namespace:
+    With a PID namespace: SIGKILL the namespace's first process (bwrap's init); the kernel then kills
+    every process in the namespace, and the init's exit completes only once they are all gone. So we
+    wait on a pidfd of the init itself until it reports the exit (not merely the launcher's: bwrap's
+    outer process exits as soon as the program does, while its init may still be emptying the
+    namespace), then SIGKILL the launcher's process group (all there is to do without a namespace).
+    ``init_fd`` was taken before the init could run (``_hold_init``); without it, pidfds are opened
+    on the launcher's children while it has not exited, so a pid cannot name another process."""
+    if init_fd is not None:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(init_fd, signal.SIGKILL)
+        deadline = time.monotonic() + 10.0
+        while not _readable(init_fd, max(deadline - time.monotonic(), 0)) and time.monotonic() < deadline:
+            pass
+    elif launcher.isolation.pid_namespace:
         kids: list[int] = []
         with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{pid}/children") as f:
             kids = [int(k) for k in f.read().split()]
@@ -228,7 +235,7 @@ def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launche
         fds += [err_r, err_w, st_r, st_w]
         child_fds = [src, err_w, st_w]
         sync: tuple[int, int] | None = None
-        if slot is not None:
+        if launcher.bwrap is not None:  # bwrap names its namespace's init, then waits for a go-ahead
             info_r, info_w = os.pipe()
             block_r, block_w = os.pipe()
             fds += [info_r, info_w, block_r, block_w]
@@ -253,17 +260,21 @@ def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launche
         for fd in child_fds:
             os.close(fd)
             fds.remove(fd)
-        if cg and slot is not None and sync is not None:
+        init_fd: int | None = None
+        if sync is not None:
+            join = functools.partial(cg.join, slot) if cg and slot is not None else None
             try:
                 # the program has not started (it waits on the block fd): this deadline is bwrap's
-                joined = _join_cgroup(cg, slot, info_r, block_w, start + limits.timeout_s + 10.0)
+                init_fd = _hold_init(info_r, block_w, start + limits.timeout_s + 10.0, join)
             except OSError:
-                joined = False
-            if not joined:  # never let it run outside its caps: bwrap's child dies with its parent
+                init_fd = None
+            if init_fd is None:  # never let it run outside its caps: bwrap's child dies with its parent
                 with contextlib.suppress(OSError):
                     os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                fds.append(init_fd)
         # the time cap counts from when the program may run (after the cgroup join), not from the spawn
-        result = _collect(proc, launcher, limits, start, time.monotonic(), err_r, st_r, len(calls))
+        result = _collect(proc, launcher, limits, start, time.monotonic(), err_r, st_r, len(calls), init_fd)
         if cg and slot is not None and before is not None:
             after = cg.counters(slot)
             if after.oom_kills > before.oom_kills:
@@ -285,10 +296,14 @@ def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launche
             cg.release(slot)
 
 
-def _join_cgroup(cg: CgroupSlots, slot: int, info_r: int, block_w: int, deadline: float) -> bool:
-    """Read bwrap's child pid from its info fd, move that process (blocked before it runs anything)
-    into the slot's cgroups, then let it go. False when that did not happen (bwrap failed: the info
-    fd just closes; or the deadline passed)."""
+def _hold_init(info_r: int, block_w: int, deadline: float, join: Callable[[int], None] | None) -> int | None:
+    """Read the pid of bwrap's namespace init from its info fd, take a pidfd on it, move it into the
+    run's cgroups (``join``, when there are some), then let it go; the pidfd, or None when that did
+    not happen (bwrap failed: the info fd just closes; or the deadline passed).
+
+    The init waits on the block fd meanwhile, so nothing can have reaped it and the pid names it. The
+    pidfd is what the end of a run waits on: bwrap's outer process exits as soon as the program does
+    (its init reports the status first), while the init is still tearing the namespace down."""
     buf = b""
     poller = select.poll()
     poller.register(info_r, select.POLLIN | select.POLLHUP)
@@ -305,13 +320,19 @@ def _join_cgroup(cg: CgroupSlots, slot: int, info_r: int, block_w: int, deadline
             break
         except (ValueError, KeyError, TypeError):
             continue
-    cg.join(slot, child)
-    os.write(block_w, b"1")
-    return True
+    init_fd = os.pidfd_open(child)
+    try:
+        if join is not None:
+            join(child)
+        os.write(block_w, b"1")
+    except OSError:
+        os.close(init_fd)
+        raise
+    return init_fd
 
 
 def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxLimits, start: float,
-             released: float, err_r: int, st_r: int, n_calls: int) -> SandboxResult:
+             released: float, err_r: int, st_r: int, n_calls: int, init_fd: int | None) -> SandboxResult:
     assert proc.stdout is not None and proc.stderr is not None
     streams = _Streams()
     fds = {proc.stdout.fileno(): streams.out, err_r: streams.err, proc.stderr.fileno(): streams.launcher,
@@ -321,7 +342,7 @@ def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxL
         reason = _pump(fds, pidfd, released + limits.timeout_s, limits.max_output_bytes, streams)
     finally:
         # after a normal exit the launcher is an unreaped zombie, so its pid cannot have been reused
-        _kill_tree(proc.pid, pidfd, launcher)
+        _kill_tree(proc.pid, pidfd, launcher, init_fd)
         os.close(pidfd)
     _, wstatus, usage = os.wait4(proc.pid, 0)
     duration = time.monotonic() - start
