@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
+from pippa_contract import verbs
 from pippa_ops.errors import RemoteCommandFailed, UsageError
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.transport import agent_client
@@ -170,7 +171,7 @@ def parse_listing(answer: dict[str, object]) -> Listing:
 
 
 def remote_files(agent: agent_client.Session, remote_dir: str) -> Listing:
-    return parse_listing(agent.call("sync_list", {"remote_dir": remote_dir}))
+    return parse_listing(verbs.sync_list(agent, remote_dir))
 
 
 def plan(local: dict[str, FileStat], remote: dict[str, FileStat], deletable: set[str] | None) -> Plan:
@@ -308,11 +309,11 @@ def sync(
         if defer_marker is not None:
             defer_marker.append(marker)
         else:
-            agent.call("sync_marker", {"remote_dir": remote_dir, "marker": marker})
+            verbs.sync_marker(agent, remote_dir, marker)
         return _finish(result, 0, t0)
     args: dict[str, object] = {"remote_dir": remote_dir, "send": todo.send, "delete": todo.delete}
     args.update(marker=marker, zstd=zstd)
-    with agent.stream("sync_apply", args) as proc:
+    with verbs.sync_apply(agent, args) as proc:
         try:
             sent_bytes = _send_stream(repo, todo.send, proc.write, progress, zstd)
         except BaseException:

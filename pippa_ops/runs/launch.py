@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pippa_contract import verbs
+from pippa_contract.names import new_run_id
 from pippa_ops.errors import BadSetting, NotResumable, RunStillActive, SessionExists
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import HostSpec
@@ -32,7 +34,6 @@ from pippa_ops.runs.script import (
     Job,
     cmd_job,
     group_port,
-    new_run_id,
     parse_sets,
     recipe_job,
     render_cmd_sh,
@@ -203,7 +204,7 @@ def launch_group(
             info = sync_for_launch(spec, transport, marker, agent) if sync else None
             check_python(spec, _python(spec), agent)
             sync_info = sync_info or info
-            request = {
+            request: verbs.LaunchRequest = {
                 "remote_dir": spec.remote_dir,
                 "session": session,
                 "runs": [{
@@ -218,7 +219,7 @@ def launch_group(
                 "sync_marker": marker[0] if marker else None,
             }  # fmt: skip
             try:
-                agent.call("launch", request)
+                verbs.launch(agent, request)
             except SessionExists as e:
                 raise SessionExists(
                     f"{spec.name}: tmux session {session!r} is running; stop it or pick another --name"
@@ -245,7 +246,7 @@ def _submit(
     for i, job in enumerate(jobs):
         meta = run_json(job, session="slurm", host=spec.name, started=now, sync=sync_info, sweep_index=i,
                         sweep_size=len(jobs))  # fmt: skip
-        request = {
+        request: verbs.SlurmSubmitRequest = {
             "remote_dir": spec.remote_dir,
             "run_id": job.run_id,
             "run_json": meta,
@@ -254,7 +255,7 @@ def _submit(
             ),
             "sync_marker": marker[0] if marker and i == 0 else None,
         }
-        job_ids.append(str(agent.call("slurm_submit", request)["job_id"]))
+        job_ids.append(str(verbs.slurm_submit(agent, request)["job_id"]))
     return sync_info, tuple(job_ids)
 
 
@@ -276,7 +277,7 @@ def _launch(
     sync_info = sync_for_launch(spec, transport, marker, agent) if sync else None
     if any(job.recipe for job in jobs):  # nothing starts with a python that cannot run the trainer
         check_python(spec, _python(spec), agent)
-    runs = [
+    runs: list[verbs.LaunchRun] = [
         {
             "run_id": job.run_id,
             "run_json": run_json(
@@ -294,7 +295,7 @@ def _launch(
         }
         for i, (job, policy) in enumerate(zip(jobs, policies, strict=True))
     ]
-    request = {
+    request: verbs.LaunchRequest = {
         "remote_dir": remote_dir,
         "session": session,
         "runs": runs,
@@ -304,7 +305,7 @@ def _launch(
         "sync_marker": marker[0] if marker else None,
     }
     try:
-        agent.call("launch", request)
+        verbs.launch(agent, request)
     except SessionExists as e:
         raise SessionExists(
             f"{spec.name}: tmux session {session!r} is running; stop it, pick another --name, or --replace"
@@ -346,15 +347,23 @@ def resume(
         if spec.scheduler == "slurm":
             script = render_sbatch(spec.slurm or SlurmSpec(), run.run_id, spec.remote_dir, job.command,
                                    spec.env)  # fmt: skip
-            answer = agent.call("slurm_submit", {"remote_dir": spec.remote_dir, "run_id": run.run_id,
-                                                 "resume": True, "stamp": time.time(), "script": script})
+            answer = verbs.slurm_submit(
+                agent,
+                {
+                    "remote_dir": spec.remote_dir,
+                    "run_id": run.run_id,
+                    "resume": True,
+                    "stamp": time.time(),
+                    "script": script,
+                },
+            )
             return LaunchResult(spec.name, "slurm", (run.run_id,), None, (str(answer["job_id"]),))
         session = validate_session(session or run.session)
         # A supervised run (--retry) continues under its supervisor: one more recorded attempt, with --resume.
         supervised = run.max_attempts is not None
         cmd_sh = render_cmd_sh(job, spec.remote_dir, spec.env, supervised=supervised)
         supervisor = supervisor_source() if supervised else None
-        request = {
+        request: verbs.LaunchRequest = {
             "remote_dir": spec.remote_dir,
             "session": session,
             "runs": [{"run_id": run.run_id, "resume": True, "cmd_sh": cmd_sh, "supervisor": supervisor}],
@@ -363,7 +372,7 @@ def resume(
             "stamp": time.time(),
         }
         try:
-            agent.call("launch", request)
+            verbs.launch(agent, request)
         except SessionExists as e:
             raise SessionExists(
                 f"{spec.name}: tmux session {session!r} is in use; resume into another with --name"
@@ -396,21 +405,11 @@ def _stop(
     if not run.active:
         return StopResult(spec.name, run.session, run, run, False)
     if run.job_id is not None:  # SIGINT to the job's processes (the trainer saves), then scancel
-        request = {"remote_dir": spec.remote_dir, "run_id": run.run_id, "job_id": run.job_id,
-                   "grace_s": grace_s, "stamp": time.time()}  # fmt: skip
-        answer = agent.call("slurm_stop", request, timeout=grace_s + 60)
+        cancel = verbs.slurm_stop(agent, spec.remote_dir, run.run_id, run.job_id, grace_s, time.time())
         after = _find(list_runs(transport, spec.remote_dir, agent=agent), run.run_id)
-        return StopResult(spec.name, run.session, run, after, bool(answer.get("cancelled")))
+        return StopResult(spec.name, run.session, run, after, bool(cancel.get("cancelled")))
     session_runs = [r.run_id for r in host_runs.runs if r.session == run.session and r.active]
-    request = {
-        "remote_dir": spec.remote_dir,
-        "session": run.session,
-        "run_ids": session_runs,
-        "watch": run.run_id,
-        "grace_s": grace_s,
-        "stamp": time.time(),
-    }
-    answer = agent.call("stop", request, timeout=grace_s + 60)
+    answer = verbs.stop(agent, spec.remote_dir, run.session, session_runs, run.run_id, grace_s, time.time())
     after = _find(list_runs(transport, spec.remote_dir, agent=agent), run.run_id)
     return StopResult(spec.name, run.session, run, after, bool(answer.get("killed_session")))
 

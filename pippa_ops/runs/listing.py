@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from pippa_contract import verbs
 from pippa_ops.errors import AmbiguousSession, RunNotFound
 from pippa_ops.runs import supervise
 from pippa_ops.runs.shortid import designates
@@ -270,8 +271,7 @@ def list_runs(
 ) -> HostRuns:
     """Every run record on the host (the last ``limit`` run dirs), in one round trip (in ``agent``'s
     process when the caller has one going)."""
-    args = {"remote_dir": remote_dir, "limit": limit}
-    answer = agent.call("list_runs", args) if agent else agent_client.call(transport, "list_runs", args)
+    answer = verbs.list_runs(agent or agent_client.Once(transport), remote_dir, limit)
     return host_runs(transport.name, answer)
 
 

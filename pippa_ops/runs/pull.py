@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pippa_contract import verbs
+from pippa_contract.rundir import RunDir
 from pippa_ops.errors import HostUnreachable, RemoteCommandFailed, UsageError
 from pippa_ops.hosts.inventory import SECRETS_PATH, HostSpec
 from pippa_ops.transport import agent, agent_client
@@ -148,12 +150,11 @@ def pull_run(
 ) -> PullResult:
     """Bring ``run_id`` from ``spec`` into ``local_dir(root, ...)``; ``checkpoint``: None (no
     checkpoint), ``latest`` or a ``checkpoint-N``/``N`` name."""
-    remote = f"{spec.remote_dir.rstrip('/')}/runs/{validate_name('run', run_id)}"
+    remote = RunDir(spec.remote_dir, validate_name("run", run_id)).path
     if spec.is_local:
         raise UsageError(f"run {run_id} is on this machine already: {remote}")
     dest = local_dir(root, spec.name, run_id)
-    args = {"run_dir": remote, "have": _have(dest), "checkpoint": checkpoint}
-    with agent_client.start(transport, "pull", args) as proc:
+    with verbs.pull(agent_client.Once(transport), remote, _have(dest), checkpoint) as proc:
         proc.close_stdin()
         try:
             line = proc.readline()
@@ -183,15 +184,10 @@ def wandb_sync(transport: Transport, spec: HostSpec, run_id: str, timeout_s: flo
     """Upload the run's offline W&B runs from the host (``wandb sync`` there); their names."""
     remote_dir = spec.remote_dir.rstrip("/")
     python = shlex.split(spec.python) if spec.python else [f"{remote_dir}/.venv/bin/python"]
-    args = {
-        "run_dir": f"{remote_dir}/runs/{validate_name('run', run_id)}",
-        "remote_dir": remote_dir,
-        "python": python,
-        "secrets_path": SECRETS_PATH,
-        "env": dict(spec.env),
-        "timeout": timeout_s,
-    }
-    answer = agent_client.call(transport, "wandb_sync", args, timeout=timeout_s + 30)
+    run_dir = RunDir(remote_dir, validate_name("run", run_id)).path
+    answer = verbs.wandb_sync(
+        agent_client.Once(transport), run_dir, remote_dir, python, SECRETS_PATH, dict(spec.env), timeout_s
+    )
     if answer.get("status") != 0:
         raise RemoteCommandFailed(f"{spec.name}: wandb sync of {run_id} failed: {answer.get('why')}")
     return [str(n) for n in answer.get("synced", [])]

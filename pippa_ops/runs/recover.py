@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from pippa_contract import verbs
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.listing import RunRecord, list_runs
 from pippa_ops.runs.restart import supervisor_source
@@ -65,7 +66,7 @@ def recover(spec: HostSpec, transport: Transport) -> RecoverResult:
                 skipped.append((run.run_id, why))
                 continue
             job = Job(run_id=run.run_id, recipe=run.recipe, command=run.command, argv=None)
-            request = {
+            request: verbs.LaunchRequest = {
                 "remote_dir": spec.remote_dir,
                 "session": run.session,
                 "runs": [{
@@ -78,7 +79,7 @@ def recover(spec: HostSpec, transport: Transport) -> RecoverResult:
                 "replace": False,
                 "stamp": time.time(),
             }  # fmt: skip
-            agent.call("launch", request)
+            verbs.launch(agent, request)
             live.add(run.session)
             assert run.attempt is not None and run.max_attempts is not None
             resumed.append(Recovered(run.run_id, run.session, run.attempt + 1, run.max_attempts))

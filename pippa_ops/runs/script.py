@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-import secrets as _secrets
 import shlex
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,14 +28,6 @@ from pippa_ops.transport.shell import export_line, sh_path, validate_name
 SET_KEY_RE = re.compile(r"^[a-z_][a-z0-9_.]*$")
 DEFAULT_SESSION = "training"
 DEFAULT_GAP_S = 10.0
-
-
-def new_run_id(label: str, now: float | None = None) -> str:
-    """``YYYYmmdd-HHMMSS-<label>-<4 hex>`` (docs/CONTRACTS.md); ``label`` must already be a safe name."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
-    suffix = _secrets.token_hex(2)
-    label = label[: 64 - len(stamp) - len(suffix) - 2]
-    return validate_name("run", f"{stamp}-{label}-{suffix}")
 
 
 def parse_sets(items: Sequence[str]) -> list[tuple[str, str]]:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from pippa_contract.errors import ErrorKind
 from pippa_ops.errors import PippaError, UsageError
 
 PATH_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -27,6 +28,8 @@ ENABLE = (
 
 class WandbUnavailable(PippaError):
     """No key, no wandb package, or W&B did not answer: one line saying which."""
+
+    kind = ErrorKind.WANDB_UNAVAILABLE
 
 
 class Api(Protocol):

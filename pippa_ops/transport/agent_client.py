@@ -29,11 +29,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from pippa_ops.errors import RemoteCommandFailed, RunNotFound, SessionExists, ToolMissing, UsageError
+from pippa_contract.errors import ErrorKind
+from pippa_ops.errors import RemoteCommandFailed, ToolMissing, error_class
 from pippa_ops.transport.base import Process, Transport
 from pippa_ops.transport.shell import join
 
-__all__ = ["Session", "call", "check_stream", "command", "parse_answer", "start"]
+__all__ = ["Once", "Session", "call", "check_stream", "command", "parse_answer", "start"]
 
 MIN_PYTHON = (3, 8)
 CACHE_DIR = "~/.cache/pippa"
@@ -96,12 +97,6 @@ g={'__name__':'pippa_agent'}
 exec(c,g)
 g['serve'](q)
 """
-_ERRORS: dict[str, type[Exception]] = {
-    "not_found": RunNotFound,
-    "session_exists": SessionExists,
-    "tool_missing": ToolMissing,
-    "usage": UsageError,
-}
 
 
 @functools.cache
@@ -154,7 +149,7 @@ def parse_answer(transport: Transport, verb: str, line: bytes) -> dict[str, Any]
     if not isinstance(data, dict):
         raise RemoteCommandFailed(f"{transport.name}: {verb}: unexpected answer from the host agent")
     if "error" in data:
-        kind = _ERRORS.get(str(data["error"]), RemoteCommandFailed)
+        kind = error_class(ErrorKind.parse(data["error"]), RemoteCommandFailed)
         raise kind(f"{transport.name}: {data.get('message', data['error'])}")
     return data
 
@@ -258,6 +253,20 @@ def call(transport: Transport, verb: str, args: dict[str, Any], timeout: float =
     """One request in an agent process of its own."""
     with Session(transport) as session:
         return session.call(verb, args, timeout)
+
+
+class Once:
+    """A caller for ``pippa_contract.verbs`` that asks each request in an agent process of its own
+    (``Session`` keeps one process for several)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    def call(self, verb: str, args: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
+        return call(self.transport, verb, args, timeout)
+
+    def stream(self, verb: str, args: dict[str, Any], timeout: float = 60) -> Process:
+        return Session(self.transport).stream(verb, args, timeout)
 
 
 def start(transport: Transport, verb: str, args: dict[str, Any]) -> Process:
