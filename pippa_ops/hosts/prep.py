@@ -83,11 +83,8 @@ class Sandbox:
         if self.works:
             if self.level == "strict":
                 return f"ok ({self.bwrap}), isolation strict"
-            why = (
-                "libseccomp2 is missing (apt-get install libseccomp2)"
-                if not self.seccomp
-                else "no usable memory and pids cgroup controllers: memory is capped per process"
-            )
+            why = ("libseccomp2 is missing (apt-get install libseccomp2)" if not self.seccomp else
+                   "no usable memory and pids cgroup controllers: memory is capped per process")
             return f"ok ({self.bwrap}), isolation {self.level} at best: {why}"
         if self.bwrap is None:
             how = "" if self.can_install else " (Debian's bubblewrap; installing needs root or sudo)"
@@ -223,7 +220,9 @@ def up(
     facts = probe(transport, spec)
     if facts.tmux is None:
         raise ToolMissing(f"{spec.name}: tmux is not installed on the host (sudo apt-get install tmux)")
-    emit(f"gpus: {len(facts.gpus) or 'none'}; python3 {facts.python}; uv {facts.uv or 'missing'}")
+    emit(
+        f"gpus: {len(facts.gpus) or 'none'}; python3 {facts.python}; uv {facts.uv or 'missing'}"
+    )
     lines = setup_lines(spec)
     uv_installed = False
     if facts.uv is None and uses_uv(lines):
