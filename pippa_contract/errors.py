@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import Enum
 
 
-class ErrorKind(Enum):
+class ErrorKind(str, Enum):
     # answered by the host agent
     USAGE = "usage"
     NOT_FOUND = "not_found"

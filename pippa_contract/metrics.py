@@ -10,13 +10,17 @@ partial line waits for its newline), records out through ``on_header`` / ``on_st
 from __future__ import annotations
 
 import json
-from typing import Any, Dict
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: the agent imports this module on the host, where typing costs ~5 ms
+    from typing import Any, Dict
+
+    Record = Dict[str, Any]
 
 HEADER, STEP, EVAL, END = "header", "step", "eval", "end"
 # End statuses of the end line; a run that is "diverged" also exits 1.
 COMPLETED, FAILED, INTERRUPTED, DIVERGED = "completed", "failed", "interrupted", "diverged"
 END_STATUSES = (COMPLETED, FAILED, INTERRUPTED, DIVERGED)
-Record = Dict[str, Any]
 
 
 def is_number(value: object) -> bool:

@@ -6,13 +6,17 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any
 
 from pippa_contract import rundir as rd
 from pippa_contract.metrics import LastRecords, summarize
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 TAIL_BYTES = 65536
-_ERROR_LINE = re.compile(r"(Error|Exception|Traceback|error:|FAILED|Killed|[Ff]atal)")
+PULL_TAIL = 4096  # bytes before a laptop copy's end that must match for an append-only pull
+ERROR_LINE = re.compile(r"(Error|Exception|Traceback|error:|FAILED|Killed|[Ff]atal)")
 
 
 def read_text(path: str, limit: int = 64) -> str | None:
@@ -57,7 +61,7 @@ def error_line(log: str) -> str | None:
     # srun's own "task 0: Exited with exit code N" only repeats the exit status: the job's line says why
     lines = [ln for ln in lines if not ln.startswith("srun: ")] or lines
     for line in reversed(lines):
-        if _ERROR_LINE.search(line):
+        if ERROR_LINE.search(line):
             return line[:300]
     return lines[-1][:300] if lines else None
 
@@ -99,3 +103,17 @@ def run_facts(d: str, summary: bool = False) -> dict[str, Any] | None:
     if job:
         run["slurm"] = {"job_id": job}  # its state: list_runs asks SLURM once for all its runs
     return run
+
+
+def tail_digest(path: str, size: int) -> str | None:
+    """sha256 of the ``PULL_TAIL`` bytes before ``size``: the laptop's copy is a prefix of the host's
+    file when these match (logs and metrics only grow; a resume replaces metrics.jsonl)."""
+    import hashlib
+
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, size - PULL_TAIL))
+            data = f.read(min(size, PULL_TAIL))
+    except OSError:
+        return None
+    return hashlib.sha256(data).hexdigest() if len(data) == min(size, PULL_TAIL) else None

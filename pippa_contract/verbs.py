@@ -11,22 +11,31 @@ from __future__ import annotations
 
 from typing import Any, Dict, Protocol, Sequence, TypedDict, TypeVar
 
+from pippa_contract.wire import (
+    CHECK_PYTHON,
+    FOLLOW,
+    INSTALL_BWRAP,
+    INSTALL_UV,
+    LAUNCH,
+    LIST_RUNS,
+    PROBE,
+    PULL,
+    READ,
+    REMOVE_RUNS,
+    RUN_CHECKPOINTS,
+    SLURM_STOP,
+    SLURM_SUBMIT,
+    STOP,
+    SYNC_APPLY,
+    SYNC_LIST,
+    SYNC_MARKER,
+    WANDB_SYNC,
+    WRITE_FILE,
+)  # fmt: skip
+
 Answer = Dict[str, Any]
 P = TypeVar("P")
 P_co = TypeVar("P_co", covariant=True)
-
-# Verb names: the agent's dispatch table uses the same constants.
-PROBE, INSTALL_UV, INSTALL_BWRAP = "probe", "install_uv", "install_bwrap"
-LIST_RUNS, LAUNCH, STOP = "list_runs", "launch", "stop"
-SLURM_SUBMIT, SLURM_STOP = "slurm_submit", "slurm_stop"
-SYNC_LIST, SYNC_APPLY, SYNC_MARKER, WRITE_FILE = "sync_list", "sync_apply", "sync_marker", "write_file"
-CHECK_PYTHON, RUN_CHECKPOINTS, REMOVE_RUNS = "check_python", "run_checkpoints", "remove_runs"
-WANDB_SYNC, READ, FOLLOW, PULL = "wandb_sync", "read", "follow", "pull"
-JSON_VERBS = (
-    PROBE, INSTALL_UV, INSTALL_BWRAP, LIST_RUNS, LAUNCH, STOP, SLURM_SUBMIT, SLURM_STOP, SYNC_LIST,
-    SYNC_APPLY, SYNC_MARKER, WRITE_FILE, CHECK_PYTHON, RUN_CHECKPOINTS, REMOVE_RUNS, WANDB_SYNC,
-)  # fmt: skip
-STREAM_VERBS = (READ, FOLLOW, PULL)
 
 
 class Caller(Protocol):
@@ -71,6 +80,8 @@ class ListRunsAnswer(TypedDict, total=False):
     now: float
     sessions: str  # tmux list-sessions text
     runs: list[dict[str, Any]]  # run facts (pippa_contract.runfacts)
+
+
 
 
 class LaunchAnswer(TypedDict):

@@ -2,7 +2,7 @@
 
 The file set is what git tracks plus untracked files git does not ignore, minus ``.env`` files and
 what ``.pippaignore`` lists (gitignore syntax, applied by git itself). The host agent
-(``pippa_ops.transport.agent``) lists the host in ONE round trip (size + mtime of every file), changed files
+(``pippa_agent``) lists the host in ONE round trip (size + mtime of every file), changed files
 travel as ONE compressed tar stream over one channel (packed by the local tar and zstd, or gzip when
 either end lacks zstd, running in parallel with the sending) into a staging directory under
 ``<remote_dir>/.pippa/``; the agent renames each file into place (rename is atomic, so an interrupted
@@ -142,7 +142,7 @@ def ignored_by_git(repo: Path, paths: Iterable[str]) -> set[str]:
     return {p.decode(errors="surrogateescape") for p in out.split(b"\0") if p}
 
 
-# -- the host side (pippa_ops.transport.agent.sync_list / sync_apply) ----------------------------------------
+# -- the host side (pippa_agent.sync: sync_list / sync_apply) ----------------------------------------
 def check_remote_dir(remote_dir: str) -> str:
     """A remote_dir setting, refusing one that is relative or holds a newline."""
     if "\n" in remote_dir or "\0" in remote_dir:

@@ -1,7 +1,7 @@
 """Follow a file on a host from a byte offset, over one channel, resumable after a reconnect.
 
 ``logs -f`` and the dashboard's metrics stream both need "what was appended since byte N, as it
-comes". One request to the host agent (``pippa_ops.transport.agent.follow``) per follow streams it over a
+comes". One request to the host agent (``pippa_agent.streams.follow``) per follow streams it over a
 single channel (no polling round trips). The follower counts the bytes it has handed out, so after
 a dropped connection a new ``Follower(..., offset=old.offset)`` resumes exactly where the old one
 stopped.

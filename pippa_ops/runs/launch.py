@@ -1,7 +1,7 @@
 """Runs: launch recipes or commands in a named tmux session on a host, and stop them.
 
 A launch is a sync (for ``local``: only the marker) then ONE request to the host agent
-(``pippa_ops.transport.agent.launch``) that checks tmux, refuses or replaces the session, writes
+(``pippa_agent.runs.launch``) that checks tmux, refuses or replaces the session, writes
 ``runs/<id>/{run.json,cmd.sh}`` and starts the session.
 Listing and state live in ``runs.listing``; the script builders in ``runs.script``; this module only
 orders the steps. It imports no typer/rich/textual: the dashboard reuses it.

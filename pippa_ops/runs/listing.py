@@ -162,7 +162,7 @@ def slurm_state(
 def _record(
     host: str, raw: dict[str, Any], now: float, sessions: dict[str, float], idents: dict[str, str]
 ) -> RunRecord | None:
-    """One run from the agent's facts about its directory (pippa_ops.transport.agent.list_runs)."""
+    """One run from the agent's facts about its directory (pippa_contract.runfacts)."""
     run_id, meta = raw.get("run_id"), raw.get("meta")
     if not isinstance(run_id, str) or not NAME_RE.fullmatch(run_id) or not isinstance(meta, dict):
         return None

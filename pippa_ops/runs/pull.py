@@ -1,6 +1,6 @@
 """``pippa pull``: a run's record from its host into ``runs/<host>/<run-id>/`` here, incrementally.
 
-One request to the host agent (``agent.pull``) per run: the laptop says what it already has (each
+One request to the host agent (``pippa_agent.pull``) per run: the laptop says what it already has (each
 file's size and the digest of its last 4 KiB), the agent answers with a manifest and streams only
 the missing bytes: a grown log or metrics file from where the laptop's copy ends, a new or replaced
 file whole, a checkpoint only when asked. Each file is written under a temporary name in its own
@@ -20,9 +20,10 @@ from typing import Any
 
 from pippa_contract import verbs
 from pippa_contract.rundir import RunDir
+from pippa_contract.runfacts import tail_digest
 from pippa_ops.errors import HostUnreachable, RemoteCommandFailed, UsageError
 from pippa_ops.hosts.inventory import SECRETS_PATH, HostSpec
-from pippa_ops.transport import agent, agent_client
+from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Process, Transport
 from pippa_ops.transport.shell import validate_name
 
@@ -66,7 +67,7 @@ def _have(dest: Path) -> dict[str, list[Any]]:
             path.unlink(missing_ok=True)  # left by a pull that was killed
             continue
         size = path.stat().st_size
-        digest = agent.tail_digest(str(path), size)
+        digest = tail_digest(str(path), size)
         if digest is not None:
             have[path.relative_to(dest).as_posix()] = [size, digest]
     return have
