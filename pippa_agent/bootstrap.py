@@ -131,9 +131,8 @@ class Bundle:
     ) -> ModuleSpec | None:
         if name not in self.modules:
             return None
-        from importlib.machinery import ModuleSpec
-
-        return ModuleSpec(name, self, is_package=self.modules[name][0])  # type: ignore[arg-type]
+        spec_type = type(sys.__spec__)  # importlib.machinery.ModuleSpec, without importing importlib
+        return spec_type(name, self, is_package=self.modules[name][0])  # type: ignore[arg-type]
 
     def create_module(self, spec: ModuleSpec) -> None:
         return None

@@ -9,6 +9,7 @@ code objects, never the sources. Nothing here imports the agent: its files are f
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import importlib.util
@@ -29,19 +30,36 @@ def package_dir(name: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def _imports(source: str) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    return names
+
+
 @functools.cache
 def modules() -> tuple[tuple[str, bool, str], ...]:
-    """``(module, is_package, source)`` of every module in the bundle, sorted by name."""
-    out = []
+    """``(module, is_package, source)`` of every module in the bundle, sorted by name: all of
+    ``pippa_agent`` and the ``pippa_contract`` modules it imports (``verbs`` is the laptop's)."""
+    found: dict[str, tuple[bool, str]] = {}
     for package in PACKAGES:
-        root = package_dir(package)
-        for path in root.glob("*.py"):
+        for path in package_dir(package).glob("*.py"):
             if package == "pippa_agent" and path.name == BOOTSTRAP_FILE:
                 continue
             is_package = path.stem == "__init__"
             name = package if is_package else f"{package}.{path.stem}"
-            out.append((name, is_package, path.read_text(encoding="utf-8")))
-    return tuple(sorted(out))
+            found[name] = (is_package, path.read_text(encoding="utf-8"))
+    todo = [n for n in found if n.split(".")[0] == "pippa_agent"]
+    keep = {"pippa_contract", *todo}
+    while todo:
+        for name in _imports(found[todo.pop()][1]):
+            if name in found and name not in keep:
+                keep.add(name)
+                todo.append(name)
+    return tuple(sorted((n, *found[n]) for n in keep))
 
 
 @functools.cache
@@ -67,4 +85,21 @@ def bootstrap() -> str:
     text = (package_dir("pippa_agent") / BOOTSTRAP_FILE).read_text(encoding="utf-8")
     if text.count(_SHA_LINE) != 1:
         raise RuntimeError(f"pippa_agent/{BOOTSTRAP_FILE} must set {_SHA_LINE} exactly once")
-    return text.replace(_SHA_LINE, f'BUNDLE_SHA = "{digest()}"')
+    text = text.replace(_SHA_LINE, f'BUNDLE_SHA = "{digest()}"')
+    return _compact(text)
+
+
+def _compact(source: str) -> str:
+    """The bootstrap as sent: without docstrings, comments, annotations and its ``TYPE_CHECKING``
+    block (it is compiled on every start; the file keeps them for readers and mypy)."""
+    tree = ast.parse(source)
+    checking = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
+    tree.body = [n for n in tree.body if n not in checking]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef) and ast.get_docstring(node, False):
+            node.body = node.body[1:] or [ast.Pass()]
+        if isinstance(node, ast.FunctionDef):
+            node.returns = None
+            for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs):
+                arg.annotation = None
+    return ast.unparse(tree) + "\n"
