@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pippa_contract import verbs
 from pippa_contract.names import new_run_id
+from pippa_contract.rundir import RunDir
 from pippa_ops.errors import BadSetting, NotResumable, RunStillActive, SessionExists
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import HostSpec
@@ -432,7 +433,7 @@ def follow_run(
     resume from the byte offset, so the output arrives whole and once. The returned transport is the
     one now open (a new one after a reconnect): the caller closes it.
     """
-    run_dir = f"{spec.remote_dir.rstrip('/')}/runs/{run_id}"
+    run_dir = RunDir(spec.remote_dir, run_id).path
     pending = [transport]
 
     def connect_again() -> Transport:

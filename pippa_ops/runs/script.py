@@ -19,6 +19,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pippa_contract.rundir import RunDir
 from pippa_ops.alerts import hostalerts
 from pippa_ops.alerts.commands import run_end_line
 from pippa_ops.errors import BadSetting
@@ -71,7 +72,7 @@ def recipe_job(
     tail: list[str] = []
     for key, value in sets:
         tail += ["--set", f"{key}={value}"]
-    run_dir = sh_path(f"{remote_dir.rstrip('/')}/runs/{run_id}")
+    run_dir = sh_path(RunDir(remote_dir, run_id).path)
     line = " ".join([*python_words(python, remote_dir), *(shlex.quote(a) for a in argv), run_dir])
     if tail:
         line += " " + shlex.join(tail)
@@ -105,7 +106,7 @@ def supervisor_line() -> str:
 
 def render_cmd_sh(job: Job, remote_dir: str, env: dict[str, str], *, supervised: bool = False) -> str:
     """The wrapper the session runs for one job (see the module docstring for its guarantees)."""
-    run_dir = sh_path(f"{remote_dir.rstrip('/')}/runs/{job.run_id}")
+    run_dir = sh_path(RunDir(remote_dir, job.run_id).path)
     return f"""#!/bin/sh
 # pippa run {job.run_id}: written by pippa at launch. Holds no secrets: they are sourced from
 # {SECRETS_PATH} (mode 0600) inside the job's subshell.
@@ -185,7 +186,6 @@ def session_argv(remote_dir: str, run_ids: Sequence[str], gap_s: float) -> list[
     The outer shell traps SIGINT so Ctrl-C reaches the job without killing the session (and with it
     the trainer's chance to save); ``pippa stop`` ends the rest of a sweep through stop_requested.
     """
-    base = remote_dir.rstrip("/") + "/runs/"
-    steps = [f"sh {sh_path(base + rid + '/cmd.sh')}" for rid in run_ids]
+    steps = [f"sh {sh_path(RunDir(remote_dir, rid).cmd_sh)}" for rid in run_ids]
     gap = f"; sleep {float(gap_s):g}; " if gap_s > 0 else "; "
     return ["sh", "-c", "trap : INT; " + gap.join(steps)]

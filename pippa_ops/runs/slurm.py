@@ -16,6 +16,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from pippa_contract.rundir import RunDir
 from pippa_ops.hosts.inventory import SECRETS_PATH
 from pippa_ops.hosts.scheduler import SlurmSpec
 from pippa_ops.runs.script import source_secrets_line
@@ -62,7 +63,7 @@ def render_sbatch(
     """The batch script; ``command`` is the launch line (``launch_words``, its words already quoted),
     to which each srun task appends its machine rank and the rendezvous address (``rendezvous``; a
     ``--cmd`` job's shell line runs as it is, once per task)."""
-    run_dir = f"{remote_dir.rstrip('/')}/runs/{run_id}"
+    run_dir = RunDir(remote_dir, run_id).path
     head = "\n".join(directives(spec, run_id))
     meet = (
         'a=$1 p=$2; shift 2; exec "$@" --machines "$SLURM_NTASKS" --machine-rank "$SLURM_PROCID" '
