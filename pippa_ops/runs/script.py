@@ -24,6 +24,7 @@ from pippa_ops.alerts import hostalerts
 from pippa_ops.alerts.commands import run_end_line
 from pippa_ops.errors import BadSetting
 from pippa_ops.hosts.inventory import SECRETS_PATH
+from pippa_ops.runs.templates import render
 from pippa_ops.transport.shell import export_line, sh_path, validate_name
 
 SET_KEY_RE = re.compile(r"^[a-z_][a-z0-9_.]*$")
@@ -106,30 +107,18 @@ def supervisor_line() -> str:
 
 def render_cmd_sh(job: Job, remote_dir: str, env: dict[str, str], *, supervised: bool = False) -> str:
     """The wrapper the session runs for one job (see the module docstring for its guarantees)."""
-    run_dir = sh_path(RunDir(remote_dir, job.run_id).path)
-    return f"""#!/bin/sh
-# pippa run {job.run_id}: written by pippa at launch. Holds no secrets: they are sourced from
-# {SECRETS_PATH} (mode 0600) inside the job's subshell.
-RUN_DIR={run_dir}
-[ -e "$RUN_DIR/stop_requested" ] && exit 0
-date +%s > "$RUN_DIR/started"
-trap : INT
-{{
-  trap : INT
-  (
-    cd {sh_path(remote_dir)} || exit 1
-    export PATH="$HOME/.local/bin:$PATH" PYTHONUNBUFFERED=1
-    export PIPPA_RUN_ID={shlex.quote(job.run_id)} PIPPA_RUN_DIR="$RUN_DIR"
-    {export_line(env)}
-    {source_secrets_line()}
-{supervisor_line() if supervised else job.command}
-  )
-  echo $? > "$RUN_DIR/exit_code.tmp"
-}} 2>&1 | tee -a -i "$RUN_DIR/output.log"
-[ -f "$RUN_DIR/exit_code.tmp" ] && mv -f "$RUN_DIR/exit_code.tmp" "$RUN_DIR/exit_code"
-{run_end_line()}
-exit 0
-"""
+    return render(
+        "cmd.sh",
+        run_id=job.run_id,
+        run_id_word=shlex.quote(job.run_id),
+        secrets_path=SECRETS_PATH,
+        run_dir=sh_path(RunDir(remote_dir, job.run_id).path),
+        remote_dir=sh_path(remote_dir),
+        export_line=export_line(env),
+        source_secrets=source_secrets_line(),
+        job_line=supervisor_line() if supervised else job.command,
+        run_end_line=run_end_line(),
+    )
 
 
 def run_json(
