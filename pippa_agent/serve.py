@@ -35,6 +35,7 @@ JSON_VERBS = {
     v.SYNC_MARKER: ("sync", "sync_marker"),
     v.WRITE_FILE: ("sync", "write_file"),
     v.WANDB_SYNC: ("wandb_sync", "wandb_sync"),
+    v.GPU_REPORT: ("gpus", "gpu_report"),
 }
 STREAM_VERBS = {v.READ: ("streams", "read"), v.FOLLOW: ("streams", "follow"), v.PULL: ("pull", "pull")}
 

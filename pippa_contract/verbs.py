@@ -14,6 +14,7 @@ from typing import Any, Dict, Protocol, Sequence, TypedDict, TypeVar
 from pippa_contract.wire import (
     CHECK_PYTHON,
     FOLLOW,
+    GPU_REPORT,
     INSTALL_BWRAP,
     INSTALL_UV,
     LAUNCH,
@@ -223,6 +224,17 @@ def wandb_sync(
     args = {"run_dir": run_dir, "remote_dir": remote_dir, "python": list(python),
             "secrets_path": secrets_path, "env": env, "timeout": timeout_s}  # fmt: skip
     return agent.call(WANDB_SYNC, args, timeout=timeout_s + 30)  # type: ignore[return-value]
+
+
+class GpuReportAnswer(TypedDict, total=False):
+    smi: bool  # False: nvidia-smi is not installed
+    gpus: str  # the GPU query's output (CSV, or the driver's complaint)
+    apps: str  # the compute-process query's output
+
+
+def gpu_report(agent: Caller, query: Sequence[str], apps: Sequence[str]) -> GpuReportAnswer:
+    """Run nvidia-smi's two queries (argument lists, no shell) in one request."""
+    return agent.call(GPU_REPORT, {"query": list(query), "apps": list(apps)})  # type: ignore[return-value]
 
 
 # -- streaming verbs: the caller owns the process ---------------------------------------------------
