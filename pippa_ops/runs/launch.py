@@ -242,14 +242,15 @@ def follow_run(
     resume from the byte offset, so the output arrives whole and once. The returned transport is the
     one now open (a new one after a reconnect): the caller closes it.
     """
-    run_dir = RunDir(spec.remote_dir, run_id).path
+    run_dir = RunDir(spec.remote_dir, run_id)
     pending = [transport]
 
     def connect_again() -> Transport:
         return pending.pop() if pending else open_transport(spec)
 
-    log, end = f"{run_dir}/output.log", f"{run_dir}/exit_code"
-    tmux_session = None if session.startswith("slurm") else session  # a batch job: its exit_code ends it
-    live = follow_to_end(connect_again, log, write, notify, end_file=end, session=tmux_session)
-    code = read_all(live, f"{run_dir}/exit_code").strip()
+    tmux_session = scheduler_for(spec).follow_session(session)
+    live = follow_to_end(
+        connect_again, run_dir.output_log, write, notify, end_file=run_dir.exit_code, session=tmux_session
+    )
+    code = read_all(live, run_dir.exit_code).strip()
     return (int(code) if code.lstrip(b"-").isdigit() else None), live

@@ -144,6 +144,10 @@ class Scheduler(Protocol):
         """Interrupt the run (it saves), end it after ``grace_s``; whether it had to be killed."""
         ...
 
+    def follow_session(self, session: str) -> str | None:
+        """The tmux session whose end also ends a follow to the run's end (besides its exit_code)."""
+        ...
+
 
 class TmuxScheduler:
     """Runs in a named tmux session; a sweep's runs one after another in it."""
@@ -205,6 +209,9 @@ class TmuxScheduler:
         answer = verbs.stop(agent, spec.remote_dir, run.session, session_runs, run.run_id, grace_s, stamp)
         return bool(answer.get("killed_session"))
 
+    def follow_session(self, session: str) -> str | None:
+        return session
+
 
 class SlurmScheduler:
     """One sbatch job per run (a sweep's runs queue on the cluster side by side, not one after another)."""
@@ -255,6 +262,9 @@ class SlurmScheduler:
         assert run.job_id is not None
         cancel = verbs.slurm_stop(agent, spec.remote_dir, run.run_id, run.job_id, grace_s, time.time())
         return bool(cancel.get("cancelled"))
+
+    def follow_session(self, session: str) -> str | None:
+        return None  # a batch job has no session: its exit_code ends the follow
 
 
 TMUX: Scheduler = TmuxScheduler()
