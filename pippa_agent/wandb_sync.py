@@ -3,34 +3,22 @@
 from __future__ import annotations
 
 import os
-import re
 
 from pippa_agent.host import AgentError, ErrorKind, host_path, last_line, search_path
+from pippa_contract.secrets import parse_secrets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pippa_agent.host import Answer, Req
 
 
-def secrets_env(path: str) -> Answer:
-    """``KEY='value'`` lines of the host's secrets file (written by `pippa up`), as a dict."""
-    import shlex
-
+def secrets_env(path: str) -> dict[str, str]:
+    """The host's secrets file (written by `pippa up`) as a dict; empty without one."""
     try:
         with open(host_path(path)) as f:
-            lines = f.read().splitlines()
+            return parse_secrets(f.read())
     except OSError:
         return {}
-    out = {}
-    for line in lines:
-        key, sep, value = line.partition("=")
-        if sep and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-            try:
-                words = shlex.split(value)
-            except ValueError:
-                continue
-            out[key] = words[0] if words else ""
-    return out
 
 
 def wandb_sync(req: Req) -> Answer:

@@ -10,6 +10,8 @@ import time
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # tmux session names: like NAME_RE without "." (tmux reads "a.b" as window b of session a).
 SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+# Environment variable names (a host entry's env, the secrets file's keys).
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 NAME_MAX = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
