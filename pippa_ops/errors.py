@@ -152,6 +152,12 @@ class NotAttachable(UsageError):
     kind = ErrorKind.NOT_ATTACHABLE
 
 
+
+class WandbUnavailable(PippaError):
+    """No key, no wandb package, or W&B did not answer: one line saying which."""
+
+    kind = ErrorKind.WANDB_UNAVAILABLE
+
 def error_class(kind: ErrorKind, default: type[Exception]) -> type[Exception]:
     """The error raised for an answer of ``kind`` (an agent's answer, the keeper's relay)."""
     if kind is ErrorKind.TIMEOUT:
