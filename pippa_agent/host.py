@@ -10,6 +10,7 @@ import json
 import os
 import sys
 
+from pippa_contract import rundir as rd
 from pippa_contract.errors import AgentError as AgentError
 from pippa_contract.errors import ErrorKind as ErrorKind
 from pippa_contract.rundir import RUN_STATE_FILES
@@ -126,7 +127,7 @@ def reopen_run_dir(d: str, session: str, stamp: float) -> None:
     """Keep the run directory of a run that resumes: clear its state files, and record in run.json
     the session it now runs in and when it resumed (its command and recipe stay as launched)."""
     try:
-        with open(os.path.join(d, "run.json"), "rb") as f:
+        with open(os.path.join(d, rd.RUN_JSON), "rb") as f:
             meta = json.loads(f.read())
     except (OSError, ValueError):
         raise AgentError(ErrorKind.NOT_FOUND, f"no run to resume at {d}") from None
@@ -135,4 +136,4 @@ def reopen_run_dir(d: str, session: str, stamp: float) -> None:
             os.unlink(os.path.join(d, name))
     meta["session"] = session
     meta["resumed"] = [*meta.get("resumed", []), stamp]
-    write_atomic(os.path.join(d, "run.json"), (json.dumps(meta) + "\n").encode())
+    write_atomic(os.path.join(d, rd.RUN_JSON), (json.dumps(meta) + "\n").encode())

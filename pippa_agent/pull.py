@@ -7,6 +7,7 @@ import os
 import re
 
 from pippa_agent.host import AgentError, ErrorKind, host_path, write_frame, write_out
+from pippa_contract import rundir as rd
 from pippa_contract.runfacts import tail_digest
 
 TYPE_CHECKING = False
@@ -26,7 +27,7 @@ CHECKPOINT_RE = re.compile(r"^checkpoint-([0-9]+)$")
 def run_files(run_dir: str, checkpoint: str | None) -> tuple[list[Any], list[str], str | None]:
     """A run's regular files (symlinks never followed) as ``[rel, size, mtime]``; of ``checkpoints/``
     only the chosen one (``latest``, or a ``checkpoint-N``/``N`` name). Also every checkpoint's name."""
-    ckdir = os.path.join(run_dir, "checkpoints")
+    ckdir = os.path.join(run_dir, rd.CHECKPOINTS)
     try:
         names = [n for n in os.listdir(ckdir) if CHECKPOINT_RE.match(n)]
         names = [n for n in names if os.path.isdir(os.path.join(ckdir, n))]
@@ -55,7 +56,7 @@ def run_files(run_dir: str, checkpoint: str | None) -> tuple[list[Any], list[str
                 if e.is_symlink():
                     continue
                 if e.is_dir():
-                    if name == "checkpoints":
+                    if name == rd.CHECKPOINTS:
                         if chosen:
                             walk("checkpoints/" + chosen)
                     else:
@@ -80,7 +81,7 @@ def pull(req: Req) -> None:
     grows meanwhile is sent up to that size (the next pull gets the rest)."""
     run_dir = host_path(req["run_dir"])
     try:
-        if not os.path.isfile(os.path.join(run_dir, "run.json")):
+        if not os.path.isfile(os.path.join(run_dir, rd.RUN_JSON)):
             raise AgentError(ErrorKind.NOT_FOUND, f"no run at {run_dir}")
         files, names, chosen = run_files(run_dir, req.get("checkpoint"))
     except AgentError as e:  # answered like a JSON verb's failure, in place of the manifest

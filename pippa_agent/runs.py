@@ -21,6 +21,7 @@ from pippa_agent.host import (
     write_atomic,
     write_sync_marker,
 )  # fmt: skip
+from pippa_contract import rundir as rd
 from pippa_contract.names import NAME_RE, SESSION_RE
 from pippa_contract.runfacts import run_facts
 
@@ -80,12 +81,12 @@ def launch(req: Req) -> Answer:
             reopen_run_dir(d, session, float(req["stamp"]))
         else:
             os.makedirs(d, exist_ok=True)
-            with open(os.path.join(d, "run.json"), "w") as f:
+            with open(os.path.join(d, rd.RUN_JSON), "w") as f:
                 f.write(r["run_json"] + "\n")
-        with open(os.path.join(d, "cmd.sh"), "w") as f:
+        with open(os.path.join(d, rd.CMD_SH), "w") as f:
             f.write(r["cmd_sh"])
         if r.get("supervisor") is not None:  # a run with a restart policy: its host supervisor
-            write_atomic(os.path.join(d, "supervise.py"), r["supervisor"].encode())
+            write_atomic(os.path.join(d, rd.SUPERVISE_PY), r["supervisor"].encode())
     p = tmux(*req["tmux_argv"][1:])
     if p.returncode != 0 and b"server exited unexpectedly" in p.stderr:
         # the tmux server was exiting as we connected (its last session had just ended): a new one
@@ -100,7 +101,7 @@ def launch(req: Req) -> Answer:
         )
     ident = text(p)
     for r in req["runs"]:
-        with open(os.path.join(base, r["run_id"], "tmux_session"), "w") as f:
+        with open(os.path.join(base, r["run_id"], rd.TMUX_SESSION), "w") as f:
             f.write(ident + "\n")
     return {"identity": ident}
 
@@ -113,15 +114,15 @@ def mark_replaced(base: str, session: str, stamp: int) -> None:
         return
     for name in names:
         d = os.path.join(base, name)
-        if os.path.exists(os.path.join(d, "exit_code")):
+        if os.path.exists(os.path.join(d, rd.EXIT_CODE)):
             continue
         try:
-            with open(os.path.join(d, "run.json"), "rb") as f:
+            with open(os.path.join(d, rd.RUN_JSON), "rb") as f:
                 meta = json.loads(f.read())
         except (OSError, ValueError):
             continue
         if isinstance(meta, dict) and meta.get("session") == session:
-            with open(os.path.join(d, "stop_requested"), "w") as f:
+            with open(os.path.join(d, rd.STOP_REQUESTED), "w") as f:
                 f.write(f"{stamp}\n")
 
 
@@ -134,10 +135,10 @@ def stop(req: Req) -> Answer:
         raise AgentError(ErrorKind.USAGE, f"invalid session name {session!r}")
     for rid in req["run_ids"]:
         if NAME_RE.match(rid):
-            with open(os.path.join(base, rid, "stop_requested"), "w") as f:
+            with open(os.path.join(base, rid, rd.STOP_REQUESTED), "w") as f:
                 f.write(f"{int(req['stamp'])}\n")
     tmux("send-keys", "-t", f"={session}:", "C-c")
-    watch = os.path.join(base, req["watch"], "exit_code")
+    watch = os.path.join(base, req["watch"], rd.EXIT_CODE)
     deadline = time.monotonic() + float(req["grace_s"])
     while time.monotonic() < deadline:
         if os.path.exists(watch) or tmux("has-session", "-t", "=" + session).returncode != 0:
@@ -153,7 +154,7 @@ def run_checkpoints(req: Req) -> Answer:
     if not NAME_RE.match(req["run_id"]) or os.path.islink(d):
         raise AgentError(ErrorKind.USAGE, "invalid run id " + repr(req["run_id"]))
     try:
-        names = os.listdir(os.path.join(d, "checkpoints"))
+        names = os.listdir(os.path.join(d, rd.CHECKPOINTS))
     except OSError:
         names = []
     found = [n for n in names if re.match(r"^checkpoint-[0-9]+$", n)]

@@ -20,6 +20,7 @@ from pippa_agent.host import (
     write_atomic,
     write_sync_marker,
 )  # fmt: skip
+from pippa_contract import rundir as rd
 from pippa_contract.names import NAME_RE
 from pippa_contract.states import SLURM_ACTIVE
 
@@ -42,12 +43,12 @@ def slurm_submit(req: Req) -> Answer:
     d = os.path.join(runs_dir(req["remote_dir"]), rid)
     if req.get("resume"):
         reopen_run_dir(d, "slurm", float(req["stamp"]))
-        if os.path.lexists(os.path.join(d, "slurm_job")):
-            os.unlink(os.path.join(d, "slurm_job"))
+        if os.path.lexists(os.path.join(d, rd.SLURM_JOB)):
+            os.unlink(os.path.join(d, rd.SLURM_JOB))
     else:
         os.makedirs(d, exist_ok=True)
-        write_atomic(os.path.join(d, "run.json"), (req["run_json"] + "\n").encode())
-    script = os.path.join(d, "job.sbatch")
+        write_atomic(os.path.join(d, rd.RUN_JSON), (req["run_json"] + "\n").encode())
+    script = os.path.join(d, rd.JOB_SBATCH)
     write_atomic(script, req["script"].encode(), 0o755)
     p = run(["sbatch", "--parsable", "--chdir", d, script], timeout=60)
     if p.returncode != 0:
@@ -55,7 +56,7 @@ def slurm_submit(req: Req) -> Answer:
     job = text(p).split(";")[0]  # "<id>" or "<id>;<cluster>"
     if not _JOB_ID_RE.match(job):
         raise AgentError(ErrorKind.SLURM, f"sbatch answered {text(p)!r}, not a job id")
-    write_atomic(os.path.join(d, "slurm_job"), (job + "\n").encode())
+    write_atomic(os.path.join(d, rd.SLURM_JOB), (job + "\n").encode())
     return {"job_id": job}
 
 
@@ -116,13 +117,13 @@ def slurm_stop(req: Req) -> Answer:
     if not NAME_RE.match(rid) or not _JOB_ID_RE.match(job):
         raise AgentError(ErrorKind.USAGE, f"invalid run {rid!r} or job id {job!r}")
     d = os.path.join(runs_dir(req["remote_dir"]), rid)
-    write_atomic(os.path.join(d, "stop_requested"), f"{int(req['stamp'])}\n".encode())
+    write_atomic(os.path.join(d, rd.STOP_REQUESTED), f"{int(req['stamp'])}\n".encode())
     state = slurm_states([job]).get(job, {}).get("state")
     if state == "RUNNING":
         run(["scancel", "--signal=INT", job], timeout=30)
         deadline = time.monotonic() + float(req["grace_s"])
         while time.monotonic() < deadline:
-            if os.path.exists(os.path.join(d, "exit_code")):
+            if os.path.exists(os.path.join(d, rd.EXIT_CODE)):
                 break
             if slurm_states([job]).get(job, {}).get("state") not in SLURM_ACTIVE:
                 break
