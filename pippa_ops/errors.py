@@ -7,6 +7,9 @@ with ``error.exit_code``. Messages are written for people: what is wrong and wha
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import ClassVar
+
+from pippa_contract.errors import ErrorKind
 
 
 class ExitCode(IntEnum):
@@ -36,76 +39,95 @@ class PippaError(Exception):
     """Base of every error the CLI turns into one line and an exit code."""
 
     exit_code: ExitCode = ExitCode.FAILURE
+    kind: ClassVar[ErrorKind] = ErrorKind.INTERNAL  # on the wire (agent answers, the keeper's relay)
 
 
 class UsageError(PippaError):
+    kind = ErrorKind.USAGE
     exit_code = ExitCode.USAGE
 
 
 class InvalidName(UsageError):
     """A session, run or recipe name that does not match the strict pattern (never reaches a shell)."""
 
+    kind = ErrorKind.INVALID_NAME
+
 
 class UnknownRecipe(UsageError):
-    pass
+    kind = ErrorKind.UNKNOWN_RECIPE
 
 
 class BadSetting(UsageError):
     """A ``--set key=value`` that is malformed or names an unknown key."""
 
+    kind = ErrorKind.BAD_SETTING
+
 
 class UnknownHost(PippaError):
+    kind = ErrorKind.UNKNOWN_HOST
     exit_code = ExitCode.UNKNOWN_HOST
 
 
 class HostUnreachable(PippaError):
+    kind = ErrorKind.HOST_UNREACHABLE
     exit_code = ExitCode.UNREACHABLE
 
 
 class AuthFailed(PippaError):
+    kind = ErrorKind.AUTH_FAILED
     exit_code = ExitCode.AUTH
 
 
 class HostKeyRejected(PippaError):
     """Base for host-key refusals: unknown (can be accepted) or changed (always refused)."""
 
+    kind = ErrorKind.HOST_KEY_REJECTED
+
     exit_code = ExitCode.HOST_KEY
 
 
 class HostKeyUnknown(HostKeyRejected):
-    pass
+    kind = ErrorKind.HOST_KEY_UNKNOWN
 
 
 class HostKeyChanged(HostKeyRejected):
-    pass
+    kind = ErrorKind.HOST_KEY_CHANGED
 
 
 class ToolMissing(PippaError):
+    kind = ErrorKind.TOOL_MISSING
     exit_code = ExitCode.MISSING_TOOL
 
 
 class SessionExists(PippaError):
+    kind = ErrorKind.SESSION_EXISTS
     exit_code = ExitCode.CONFLICT
 
 
 class AmbiguousSession(PippaError):
+    kind = ErrorKind.AMBIGUOUS_SESSION
     exit_code = ExitCode.CONFLICT
 
 
 class SessionNotFound(PippaError):
+    kind = ErrorKind.SESSION_NOT_FOUND
     exit_code = ExitCode.NOT_FOUND
 
 
 class RunNotFound(PippaError):
+    kind = ErrorKind.NOT_FOUND
     exit_code = ExitCode.NOT_FOUND
 
 
 class RemoteCommandFailed(PippaError):
+    kind = ErrorKind.REMOTE_FAILED
     exit_code = ExitCode.FAILURE
 
 
 class RunStillActive(PippaError):
     """A run that is still running or queued was asked to resume."""
+
+    kind = ErrorKind.RUN_STILL_ACTIVE
 
     exit_code = ExitCode.CONFLICT
 
@@ -113,12 +135,43 @@ class RunStillActive(PippaError):
 class NotResumable(UsageError):
     """A run that has no recipe (a ``--cmd`` run) has no checkpoint to resume from."""
 
+    kind = ErrorKind.NOT_RESUMABLE
+
 
 class WaitTimeout(PippaError):
     """``pippa wait --timeout`` passed before the runs ended."""
+
+    kind = ErrorKind.WAIT_TIMEOUT
 
     exit_code = ExitCode.TIMEOUT
 
 
 class NotAttachable(UsageError):
     """``attach`` to a run that has no terminal (a SLURM batch job): the message says what to use."""
+
+    kind = ErrorKind.NOT_ATTACHABLE
+
+
+
+class WandbUnavailable(PippaError):
+    """No key, no wandb package, or W&B did not answer: one line saying which."""
+
+    kind = ErrorKind.WANDB_UNAVAILABLE
+
+def error_class(kind: ErrorKind, default: type[Exception]) -> type[Exception]:
+    """The error raised for an answer of ``kind`` (an agent's answer, the keeper's relay)."""
+    if kind is ErrorKind.TIMEOUT:
+        return TimeoutError
+    by_kind = {c.kind: c for c in _subclasses(PippaError) if "kind" in vars(c)}
+    return by_kind.get(kind, default)
+
+
+def error_kind(error: BaseException) -> ErrorKind:
+    """The kind a relayed error travels as."""
+    if isinstance(error, PippaError):
+        return error.kind
+    return ErrorKind.TIMEOUT if isinstance(error, TimeoutError) else ErrorKind.INTERNAL
+
+
+def _subclasses(cls: type[PippaError]) -> list[type[PippaError]]:
+    return [cls, *(c for sub in cls.__subclasses__() for c in _subclasses(sub))]

@@ -21,7 +21,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from pippa_contract import verbs
 from pippa_ops.errors import HostUnreachable, ToolMissing
+from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Process, Transport
 from pippa_ops.transport.shell import join
 
@@ -44,7 +46,6 @@ STREAM_FIELDS = (*QUERY_FIELDS, "count")  # count: how many rows make one sample
 _MISSING = {"", "n/a", "[n/a]", "[not supported]", "[unknown error]", "[insufficient permissions]"}
 _ALIASES = {"gpu_name": "name", "gpu_uuid": "uuid", "used_gpu_memory": "used_memory", "name": "name"}
 _SEP = "@@pippa-apps@@"
-_NO_SMI = "@@pippa-no-nvidia-smi@@"
 
 
 @dataclass(frozen=True)
@@ -98,14 +99,6 @@ def query_argv(loop_s: float | None = None, fields: Sequence[str] = QUERY_FIELDS
 
 def apps_argv() -> list[str]:
     return [NVIDIA_SMI, "--query-compute-apps=" + ",".join(APP_FIELDS), "--format=csv,noheader,nounits"]
-
-
-def report_script() -> str:
-    """ONE remote command: both queries, or a marker when nvidia-smi is not installed."""
-    return (
-        f"command -v {NVIDIA_SMI} >/dev/null 2>&1 || {{ echo {_NO_SMI}; exit 0; }}\n"
-        f"{join(query_argv())} 2>&1; echo {_SEP}; {join(apps_argv())} 2>&1; exit 0"
-    )
 
 
 def value(text: str | None) -> str | None:
@@ -203,10 +196,13 @@ def attach_processes(gpus: Sequence[Gpu], apps: Sequence[tuple[str, GpuProcess]]
 
 
 def parse_report(host: str, stdout: str) -> GpuReport:
-    """Parse ``report_script`` output (pure)."""
-    if _NO_SMI in stdout:
-        return GpuReport(host, unavailable=f"{host}: no NVIDIA GPU (nvidia-smi not found)")
+    """Parse the two queries' output, separated by ``_SEP`` (pure)."""
     gpu_text, _, apps_text = stdout.partition(_SEP)
+    return parse_outputs(host, gpu_text, apps_text)
+
+
+def parse_outputs(host: str, gpu_text: str, apps_text: str) -> GpuReport:
+    """The GPU query's and the compute-process query's output as a report (pure)."""
     gpus = parse_gpus(gpu_text)
     if not gpus:
         first = next((line.strip() for line in gpu_text.splitlines() if line.strip()), "no output")
@@ -215,9 +211,12 @@ def parse_report(host: str, stdout: str) -> GpuReport:
 
 
 def query(transport: Transport) -> GpuReport:
-    """The host's GPUs and their processes, in one remote command."""
-    result = transport.run(report_script(), timeout=60).check()
-    return parse_report(transport.name, result.stdout)
+    """The host's GPUs and their processes, in one request to the host agent (``gpu_report``)."""
+    answer = verbs.gpu_report(agent_client.Once(transport), query_argv(), apps_argv())
+    if not answer.get("smi"):
+        why = "no NVIDIA GPU (nvidia-smi not found)"
+        return GpuReport(transport.name, unavailable=f"{transport.name}: {why}")
+    return parse_outputs(transport.name, answer.get("gpus", ""), answer.get("apps", ""))
 
 
 class GpuStream:

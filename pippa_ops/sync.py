@@ -2,7 +2,7 @@
 
 The file set is what git tracks plus untracked files git does not ignore, minus ``.env`` files and
 what ``.pippaignore`` lists (gitignore syntax, applied by git itself). The host agent
-(``pippa_ops.transport.agent``) lists the host in ONE round trip (size + mtime of every file), changed files
+(``pippa_agent``) lists the host in ONE round trip (size + mtime of every file), changed files
 travel as ONE compressed tar stream over one channel (packed by the local tar and zstd, or gzip when
 either end lacks zstd, running in parallel with the sending) into a staging directory under
 ``<remote_dir>/.pippa/``; the agent renames each file into place (rename is atomic, so an interrupted
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
+from pippa_contract import verbs
 from pippa_ops.errors import RemoteCommandFailed, UsageError
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.transport import agent_client
@@ -141,7 +142,7 @@ def ignored_by_git(repo: Path, paths: Iterable[str]) -> set[str]:
     return {p.decode(errors="surrogateescape") for p in out.split(b"\0") if p}
 
 
-# -- the host side (pippa_ops.transport.agent.sync_list / sync_apply) ----------------------------------------
+# -- the host side (pippa_agent.sync: sync_list / sync_apply) ----------------------------------------
 def check_remote_dir(remote_dir: str) -> str:
     """A remote_dir setting, refusing one that is relative or holds a newline."""
     if "\n" in remote_dir or "\0" in remote_dir:
@@ -170,7 +171,7 @@ def parse_listing(answer: dict[str, object]) -> Listing:
 
 
 def remote_files(agent: agent_client.Session, remote_dir: str) -> Listing:
-    return parse_listing(agent.call("sync_list", {"remote_dir": remote_dir}))
+    return parse_listing(verbs.sync_list(agent, remote_dir))
 
 
 def plan(local: dict[str, FileStat], remote: dict[str, FileStat], deletable: set[str] | None) -> Plan:
@@ -308,11 +309,11 @@ def sync(
         if defer_marker is not None:
             defer_marker.append(marker)
         else:
-            agent.call("sync_marker", {"remote_dir": remote_dir, "marker": marker})
+            verbs.sync_marker(agent, remote_dir, marker)
         return _finish(result, 0, t0)
     args: dict[str, object] = {"remote_dir": remote_dir, "send": todo.send, "delete": todo.delete}
     args.update(marker=marker, zstd=zstd)
-    with agent.stream("sync_apply", args) as proc:
+    with verbs.sync_apply(agent, args) as proc:
         try:
             sent_bytes = _send_stream(repo, todo.send, proc.write, progress, zstd)
         except BaseException:

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from pippa_contract.metrics import redone
+
 RENAMES = {
     "reward": "reward/mean",
     "reward_std": "reward/std",
@@ -158,7 +160,7 @@ def supersede(path: Path, resumed_from_step: int) -> int:
     lines = raw.split(b"\n")
     torn = lines.pop()  # b"" when the file ends with a newline, else a line cut by the kill
     for line in lines:
-        (moved if _redone(line, resumed_from_step) else keep).append(line + b"\n")
+        (moved if redone(line, resumed_from_step) else keep).append(line + b"\n")
     if torn:
         moved.append(torn + b"\n")
     if not moved:
@@ -176,19 +178,6 @@ def supersede(path: Path, resumed_from_step: int) -> int:
     os.replace(tmp, path)
     fsync_dir(path.parent)
     return len(moved)
-
-
-def _redone(line: bytes, resumed_from_step: int) -> bool:
-    try:
-        rec = json.loads(line)
-    except ValueError:
-        return False  # not ours to judge: a foreign line stays where it is
-    if not isinstance(rec, dict):
-        return False
-    if rec.get("type") == "end":
-        return True
-    step = rec.get("step")
-    return rec.get("type") in ("step", "eval") and isinstance(step, int) and step > resumed_from_step
 
 
 def wandb_mirror(step: int, metrics: dict[str, Any]) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import re
 import tomllib
 import types
 import typing
@@ -21,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pippa_contract.names import NAME_RE
 from training_core.config import CallbackSpec, RewardSpec, RunConfig
 from training_core.errors import BadSetting, UnknownRecipe
 from training_core.platform import PLATFORMS, PlatformFacts, resolve_auto
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 _NAME_ONLY_KEYS = ("description", "platform")
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # docs/CONTRACTS.md run ids
 
 
 @dataclass
@@ -287,7 +286,7 @@ def _validate(cfg: RunConfig) -> None:
     ):
         if getattr(t, k) < 1:
             raise BadSetting(f"bad value for train.{k}: must be >= 1, got {getattr(t, k)}")
-    if cfg.model.from_run and not RUN_ID_RE.match(cfg.model.from_run):
+    if cfg.model.from_run and not NAME_RE.match(cfg.model.from_run):
         raise BadSetting(f"bad value for model.from_run: not a run id: {cfg.model.from_run!r}")
     if cfg.method != "grpo":
         _validate_supervised(cfg)

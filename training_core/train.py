@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import sys
-import time
 import traceback
 from pathlib import Path
 
+from pippa_contract.names import new_run_id
 from training_core.errors import TrainingError, UsageError
 from training_core.platform import PlatformFacts, detect
 from training_core.recipes import Resolved, resolve
@@ -44,11 +43,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--debug", action="store_true", help="print the traceback of an error, not only its line")
     return p
-
-
-def new_run_id(recipe: str) -> str:
-    stem = "".join(c if c.isalnum() or c in "_.-" else "-" for c in Path(recipe).stem)[:32] or "run"
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}-{secrets.token_hex(2)}"
 
 
 def check_names(res: Resolved) -> None:

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Mapping
 from typing import TextIO
 
+from pippa_contract import verbs
 from pippa_ops.runs.listing import RunRecord, host_runs
 from pippa_ops.runs.shortid import short_ids
 from pippa_ops.transport.base import Transport
@@ -73,8 +74,7 @@ class StatusLine:
                             spec, transport = connect(host)
                             open_[host] = (spec.remote_dir, transport)
                         remote_dir, transport = open_[host]
-                        args = {"remote_dir": remote_dir, "summary": first}
-                        answer = agent_client.call(transport, "list_runs", args)
+                        answer = verbs.list_runs(agent_client.Once(transport), remote_dir, summary=first)
                     except Exception:  # a host that does not answer now: the line keeps what it had
                         gone = open_.pop(host, None)
                         if gone is not None:

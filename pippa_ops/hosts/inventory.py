@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pippa_contract.secrets import SECRETS_PATH as SECRETS_PATH  # outside the synced tree
 from pippa_ops.alerts.settings import FIELDS as ALERT_FIELDS
 from pippa_ops.alerts.settings import alert_settings
 from pippa_ops.errors import UnknownHost, UsageError, did_you_mean
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
 
 DEFAULT_REMOTE_DIR = "~/pippa"
 DEFAULT_SECRETS = ("WANDB_API_KEY", "WANDB_ENTITY", "WANDB_PROJECT", "HF_TOKEN")
-# Where `pippa up` writes the secrets (0600) on a host; job scripts source it. Outside the synced tree.
-SECRETS_PATH = "~/.config/pippa/secrets.env"
 LOCAL = "local"
 
 

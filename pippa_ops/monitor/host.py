@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
+from pippa_contract.rundir import RunDir
 from pippa_ops.errors import (
     AuthFailed,
     HostKeyRejected,
@@ -233,7 +234,7 @@ class HostMonitor:
             f.close()
 
     def _run_dir(self, run_id: str) -> str:
-        return f"{self.spec.remote_dir.rstrip('/')}/runs/{validate_name('run', run_id)}"
+        return RunDir(self.spec.remote_dir, validate_name("run", run_id)).path
 
     def follow(self, run_id: str, emit: Emit) -> None:
         """Stream the run's metrics.jsonl and output.log (two channels) until it is deselected."""

@@ -7,10 +7,11 @@ snapshot tests feed it directly. ``pippa_ops.monitor.host`` produces the events;
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
+from pippa_contract.metrics import MetricsReader
+from pippa_contract.states import ACTIVE
 from pippa_ops.gpu import Gpu
 
 HISTORY = 60  # samples kept per GPU for the sparklines (one minute at the default 1 s interval)
@@ -26,6 +27,7 @@ SLOT_KEYS = {
 }  # fmt: skip
 # Fractions, drawn as points on the reward plot (self-play: wins and invalid-move losses vs random).
 EVAL_PLOTTED = ("eval/accuracy", "mbpp_eval/pass_rate", "eval/vs_random/win", "eval/vs_random/invalid")
+_STEP_KEYS = tuple(dict.fromkeys((*PLOTTED, *(k for keys in SLOT_KEYS.values() for k in keys))))
 
 Link = Literal["connecting", "up", "down"]
 
@@ -113,9 +115,6 @@ class RunUpdated:
 HostEvent = LinkChanged | GpuSampled | RunsListed
 
 
-ACTIVE = ("running", "queued")
-
-
 def ended_runs(before: tuple[RunRow, ...], after: tuple[RunRow, ...]) -> list[RunRow]:
     """Runs that were running or queued in the previous listing and are not any more: what the
     dashboard tells the user about (the first listing of a host tells nothing)."""
@@ -154,23 +153,14 @@ def apply(state: HostState, event: HostEvent) -> HostState:
 
 
 # ---------------------------------------------------------------------------------------- metrics file
-class MetricsParser:
-    """Accumulates metrics.jsonl as it is followed, chunk by chunk.
-
-    A chunk may end inside a line (the writer flushes line by line, the reader reads bytes): the
-    partial line waits in a buffer until its newline arrives, as docs/CONTRACTS.md asks.
-    A resumed run replaces the file without the lines it redoes (docs/CONTRACTS.md): the first header
-    (``resumed_from_step`` null) starts the curves afresh, so reading the new file from byte 0 again
-    (``tail -F`` does after a replace) rebuilds them; a resumed header drops points past its step.
-    """
+class MetricsParser(MetricsReader):
+    """Accumulates metrics.jsonl as it is followed, chunk by chunk (pippa_contract.metrics: a partial
+    line waits for its newline; the first header starts the curves afresh, so reading a replaced file
+    from byte 0 again rebuilds them; a resumed header drops points past its step)."""
 
     def __init__(self) -> None:
-        self._buf = b""
+        super().__init__()
         self._reset()
-
-    def restart(self) -> None:
-        """The file will be read again from byte 0: drop the partial line (the first header resets)."""
-        self._buf = b""
 
     def _reset(self) -> None:
         self.series: dict[str, list[tuple[int, float]]] = {k: [] for k in PLOTTED}
@@ -180,45 +170,34 @@ class MetricsParser:
         self.last_step: int | None = None
         self.seen_any = False
 
-    def feed(self, chunk: bytes) -> None:
-        data = self._buf + chunk
-        *lines, self._buf = data.split(b"\n")
-        for raw in lines:
-            self._line(raw)
+    def record(self, rec: dict[str, Any]) -> None:
+        super().record(rec)
+        self.seen_any = True  # any record, even a foreign one: the run has a metrics file
 
-    def _line(self, raw: bytes) -> None:
-        try:
-            rec = json.loads(raw)
-        except ValueError:
-            return  # a torn or foreign line never stops the dashboard
-        if not isinstance(rec, dict):
-            return
-        self.seen_any = True
-        kind = rec.get("type")
-        step = rec.get("step")
-        if kind == "header":
-            resumed = rec.get("resumed_from_step")
-            if isinstance(resumed, int):
-                self._rewind(resumed)
-            else:
-                self._reset()
-            self.seen_any = True
-            wandb = rec.get("wandb")
-            if isinstance(wandb, dict) and isinstance(wandb.get("url"), str):
-                self.wandb_url = wandb["url"]
-        elif kind == "step" and isinstance(step, int):
-            self.last_step = step
-            for key in dict.fromkeys((*PLOTTED, *(k for keys in SLOT_KEYS.values() for k in keys))):
-                v = rec.get(key)
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    self.series.setdefault(key, []).append((step, float(v)))
-        elif kind == "eval" and isinstance(step, int):
-            for key in EVAL_PLOTTED:
-                v = rec.get(key)
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    self.evals.setdefault(key, []).append((step, float(v)))
-        elif kind == "end":
-            self.end_status = str(rec.get("status"))
+    def on_header(self, rec: dict[str, Any], keep: int) -> None:
+        if keep >= 0:
+            self._rewind(keep)
+        else:
+            self._reset()
+        wandb = rec.get("wandb")
+        if isinstance(wandb, dict) and isinstance(wandb.get("url"), str):
+            self.wandb_url = wandb["url"]
+
+    def on_step(self, step: int, rec: dict[str, Any]) -> None:
+        self.last_step = step
+        for key in _STEP_KEYS:
+            v = rec.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                self.series.setdefault(key, []).append((step, float(v)))
+
+    def on_eval(self, step: int, rec: dict[str, Any]) -> None:
+        for key in EVAL_PLOTTED:
+            v = rec.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                self.evals.setdefault(key, []).append((step, float(v)))
+
+    def on_end(self, rec: dict[str, Any]) -> None:
+        self.end_status = str(rec.get("status"))
 
     def _rewind(self, step: int) -> None:
         """Forget what a resume from ``step`` redoes (a reader that saw the killed run's lines)."""

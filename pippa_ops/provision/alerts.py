@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pippa_contract import verbs
 from pippa_ops.alerts import hostalerts
 from pippa_ops.alerts.commands import program_command
 from pippa_ops.errors import PippaError
@@ -72,11 +73,9 @@ def install(
     """Copy the program and its config to the host, then start or stop the watcher as the entry says."""
     base = hostalerts.ALERTS_DIR
     with agent_client.Session(transport) as agent:
-        agent.call("write_file", {"path": f"{base}/hostalerts.py", "text": SOURCE.read_text(), "mode": 0o600})
+        verbs.write_file(agent, f"{base}/hostalerts.py", SOURCE.read_text(), 0o600)
         config = host_config(spec, remote_dir, gpus, python)
-        agent.call(
-            "write_file", {"path": f"{base}/{hostalerts.CONFIG}", "text": json.dumps(config), "mode": 0o600}
-        )
+        verbs.write_file(agent, f"{base}/{hostalerts.CONFIG}", json.dumps(config), 0o600)
     transport.run(f"chmod 700 {sh_path(base)}", timeout=30)
     verb = "watch-ensure" if spec.idle_alert_s else "watch-stop"
     answer = _answer(transport.run(program_command(verb), timeout=60).stdout)

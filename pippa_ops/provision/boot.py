@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from pippa_contract import verbs
 from pippa_ops.errors import BadSetting
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.restart import supervisor_source
@@ -57,7 +58,7 @@ def apply_boot(spec: HostSpec, transport: Transport) -> BootChange:
     current = listed.stdout if listed.ok else ""  # "no crontab for user": exit 1, nothing listed
     wanted = edit_crontab(current, spec.remote_dir, spec.recover_on_boot)
     if spec.recover_on_boot:
-        agent_client.call(transport, "write_file", {"path": SUPERVISOR_PATH, "text": supervisor_source()})
+        verbs.write_file(agent_client.Once(transport), SUPERVISOR_PATH, supervisor_source())
     if wanted == current or (not wanted.strip() and not current.strip()):
         kept = "kept" if spec.recover_on_boot else "absent"
         return BootChange(

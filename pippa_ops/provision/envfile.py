@@ -7,12 +7,12 @@ umask 077 (tmp + rename), and job scripts source it. Nothing here returns or pri
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from dotenv import dotenv_values
 
+from pippa_contract.secrets import format_secrets
 from pippa_ops.hosts.inventory import SECRETS_PATH
 from pippa_ops.sync import remote_dir_expr
 from pippa_ops.transport.base import Transport
@@ -36,8 +36,10 @@ def read_env(path: Path) -> dict[str, str]:
 
 
 def secrets_file_text(values: dict[str, str]) -> str:
-    """``KEY='value'`` lines a POSIX shell can source (values single-quoted, keys validated)."""
-    return "".join(f"{validate_env_key(k)}={shlex.quote(v)}\n" for k, v in sorted(values.items()))
+    """``KEY='value'`` lines a POSIX shell can source (pippa_contract.secrets; keys validated)."""
+    for key in values:
+        validate_env_key(key)
+    return format_secrets(values)
 
 
 def write_command(path: str = SECRETS_PATH) -> str:

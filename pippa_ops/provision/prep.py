@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pippa_contract import verbs
 from pippa_ops.errors import HostUnreachable, PippaError, RemoteCommandFailed, ToolMissing
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.inventory import HostSpec
@@ -168,7 +169,7 @@ def parse_probe(answer: dict[str, object]) -> Probe:
 
 
 def probe(transport: Transport, spec: HostSpec) -> Probe:
-    return parse_probe(agent_client.call(transport, "probe", {"remote_dir": spec.remote_dir}))
+    return parse_probe(verbs.probe(agent_client.Once(transport), spec.remote_dir))
 
 
 def setup_lines(spec: HostSpec) -> tuple[str, ...]:
@@ -226,7 +227,7 @@ def up(
     uv_installed = False
     if facts.uv is None and uses_uv(lines):
         emit("installing uv for the user (~/.local/bin)")
-        answer = agent_client.call(transport, "install_uv", {}, timeout=900)
+        answer = verbs.install_uv(agent_client.Once(transport))
         if not answer.get("uv"):
             why = "; ".join(str(f) for f in answer.get("failures") or []) or "no uv afterwards"
             raise ToolMissing(f"{spec.name}: could not install uv: {why}")
@@ -235,9 +236,9 @@ def up(
     bwrap_installed = False
     if facts.sandbox is not None and not facts.sandbox.works and facts.sandbox.can_install:
         emit("installing bubblewrap (the code sandbox) with apt-get")
-        answer = agent_client.call(transport, "install_bwrap", {}, timeout=900)
-        bwrap_installed = bool(answer.get("installed"))
-        facts = replace(facts, sandbox=Sandbox.from_json(answer.get("sandbox")))
+        bwrap = verbs.install_bwrap(agent_client.Once(transport))
+        bwrap_installed = bool(bwrap.get("installed"))
+        facts = replace(facts, sandbox=Sandbox.from_json(bwrap.get("sandbox")))
     if facts.sandbox is not None:
         emit(f"sandbox: {facts.sandbox.summary()}")
     synced = sync(spec, transport, repo, progress=None)
@@ -255,7 +256,7 @@ def up(
         line = f"{PATH_PREFIX} && {export_line(spec.env)} && cd {dir_expr} && {chained}"
         run_streamed(transport, line, emit, "setup")
         record = json.dumps({"key": key, "time": time.time()}) + "\n"
-        agent_client.call(transport, "write_file", {"path": record_path, "text": record})
+        verbs.write_file(agent_client.Once(transport), record_path, record)
     else:
         emit("setup: up to date")
     python = spec.python or f"{spec.remote_dir.rstrip('/')}/.venv/bin/python"

@@ -2,7 +2,7 @@
 
 ``pippa runs`` shows what a team compares runs by: recipe, state, steps, final and best reward,
 the final eval metrics, duration, commit and the W&B link. The host's agent summarizes each
-``metrics.jsonl`` where it lies (``agent.metrics_summary``); a pulled copy is summarized here by the
+``metrics.jsonl`` where it lies (``pippa_contract.runfacts``); a pulled copy is summarized here by the
 same function, so both read the file the same way. Also: finding which host holds a named run
 (``locate``), for the verbs that take run names (pull, wait, compare).
 """
@@ -17,13 +17,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pippa_contract import verbs
+from pippa_contract.runfacts import run_facts
 from pippa_ops.errors import AmbiguousSession, PippaError, RunNotFound, UsageError
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.inventory import LOCAL, load_inventory
 from pippa_ops.runs.cost import priced_on
 from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, host_runs, list_runs, select_runs
-from pippa_ops.transport import agent, agent_client
+from pippa_ops.transport import agent_client
 from pippa_ops.transport.shell import NAME_RE, validate_name
 
 SORT_KEYS = ("started", "reward", "best", "steps", "duration")
@@ -82,7 +84,7 @@ def infos_from_answer(host: str, answer: dict[str, Any], runs: HostRuns | None =
 def host_infos(host: str) -> list[RunInfo]:
     spec, transport = connect(host)
     with transport:
-        answer = agent_client.call(transport, "list_runs", {"remote_dir": spec.remote_dir, "summary": True})
+        answer = verbs.list_runs(agent_client.Once(transport), spec.remote_dir, summary=True)
         runs = priced_on(spec, transport, host_runs(spec.name, answer))
     return infos_from_answer(spec.name, answer, runs)
 
@@ -99,7 +101,7 @@ def pulled_infos(root: Path) -> list[RunInfo]:
         facts = []
         for run_dir in sorted(host_dir.iterdir()):
             if NAME_RE.fullmatch(run_dir.name) and run_dir.is_dir():
-                f = agent.run_facts(str(run_dir), summary=True)
+                f = run_facts(str(run_dir), summary=True)
                 if f is not None:
                     facts.append(f)
         answer = {"now": time.time(), "sessions": "", "runs": facts}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pippa_contract.rundir import RunDir
 from pippa_ops.errors import UsageError
 from pippa_ops.hosts.connect import connect
 from pippa_ops.runs.catalog import locate
@@ -77,7 +78,7 @@ def load_runs(names: Sequence[str], root: Path, host: str | None = None) -> list
             with transport:
                 for name in wanted:
                     rec = records[name]
-                    path = f"{spec.remote_dir.rstrip('/')}/runs/{rec.run_id}/metrics.jsonl"
+                    path = RunDir(spec.remote_dir, rec.run_id).metrics
                     data = read_all(transport, path)
                     loaded[name] = LoadedRun(
                         rec.run_id, spec.name, "host", f"{h}:{path}", parse_metrics(data), rec.cost

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pippa_contract.metrics import EVAL, STEP, MetricsReader
+
 Points = tuple[tuple[int, float], ...]
 DASH_SMOOTHING = 0.6  # the dashboard's `e` toggle; TensorBoard's default weight
 
@@ -38,46 +40,55 @@ def _number(v: object) -> float | None:
     return float(v)
 
 
+class _CurvesReader(MetricsReader):
+    """Every numeric series of a run; the config and recipe of its first header (a resumed header
+    keeps them unless there were none)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config: dict[str, Any] = {}
+        self.recipe: str | None = None
+        self.tables: dict[str, dict[str, dict[int, float]]] = {STEP: {}, EVAL: {}}
+        self.end: str | None = None
+
+    def on_header(self, rec: dict[str, Any], keep: int) -> None:
+        for table in self.tables.values():
+            for points in table.values():
+                for s in [s for s in points if s > keep]:
+                    del points[s]
+        self.end = None
+        if keep < 0 or not self.config:
+            found = rec.get("config")
+            self.config = found if isinstance(found, dict) else {}
+            self.recipe = rec.get("recipe")
+
+    def on_step(self, step: int, rec: dict[str, Any]) -> None:
+        self._points(self.tables[STEP], step, rec)
+
+    def on_eval(self, step: int, rec: dict[str, Any]) -> None:
+        self._points(self.tables[EVAL], step, rec)
+
+    @staticmethod
+    def _points(table: dict[str, dict[int, float]], step: int, rec: dict[str, Any]) -> None:
+        for key, value in rec.items():
+            v = _number(value)
+            if v is not None and key not in ("step", "time"):
+                table.setdefault(key, {})[step] = v
+
+    def on_end(self, rec: dict[str, Any]) -> None:
+        self.end = str(rec.get("status"))
+
+
 def parse_metrics(data: bytes) -> Curves:
-    """Read a metrics.jsonl (docs/CONTRACTS.md) whole; a torn last line is ignored."""
-    config: dict[str, Any] = {}
-    recipe = None
-    steps: dict[str, dict[int, float]] = {}
-    evals: dict[str, dict[int, float]] = {}
-    end = None
-    for raw in data.split(b"\n")[:-1]:
-        try:
-            rec = json.loads(raw)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict):
-            continue
-        kind, step = rec.get("type"), rec.get("step")
-        if kind == "header":
-            resumed = rec.get("resumed_from_step")
-            keep = resumed if isinstance(resumed, int) else -1
-            for table in (steps, evals):
-                for points in table.values():
-                    for s in [s for s in points if s > keep]:
-                        del points[s]
-            end = None
-            if keep < 0 or not config:
-                found = rec.get("config")
-                config = found if isinstance(found, dict) else {}
-                recipe = rec.get("recipe")
-        elif kind in ("step", "eval") and isinstance(step, int):
-            table = steps if kind == "step" else evals
-            for key, value in rec.items():
-                v = _number(value)
-                if v is not None and key not in ("step", "time"):
-                    table.setdefault(key, {})[step] = v
-        elif kind == "end":
-            end = str(rec.get("status"))
+    """Read a metrics.jsonl (pippa_contract.metrics) whole; a torn last line is ignored."""
+    reader = _CurvesReader()
+    reader.feed(data)
 
     def frozen(table: dict[str, dict[int, float]]) -> dict[str, Points]:
         return {k: tuple(sorted(v.items())) for k, v in table.items() if v}
 
-    return Curves(config=config, recipe=recipe, steps=frozen(steps), evals=frozen(evals), end=end)
+    return Curves(config=reader.config, recipe=reader.recipe, steps=frozen(reader.tables[STEP]),
+                  evals=frozen(reader.tables[EVAL]), end=reader.end)  # fmt: skip
 
 
 def ema(values: Sequence[float], weight: float) -> list[float]:

@@ -1,7 +1,7 @@
 """Follow a file on a host from a byte offset, over one channel, resumable after a reconnect.
 
 ``logs -f`` and the dashboard's metrics stream both need "what was appended since byte N, as it
-comes". One request to the host agent (``pippa_ops.transport.agent.follow``) per follow streams it over a
+comes". One request to the host agent (``pippa_agent.streams.follow``) per follow streams it over a
 single channel (no polling round trips). The follower counts the bytes it has handed out, so after
 a dropped connection a new ``Follower(..., offset=old.offset)`` resumes exactly where the old one
 stopped.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 
+from pippa_contract import verbs
 from pippa_ops.errors import AuthFailed, HostUnreachable
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Process, Transport, read_to_end
@@ -44,8 +45,8 @@ class Follower:
 
     def chunks(self) -> Iterator[bytes]:
         """Stream until the end condition holds on the host (or forever without one)."""
-        args = {"path": self.path, "offset": self.offset, "end_file": self.end_file, "session": self.session}
-        proc = self._proc = agent_client.start(self.transport, "follow", args)
+        agent = agent_client.Once(self.transport)
+        proc = self._proc = verbs.follow(agent, self.path, self.offset, self.end_file, self.session)
         try:
             while True:
                 data = proc.read(65536)
@@ -82,7 +83,7 @@ class Follower:
 def read_all(transport: Transport, path: str, offset: int = 0) -> bytes:
     """The file's bytes from ``offset`` (one round trip; bytes, so offsets stay exact; ``b""`` when
     the file does not exist)."""
-    with agent_client.start(transport, "read", {"path": path, "offset": offset}) as proc:
+    with verbs.read(agent_client.Once(transport), path, offset) as proc:
         proc.close_stdin()
         out = read_to_end(proc)
         agent_client.check_stream(transport, "read", proc, proc.wait(60))

@@ -1,7 +1,7 @@
 """Runs: launch recipes or commands in a named tmux session on a host, and stop them.
 
 A launch is a sync (for ``local``: only the marker) then ONE request to the host agent
-(``pippa_ops.transport.agent.launch``) that checks tmux, refuses or replaces the session, writes
+(``pippa_agent.runs.launch``) that checks tmux, refuses or replaces the session, writes
 ``runs/<id>/{run.json,cmd.sh}`` and starts the session.
 Listing and state live in ``runs.listing``; the script builders in ``runs.script``; this module only
 orders the steps. It imports no typer/rich/textual: the dashboard reuses it.
@@ -14,37 +14,43 @@ import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from pippa_ops.errors import BadSetting, NotResumable, RunStillActive, SessionExists
+from pippa_contract import verbs
+from pippa_contract.names import new_run_id
+from pippa_contract.rundir import RunDir
+from pippa_ops.errors import BadSetting, NotResumable, RunStillActive
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.hosts.scheduler import SlurmSpec
-from pippa_ops.repo import repo_root
 from pippa_ops.runs.follow import follow_to_end, read_all
 from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs
 from pippa_ops.runs.precheck import check_python
-from pippa_ops.runs.recipes import check_recipe, check_settings, recipes_dir
-from pippa_ops.runs.restart import RestartFlags, supervisor_source
+from pippa_ops.runs.recipes import check_recipe, check_settings
+from pippa_ops.runs.restart import RestartFlags
+from pippa_ops.runs.schedulers import (
+    LaunchResult,
+    Submission,
+    host_python,
+    launch_request,
+    scheduler_for,
+    scheduler_of,
+    start_session,
+    sync_for_launch,
+)  # fmt: skip
 from pippa_ops.runs.script import (
     DEFAULT_GAP_S,
     DEFAULT_SESSION,
     Job,
     cmd_job,
     group_port,
-    new_run_id,
     parse_sets,
     recipe_job,
     render_cmd_sh,
     rendezvous_args,
     resume_job,
     run_json,
-    session_argv,
 )
-from pippa_ops.runs.slurm import render_sbatch
 from pippa_ops.runs.tmux import attach_argv as tmux_attach_argv
 from pippa_ops.runs.tmux import switch_client_argv
-from pippa_ops.sync import sync as sync_repo
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import join, validate_session
@@ -53,23 +59,6 @@ from pippa_ops.transport.shell import join, validate_session
 # minutes on one GPU); the wait ends as soon as the run has written its exit code.
 DEFAULT_GRACE_S = 180.0
 SyncInfo = dict[str, object]
-
-
-@dataclass(frozen=True)
-class LaunchResult:
-    host: str
-    session: str
-    run_ids: tuple[str, ...]
-    sync: SyncInfo | None
-    job_ids: tuple[str, ...] = ()  # SLURM jobs, one per run, on a SLURM host
-
-    def attach_hint(self) -> str:
-        if self.job_ids:
-            return f"none for a batch job (pippa attach {self.run_ids[0]} --host {self.host} says why)"
-        return f"pippa attach {self.session} --host {self.host}"
-
-    def logs_hint(self) -> str:
-        return f"pippa logs {self.run_ids[0]} --host {self.host} -f"
 
 
 def attach_argv(spec: HostSpec, session: str, *, switch_client: bool = False) -> list[str]:
@@ -81,26 +70,6 @@ def attach_argv(spec: HostSpec, session: str, *, switch_client: bool = False) ->
     if spec.is_local:
         return switch_client_argv(session) if switch_client else tmux_attach_argv(session)
     return [*ssh_argv(spec), join(tmux_attach_argv(session))]
-
-
-def local_python(root: Path) -> str:
-    """The host ``local`` runs training with the repo's .venv python, else this interpreter."""
-    venv = root / ".venv" / "bin" / "python"
-    if venv.exists():
-        return str(venv)
-    import sys
-
-    return sys.executable
-
-
-def sync_for_launch(
-    spec: HostSpec, transport: Transport, marker: list[dict[str, object]], agent: agent_client.Session
-) -> SyncInfo:
-    """Sync the repo (for ``local`` it only writes the marker); commit + dirty. A no-change sync
-    leaves its marker in ``marker``: the launch request writes it (one round trip fewer), and its
-    agent process is the one that then launches (one Python start-up on the host, not two)."""
-    result = sync_repo(spec, transport, repo_root(), defer_marker=marker, agent=agent)
-    return {"commit": result.commit, "dirty": result.dirty}
 
 
 def plan_jobs(
@@ -122,15 +91,8 @@ def plan_jobs(
     for name in recipes:
         check_recipe(name)
         check_settings(name, sets)
-    python = _python(spec)
+    python = host_python(spec)
     return [recipe_job(new_run_id(name, now), name, python, remote_dir, parsed) for name in recipes]
-
-
-def _python(spec: HostSpec) -> str | None:
-    """The host's python setting; for ``local`` without one, the repo's venv (else this interpreter)."""
-    if spec.is_local and spec.python is None:
-        return local_python(Path(spec.remote_dir))
-    return spec.python
 
 
 def launch(
@@ -155,17 +117,8 @@ def launch(
     remote_dir = spec.remote_dir
     jobs = plan_jobs(spec, remote_dir, recipes, command, sets, now)
     with agent_client.Session(transport) as agent:
-        if spec.scheduler == "slurm":
-            if restart is not None and restart.given:
-                raise BadSetting(f"{spec.name} is a SLURM host: --retry and --stall-timeout run in a tmux "
-                                 "session's supervisor and are not supported for batch jobs")  # fmt: skip
-            sync_info, job_ids = _submit(spec, transport, agent, jobs, nodes, sync, now)
-            return LaunchResult(spec.name, "slurm", tuple(j.run_id for j in jobs), sync_info, job_ids)
-        if nodes is not None:
-            raise BadSetting(f"--nodes needs a SLURM host; {spec.name} runs jobs in tmux")
-        sync_info = _launch(spec, transport, agent, jobs, session, replace, gap_s, sync, now,
-                            restart or RestartFlags())  # fmt: skip
-    return LaunchResult(spec.name, session, tuple(j.run_id for j in jobs), sync_info)
+        plan = Submission(spec, transport, agent, jobs, session, replace, gap_s, sync, now, restart, nodes)
+        return scheduler_for(spec).submit(plan)
 
 
 def launch_group(
@@ -195,127 +148,23 @@ def launch_group(
     port = main_port or group_port(run_id)
     sync_info: SyncInfo | None = None
     for rank, (spec, transport) in enumerate(zip(specs, transports, strict=True)):
-        job = recipe_job(run_id, recipe, _python(spec), spec.remote_dir, parse_sets(sets))
+        job = recipe_job(run_id, recipe, host_python(spec), spec.remote_dir, parse_sets(sets))
         meet = rendezvous_args(len(specs), rank, str(first.address), port)
         job = dataclasses.replace(job, command=f"{job.command} {meet}")
         with agent_client.Session(transport) as agent:
             marker: list[dict[str, object]] = []
             info = sync_for_launch(spec, transport, marker, agent) if sync else None
-            check_python(spec, _python(spec), agent)
+            check_python(spec, host_python(spec), agent)
             sync_info = sync_info or info
-            request = {
-                "remote_dir": spec.remote_dir,
-                "session": session,
-                "runs": [{
-                    "run_id": run_id,
-                    "run_json": run_json(job, session=session, host=spec.name, started=now, sync=info,
-                                         sweep_index=0, sweep_size=1, hosts=names, machine_rank=rank),
-                    "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env),
-                }],
-                "tmux_argv": _tmux_new(session, spec.remote_dir, [run_id], 0),
-                "replace": False,
-                "stamp": now,
-                "sync_marker": marker[0] if marker else None,
-            }  # fmt: skip
-            try:
-                agent.call("launch", request)
-            except SessionExists as e:
-                raise SessionExists(
-                    f"{spec.name}: tmux session {session!r} is running; stop it or pick another --name"
-                ) from e
+            runs: list[verbs.LaunchRun] = [{
+                "run_id": run_id,
+                "run_json": run_json(job, session=session, host=spec.name, started=now, sync=info,
+                                     sweep_index=0, sweep_size=1, hosts=names, machine_rank=rank),
+                "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env),
+            }]  # fmt: skip
+            request = launch_request(spec.remote_dir, session, runs, stamp=now, marker=marker)
+            start_session(agent, request, spec.name, "is running; stop it or pick another --name")
     return LaunchResult(",".join(names), session, (run_id,), sync_info)
-
-
-def _submit(
-    spec: HostSpec,
-    transport: Transport,
-    agent: agent_client.Session,
-    jobs: list[Job],
-    nodes: int | None,
-    sync: bool,
-    now: float,
-) -> tuple[SyncInfo | None, tuple[str, ...]]:
-    """One sbatch job per run (a sweep's runs queue on the cluster side by side, not one after another)."""
-    slurm = spec.slurm or SlurmSpec()
-    if nodes is not None:
-        slurm = dataclasses.replace(slurm, nodes=nodes)
-    marker: list[dict[str, object]] = []
-    sync_info = sync_for_launch(spec, transport, marker, agent) if sync else None
-    job_ids = []
-    for i, job in enumerate(jobs):
-        meta = run_json(job, session="slurm", host=spec.name, started=now, sync=sync_info, sweep_index=i,
-                        sweep_size=len(jobs))  # fmt: skip
-        request = {
-            "remote_dir": spec.remote_dir,
-            "run_id": job.run_id,
-            "run_json": meta,
-            "script": render_sbatch(
-                slurm, job.run_id, spec.remote_dir, job.command, spec.env, rendezvous=job.recipe is not None
-            ),
-            "sync_marker": marker[0] if marker and i == 0 else None,
-        }
-        job_ids.append(str(agent.call("slurm_submit", request)["job_id"]))
-    return sync_info, tuple(job_ids)
-
-
-def _launch(
-    spec: HostSpec,
-    transport: Transport,
-    agent: agent_client.Session,
-    jobs: list[Job],
-    session: str,
-    replace: bool,
-    gap_s: float,
-    sync: bool,
-    now: float,
-    restart: RestartFlags,
-) -> SyncInfo | None:
-    remote_dir = spec.remote_dir
-    policies = [restart.policy_for(job.recipe, recipes_dir()) for job in jobs]  # checked before a sync
-    marker: list[dict[str, object]] = []  # a no-change sync's marker: written by the launch request
-    sync_info = sync_for_launch(spec, transport, marker, agent) if sync else None
-    if any(job.recipe for job in jobs):  # nothing starts with a python that cannot run the trainer
-        check_python(spec, _python(spec), agent)
-    runs = [
-        {
-            "run_id": job.run_id,
-            "run_json": run_json(
-                job,
-                session=session,
-                host=spec.name,
-                started=now,
-                sync=sync_info,
-                sweep_index=i,
-                sweep_size=len(jobs),
-                restart=policy.to_json() if policy.active else None,
-            ),
-            "cmd_sh": render_cmd_sh(job, remote_dir, spec.env, supervised=policy.active),
-            "supervisor": supervisor_source() if policy.active else None,
-        }
-        for i, (job, policy) in enumerate(zip(jobs, policies, strict=True))
-    ]
-    request = {
-        "remote_dir": remote_dir,
-        "session": session,
-        "runs": runs,
-        "tmux_argv": _tmux_new(session, remote_dir, [j.run_id for j in jobs], gap_s),
-        "replace": replace,
-        "stamp": now,
-        "sync_marker": marker[0] if marker else None,
-    }
-    try:
-        agent.call("launch", request)
-    except SessionExists as e:
-        raise SessionExists(
-            f"{spec.name}: tmux session {session!r} is running; stop it, pick another --name, or --replace"
-        ) from e
-    return sync_info
-
-
-def _tmux_new(session: str, remote_dir: str, run_ids: Sequence[str], gap_s: float) -> list[str]:
-    from pippa_ops.runs.tmux import new_session_argv
-
-    return new_session_argv(session, session_argv(remote_dir, run_ids, gap_s))
 
 
 def resume(
@@ -343,32 +192,7 @@ def resume(
             check_settings(run.recipe, sets)
             extra = [a for key, value in parse_sets(sets) for a in ("--set", f"{key}={value}")]
             job = dataclasses.replace(job, command=f"{job.command} {shlex.join(extra)}")
-        if spec.scheduler == "slurm":
-            script = render_sbatch(spec.slurm or SlurmSpec(), run.run_id, spec.remote_dir, job.command,
-                                   spec.env)  # fmt: skip
-            answer = agent.call("slurm_submit", {"remote_dir": spec.remote_dir, "run_id": run.run_id,
-                                                 "resume": True, "stamp": time.time(), "script": script})
-            return LaunchResult(spec.name, "slurm", (run.run_id,), None, (str(answer["job_id"]),))
-        session = validate_session(session or run.session)
-        # A supervised run (--retry) continues under its supervisor: one more recorded attempt, with --resume.
-        supervised = run.max_attempts is not None
-        cmd_sh = render_cmd_sh(job, spec.remote_dir, spec.env, supervised=supervised)
-        supervisor = supervisor_source() if supervised else None
-        request = {
-            "remote_dir": spec.remote_dir,
-            "session": session,
-            "runs": [{"run_id": run.run_id, "resume": True, "cmd_sh": cmd_sh, "supervisor": supervisor}],
-            "tmux_argv": _tmux_new(session, spec.remote_dir, [run.run_id], 0),
-            "replace": False,
-            "stamp": time.time(),
-        }
-        try:
-            agent.call("launch", request)
-        except SessionExists as e:
-            raise SessionExists(
-                f"{spec.name}: tmux session {session!r} is in use; resume into another with --name"
-            ) from e
-    return LaunchResult(spec.name, session, (run.run_id,), None)
+        return scheduler_for(spec).resume(spec, agent, run, job, session)
 
 
 @dataclass(frozen=True)
@@ -395,24 +219,9 @@ def _stop(
     run = current_run(host_runs, name)
     if not run.active:
         return StopResult(spec.name, run.session, run, run, False)
-    if run.job_id is not None:  # SIGINT to the job's processes (the trainer saves), then scancel
-        request = {"remote_dir": spec.remote_dir, "run_id": run.run_id, "job_id": run.job_id,
-                   "grace_s": grace_s, "stamp": time.time()}  # fmt: skip
-        answer = agent.call("slurm_stop", request, timeout=grace_s + 60)
-        after = _find(list_runs(transport, spec.remote_dir, agent=agent), run.run_id)
-        return StopResult(spec.name, run.session, run, after, bool(answer.get("cancelled")))
-    session_runs = [r.run_id for r in host_runs.runs if r.session == run.session and r.active]
-    request = {
-        "remote_dir": spec.remote_dir,
-        "session": run.session,
-        "run_ids": session_runs,
-        "watch": run.run_id,
-        "grace_s": grace_s,
-        "stamp": time.time(),
-    }
-    answer = agent.call("stop", request, timeout=grace_s + 60)
+    killed = scheduler_of(run).stop(spec, agent, run, host_runs, grace_s)
     after = _find(list_runs(transport, spec.remote_dir, agent=agent), run.run_id)
-    return StopResult(spec.name, run.session, run, after, bool(answer.get("killed_session")))
+    return StopResult(spec.name, run.session, run, after, killed)
 
 
 def _find(host_runs: HostRuns, run_id: str) -> RunRecord | None:
@@ -433,14 +242,15 @@ def follow_run(
     resume from the byte offset, so the output arrives whole and once. The returned transport is the
     one now open (a new one after a reconnect): the caller closes it.
     """
-    run_dir = f"{spec.remote_dir.rstrip('/')}/runs/{run_id}"
+    run_dir = RunDir(spec.remote_dir, run_id)
     pending = [transport]
 
     def connect_again() -> Transport:
         return pending.pop() if pending else open_transport(spec)
 
-    log, end = f"{run_dir}/output.log", f"{run_dir}/exit_code"
-    tmux_session = None if session.startswith("slurm") else session  # a batch job: its exit_code ends it
-    live = follow_to_end(connect_again, log, write, notify, end_file=end, session=tmux_session)
-    code = read_all(live, f"{run_dir}/exit_code").strip()
+    tmux_session = scheduler_for(spec).follow_session(session)
+    live = follow_to_end(
+        connect_again, run_dir.output_log, write, notify, end_file=run_dir.exit_code, session=tmux_session
+    )
+    code = read_all(live, run_dir.exit_code).strip()
     return (int(code) if code.lstrip(b"-").isdigit() else None), live

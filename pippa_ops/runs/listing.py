@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from pippa_contract import verbs
+from pippa_contract.states import ACTIVE, derive_state, slurm_state
 from pippa_ops.errors import AmbiguousSession, RunNotFound
 from pippa_ops.runs import supervise
 from pippa_ops.runs.shortid import designates
@@ -62,7 +64,7 @@ class RunRecord:
 
     @property
     def active(self) -> bool:
-        return self.state in ("running", "queued")
+        return self.state in ACTIVE
 
     @property
     def state_text(self) -> str:
@@ -114,54 +116,10 @@ def _last_step(steps: list[Any]) -> tuple[int | None, float | None]:
     return None, None
 
 
-def derive_state(
-    *,
-    session_alive: bool,
-    exit_code: int | None,
-    started: bool,
-    stop_requested: bool,
-) -> str:
-    """The run's state from its files and whether its own tmux session is alive (pure)."""
-    if exit_code is not None:
-        if stop_requested:
-            return "stopped"
-        return "finished" if exit_code == 0 else "failed"
-    if session_alive:
-        return "running" if started else "queued"
-    if stop_requested:
-        return "killed" if started else "cancelled"
-    return "lost"  # no exit status, no session, nobody asked it to stop (host reboot, tmux killed)
-
-
-# SLURM job states (squeue / scontrol / sacct) -> whether the job can still run the script.
-SLURM_WAITING = ("PENDING", "CONFIGURING", "REQUEUED", "RESIZING", "REQUEUE_HOLD", "SUSPENDED")
-SLURM_RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING")
-
-
-def slurm_state(
-    state: str, *, exit_code: int | None, started: bool, stop_requested: bool
-) -> str:
-    """A SLURM run's state: its files say how the run ended; while they do not, the job's state says
-    whether it waits (queued), runs, or ended without the script recording it (cancelled, killed,
-    failed: a time limit, a node failure, out of memory)."""
-    if exit_code is not None:
-        return derive_state(session_alive=False, exit_code=exit_code, started=started,
-                            stop_requested=stop_requested)  # fmt: skip
-    if state in SLURM_WAITING:
-        return "queued"
-    if state in SLURM_RUNNING:
-        return "running"
-    if state == "CANCELLED":
-        return "killed" if started else "cancelled"
-    if state in ("COMPLETED", "UNKNOWN", ""):
-        return "lost"
-    return "failed"  # FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, PREEMPTED
-
-
 def _record(
     host: str, raw: dict[str, Any], now: float, sessions: dict[str, float], idents: dict[str, str]
 ) -> RunRecord | None:
-    """One run from the agent's facts about its directory (pippa_ops.transport.agent.list_runs)."""
+    """One run from the agent's facts about its directory (pippa_contract.runfacts)."""
     run_id, meta = raw.get("run_id"), raw.get("meta")
     if not isinstance(run_id, str) or not NAME_RE.fullmatch(run_id) or not isinstance(meta, dict):
         return None
@@ -270,8 +228,7 @@ def list_runs(
 ) -> HostRuns:
     """Every run record on the host (the last ``limit`` run dirs), in one round trip (in ``agent``'s
     process when the caller has one going)."""
-    args = {"remote_dir": remote_dir, "limit": limit}
-    answer = agent.call("list_runs", args) if agent else agent_client.call(transport, "list_runs", args)
+    answer = verbs.list_runs(agent or agent_client.Once(transport), remote_dir, limit)
     return host_runs(transport.name, answer)
 
 
@@ -297,7 +254,7 @@ def current_run(host_runs: HostRuns, name: str) -> RunRecord:
     runs = select_runs(host_runs, name)
     if not runs:
         raise RunNotFound(f"{host_runs.host}: no run or session named {name!r} (see `pippa ps`)")
-    for state in ("running", "queued"):
+    for state in ACTIVE:
         active = [r for r in runs if r.state == state]
         if active:
             return active[0]

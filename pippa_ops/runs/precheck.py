@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 import time
 
+from pippa_contract import verbs
 from pippa_ops.errors import ToolMissing
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.listing import RunRecord, list_runs
@@ -34,8 +35,7 @@ def check_python(
 ) -> None:
     """Raise ToolMissing, naming the python and the fix, unless it runs and imports ``module``."""
     argv = python_argv(python, spec.remote_dir)
-    answer = agent.call("check_python", {"argv": argv, "remote_dir": spec.remote_dir, "module": module},
-                        timeout=150)  # fmt: skip
+    answer = verbs.check_python(agent, argv, spec.remote_dir, module)
     if answer.get("ok"):
         return
     shown = " ".join(argv)

@@ -1,6 +1,6 @@
 """``pippa pull``: a run's record from its host into ``runs/<host>/<run-id>/`` here, incrementally.
 
-One request to the host agent (``agent.pull``) per run: the laptop says what it already has (each
+One request to the host agent (``pippa_agent.pull``) per run: the laptop says what it already has (each
 file's size and the digest of its last 4 KiB), the agent answers with a manifest and streams only
 the missing bytes: a grown log or metrics file from where the laptop's copy ends, a new or replaced
 file whole, a checkpoint only when asked. Each file is written under a temporary name in its own
@@ -18,9 +18,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pippa_contract import verbs
+from pippa_contract.rundir import RunDir
+from pippa_contract.runfacts import tail_digest
 from pippa_ops.errors import HostUnreachable, RemoteCommandFailed, UsageError
 from pippa_ops.hosts.inventory import SECRETS_PATH, HostSpec
-from pippa_ops.transport import agent, agent_client
+from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Process, Transport
 from pippa_ops.transport.shell import validate_name
 
@@ -64,7 +67,7 @@ def _have(dest: Path) -> dict[str, list[Any]]:
             path.unlink(missing_ok=True)  # left by a pull that was killed
             continue
         size = path.stat().st_size
-        digest = agent.tail_digest(str(path), size)
+        digest = tail_digest(str(path), size)
         if digest is not None:
             have[path.relative_to(dest).as_posix()] = [size, digest]
     return have
@@ -148,12 +151,11 @@ def pull_run(
 ) -> PullResult:
     """Bring ``run_id`` from ``spec`` into ``local_dir(root, ...)``; ``checkpoint``: None (no
     checkpoint), ``latest`` or a ``checkpoint-N``/``N`` name."""
-    remote = f"{spec.remote_dir.rstrip('/')}/runs/{validate_name('run', run_id)}"
+    remote = RunDir(spec.remote_dir, validate_name("run", run_id)).path
     if spec.is_local:
         raise UsageError(f"run {run_id} is on this machine already: {remote}")
     dest = local_dir(root, spec.name, run_id)
-    args = {"run_dir": remote, "have": _have(dest), "checkpoint": checkpoint}
-    with agent_client.start(transport, "pull", args) as proc:
+    with verbs.pull(agent_client.Once(transport), remote, _have(dest), checkpoint) as proc:
         proc.close_stdin()
         try:
             line = proc.readline()
@@ -183,15 +185,10 @@ def wandb_sync(transport: Transport, spec: HostSpec, run_id: str, timeout_s: flo
     """Upload the run's offline W&B runs from the host (``wandb sync`` there); their names."""
     remote_dir = spec.remote_dir.rstrip("/")
     python = shlex.split(spec.python) if spec.python else [f"{remote_dir}/.venv/bin/python"]
-    args = {
-        "run_dir": f"{remote_dir}/runs/{validate_name('run', run_id)}",
-        "remote_dir": remote_dir,
-        "python": python,
-        "secrets_path": SECRETS_PATH,
-        "env": dict(spec.env),
-        "timeout": timeout_s,
-    }
-    answer = agent_client.call(transport, "wandb_sync", args, timeout=timeout_s + 30)
+    run_dir = RunDir(remote_dir, validate_name("run", run_id)).path
+    answer = verbs.wandb_sync(
+        agent_client.Once(transport), run_dir, remote_dir, python, SECRETS_PATH, dict(spec.env), timeout_s
+    )
     if answer.get("status") != 0:
         raise RemoteCommandFailed(f"{spec.name}: wandb sync of {run_id} failed: {answer.get('why')}")
     return [str(n) for n in answer.get("synced", [])]

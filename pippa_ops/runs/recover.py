@@ -13,11 +13,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from pippa_contract import verbs
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.listing import RunRecord, list_runs
 from pippa_ops.runs.restart import supervisor_source
-from pippa_ops.runs.script import Job, render_cmd_sh, session_argv
-from pippa_ops.runs.tmux import new_session_argv
+from pippa_ops.runs.schedulers import launch_request
+from pippa_ops.runs.script import Job, render_cmd_sh
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 
@@ -65,20 +66,13 @@ def recover(spec: HostSpec, transport: Transport) -> RecoverResult:
                 skipped.append((run.run_id, why))
                 continue
             job = Job(run_id=run.run_id, recipe=run.recipe, command=run.command, argv=None)
-            request = {
-                "remote_dir": spec.remote_dir,
-                "session": run.session,
-                "runs": [{
-                    "run_id": run.run_id,
-                    "resume": True,
-                    "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env, supervised=True),
-                    "supervisor": supervisor_source(),
-                }],
-                "tmux_argv": new_session_argv(run.session, session_argv(spec.remote_dir, [run.run_id], 0)),
-                "replace": False,
-                "stamp": time.time(),
-            }  # fmt: skip
-            agent.call("launch", request)
+            runs: list[verbs.LaunchRun] = [{
+                "run_id": run.run_id,
+                "resume": True,
+                "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env, supervised=True),
+                "supervisor": supervisor_source(),
+            }]  # fmt: skip
+            verbs.launch(agent, launch_request(spec.remote_dir, run.session, runs, stamp=time.time()))
             live.add(run.session)
             assert run.attempt is not None and run.max_attempts is not None
             resumed.append(Recovered(run.run_id, run.session, run.attempt + 1, run.max_attempts))

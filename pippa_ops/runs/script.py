@@ -15,29 +15,21 @@ from __future__ import annotations
 
 import json
 import re
-import secrets as _secrets
 import shlex
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pippa_contract.rundir import RunDir
 from pippa_ops.alerts import hostalerts
 from pippa_ops.alerts.commands import run_end_line
 from pippa_ops.errors import BadSetting
 from pippa_ops.hosts.inventory import SECRETS_PATH
+from pippa_ops.runs.templates import render
 from pippa_ops.transport.shell import export_line, sh_path, validate_name
 
 SET_KEY_RE = re.compile(r"^[a-z_][a-z0-9_.]*$")
 DEFAULT_SESSION = "training"
 DEFAULT_GAP_S = 10.0
-
-
-def new_run_id(label: str, now: float | None = None) -> str:
-    """``YYYYmmdd-HHMMSS-<label>-<4 hex>`` (docs/CONTRACTS.md); ``label`` must already be a safe name."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
-    suffix = _secrets.token_hex(2)
-    label = label[: 64 - len(stamp) - len(suffix) - 2]
-    return validate_name("run", f"{stamp}-{label}-{suffix}")
 
 
 def parse_sets(items: Sequence[str]) -> list[tuple[str, str]]:
@@ -81,7 +73,7 @@ def recipe_job(
     tail: list[str] = []
     for key, value in sets:
         tail += ["--set", f"{key}={value}"]
-    run_dir = sh_path(f"{remote_dir.rstrip('/')}/runs/{run_id}")
+    run_dir = sh_path(RunDir(remote_dir, run_id).path)
     line = " ".join([*python_words(python, remote_dir), *(shlex.quote(a) for a in argv), run_dir])
     if tail:
         line += " " + shlex.join(tail)
@@ -115,30 +107,18 @@ def supervisor_line() -> str:
 
 def render_cmd_sh(job: Job, remote_dir: str, env: dict[str, str], *, supervised: bool = False) -> str:
     """The wrapper the session runs for one job (see the module docstring for its guarantees)."""
-    run_dir = sh_path(f"{remote_dir.rstrip('/')}/runs/{job.run_id}")
-    return f"""#!/bin/sh
-# pippa run {job.run_id}: written by pippa at launch. Holds no secrets: they are sourced from
-# {SECRETS_PATH} (mode 0600) inside the job's subshell.
-RUN_DIR={run_dir}
-[ -e "$RUN_DIR/stop_requested" ] && exit 0
-date +%s > "$RUN_DIR/started"
-trap : INT
-{{
-  trap : INT
-  (
-    cd {sh_path(remote_dir)} || exit 1
-    export PATH="$HOME/.local/bin:$PATH" PYTHONUNBUFFERED=1
-    export PIPPA_RUN_ID={shlex.quote(job.run_id)} PIPPA_RUN_DIR="$RUN_DIR"
-    {export_line(env)}
-    {source_secrets_line()}
-{supervisor_line() if supervised else job.command}
-  )
-  echo $? > "$RUN_DIR/exit_code.tmp"
-}} 2>&1 | tee -a -i "$RUN_DIR/output.log"
-[ -f "$RUN_DIR/exit_code.tmp" ] && mv -f "$RUN_DIR/exit_code.tmp" "$RUN_DIR/exit_code"
-{run_end_line()}
-exit 0
-"""
+    return render(
+        "cmd.sh",
+        run_id=job.run_id,
+        run_id_word=shlex.quote(job.run_id),
+        secrets_path=SECRETS_PATH,
+        run_dir=sh_path(RunDir(remote_dir, job.run_id).path),
+        remote_dir=sh_path(remote_dir),
+        export_line=export_line(env),
+        source_secrets=source_secrets_line(),
+        job_line=supervisor_line() if supervised else job.command,
+        run_end_line=run_end_line(),
+    )
 
 
 def run_json(
@@ -195,7 +175,6 @@ def session_argv(remote_dir: str, run_ids: Sequence[str], gap_s: float) -> list[
     The outer shell traps SIGINT so Ctrl-C reaches the job without killing the session (and with it
     the trainer's chance to save); ``pippa stop`` ends the rest of a sweep through stop_requested.
     """
-    base = remote_dir.rstrip("/") + "/runs/"
-    steps = [f"sh {sh_path(base + rid + '/cmd.sh')}" for rid in run_ids]
+    steps = [f"sh {sh_path(RunDir(remote_dir, rid).cmd_sh)}" for rid in run_ids]
     gap = f"; sleep {float(gap_s):g}; " if gap_s > 0 else "; "
     return ["sh", "-c", "trap : INT; " + gap.join(steps)]

@@ -16,9 +16,11 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from pippa_contract.rundir import RunDir
 from pippa_ops.hosts.inventory import SECRETS_PATH
 from pippa_ops.hosts.scheduler import SlurmSpec
 from pippa_ops.runs.script import source_secrets_line
+from pippa_ops.runs.templates import render
 from pippa_ops.transport.shell import export_line, sh_path
 
 PORT_BASE, PORT_SPAN = 20000, 20000  # rendezvous port: PORT_BASE + job id % PORT_SPAN
@@ -62,7 +64,7 @@ def render_sbatch(
     """The batch script; ``command`` is the launch line (``launch_words``, its words already quoted),
     to which each srun task appends its machine rank and the rendezvous address (``rendezvous``; a
     ``--cmd`` job's shell line runs as it is, once per task)."""
-    run_dir = f"{remote_dir.rstrip('/')}/runs/{run_id}"
+    run_dir = RunDir(remote_dir, run_id).path
     head = "\n".join(directives(spec, run_id))
     meet = (
         'a=$1 p=$2; shift 2; exec "$@" --machines "$SLURM_NTASKS" --machine-rank "$SLURM_PROCID" '
@@ -73,23 +75,17 @@ def render_sbatch(
         if rendezvous
         else f"sh -c {shlex.quote(command)}"
     )
-    return f"""#!/bin/sh
-{head}
-# pippa run {run_id}: written by pippa at launch. Holds no secrets: they are sourced from
-# {SECRETS_PATH} (mode 0600) inside the job.
-RUN_DIR={sh_path(run_dir)}
-[ -e "$RUN_DIR/stop_requested" ] && exit 0
-date +%s > "$RUN_DIR/started"
-cd {sh_path(remote_dir)} || exit 1
-export PATH="$HOME/.local/bin:$PATH" PYTHONUNBUFFERED=1
-export PIPPA_RUN_ID={shlex.quote(run_id)} PIPPA_RUN_DIR="$RUN_DIR"
-{export_line(env)}
-{source_secrets_line()}
-MAIN_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-MAIN_PORT=$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))
-srun --kill-on-bad-exit=1 {step}
-code=$?
-echo $code > "$RUN_DIR/exit_code.tmp"
-mv -f "$RUN_DIR/exit_code.tmp" "$RUN_DIR/exit_code"
-exit $code
-"""
+    return render(
+        "job.sbatch",
+        directives=head,
+        run_id=run_id,
+        run_id_word=shlex.quote(run_id),
+        secrets_path=SECRETS_PATH,
+        run_dir=sh_path(run_dir),
+        remote_dir=sh_path(remote_dir),
+        export_line=export_line(env),
+        source_secrets=source_secrets_line(),
+        port_base=str(PORT_BASE),
+        port_span=str(PORT_SPAN),
+        step=step,
+    )

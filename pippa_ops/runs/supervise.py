@@ -46,7 +46,7 @@ KILL_WAIT_S = 5.0  # after a hang-up: how long the job gets before SIGKILL
 USAGE_EXIT = 2  # training_core's exit code for a bad recipe or setting: a retry would fail the same way
 POLL_S = 0.5
 TAIL_BYTES = 65536
-# Kept in step with pippa_ops.transport.agent._ERROR_LINE (the reason line of an attempt).
+# The copy of pippa_contract.runfacts.ERROR_LINE (the reason line of an attempt); tests/contract checks it.
 _ERROR_LINE = re.compile(r"(Error|Exception|Traceback|error:|FAILED|Killed|[Ff]atal)")
 _CHECKPOINT_RE = re.compile(r"^checkpoint-([0-9]+)$")
 
@@ -440,8 +440,9 @@ class Supervisor:
         os._exit(128 + signum)
 
 
-# Kept in step with pippa_ops.transport.agent (RUN_STATE_FILES, reopen_run_dir, SESSION_RE) and
-# pippa_ops.runs.tmux (IDENTITY_FORMAT, session_argv): this file runs alone on the host at boot.
+# Copies of pippa_contract (rundir.RUN_STATE_FILES, names.SESSION_RE; reopen_run_dir as
+# pippa_agent.host's) and of pippa_ops.runs.tmux (IDENTITY_FORMAT, session_argv): this file runs alone
+# on the host at boot. tests/contract checks the copies against the originals.
 RUN_STATE_FILES = ("exit_code", "exit_code.tmp", "started", "stop_requested", "tmux_session")
 SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 IDENTITY_FORMAT = "#{session_id}@#{session_created}"

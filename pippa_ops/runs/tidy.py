@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pippa_contract import verbs
 from pippa_ops.runs.listing import RunRecord
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
@@ -53,15 +54,10 @@ def has_checkpoints(transport: Transport, remote_dir: str, run_ids: Sequence[str
 
 def checkpoints(agent: agent_client.Session, remote_dir: str, run_id: str) -> list[str]:
     """The run's checkpoint directory names, oldest first (``checkpoint-N``)."""
-    answer = agent.call("run_checkpoints", {"remote_dir": remote_dir, "run_id": run_id})
-    return [str(c) for c in answer.get("checkpoints") or []]
+    return verbs.run_checkpoints(agent, remote_dir, run_id)
 
 
-def remove_runs(
-    transport: Transport, remote_dir: str, run_ids: Sequence[str], *, dry_run: bool
-) -> Removal:
-    answer = agent_client.call(transport, "remove_runs",
-                               {"remote_dir": remote_dir, "run_ids": list(run_ids), "dry_run": dry_run},
-                               timeout=600)  # fmt: skip
+def remove_runs(transport: Transport, remote_dir: str, run_ids: Sequence[str], *, dry_run: bool) -> Removal:
+    answer = verbs.remove_runs(agent_client.Once(transport), remote_dir, run_ids, dry_run)
     refused = {str(k): str(v) for k, v in (answer.get("refused") or {}).items()}
     return Removal(transport.name, tuple(answer.get("removed") or ()), int(answer.get("bytes") or 0), refused)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from pippa_contract.rundir import RunDir
 from pippa_ops.errors import AuthFailed, ExitCode, HostUnreachable, PippaError, WaitTimeout
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import HostSpec, resolve
@@ -35,8 +36,7 @@ def wait_run(
     opener: Callable[[HostSpec], Transport] = open_transport,
 ) -> RunRecord:
     """The run's final record once it has ended; WaitTimeout when ``deadline`` (monotonic) passes."""
-    run_dir = f"{spec.remote_dir.rstrip('/')}/runs/{run.run_id}"
-    exit_file = f"{run_dir}/exit_code"
+    exit_file = RunDir(spec.remote_dir, run.run_id).exit_code
     failures = 0
     while True:
         left = None if deadline is None else deadline - time.monotonic()

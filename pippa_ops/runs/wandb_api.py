@@ -16,17 +16,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from pippa_ops.errors import PippaError, UsageError
+from pippa_ops.errors import PippaError, UsageError, WandbUnavailable
 
 PATH_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 ENABLE = (
     "W&B listing needs WANDB_API_KEY on this machine: export it, or put it in the repo's .env "
     "(see .env.example), then run `pippa runs --wandb ENTITY/PROJECT` again"
 )
-
-
-class WandbUnavailable(PippaError):
-    """No key, no wandb package, or W&B did not answer: one line saying which."""
 
 
 class Api(Protocol):

@@ -1,18 +1,15 @@
-"""The laptop side of the host agent (``transport.agent``): start it, ask it things, read the answers.
+"""The laptop side of the host agent (``pippa_agent``): start it, ask it things, read the answers.
 
 Every agent process is started by ONE fixed command on the host, quoted once:
-``python3 -S -I -c BOOTSTRAP``, where BOOTSTRAP names the sha256 of this version of the agent. No
-argument of a request reaches a shell; requests are framed JSON on stdin. The host needs only
-python3 >= 3.8 (``pippa up`` says so).
+``python3 -S -I -c BOOTSTRAP``, where BOOTSTRAP (``pippa_agent/bootstrap.py``) names the sha256 of
+this version of the agent bundle (``agent_bundle``). No argument of a request reaches a shell;
+requests are framed JSON on stdin (``pippa_contract.verbs`` are the typed calls). The host needs
+only python3 >= 3.8 (``pippa up`` says so).
 
 Start-up is most of what an operation costs on the host, so:
-- the agent is cached on the host, compiled: ``~/.cache/pippa/agent-<sha256>-<python tag>.code``.
-  The bootstrap uses it only when the directory is a real directory owned by the user with no
-  group/other permissions, the file a regular file owned by the user with none either (so no other
-  user can have written it), and the file's checksum line matches the rest. Otherwise it answers
-  ``?``, receives the program on stdin, checks it against the sha256 in the command line, compiles
-  it and stores it (write to a temporary name, then rename) for the next time; ``+`` means cached.
-  A use touches the file; storing a version deletes those unused for KEEP_UNUSED_S;
+- the bundle is cached on the host, compiled: ``~/.cache/pippa/agent-<sha256>-<python tag>.code``,
+  used only when no other user could have written it (see the bootstrap); ``+`` means cached, ``?``
+  asks for the bundle, which is sent once;
 - one ``Session`` keeps one agent process for several requests (a sync's listing then its marker,
   a launch's listing then its start): one Python start-up and one channel instead of several.
 """
@@ -20,114 +17,22 @@ Start-up is most of what an operation costs on the host, so:
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
 import json
 import time
-import zlib
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from pippa_ops.errors import RemoteCommandFailed, RunNotFound, SessionExists, ToolMissing, UsageError
+from pippa_contract import wire
+from pippa_contract.errors import ErrorKind
+from pippa_ops.errors import RemoteCommandFailed, ToolMissing, error_class
+from pippa_ops.transport import agent_bundle
 from pippa_ops.transport.base import Process, Transport
 from pippa_ops.transport.shell import join
 
-__all__ = ["Session", "call", "check_stream", "command", "parse_answer", "start"]
+__all__ = ["Once", "Session", "call", "check_stream", "command", "parse_answer", "start"]
 
-MIN_PYTHON = (3, 8)
-CACHE_DIR = "~/.cache/pippa"
-# Storing a new agent version deletes the cached versions unused this long (a use touches its file):
-# old versions do not pile up, and laptops on another pippa version sharing the account keep theirs.
-KEEP_UNUSED_S = 14 * 86400
-# Reads the first request frame, then runs the cached agent or receives it (see the module
-# docstring). Frames are "<n>\n" + n bytes, read from fd 0 without read-ahead, so the rest of stdin
-# stays the agent's. Checksum line of a cache file: sha256(H + code) in hex, then "\n", then code.
-_BOOTSTRAP = """import os,sys
-if sys.version_info<%(min)r:sys.exit('pippa needs python3 >= 3.8 on the host, found '+sys.version.split()[0])
-def r(n):
- b=b''
- while len(b)<n:
-  c=os.read(0,n-len(b))
-  if not c:sys.exit('pippa agent: stdin ended early')
-  b+=c
- return b
-def f():
- h=b''
- while h[-1:]!=b'\\n':h+=r(1)
- return r(int(h))
-import marshal
-try:from _sha256 import sha256
-except ImportError:from hashlib import sha256
-q=f();H='%(sha)s';u=os.geteuid();d=os.path.expanduser(%(dir)r)
-p='%%s/agent-%%s-%%s.code'%%(d,H,sys.implementation.cache_tag)
-def k(t,m):return t.st_uid==u and t.st_mode&0o170077==m
-def s(m):return sha256(H.encode()+m).hexdigest().encode()+b'\\n'
-c=None
-try:
- if k(os.lstat(d),0o40000):
-  with open(os.open(p,os.O_RDONLY|os.O_NOFOLLOW),'rb') as i:
-   if k(os.fstat(i.fileno()),0o100000):
-    b=i.read()
-    if b[:65]==s(b[65:]):c=marshal.loads(b[65:])
-except (OSError,ValueError,EOFError,TypeError):c=None
-if c is None:
- os.write(1,b'?')
- import zlib
- b=zlib.decompress(f())
- if sha256(b).hexdigest()!=H:sys.exit('pippa agent: the program does not match its sha256')
- c=compile(b,'pippa_agent','exec')
- try:
-  os.makedirs(d,0o700,exist_ok=True);t=os.lstat(d)
-  if t.st_uid==u and t.st_mode&0o170000==0o40000:os.chmod(d,0o700)
-  if k(os.lstat(d),0o40000):
-   m=marshal.dumps(c);t='%%s.%%d'%%(p,os.getpid())
-   with open(os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600),'wb') as o:o.write(s(m)+m)
-   os.replace(t,p)
-   for n in os.listdir(d):
-    x=d+'/'+n
-    if n[:6]=='agent-'and x!=p and os.lstat(x).st_mtime<os.lstat(p).st_mtime-%(keep)d:os.unlink(x)
- except OSError:pass
-else:
- os.write(1,b'+')
- try:os.utime(p)
- except OSError:pass
-g={'__name__':'pippa_agent'}
-exec(c,g)
-g['serve'](q)
-"""
-_ERRORS: dict[str, type[Exception]] = {
-    "not_found": RunNotFound,
-    "session_exists": SessionExists,
-    "tool_missing": ToolMissing,
-    "usage": UsageError,
-}
-
-
-@functools.cache
-def source() -> bytes:
-    return (Path(__file__).parent / "agent.py").read_bytes()
-
-
-@functools.cache
-def digest() -> str:
-    """The agent's sha256: part of the command line, so the host runs exactly this version."""
-    return hashlib.sha256(source()).hexdigest()
-
-
-@functools.cache
-def program() -> bytes:
-    """The agent's source, compressed (sent only when the host has not cached it)."""
-    return zlib.compress(source(), 9)
-
-
-@functools.cache
-def bootstrap() -> str:
-    return _BOOTSTRAP % {"min": MIN_PYTHON, "sha": digest(), "dir": CACHE_DIR, "keep": KEEP_UNUSED_S}
-
-
-def frame(data: bytes) -> bytes:
-    return f"{len(data)}\n".encode() + data
+digest, program, bootstrap = agent_bundle.digest, agent_bundle.program, agent_bundle.bootstrap
+frame = wire.frame
 
 
 def command(transport: Transport) -> str:
@@ -154,7 +59,7 @@ def parse_answer(transport: Transport, verb: str, line: bytes) -> dict[str, Any]
     if not isinstance(data, dict):
         raise RemoteCommandFailed(f"{transport.name}: {verb}: unexpected answer from the host agent")
     if "error" in data:
-        kind = _ERRORS.get(str(data["error"]), RemoteCommandFailed)
+        kind = error_class(ErrorKind.parse(data["error"]), RemoteCommandFailed)
         raise kind(f"{transport.name}: {data.get('message', data['error'])}")
     return data
 
@@ -258,6 +163,20 @@ def call(transport: Transport, verb: str, args: dict[str, Any], timeout: float =
     """One request in an agent process of its own."""
     with Session(transport) as session:
         return session.call(verb, args, timeout)
+
+
+class Once:
+    """A caller for ``pippa_contract.verbs`` that asks each request in an agent process of its own
+    (``Session`` keeps one process for several)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    def call(self, verb: str, args: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
+        return call(self.transport, verb, args, timeout)
+
+    def stream(self, verb: str, args: dict[str, Any], timeout: float = 60) -> Process:
+        return Session(self.transport).stream(verb, args, timeout)
 
 
 def start(transport: Transport, verb: str, args: dict[str, Any]) -> Process:

@@ -212,7 +212,7 @@ class Transport(abc.ABC):
 
     name: str
     is_local: bool = False
-    agent_python: str = "python3"  # what runs the host agent (pippa_ops.transport.agent)
+    agent_python: str = "python3"  # what runs the host agent (pippa_agent, through agent_client)
 
     @abc.abstractmethod
     def run(

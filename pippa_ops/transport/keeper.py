@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pippa_contract.errors import ErrorKind
 from pippa_ops import errors
 from pippa_ops.transport import keeper_wire as wire
 from pippa_ops.transport._paramiko import paramiko
@@ -45,6 +46,11 @@ from pippa_ops.transport.sshconfig import read_ssh_config, ssh_aliases, ssh_conf
 
 REQUEST_WAIT_S = 5.0  # a client that connects must send its request within this
 AHEAD = 2  # host agents kept started per host (an idle python3 each, waiting on its stdin)
+
+
+def _error_frame(kind: ErrorKind, message: str) -> bytes:
+    """An error answer: the client raises the error of ``kind`` (``internal``: it goes direct)."""
+    return wire.json_frame(wire.ERROR, {"error": kind.value, "message": message})
 
 
 @dataclass
@@ -208,10 +214,10 @@ class Keeper:
         try:
             answer = self._answer(op, request)
         except (errors.PippaError, TimeoutError) as e:
-            conn.sendall(wire.json_frame(wire.ERROR, {"error": type(e).__name__, "message": str(e)}))
+            conn.sendall(_error_frame(errors.error_kind(e), str(e)))
             return
         except Exception as e:  # a bug or a surprise from paramiko: the client goes direct instead
-            conn.sendall(wire.json_frame(wire.ERROR, {"error": "internal", "message": repr(e)}))
+            conn.sendall(_error_frame(ErrorKind.INTERNAL, repr(e)))
             return
         conn.sendall(wire.json_frame(wire.ANSWER, answer))
 
@@ -426,10 +432,10 @@ class Keeper:
             try:
                 proc = (self._take_ready(kept, command) if ahead else None) or self._start(kept, command)
             except errors.PippaError as e:
-                conn.sendall(wire.json_frame(wire.ERROR, {"error": type(e).__name__, "message": str(e)}))
+                conn.sendall(_error_frame(errors.error_kind(e), str(e)))
                 return
             except Exception as e:
-                conn.sendall(wire.json_frame(wire.ERROR, {"error": "internal", "message": repr(e)}))
+                conn.sendall(_error_frame(ErrorKind.INTERNAL, repr(e)))
                 return
             with kept.lock:
                 kept.commands += 1

@@ -24,6 +24,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from pippa_contract.errors import ErrorKind
 from pippa_ops import errors
 from pippa_ops.repo import team_inventory_path
 from pippa_ops.transport import keeper_wire as wire
@@ -158,11 +159,9 @@ def _open(request: dict[str, Any], ep: Endpoint | None = None, ahead: str | None
 
 def _raise_typed(answer: dict[str, Any]) -> None:
     """Re-raise the keeper's typed error (host unreachable, key changed, ...) as this process's own."""
-    name, message = str(answer.get("error")), str(answer.get("message", ""))
-    if name == "TimeoutError":
-        raise TimeoutError(message)
-    cls = getattr(errors, name, None)
-    if isinstance(cls, type) and issubclass(cls, errors.PippaError):
+    kind, message = ErrorKind.parse(answer.get("error")), str(answer.get("message", ""))
+    cls = errors.error_class(kind, Exception)
+    if cls is not Exception:
         raise cls(message)
     # "internal" or unknown: the keeper could not do it; the caller goes direct
 

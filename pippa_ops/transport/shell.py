@@ -11,13 +11,10 @@ import re
 import shlex
 from collections.abc import Sequence
 
+from pippa_contract.names import ENV_KEY_RE
+from pippa_contract.names import NAME_RE as NAME_RE
+from pippa_contract.names import SESSION_RE as SESSION_RE
 from pippa_ops.errors import InvalidName
-
-# Letters, digits, '_', '-', '.'; starts with a letter or digit; at most 64 characters.
-# tmux forbids '.' and ':' in session names, so sessions use the stricter pattern.
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def validate_name(kind: str, value: str, pattern: re.Pattern[str] = NAME_RE) -> str:

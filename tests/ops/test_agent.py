@@ -1,4 +1,4 @@
-"""The host agent (pippa_ops.transport.agent): its functions called directly, and whole requests through the
+"""The host agent (pippa_agent): its functions called directly, and whole requests through the
 host ``local`` (the same bootstrap and framing SSH uses). Every test has its own HOME."""
 
 from __future__ import annotations
@@ -15,12 +15,18 @@ from pathlib import Path
 
 import pytest
 
+from pippa_agent import probe as agent_probe
+from pippa_agent import runs as agent_runs
+from pippa_agent import sync as agent_sync
+from pippa_contract import errors as agent_errors
 from pippa_ops.errors import RemoteCommandFailed, SessionExists, ToolMissing
 from pippa_ops.runs.follow import Follower, read_all
-from pippa_ops.transport import agent, agent_client
+from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import LocalTransport
 
-AGENT = Path(agent.__file__)
+HOST_FILES = sorted(Path(agent_probe.__file__).parent.glob("*.py")) + sorted(
+    Path(agent_errors.__file__).parent.glob("*.py")
+)  # the agent bundle and its bootstrap
 
 
 def test_every_test_has_its_own_home_not_the_users() -> None:
@@ -31,14 +37,14 @@ def test_every_test_has_its_own_home_not_the_users() -> None:
 
 
 def test_agent_is_python_3_8_and_stdlib_only() -> None:
-    tree = ast.parse(AGENT.read_text(), feature_version=(3, 8))
     imported = set()
-    for node in ast.walk(tree):
+    for node in (n for f in HOST_FILES for n in ast.walk(ast.parse(f.read_text(), feature_version=(3, 8)))):
         if isinstance(node, ast.Import):
             imported |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
-    assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+    allowed = set(sys.stdlib_module_names) | {"pippa_agent", "pippa_contract"}
+    assert imported <= allowed, imported - allowed
 
 
 def test_one_request_runs_through_the_constant_bootstrap_on_local(tmp_path: Path) -> None:
@@ -62,7 +68,7 @@ def test_an_unknown_verb_is_a_remote_failure() -> None:
 
 
 def test_probe_reports_python_disk_and_the_sandbox(tmp_path: Path) -> None:
-    facts = agent.probe({"remote_dir": str(tmp_path / "not" / "yet")})
+    facts = agent_probe.probe({"remote_dir": str(tmp_path / "not" / "yet")})
     assert facts["python"] == ".".join(map(str, sys.version_info[:3]))
     assert facts["free_disk_gb"] > 0
     sb = facts["sandbox"]
@@ -93,11 +99,11 @@ def test_strict_needs_usable_memory_and_pids_controllers_not_a_writable_cgroup_d
         (tmp_path / ctrl / own.get(ctrl, "")).mkdir(parents=True, exist_ok=True)
     (tmp_path / "cgroup.controllers").write_text("memory pids\n")
     (tmp_path / own.get("", "")).mkdir(parents=True, exist_ok=True)
-    assert agent.cgroup_caps(str(tmp_path)) is False
+    assert agent_probe.cgroup_caps(str(tmp_path)) is False
     assert not list(tmp_path.rglob("pippa-probe-*"))
     slots = CgroupSlots.create()
     try:
-        assert agent.cgroup_caps() is (slots is not None)
+        assert agent_probe.cgroup_caps() is (slots is not None)
     finally:
         if slots is not None:
             slots.remove()
@@ -115,9 +121,9 @@ def test_install_uv_names_each_failed_try_not_a_hint(monkeypatch: pytest.MonkeyP
             return subprocess.CompletedProcess(argv, 1, b"", err)
         return subprocess.CompletedProcess(argv, 127, b"", b"uv: not found")
 
-    monkeypatch.setattr(agent, "run", fake_run)
-    monkeypatch.setattr(agent, "which", lambda tool: "/usr/bin/curl" if tool == "curl" else None)
-    answer = agent.install_uv({})
+    monkeypatch.setattr(agent_probe, "run", fake_run)
+    monkeypatch.setattr(agent_probe, "which", lambda tool: "/usr/bin/curl" if tool == "curl" else None)
+    answer = agent_probe.install_uv({})
     assert answer["uv"] is None
     assert answer["failures"] == [
         "downloading the uv installer: curl: (6) Could not resolve host: astral.sh",
@@ -143,7 +149,7 @@ def test_list_runs_reads_json_not_text_and_finds_the_error_line(tmp_path: Path) 
     )  # fmt: skip
     _run_dir(tmp_path, "r-2", {"run_id": "r-2", "session": "s"}, exit_code="0\n")
     (tmp_path / "runs" / "r-3").mkdir()  # no run.json yet: skipped
-    out = agent.list_runs({"remote_dir": str(tmp_path)})
+    out = agent_runs.list_runs({"remote_dir": str(tmp_path)})
     by_id = {r["run_id"]: r for r in out["runs"]}
     assert set(by_id) == {"r-1", "r-2"}
     r1 = by_id["r-1"]
@@ -235,11 +241,11 @@ def test_sync_apply_replaces_files_and_deletes_but_not_through_symlinks(tmp_path
 
 
 def test_sync_apply_refuses_paths_that_leave_remote_dir(tmp_path: Path) -> None:
-    with pytest.raises(agent.AgentError):
-        agent.safe_rel("../x")
-    with pytest.raises(agent.AgentError):
-        agent.safe_rel("runs/x")
-    assert agent.safe_rel("a/b.py") == "a/b.py"
+    with pytest.raises(agent_errors.AgentError):
+        agent_sync.safe_rel("../x")
+    with pytest.raises(agent_errors.AgentError):
+        agent_sync.safe_rel("runs/x")
+    assert agent_sync.safe_rel("a/b.py") == "a/b.py"
 
 
 def test_sync_list_lists_files_and_symlinks_without_following_them(tmp_path: Path) -> None:
@@ -248,10 +254,10 @@ def test_sync_list_lists_files_and_symlinks_without_following_them(tmp_path: Pat
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "x").write_text("no")
     (tmp_path / "dirlink").symlink_to(tmp_path / "pkg")
-    out = agent.sync_list({"remote_dir": str(tmp_path)})
+    out = agent_sync.sync_list({"remote_dir": str(tmp_path)})
     rows = {name: size for name, size, _ in out["files"]}
     assert rows == {"pkg/m.py": 3, "dirlink": len(str(tmp_path / "pkg"))}
-    assert agent.sync_list({"remote_dir": str(tmp_path / "absent")})["files"] == []
+    assert agent_sync.sync_list({"remote_dir": str(tmp_path / "absent")})["files"] == []
 
 
 def test_launch_refuses_an_existing_session_without_touching_it(tmp_path: Path, monkeypatch) -> None:
@@ -261,16 +267,16 @@ def test_launch_refuses_an_existing_session_without_touching_it(tmp_path: Path, 
         calls.append(args)
         return subprocess.CompletedProcess(["tmux", *args], 0, b"$1@5\n", b"")
 
-    monkeypatch.setattr(agent, "tmux", fake_tmux)
-    monkeypatch.setattr(agent, "which", lambda tool: "/usr/bin/" + tool)
+    monkeypatch.setattr(agent_runs, "tmux", fake_tmux)
+    monkeypatch.setattr(agent_runs, "which", lambda tool: "/usr/bin/" + tool)
     req = {"remote_dir": str(tmp_path), "session": "s", "runs": [], "tmux_argv": ["tmux", "x"], "stamp": 5}
-    with pytest.raises(agent.AgentError) as e:
-        agent.launch(req)
+    with pytest.raises(agent_errors.AgentError) as e:
+        agent_runs.launch(req)
     assert e.value.kind == "session_exists" and calls == [("has-session", "-t", "=s")]
     _run_dir(tmp_path, "old-1", {"session": "s"})
     _run_dir(tmp_path, "other-1", {"session": "s2"})
     run = {"run_id": "new-1", "run_json": "{}", "cmd_sh": "#!/bin/sh\n"}
-    assert agent.launch({**req, "replace": True, "runs": [run]}) == {"identity": "$1@5"}
+    assert agent_runs.launch({**req, "replace": True, "runs": [run]}) == {"identity": "$1@5"}
     assert (tmp_path / "runs" / "old-1" / "stop_requested").read_text() == "5\n"
     assert not (tmp_path / "runs" / "other-1" / "stop_requested").exists()
     assert ("rename-session", "-t", "=s", "s-replaced-5") in calls and calls[-1] == (

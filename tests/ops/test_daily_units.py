@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from conftest import PIPPA
 
+from pippa_contract.metrics import summarize
 from pippa_ops.errors import RunNotFound, UsageError, WaitTimeout
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.catalog import infos_from_answer, parse_since, select
@@ -20,7 +21,6 @@ from pippa_ops.runs.curves import config_diff, ema, integer_ticks, parse_metrics
 from pippa_ops.runs.listing import RunRecord
 from pippa_ops.runs.pull import pull_run
 from pippa_ops.runs.wait import exit_status
-from pippa_ops.transport import agent
 from pippa_ops.transport.base import LocalTransport
 from pippa_ops.transport.forward import PortSpec, parse_port_spec
 
@@ -50,12 +50,12 @@ def test_curves_read_a_resumed_file_once_per_step_and_ignore_a_torn_line() -> No
 
 def test_the_agents_summary_reads_the_same_way(tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").write_bytes(RESUMED_RUN)
-    s = agent.metrics_summary(str(tmp_path / "metrics.jsonl"))
+    s = summarize(str(tmp_path / "metrics.jsonl"))
     assert s is not None
     assert (s["last_step"], s["final_reward"], s["best_reward"], s["best_step"]) == (3, 0.3, 0.9, 2)
     assert s["eval"] == {"step": 2, "eval/accuracy": 0.5} and s["wandb"]["id"] == "w1"
     assert s["end"] == {"status": "completed", "step": 3, "error": None}
-    assert agent.metrics_summary(str(tmp_path / "none.jsonl")) is None
+    assert summarize(str(tmp_path / "none.jsonl")) is None
 
 
 def test_ema_is_tensorboards_debiased_average() -> None:

@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 import slurm
 
+from pippa_agent import runs as agent_runs
+from pippa_agent import slurm as agent_slurm
+from pippa_contract import errors as agent_errors
 from pippa_ops.errors import UsageError
 from pippa_ops.hosts.scheduler import SlurmSpec
 from pippa_ops.runs.listing import slurm_state
 from pippa_ops.runs.slurm import launch_words, render_sbatch
-from pippa_ops.transport import agent
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE_RECIPE = REPO / "tests" / "training" / "probe.toml"  # the tiny model, few steps, a rank probe
@@ -117,13 +119,13 @@ def submit(proj: Path, run_id: str, spec: SlurmSpec, sets: list[tuple[str, str]]
     command = launch_words(PY, str(proj / recipe), f"{proj}/runs/{run_id}", sets)
     script = render_sbatch(spec, run_id, str(proj), command, {"OMP_NUM_THREADS": "1"})
     meta = json.dumps({"run_id": run_id, "host": "cluster", "recipe": recipe, "command": command})
-    answer = agent.slurm_submit({"remote_dir": str(proj), "run_id": run_id, "run_json": meta,
+    answer = agent_slurm.slurm_submit({"remote_dir": str(proj), "run_id": run_id, "run_json": meta,
                                  "script": script})  # fmt: skip
     return str(answer["job_id"])
 
 
 def run_of(proj: Path, run_id: str) -> dict[str, Any]:
-    runs = agent.list_runs({"remote_dir": str(proj)})["runs"]
+    runs = agent_runs.list_runs({"remote_dir": str(proj)})["runs"]
     return next(r for r in runs if r["run_id"] == run_id)
 
 
@@ -160,7 +162,7 @@ def test_a_job_runs_logs_and_stops_with_a_checkpoint_while_a_second_one_is_cance
     pending = wait("the second job pending on resources", lambda: run_of(site, "run-b")["slurm"].get(
         "reason") == "Resources" and run_of(site, "run-b"))
     assert pending["slurm"]["state"] == "PENDING" and pending["started"] is None  # fmt: skip
-    stopped = agent.slurm_stop({"remote_dir": str(site), "run_id": "run-b", "job_id": second,
+    stopped = agent_slurm.slurm_stop({"remote_dir": str(site), "run_id": "run-b", "job_id": second,
                                 "stamp": time.time(), "grace_s": 30})  # fmt: skip
     assert stopped == {"was": "PENDING", "cancelled": True}
     b = wait("the cancelled job's state", lambda: run_of(site, "run-b")["slurm"]["state"] == "CANCELLED"
@@ -168,7 +170,7 @@ def test_a_job_runs_logs_and_stops_with_a_checkpoint_while_a_second_one_is_cance
     assert b["started"] is None and b["exit_code"] is None and b["stop_requested"]
 
     # Stop: SIGINT to the job's processes, the trainer saves the step it is on, the job ends.
-    stopped = agent.slurm_stop({"remote_dir": str(site), "run_id": "run-a", "job_id": job,
+    stopped = agent_slurm.slurm_stop({"remote_dir": str(site), "run_id": "run-a", "job_id": job,
                                 "stamp": time.time(), "grace_s": 90})  # fmt: skip
     assert stopped["was"] == "RUNNING" and not stopped["cancelled"]  # it ended by itself, in time
     a = run_of(site, "run-a")
@@ -184,9 +186,9 @@ def test_a_failing_run_is_a_failed_job_with_its_error_and_a_bad_request_is_refus
     job = submit(site, "run-bad", SlurmSpec(), [("train.max_steps", "many")])
     rec = wait("the failed job", lambda: run_of(site, "run-bad")["exit_code"] and run_of(site, "run-bad"))
     assert rec["exit_code"] == "2" and "train.max_steps" in rec["error"]
-    state = agent.slurm_states([job])[job]
+    state = agent_slurm.slurm_states([job])[job]
     assert state["state"] == "FAILED" and state["exit_code"] == "2:0"
-    with pytest.raises(agent.AgentError, match=r"sbatch failed: .*partition"):
+    with pytest.raises(agent_errors.AgentError, match=r"sbatch failed: .*partition"):
         submit(site, "run-nowhere", SlurmSpec(partition="nosuchpartition"), [])
 
 

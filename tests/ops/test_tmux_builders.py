@@ -6,12 +6,12 @@ import shlex
 
 import pytest
 
+from pippa_contract.names import new_run_id
 from pippa_ops.errors import BadSetting
 from pippa_ops.runs import tmux
 from pippa_ops.runs.listing import derive_state, host_runs
 from pippa_ops.runs.script import (
     cmd_job,
-    new_run_id,
     parse_sets,
     recipe_job,
     render_cmd_sh,

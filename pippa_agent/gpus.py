@@ -1,0 +1,26 @@
+"""GPUs: nvidia-smi's GPU and compute-process queries in one request, each as its own argument list
+(no shell); the laptop parses the CSV (``pippa_ops.gpu``)."""
+
+from __future__ import annotations
+
+from pippa_agent.host import AgentError, ErrorKind, run, which
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pippa_agent.host import Answer, Req
+
+NVIDIA_SMI = "nvidia-smi"
+
+
+def gpu_report(req: Req) -> Answer:
+    """``{"smi": false}`` without nvidia-smi; else each query's output (stdout then stderr)."""
+    queries = [[str(w) for w in argv] for argv in (req["query"], req["apps"])]
+    if any(not argv or argv[0] != NVIDIA_SMI for argv in queries):
+        raise AgentError(ErrorKind.USAGE, "gpu_report runs nvidia-smi queries only")
+    if which(NVIDIA_SMI) is None:
+        return {"smi": False}
+    out = []
+    for argv in queries:
+        p = run(argv, timeout=60)
+        out.append((p.stdout + p.stderr).decode(errors="replace"))
+    return {"smi": True, "gpus": out[0], "apps": out[1]}

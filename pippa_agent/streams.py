@@ -1,0 +1,85 @@
+"""Streams: a file's bytes from an offset (``read``), and as it grows until the run is over
+(``follow``). A stream verb owns the rest of stdin and stdout: it is the last of its process."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from pippa_agent.host import host_path, tmux, write_out
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pippa_agent.host import Req
+
+
+def read(req: Req) -> None:
+    """The file's bytes after ``offset`` (nothing when it does not exist)."""
+    try:
+        with open(host_path(req["path"]), "rb") as f:
+            f.seek(int(req.get("offset", 0)))
+            while True:
+                data = f.read(1 << 16)
+                if not data:
+                    return
+                write_out(data)
+    except FileNotFoundError:
+        return
+
+
+def _exit_on_stdin_eof() -> None:
+    """The client closed the channel (or the connection went): stop at once."""
+    try:
+        while os.read(0, 4096):
+            pass
+    except OSError:
+        pass
+    os._exit(0)
+
+
+def follow(req: Req, poll_s: float = 0.1) -> None:
+    """Stream the file from ``offset`` as it grows (waiting for it to appear) until the run is over:
+    ``end_file`` exists or ``session`` is gone; then one last read, so nothing written before the
+    end is missed. Without an end condition it streams until the client goes away."""
+    if req.get("watch_stdin", True):
+        import threading
+
+        threading.Thread(target=_exit_on_stdin_eof, daemon=True).start()
+    path = host_path(req["path"])
+    offset = int(req.get("offset", 0))
+    end_file = host_path(req["end_file"]) if req.get("end_file") else None
+    session = req.get("session")
+    check_every = max(1, int(float(req.get("check_s", 0.5)) / poll_s))
+    f = None
+    ticks = 0
+    ending = False
+    try:
+        while True:
+            if f is None:
+                try:
+                    f = open(path, "rb")  # noqa: SIM115 - held open across polls
+                    f.seek(offset)
+                except FileNotFoundError:
+                    f = None
+            if f is not None:
+                while True:
+                    data = f.read(1 << 16)
+                    if not data:
+                        break
+                    write_out(data)
+            if ending:
+                return
+            ticks += 1
+            if ticks % check_every == 0 and _run_over(end_file, session):
+                ending = True  # one more read picks up what was written just before the end
+                continue
+            time.sleep(poll_s)
+    finally:
+        if f is not None:
+            f.close()
+
+
+def _run_over(end_file: str | None, session: str | None) -> bool:
+    if end_file is not None and os.path.exists(end_file):
+        return True
+    return session is not None and tmux("has-session", "-t", "=" + session).returncode != 0

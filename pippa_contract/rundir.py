@@ -1,0 +1,79 @@
+"""The run directory, ``<remote_dir>/runs/<run-id>/``, and the files in it (docs/CONTRACTS.md).
+
+Paths are host paths (POSIX) kept as strings: ``root`` may start with ``~/``, which the host expands.
+"""
+
+from __future__ import annotations
+
+RUNS = "runs"
+RUN_JSON = "run.json"
+CMD_SH = "cmd.sh"
+OUTPUT_LOG = "output.log"
+EXIT_CODE = "exit_code"
+STOP_REQUESTED = "stop_requested"
+STARTED = "started"
+TMUX_SESSION = "tmux_session"
+METRICS = "metrics.jsonl"
+SUPERSEDED = "metrics.superseded.jsonl"
+JOB_SBATCH = "job.sbatch"
+SLURM_JOB = "slurm_job"
+SUPERVISE_PY = "supervise.py"
+ATTEMPTS_JSON = "attempts.json"
+CHECKPOINTS = "checkpoints"
+# What a resumed run's directory loses (the next attempt writes them again).
+RUN_STATE_FILES = (EXIT_CODE, EXIT_CODE + ".tmp", STARTED, STOP_REQUESTED, TMUX_SESSION)
+
+
+def runs_dir(root: str) -> str:
+    return f"{root.rstrip('/')}/{RUNS}"
+
+
+class RunDir:
+    """One run's directory under a host's ``remote_dir`` (``root``). A plain class, not a NamedTuple:
+    the agent imports this module on the host, where typing costs ~5 ms."""
+
+    __slots__ = ("root", "run_id")
+
+    def __init__(self, root: str, run_id: str) -> None:
+        self.root = root
+        self.run_id = run_id
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunDir) and (self.root, self.run_id) == (other.root, other.run_id)
+
+    def __hash__(self) -> int:
+        return hash((self.root, self.run_id))
+
+    def __repr__(self) -> str:
+        return f"RunDir({self.root!r}, {self.run_id!r})"
+
+    @property
+    def path(self) -> str:
+        return f"{runs_dir(self.root)}/{self.run_id}"
+
+    def file(self, name: str) -> str:
+        return f"{self.path}/{name}"
+
+    @property
+    def run_json(self) -> str:
+        return self.file(RUN_JSON)
+
+    @property
+    def cmd_sh(self) -> str:
+        return self.file(CMD_SH)
+
+    @property
+    def output_log(self) -> str:
+        return self.file(OUTPUT_LOG)
+
+    @property
+    def exit_code(self) -> str:
+        return self.file(EXIT_CODE)
+
+    @property
+    def metrics(self) -> str:
+        return self.file(METRICS)
+
+    @property
+    def checkpoints(self) -> str:
+        return self.file(CHECKPOINTS)

@@ -1,0 +1,119 @@
+"""What a run directory's files say, as the laptop derives a run's state from them: read on the host
+by the agent's ``list_runs`` and on the laptop from a pulled copy (``pippa runs``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from pippa_contract import rundir as rd
+from pippa_contract.metrics import LastRecords, summarize
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+TAIL_BYTES = 65536
+PULL_TAIL = 4096  # bytes before a laptop copy's end that must match for an append-only pull
+ERROR_LINE = re.compile(r"(Error|Exception|Traceback|error:|FAILED|Killed|[Ff]atal)")
+
+
+def read_text(path: str, limit: int = 64) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode(errors="replace").strip()
+    except OSError:
+        return None
+
+
+def mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def tail_bytes(path: str, nbytes: int = TAIL_BYTES) -> bytes:
+    """The last ``nbytes`` of a file from a line start (a partial first line is dropped)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - nbytes))
+            data = f.read()
+    except OSError:
+        return b""
+    if size <= nbytes:
+        return data
+    parts = data.split(b"\n", 1)
+    return parts[1] if len(parts) > 1 else b""
+
+
+def tail_lines(path: str, nbytes: int = TAIL_BYTES) -> list[str]:
+    """The lines among the last ``nbytes`` of a file (a partial first line is dropped)."""
+    data = tail_bytes(path, nbytes)
+    return data.decode(errors="replace").split("\n") if data else []
+
+
+def error_line(log: str) -> str | None:
+    """The last line of the log that reads like an error, else its last non-empty line."""
+    lines = [ln.strip() for ln in tail_lines(log) if ln.strip()]
+    # srun's own "task 0: Exited with exit code N" only repeats the exit status: the job's line says why
+    lines = [ln for ln in lines if not ln.startswith("srun: ")] or lines
+    for line in reversed(lines):
+        if ERROR_LINE.search(line):
+            return line[:300]
+    return lines[-1][:300] if lines else None
+
+
+def run_facts(d: str, summary: bool = False) -> dict[str, Any] | None:
+    """One run directory's facts (None: not a run); ``summary`` adds the metrics summary."""
+    try:
+        with open(os.path.join(d, rd.RUN_JSON), "rb") as f:
+            meta = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    exit_text = read_text(os.path.join(d, rd.EXIT_CODE), 16)
+    run: dict[str, Any] = {
+        "run_id": os.path.basename(d),
+        "meta": meta,
+        "ctime": mtime(os.path.join(d, rd.RUN_JSON)),
+        "tmux_session": read_text(os.path.join(d, rd.TMUX_SESSION)),
+        "exit_code": exit_text,
+        "ended": mtime(os.path.join(d, rd.EXIT_CODE)),
+        "started": read_text(os.path.join(d, rd.STARTED), 32),
+        "stop_requested": read_text(os.path.join(d, rd.STOP_REQUESTED), 32),
+        "log_time": mtime(os.path.join(d, rd.OUTPUT_LOG)),
+    }
+    last = LastRecords()
+    last.feed(tail_bytes(os.path.join(d, rd.METRICS)))
+    run["steps"], run["end"] = last.steps, last.end
+    attempts = os.path.join(d, rd.ATTEMPTS_JSON)  # written by the run's supervisor
+    if os.path.exists(attempts):
+        try:
+            with open(attempts, "rb") as f:
+                run["attempts"] = json.loads(f.read())
+        except (OSError, ValueError):
+            pass
+    if exit_text not in (None, "0"):
+        run["error"] = error_line(os.path.join(d, rd.OUTPUT_LOG))
+    if summary:
+        run["summary"] = summarize(os.path.join(d, rd.METRICS))
+    job = read_text(os.path.join(d, rd.SLURM_JOB), 32)
+    if job:
+        run["slurm"] = {"job_id": job}  # its state: list_runs asks SLURM once for all its runs
+    return run
+
+
+def tail_digest(path: str, size: int) -> str | None:
+    """sha256 of the ``PULL_TAIL`` bytes before ``size``: the laptop's copy is a prefix of the host's
+    file when these match (logs and metrics only grow; a resume replaces metrics.jsonl)."""
+    import hashlib
+
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, size - PULL_TAIL))
+            data = f.read(min(size, PULL_TAIL))
+    except OSError:
+        return None
+    return hashlib.sha256(data).hexdigest() if len(data) == min(size, PULL_TAIL) else None

@@ -1,0 +1,282 @@
+"""How a host runs jobs, chosen once from its entry (``scheduler_for``): in a named tmux session (the
+default) or as one SLURM batch job per run from a login node. ``runs.launch`` orders the steps of
+launch, resume and stop and leaves what differs to the scheduler; no other core module asks which
+one a host has. The agent's launch request is built in one place (``launch_request``).
+It imports no typer/rich/textual: the dashboard reuses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from pippa_contract import verbs
+from pippa_ops.errors import BadSetting, SessionExists
+from pippa_ops.hosts.inventory import HostSpec
+from pippa_ops.hosts.scheduler import SlurmSpec
+from pippa_ops.repo import repo_root
+from pippa_ops.runs.listing import HostRuns, RunRecord
+from pippa_ops.runs.precheck import check_python
+from pippa_ops.runs.recipes import recipes_dir
+from pippa_ops.runs.restart import RestartFlags, supervisor_source
+from pippa_ops.runs.script import Job, render_cmd_sh, run_json, session_argv
+from pippa_ops.runs.slurm import render_sbatch
+from pippa_ops.runs.tmux import new_session_argv
+from pippa_ops.sync import sync as sync_repo
+from pippa_ops.transport import agent_client
+from pippa_ops.transport.base import Transport
+from pippa_ops.transport.shell import validate_session
+
+SyncInfo = dict[str, object]
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    host: str
+    session: str
+    run_ids: tuple[str, ...]
+    sync: SyncInfo | None
+    job_ids: tuple[str, ...] = ()  # SLURM jobs, one per run, on a SLURM host
+
+    def attach_hint(self) -> str:
+        if self.job_ids:
+            return f"none for a batch job (pippa attach {self.run_ids[0]} --host {self.host} says why)"
+        return f"pippa attach {self.session} --host {self.host}"
+
+    def logs_hint(self) -> str:
+        return f"pippa logs {self.run_ids[0]} --host {self.host} -f"
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A planned launch on one host, whatever its scheduler."""
+
+    spec: HostSpec
+    transport: Transport
+    agent: agent_client.Session
+    jobs: list[Job]
+    session: str
+    replace: bool
+    gap_s: float
+    sync: bool
+    now: float
+    restart: RestartFlags | None
+    nodes: int | None
+
+
+def local_python(root: Path) -> str:
+    """The host ``local`` runs training with the repo's .venv python, else this interpreter."""
+    venv = root / ".venv" / "bin" / "python"
+    if venv.exists():
+        return str(venv)
+    import sys
+
+    return sys.executable
+
+
+def host_python(spec: HostSpec) -> str | None:
+    """The host's python setting; for ``local`` without one, the repo's venv (else this interpreter)."""
+    if spec.is_local and spec.python is None:
+        return local_python(Path(spec.remote_dir))
+    return spec.python
+
+
+def sync_for_launch(
+    spec: HostSpec, transport: Transport, marker: list[dict[str, object]], agent: agent_client.Session
+) -> SyncInfo:
+    """Sync the repo (for ``local`` it only writes the marker); commit + dirty. A no-change sync
+    leaves its marker in ``marker``: the launch request writes it (one round trip fewer), and its
+    agent process is the one that then launches (one Python start-up on the host, not two)."""
+    result = sync_repo(spec, transport, repo_root(), defer_marker=marker, agent=agent)
+    return {"commit": result.commit, "dirty": result.dirty}
+
+
+def launch_request(
+    remote_dir: str,
+    session: str,
+    runs: list[verbs.LaunchRun],
+    *,
+    stamp: float,
+    gap_s: float = 0,
+    replace: bool = False,
+    marker: list[dict[str, object]] | None = None,
+) -> verbs.LaunchRequest:
+    """The agent's ``launch`` request: write each run's files, start tmux ``session`` running them in turn."""
+    argv = new_session_argv(session, session_argv(remote_dir, [r["run_id"] for r in runs], gap_s))
+    return {
+        "remote_dir": remote_dir,
+        "session": session,
+        "runs": runs,
+        "tmux_argv": argv,
+        "replace": replace,
+        "stamp": stamp,
+        "sync_marker": marker[0] if marker else None,
+    }
+
+
+def start_session(agent: agent_client.Session, request: verbs.LaunchRequest, host: str, hint: str) -> None:
+    """Send a launch request; a session of that name already running is refused with ``hint``."""
+    try:
+        verbs.launch(agent, request)
+    except SessionExists as e:
+        raise SessionExists(f"{host}: tmux session {request['session']!r} {hint}") from e
+
+
+class Scheduler(Protocol):
+    name: str
+
+    def submit(self, s: Submission) -> LaunchResult:
+        """Start the planned jobs."""
+        ...
+
+    def resume(
+        self, spec: HostSpec, agent: agent_client.Session, run: RunRecord, job: Job, session: str | None
+    ) -> LaunchResult:
+        """Start ``job`` (the run's command with ``--resume``) in the run's own directory."""
+        ...
+
+    def stop(
+        self, spec: HostSpec, agent: agent_client.Session, run: RunRecord, runs: HostRuns, grace_s: float
+    ) -> bool:
+        """Interrupt the run (it saves), end it after ``grace_s``; whether it had to be killed."""
+        ...
+
+    def follow_session(self, session: str) -> str | None:
+        """The tmux session whose end also ends a follow to the run's end (besides its exit_code)."""
+        ...
+
+
+class TmuxScheduler:
+    """Runs in a named tmux session; a sweep's runs one after another in it."""
+
+    name = "tmux"
+
+    def submit(self, s: Submission) -> LaunchResult:
+        if s.nodes is not None:
+            raise BadSetting(f"--nodes needs a SLURM host; {s.spec.name} runs jobs in tmux")
+        spec, restart = s.spec, s.restart or RestartFlags()
+        policies = [restart.policy_for(job.recipe, recipes_dir()) for job in s.jobs]  # checked before a sync
+        marker: list[dict[str, object]] = []  # a no-change sync's marker: written by the launch request
+        sync_info = sync_for_launch(spec, s.transport, marker, s.agent) if s.sync else None
+        if any(job.recipe for job in s.jobs):  # nothing starts with a python that cannot run the trainer
+            check_python(spec, host_python(spec), s.agent)
+        runs: list[verbs.LaunchRun] = [
+            {
+                "run_id": job.run_id,
+                "run_json": run_json(
+                    job,
+                    session=s.session,
+                    host=spec.name,
+                    started=s.now,
+                    sync=sync_info,
+                    sweep_index=i,
+                    sweep_size=len(s.jobs),
+                    restart=policy.to_json() if policy.active else None,
+                ),
+                "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env, supervised=policy.active),
+                "supervisor": supervisor_source() if policy.active else None,
+            }
+            for i, (job, policy) in enumerate(zip(s.jobs, policies, strict=True))
+        ]
+        request = launch_request(spec.remote_dir, s.session, runs, stamp=s.now, gap_s=s.gap_s,
+                                 replace=s.replace, marker=marker)  # fmt: skip
+        start_session(s.agent, request, spec.name, "is running; stop it, pick another --name, or --replace")
+        return LaunchResult(spec.name, s.session, tuple(j.run_id for j in s.jobs), sync_info)
+
+    def resume(
+        self, spec: HostSpec, agent: agent_client.Session, run: RunRecord, job: Job, session: str | None
+    ) -> LaunchResult:
+        session = validate_session(session or run.session)
+        # A supervised run (--retry) continues under its supervisor: one more recorded attempt, with --resume.
+        supervised = run.max_attempts is not None
+        cmd_sh = render_cmd_sh(job, spec.remote_dir, spec.env, supervised=supervised)
+        supervisor = supervisor_source() if supervised else None
+        runs: list[verbs.LaunchRun] = [
+            {"run_id": run.run_id, "resume": True, "cmd_sh": cmd_sh, "supervisor": supervisor}
+        ]
+        request = launch_request(spec.remote_dir, session, runs, stamp=time.time())
+        start_session(agent, request, spec.name, "is in use; resume into another with --name")
+        return LaunchResult(spec.name, session, (run.run_id,), None)
+
+    def stop(
+        self, spec: HostSpec, agent: agent_client.Session, run: RunRecord, runs: HostRuns, grace_s: float
+    ) -> bool:
+        session_runs = [r.run_id for r in runs.runs if r.session == run.session and r.active]
+        stamp = time.time()
+        answer = verbs.stop(agent, spec.remote_dir, run.session, session_runs, run.run_id, grace_s, stamp)
+        return bool(answer.get("killed_session"))
+
+    def follow_session(self, session: str) -> str | None:
+        return session
+
+
+class SlurmScheduler:
+    """One sbatch job per run (a sweep's runs queue on the cluster side by side, not one after another)."""
+
+    name = "slurm"
+
+    def submit(self, s: Submission) -> LaunchResult:
+        spec = s.spec
+        if s.restart is not None and s.restart.given:
+            raise BadSetting(f"{spec.name} is a SLURM host: --retry and --stall-timeout run in a tmux "
+                             "session's supervisor and are not supported for batch jobs")  # fmt: skip
+        slurm = spec.slurm or SlurmSpec()
+        if s.nodes is not None:
+            slurm = dataclasses.replace(slurm, nodes=s.nodes)
+        marker: list[dict[str, object]] = []
+        sync_info = sync_for_launch(spec, s.transport, marker, s.agent) if s.sync else None
+        job_ids = []
+        for i, job in enumerate(s.jobs):
+            meta = run_json(job, session="slurm", host=spec.name, started=s.now, sync=sync_info,
+                            sweep_index=i, sweep_size=len(s.jobs))  # fmt: skip
+            request: verbs.SlurmSubmitRequest = {
+                "remote_dir": spec.remote_dir,
+                "run_id": job.run_id,
+                "run_json": meta,
+                "script": render_sbatch(
+                    slurm, job.run_id, spec.remote_dir, job.command, spec.env, rendezvous=bool(job.recipe)
+                ),
+                "sync_marker": marker[0] if marker and i == 0 else None,
+            }
+            job_ids.append(str(verbs.slurm_submit(s.agent, request)["job_id"]))
+        return LaunchResult(spec.name, "slurm", tuple(j.run_id for j in s.jobs), sync_info, tuple(job_ids))
+
+    def resume(
+        self, spec: HostSpec, agent: agent_client.Session, run: RunRecord, job: Job, session: str | None
+    ) -> LaunchResult:
+        script = render_sbatch(spec.slurm or SlurmSpec(), run.run_id, spec.remote_dir, job.command, spec.env)
+        request: verbs.SlurmSubmitRequest = {
+            "remote_dir": spec.remote_dir, "run_id": run.run_id, "resume": True, "stamp": time.time(),
+            "script": script,
+        }  # fmt: skip
+        answer = verbs.slurm_submit(agent, request)
+        return LaunchResult(spec.name, "slurm", (run.run_id,), None, (str(answer["job_id"]),))
+
+    def stop(
+        self, spec: HostSpec, agent: agent_client.Session, run: RunRecord, runs: HostRuns, grace_s: float
+    ) -> bool:
+        """SIGINT to the job's processes (the trainer saves), then scancel."""
+        assert run.job_id is not None
+        cancel = verbs.slurm_stop(agent, spec.remote_dir, run.run_id, run.job_id, grace_s, time.time())
+        return bool(cancel.get("cancelled"))
+
+    def follow_session(self, session: str) -> str | None:
+        return None  # a batch job has no session: its exit_code ends the follow
+
+
+TMUX: Scheduler = TmuxScheduler()
+SLURM: Scheduler = SlurmScheduler()
+
+
+def scheduler_for(spec: HostSpec) -> Scheduler:
+    """The host entry's scheduler (``scheduler = "slurm"``, else tmux)."""
+    return SLURM if spec.scheduler == "slurm" else TMUX
+
+
+def scheduler_of(run: RunRecord) -> Scheduler:
+    """The scheduler that started a run: a SLURM run has a job id."""
+    return SLURM if run.job_id is not None else TMUX
+

@@ -1,0 +1,22 @@
+#!/bin/sh
+# pippa run 20260101-120000-cmd-abcd: written by pippa at launch. Holds no secrets: they are sourced from
+# ~/.config/pippa/secrets.env (mode 0600) inside the job's subshell.
+RUN_DIR='/srv/p q/runs/20260101-120000-cmd-abcd'
+[ -e "$RUN_DIR/stop_requested" ] && exit 0
+date +%s > "$RUN_DIR/started"
+trap : INT
+{
+  trap : INT
+  (
+    cd '/srv/p q' || exit 1
+    export PATH="$HOME/.local/bin:$PATH" PYTHONUNBUFFERED=1
+    export PIPPA_RUN_ID=20260101-120000-cmd-abcd PIPPA_RUN_DIR="$RUN_DIR"
+    :
+    if [ -f "$HOME"/.config/pippa/secrets.env ]; then set -a; . "$HOME"/.config/pippa/secrets.env; set +a; unset PIPPA_NOTIFY; fi
+echo 'hi'; sleep 1
+  )
+  echo $? > "$RUN_DIR/exit_code.tmp"
+} 2>&1 | tee -a -i "$RUN_DIR/output.log"
+[ -f "$RUN_DIR/exit_code.tmp" ] && mv -f "$RUN_DIR/exit_code.tmp" "$RUN_DIR/exit_code"
+[ -f "$HOME"/.config/pippa/alerts/hostalerts.py ] && python3 -S "$HOME"/.config/pippa/alerts/hostalerts.py event --run-dir "$RUN_DIR" --detach >/dev/null 2>&1 || :
+exit 0

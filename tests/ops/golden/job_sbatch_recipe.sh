@@ -1,0 +1,28 @@
+#!/bin/sh
+#SBATCH --job-name=20260101-120000-tiny-abcd
+#SBATCH --output=output.log
+#SBATCH --open-mode=append
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --partition=gpu
+#SBATCH --account=lab
+#SBATCH --time=04:00:00
+#SBATCH --gres=gpu:8
+#SBATCH --cpus-per-task=16
+# pippa run 20260101-120000-tiny-abcd: written by pippa at launch. Holds no secrets: they are sourced from
+# ~/.config/pippa/secrets.env (mode 0600) inside the job.
+RUN_DIR="$HOME"/pippa/runs/20260101-120000-tiny-abcd
+[ -e "$RUN_DIR/stop_requested" ] && exit 0
+date +%s > "$RUN_DIR/started"
+cd "$HOME"/pippa || exit 1
+export PATH="$HOME/.local/bin:$PATH" PYTHONUNBUFFERED=1
+export PIPPA_RUN_ID=20260101-120000-tiny-abcd PIPPA_RUN_DIR="$RUN_DIR"
+export HF_HOME='/data/hf cache'
+if [ -f "$HOME"/.config/pippa/secrets.env ]; then set -a; . "$HOME"/.config/pippa/secrets.env; set +a; unset PIPPA_NOTIFY; fi
+MAIN_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+MAIN_PORT=$((20000 + SLURM_JOB_ID % 20000))
+srun --kill-on-bad-exit=1 sh -c 'a=$1 p=$2; shift 2; exec "$@" --machines "$SLURM_NTASKS" --machine-rank "$SLURM_PROCID" --main-addr "$a" --main-port "$p"' sh "$MAIN_ADDR" "$MAIN_PORT" .venv/bin/python -m training_core.launch tiny --run-dir "$HOME"/pippa/runs/20260101-120000-tiny-abcd --set train.max_steps=3
+code=$?
+echo $code > "$RUN_DIR/exit_code.tmp"
+mv -f "$RUN_DIR/exit_code.tmp" "$RUN_DIR/exit_code"
+exit $code
