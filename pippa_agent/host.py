@@ -76,9 +76,12 @@ def text(p: subprocess.CompletedProcess[bytes]) -> str:
 
 
 def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
-    """tmp + rename, so a reader sees the old file or the new one."""
+    """tmp + rename, so a reader sees the old file or the new one. The tmp file is new (O_EXCL), so
+    ``mode`` holds from its first byte even where a stale one was left."""
     tmp = f"{path}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         os.write(fd, data)
     finally:

@@ -191,8 +191,10 @@ def sync_marker(req: Req) -> Answer:
 
 
 def write_file(req: Req) -> Answer:
-    """Write ``text`` to ``path`` atomically (e.g. .pippa/setup.json), creating its directory."""
+    """Write ``text`` to ``path`` atomically (e.g. .pippa/setup.json), creating its directory: 0700
+    when the file's mode is private (the secrets file), so nobody else can even list it."""
     path = host_path(req["path"])
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_atomic(path, req["text"].encode(), int(req.get("mode", 0o644)))
+    mode = int(req.get("mode", 0o644))
+    os.makedirs(os.path.dirname(path), mode=0o700 if mode & 0o077 == 0 else 0o777, exist_ok=True)
+    write_atomic(path, req["text"].encode(), mode)
     return {}

@@ -1,8 +1,9 @@
 """Secrets from the local ``.env`` to the host's 0600 ``~/.config/pippa/secrets.env``.
 
 Why a file and stdin: a secret in argv shows in ``ps`` on both machines, in send-keys text it lands in
-tmux scrollback. So the values travel only as the stdin of one command that writes the file with
-umask 077 (tmp + rename), and job scripts source it. Nothing here returns or prints a value.
+tmux scrollback. So the values travel only in a request on the host agent's stdin (``write_file``:
+mode 0600 from the first byte, tmp + rename, a new directory 0700), and job scripts source the file.
+Nothing here returns or prints a value.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from pathlib import Path
 
 from dotenv import dotenv_values
 
+from pippa_contract import verbs
 from pippa_contract.secrets import format_secrets
 from pippa_ops.hosts.inventory import SECRETS_PATH
-from pippa_ops.sync import remote_dir_expr
+from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import validate_env_key
 
@@ -42,15 +44,6 @@ def secrets_file_text(values: dict[str, str]) -> str:
     return format_secrets(values)
 
 
-def write_command(path: str = SECRETS_PATH) -> str:
-    """Write stdin to ``path`` with mode 0600 from its first byte, atomically."""
-    target = remote_dir_expr(path)
-    return (
-        f'set -e; umask 077; f={target}; mkdir -p "$(dirname "$f")"; '
-        'cat > "$f.tmp"; chmod 600 "$f.tmp"; mv -f "$f.tmp" "$f"'
-    )
-
-
 def push_secrets(
     transport: Transport, names: tuple[str, ...], env_path: Path, optional: tuple[str, ...] = ()
 ) -> SecretsPush:
@@ -60,5 +53,5 @@ def push_secrets(
     chosen = {n: local[n] for n in names if n in local}
     chosen.update({n: local[n] for n in optional if local.get(n)})
     missing = tuple(n for n in names if n not in local)
-    transport.run(write_command(), input=secrets_file_text(chosen).encode(), timeout=60, check=True)
+    verbs.write_file(agent_client.Once(transport), SECRETS_PATH, secrets_file_text(chosen), mode=0o600)
     return SecretsPush(pushed=tuple(sorted(chosen)), missing=missing, path=SECRETS_PATH)
