@@ -65,11 +65,16 @@ class _LazyGroup(TyperGroup):
         # where click would cut it at the terminal's width with "...").
         return typer.core.TyperCommand(cmd_name, help=COMMANDS[cmd_name][1], short_help=COMMANDS[cmd_name][1])
 
-    def resolve_command(self, ctx: typer.Context, args: list[str]):  # type: ignore[no-untyped-def,override]
-        name = args[0] if args else None
+    def load(self, name: str) -> None:
+        """Build the commands of ``name``'s module (the warm process does it ahead for the hot verbs)."""
         if name in COMMANDS and name not in self.commands:
             for cmd_name, cmd in load_commands(COMMANDS[name][0]).items():
                 self.commands[cmd_name] = cmd
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]):  # type: ignore[no-untyped-def,override]
+        name = args[0] if args else None
+        if name is not None:
+            self.load(name)
         try:
             return super().resolve_command(ctx, args)
         except typer.TyperException as e:  # click's "No such command 'sttus'.": add the nearest one
@@ -141,12 +146,20 @@ def _debug_logging() -> None:
     log.setLevel(logging.DEBUG)
 
 
-def main() -> None:
+def build() -> _LazyGroup:
+    """The app as a click group; a process may build it once and run it several times (``main``)."""
+    group = typer.main.get_command(app)
+    assert isinstance(group, _LazyGroup)
+    return group
+
+
+def main(group: _LazyGroup | None = None) -> None:
+    """Run ``sys.argv`` (on ``group``, built here when not given) and exit with its code."""
     debug = "--debug" in sys.argv[1:]
     if debug:
         _debug_logging()
     try:
-        rv = app(standalone_mode=False)
+        rv = (group or build())(standalone_mode=False)
     except PippaError as e:
         if debug:
             traceback.print_exc()

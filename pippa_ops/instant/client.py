@@ -53,8 +53,9 @@ def hot_verb(argv: list[str]) -> str | None:
 
 
 def socket_path() -> Path:
-    """One warm process per user, home, Python environment and checkout (what its imports depend on)."""
-    key = json.dumps([os.getuid(), str(Path.home()), sys.prefix, str(PACKAGE)])
+    """One warm process per user, home, Python environment, start-up variables and checkout (what its
+    imports and streams depend on)."""
+    key = json.dumps([os.getuid(), str(Path.home()), sys.prefix, str(PACKAGE), startup_env(dict(os.environ))])
     return wire.runtime_dir() / f"i-{hashlib.sha256(key.encode()).hexdigest()[:20]}.sock"
 
 

@@ -120,6 +120,11 @@ def check(request: dict[str, Any], stamps: dict[str, int]) -> None:
 
 
 def serve(listener: socket.socket, path: Path, inode: int, persist_s: float) -> None:
+    from pippa_ops.cli.typer_app import build
+
+    group = build()  # the app's click group, with the hot verbs' commands built (typer's slow part)
+    for verb in client.HOT:
+        group.load(verb)
     stamps = code_stamps()
     last = time.monotonic()
     children: set[int] = set()
@@ -144,14 +149,14 @@ def serve(listener: socket.socket, path: Path, inode: int, persist_s: float) -> 
         with conn:
             if not wire.peer_is_me(conn):
                 continue
-            forked = _accept(conn, listener, stamps)
+            forked = _accept(conn, listener, stamps, group)
             if forked is not None:
                 children.add(forked)
             elif changed(stamps):
                 return
 
 
-def _accept(conn: socket.socket, listener: socket.socket, stamps: dict[str, int]) -> int | None:
+def _accept(conn: socket.socket, listener: socket.socket, stamps: dict[str, int], group: Any) -> int | None:
     """Check one request, acknowledge it, and fork its child on the go-ahead; the child's pid."""
     try:
         request, fds = _read_request(conn)
@@ -175,14 +180,14 @@ def _accept(conn: socket.socket, listener: socket.socket, stamps: dict[str, int]
         pid = os.fork()
         if pid == 0:
             listener.close()
-            _child(conn, request, fds)  # never returns
+            _child(conn, request, fds, group)  # never returns
         return pid
     finally:
         for fd in fds:
             os.close(fd)
 
 
-def _child(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], group: Any) -> None:
     """Become the client's ``pippa``: its stdio, cwd, environment, umask, argv; then the app's main."""
     code = 1
     try:
@@ -205,7 +210,7 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None
         from pippa_ops.cli.typer_app import main
 
         try:
-            main()
+            main(group)
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

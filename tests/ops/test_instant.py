@@ -18,7 +18,7 @@ import pytest
 from conftest import PIPPA, ClientEnv
 from test_keeper import kept  # noqa: F401 (the fixture: reuse on, a private runtime dir)
 
-from pippa_ops.instant import client
+from pippa_ops.instant import client, server
 from pippa_ops.transport import keeper_client
 
 pytestmark = pytest.mark.ssh
@@ -150,14 +150,19 @@ def test_the_warm_socket_is_private_and_checks_its_peer(warm):
         os.chown(path, os.getuid(), -1)
 
 
-def test_a_changed_module_makes_the_warm_process_refuse_and_exit(warm, ssh_hosts, tmp_path):
-    path = client.socket_path()
-    target = Path(client.__file__).parent.parent / "cli" / "run_tables.py"
-    st = os.stat(target)
-    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
-    try:
-        mods, code = _loaded(warm.env, "ps", "--host", ssh_hosts[0].name)
-        assert "pippa_ops.cli.typer_app" in mods and code == "0"
-        _until(lambda: not path.exists())
-    finally:
-        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+def test_a_changed_module_is_refused(tmp_path, monkeypatch):
+    """A warm process must not run code older than the disk: a module it imported changed, it refuses
+    (and exits); the client then runs the command itself. A module of its own, so no other test's warm
+    process sees a change."""
+    module = tmp_path / "probe.py"
+    module.write_text("")
+    monkeypatch.setitem(sys.modules, "pippa_ops._stamp_probe", type(sys)("pippa_ops._stamp_probe"))
+    sys.modules["pippa_ops._stamp_probe"].__file__ = str(module)
+    stamps = server.code_stamps()
+    request = {"argv": ["ps"], "env": dict(os.environ), "prefix": sys.prefix, "package": str(client.PACKAGE),
+               "path": ["", *sys.path[1:]]}  # fmt: skip
+    server.check(request, stamps)
+    st = os.stat(module)
+    os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    with pytest.raises(server.Refused, match="code changed"):
+        server.check(request, stamps)
