@@ -41,3 +41,8 @@ def _toplevel(cwd: str) -> Path | None:
 def repo_root(cwd: Path | None = None) -> Path:
     """The project root: git toplevel of ``cwd``, else the package's own checkout."""
     return git_toplevel(cwd) or _PACKAGE_CHECKOUT
+
+
+def pulled_runs_dir(runs_dir: Path | None = None) -> Path:
+    """Where ``pippa pull`` puts runs (``<dir>/<host>/<run-id>``): ``runs_dir``, else ``<repo>/runs``."""
+    return runs_dir if runs_dir is not None else repo_root() / "runs"

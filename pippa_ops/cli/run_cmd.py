@@ -301,20 +301,20 @@ def run_cmd(
         if wait_s > 0 and spec.scheduler != "slurm":
             _report_early_exit(transport, spec, result.run_ids[0], wait_s, quiet=as_json)
         if notify and not follow:
-            from pippa_ops.cli.wait_cmd import spawn_watcher
+            from pippa_ops.runs.watcher import spawn_watcher
 
             pid = spawn_watcher(spec.name, list(result.run_ids))
             if not as_json:
-                from pippa_ops.cli.wait_cmd import watcher_log
+                from pippa_ops.runs.watcher import watcher_log
 
                 log = watcher_log(result.run_ids[0])
                 typer.echo(f"  notify:  when it ends (watcher pid {pid}; its log: {log})")
         if follow:
             code = follow_runs(transport, spec, list(result.run_ids), result.session)
             if notify:
-                from pippa_ops.cli.wait_cmd import notify_ended
+                from pippa_ops.runs.watcher import notify_ended
 
-                notify_ended(spec.name, list(result.run_ids))
+                notify_ended(spec.name, list(result.run_ids), _note)
             raise typer.Exit(code)
 
 
