@@ -101,7 +101,7 @@ def pull_cmd(
 ) -> None:
     """Bring runs' records (run.json, metrics, log, evals; --checkpoints) into runs/<host>/<run-id>/ here."""
     from pippa_ops.hosts.connect import connect
-    from pippa_ops.runs.catalog import locate
+    from pippa_ops.runs.locate import locate
     from pippa_ops.runs.pull import pull_run
     from pippa_ops.runs.pull import wandb_sync as sync_wandb
 

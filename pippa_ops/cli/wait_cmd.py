@@ -39,8 +39,8 @@ def wait_cmd(
     """Wait until runs end (riding out dropped connections); exit with their status (0: all exited 0)."""
     from pippa_ops import notify as notices
     from pippa_ops.errors import UsageError
-    from pippa_ops.runs.catalog import locate
     from pippa_ops.runs.listing import RunRecord
+    from pippa_ops.runs.locate import locate
     from pippa_ops.runs.wait import ended_line, exit_status, wait_runs
 
     if timeout is not None and timeout < 0:
