@@ -39,7 +39,7 @@ from pippa_ops.runs.launch import (
     stop,
 )
 from pippa_ops.runs.listing import RunRecord, current_run, list_runs, merge_groups
-from pippa_ops.runs.locate import all_hosts, locate_host, locate_run_hosts, runs_of
+from pippa_ops.runs.locate import all_hosts, locate_host, locate_run, locate_run_hosts, runs_of
 from pippa_ops.runs.recipes import list_recipes
 from pippa_ops.runs.restart import RestartFlags
 from pippa_ops.runs.script import DEFAULT_GAP_S, DEFAULT_SESSION
@@ -421,10 +421,12 @@ def logs_cmd(
 ) -> None:
     """Print a run's output (the session's current run, or a run id); -f follows it."""
     name = name or _newest_run(host)
-    where = locate_run_hosts(name, host)[0]  # a run over several hosts: machine rank 0's output
+    hosts, listed = locate_run(name, host)
+    where = hosts[0]  # a run over several hosts: machine rank 0's output
     spec, transport = connect(where)
     with transport:
-        run = current_run(list_runs(transport, spec.remote_dir), name)
+        runs = listed if listed.host == where else list_runs(transport, spec.remote_dir)
+        run = current_run(runs, name)
         text = read_all(transport, f"{spec.remote_dir.rstrip('/')}/runs/{run.run_id}/output.log")
         skip = len(text) - len(_last_lines(text, tail)) if tail is not None else 0
         if follow and run.active:

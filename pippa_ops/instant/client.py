@@ -36,6 +36,7 @@ from pippa_ops.transport import reuse
 HOT = frozenset({"ps", "logs", "gpus", "run", "stop", "wait"})
 ACK_WAIT_S = 2.0  # a live warm process acknowledges at once; past this it is given up (not forked)
 GO = b"G"  # client -> warm process: fork now (after its A); the child then sends S (pid) and X (status)
+STARTUP_VARS = ("LANG", "LANGUAGE", "TZ")  # and every PYTHON* and LC_* variable
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 LENGTH = struct.Struct(">I")
 PACKAGE = Path(__file__).resolve().parent.parent
@@ -60,9 +61,9 @@ def socket_path() -> Path:
 
 
 def startup_env(env: dict[str, str]) -> dict[str, str]:
-    """The variables a Python reads as it starts (stream encodings, flags): a warm process only serves
-    a client that has the same ones, so its child's streams are the ones this process would have."""
-    return {k: v for k, v in env.items() if k.startswith(("PYTHON", "LC_")) or k in ("LANG", "LANGUAGE")}
+    """The variables a Python reads as it starts (stream encodings, flags, the time zone): a warm process
+    only serves a client that has the same ones, so its child's streams and clock are this process's."""
+    return {k: v for k, v in env.items() if k.startswith(("PYTHON", "LC_")) or k in STARTUP_VARS}
 
 
 def run_warm(argv: list[str]) -> int | None:

@@ -203,6 +203,7 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], group: 
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        time.tzset()  # the same TZ (startup_env), but read again as a fresh interpreter would
         os.umask(int(request["umask"]))
         sys.argv = [str(request["argv0"]), *request["argv"]]
         sys.path[0] = str(request["path"][0])  # the client's script directory (or "" for -c)

@@ -27,24 +27,41 @@ def runs_of(name: str) -> HostRuns:
         return priced_on(spec, transport, list_runs(transport, spec.remote_dir))
 
 
-def locate_run_hosts(name: str, host: str | None) -> list[str]:
-    """The hosts of run/session ``name``: one host, or every host of a run over several (rank 0 first)."""
-    where = [host] if host is not None else hosts_having(name)
-    if host is None and not where:
-        raise RunNotFound(f"no host has a run or session named {name!r}")
-    runs = select_runs(runs_of(where[0]), name)
+def locate_run(name: str, host: str | None) -> tuple[list[str], HostRuns]:
+    """The hosts of run/session ``name`` (one host, or every host of a run over several, rank 0
+    first), and the listing that found it, of the host it names first unless a group's rank 0 is
+    elsewhere: a verb that goes on to read the run there needs no second listing."""
+    if host is not None:
+        where, listed = [host], runs_of(host)
+    else:
+        having = _listings_having(name)
+        if not having:
+            raise RunNotFound(f"no host has a run or session named {name!r}")
+        where = list(having)
+        listed = having[where[0]]
+    runs = select_runs(listed, name)
     group = next((r.hosts for r in runs if r.hosts and len(r.hosts) > 1), None)
     if group is not None and (host is not None or set(where) <= set(group)):
-        return list(group)
+        return list(group), listed
     if len(where) > 1:
         raise AmbiguousSession(f"{name!r} exists on several hosts ({', '.join(where)}); add --host")
-    return where
+    return where, listed
+
+
+def locate_run_hosts(name: str, host: str | None) -> list[str]:
+    """The hosts of run/session ``name``: one host, or every host of a run over several (rank 0 first)."""
+    return locate_run(name, host)[0]
 
 
 def hosts_having(name: str) -> list[str]:
+    return list(_listings_having(name))
+
+
+def _listings_having(name: str) -> dict[str, HostRuns]:
+    """The listings of the hosts that have run/session ``name``, in ``all_hosts`` order."""
     validate_name("run or session", name)
-    return [h for h, r in fan_out(all_hosts(), runs_of).items()
-            if not isinstance(r, PippaError) and select_runs(r, name)]  # fmt: skip
+    return {h: r for h, r in fan_out(all_hosts(), runs_of).items()
+            if not isinstance(r, PippaError) and select_runs(r, name)}  # fmt: skip
 
 
 def locate_host(name: str, host: str | None, *, live_session: bool = False) -> str:

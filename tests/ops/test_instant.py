@@ -166,3 +166,24 @@ def test_a_changed_module_is_refused(tmp_path, monkeypatch):
     os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
     with pytest.raises(server.Refused, match="code changed"):
         server.check(request, stamps)
+
+
+def test_a_time_zone_of_its_own_gets_a_warm_process_of_its_own(warm, ssh_hosts):
+    """ps prints local start times: a client in another zone must not see the warm process's."""
+    h = ssh_hosts[0].name
+    assert _pippa(warm.env, "run", "--host", h, "-n", "tz", "--cmd", "true").returncode == 0
+    env = {**warm.env, "TZ": "Asia/Kolkata"}
+    assert client.socket_path() != _socket_path_in(env)
+    hot = _pippa(env, "ps", "--host", h, "--all")
+    _until(lambda: _socket_path_in(env).exists())  # started after that command, for the next
+    again = _pippa(env, "ps", "--host", h, "--all")
+    cold = _pippa({**env, "PIPPA_NO_REUSE": "1"}, "ps", "--host", h, "--all")
+    assert hot.stdout == again.stdout == cold.stdout and again.returncode == 0
+    pid = int(_socket_path_in(env).with_suffix(".lock").read_text())
+    os.kill(pid, signal.SIGTERM)
+
+
+def _socket_path_in(env: dict[str, str]) -> Path:
+    code = "from pippa_ops.instant import client; print(client.socket_path())"
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return Path(p.stdout.strip())
