@@ -105,11 +105,14 @@ def main() -> None:
 
         print(f"pippa {__version__}")
         raise SystemExit(0)
-    from pippa_ops.instant import client
+    from pippa_ops.instant import hot_verb
 
-    code = client.run_warm(argv)
-    if code is not None:
-        raise SystemExit(code)
+    if hot_verb(argv) is not None:
+        from pippa_ops.instant import client
+
+        code = client.run_warm(argv)
+        if code is not None:
+            raise SystemExit(code)
     from pippa_ops.cli.typer_app import main as assembled_main
 
     assembled_main()

@@ -28,12 +28,10 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from pippa_ops.instant import hot_verb
 from pippa_ops.transport import keeper_wire as wire
 from pippa_ops.transport import reuse
 
-# The verbs a warm process serves: the ones people type all day. Others (attach, ssh, dash, sync with
-# its progress bar, ...) run here; they are not worth a second route.
-HOT = frozenset({"ps", "logs", "gpus", "run", "stop", "wait"})
 ACK_WAIT_S = 2.0  # a live warm process acknowledges at once; past this it is given up (not forked)
 GO = b"G"  # client -> warm process: fork now (after its A); the child then sends S (pid) and X (status)
 STARTUP_VARS = ("LANG", "LANGUAGE", "TZ")  # and every PYTHON* and LC_* variable
@@ -43,14 +41,6 @@ PACKAGE = Path(__file__).resolve().parent.parent
 # Started with -c, not -m: click names the program after a -m module ("python -m ..."), and a child
 # must name it as the client's own start-up would (its sys.argv[0], which the child takes over).
 SERVER_MAIN = "from pippa_ops.instant.server import main; raise SystemExit(main())"
-
-
-def hot_verb(argv: list[str]) -> str | None:
-    """The hot verb ``argv`` runs (only ``--debug`` may stand before it), else None."""
-    i = 0
-    while i < len(argv) and argv[i] == "--debug":
-        i += 1
-    return argv[i] if i < len(argv) and argv[i] in HOT else None
 
 
 def socket_path() -> Path:

@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from pippa_ops.instant import client
+from pippa_ops.instant import HOT, client, hot_verb
 from pippa_ops.transport import keeper_wire as wire
 
 # What the hot verbs import; a child imports anything else itself, as a cold command would.
@@ -113,7 +113,7 @@ def check(request: dict[str, Any], stamps: dict[str, int]) -> None:
         raise Refused("another locale or Python setting")
     if list(request.get("path", []))[1:] != sys.path[1:]:
         raise Refused("another import path")
-    if client.hot_verb(list(request.get("argv", []))) is None:
+    if hot_verb(list(request.get("argv", []))) is None:
         raise Refused("not a hot verb")
     if changed(stamps):
         raise Refused("code changed")
@@ -123,7 +123,7 @@ def serve(listener: socket.socket, path: Path, inode: int, persist_s: float) -> 
     from pippa_ops.cli.typer_app import build
 
     group = build()  # the app's click group, with the hot verbs' commands built (typer's slow part)
-    for verb in client.HOT:
+    for verb in HOT:
         group.load(verb)
     stamps = code_stamps()
     last = time.monotonic()
