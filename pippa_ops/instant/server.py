@@ -42,6 +42,10 @@ PRELOAD = (
     "pippa_ops.runs.catalog",
     "pippa_ops.runs.listing",
     "pippa_ops.runs.follow",
+    "pippa_ops.runs.wait",
+    "pippa_ops.alerts.remote",
+    "pippa_ops.hosts.endpoint",
+    "pippa_ops.notify",
     "pippa_ops.transport.keeper_client",
     "pippa_ops.transport.agent_client",
 )
@@ -224,11 +228,18 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], group: 
         with contextlib.suppress(BaseException):
             sys.stdout.flush()
             sys.stderr.flush()
+        # The client's stdio let go before its exit status is sent: whoever reads its output (a pipe,
+        # `$(pippa ps)`) sees the end when the client exits, not after this child's own exit work.
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
         with contextlib.suppress(OSError):
             conn.sendall(wire.frame(wire.EXIT, wire.status_payload(code)))
         conn.close()
     # Unwinds to the interpreter's exit, as a cold command ends: its exit handlers run (a keeper started
-    # for the hosts it used); the warm process's own cleanup is skipped in a child (``main``).
+    # for the hosts it used, which prints nothing); the warm process's own cleanup is skipped in a
+    # child (``main``).
     raise SystemExit(code)
 
 
