@@ -128,8 +128,10 @@ def _relay(reader: wire.FrameReader) -> int:
     """Wait for the child's exit status, forwarding the signals a terminal sends to it."""
     pid: list[int] = []
     pending: list[int] = []
+    sent: list[int] = []
 
     def forward(signum: int, _frame: FrameType | None) -> None:
+        sent.append(signum)
         if pid:
             with contextlib.suppress(OSError):
                 os.kill(pid[0], signum)
@@ -145,6 +147,9 @@ def _relay(reader: wire.FrameReader) -> int:
         except (OSError, wire.ProtocolError):
             got = None
         if got is None:
+            if sent:  # the child died of the signal forwarded to it: so does this process, as a cold one
+                signal.signal(sent[-1], signal.SIG_DFL)
+                os.kill(os.getpid(), sent[-1])
             print("pippa: the warm process's command ended without an exit status", file=sys.stderr)
             return 1
         kind, payload = got

@@ -187,3 +187,18 @@ def _socket_path_in(env: dict[str, str]) -> Path:
     code = "from pippa_ops.instant import client; print(client.socket_path())"
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return Path(p.stdout.strip())
+
+
+def test_a_command_whose_child_is_terminated_ends_by_the_same_signal(warm, ssh_hosts):
+    """TERM (or HUP) forwarded to the child kills it; the command then dies of it too, as a cold one."""
+    h = ssh_hosts[0].name
+    started = _pippa(warm.env, "run", "--host", h, "-n", "termed", "--cmd", "sleep 60", "--json")
+    run_id = json.loads(started.stdout)["run_ids"][0]
+    p = subprocess.Popen([PIPPA, "logs", run_id, "--host", h, "-f"], env=warm.env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+    server = int(client.socket_path().with_suffix(".lock").read_text())
+    _until(lambda: Path(f"/proc/{server}/task/{server}/children").read_text().strip() != "")
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=30)
+    assert p.returncode == -signal.SIGTERM
+    _pippa(warm.env, "stop", "termed", "--host", h, "--grace", "1")
