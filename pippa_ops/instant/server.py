@@ -267,8 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -c 'from pippa_ops.instant.server import main; main()' SOCKET", file=sys.stderr)
         return 2
     path = Path(args[0])
-    for name in PRELOAD:
-        importlib.import_module(name)
+    for name in PRELOAD:  # ahead of time only: a child imports whatever is missing here itself
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
     listener = wire.listen(path)
     if listener is None:
         return 0

@@ -202,3 +202,10 @@ def test_a_command_whose_child_is_terminated_ends_by_the_same_signal(warm, ssh_h
     p.communicate(timeout=30)
     assert p.returncode == -signal.SIGTERM
     _pippa(warm.env, "stop", "termed", "--host", h, "--grace", "1")
+
+
+def test_what_the_warm_process_imports_ahead_exists():
+    """PRELOAD names modules by string: one renamed or moved would silently leave a child to import it."""
+    import importlib.util
+
+    assert [m for m in server.PRELOAD if importlib.util.find_spec(m) is None] == []
