@@ -4,6 +4,7 @@ click, rich, paramiko, textual or torch; and the warm process is guarded as the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -47,14 +48,17 @@ def warm(kept: ClientEnv) -> Iterator[ClientEnv]:  # noqa: F811
     """The keeper and the warm process, both running for this client."""
     assert keeper_client.start() is not None
     path = client.socket_path()
-    server = subprocess.Popen([sys.executable, "-c", client.SERVER_MAIN, str(path)], env=kept.env,
+    proc = subprocess.Popen([sys.executable, "-c", client.SERVER_MAIN, str(path)], env=kept.env,
                               cwd="/", stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     try:
         _until(lambda: path.exists())
         yield kept
     finally:
-        server.terminate()
-        server.wait(10)
+        proc.terminate()
+        proc.wait(10)
+        for lock in path.parent.glob("i-*.lock"):  # those the test's commands started (another locale)
+            with contextlib.suppress(ValueError, OSError):
+                os.kill(int(lock.read_text()), signal.SIGTERM)
 
 
 def _pippa(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
