@@ -48,3 +48,8 @@ def team_inventory_path(repo: Path | None = None) -> Path:
     ``hosts``, because it also names the connection keeper's context (``transport.keeper_client``)."""
     override = os.environ.get("PIPPA_INVENTORY")
     return Path(override) if override else (repo or repo_root()) / "pippa.toml"
+
+
+def pulled_runs_dir(runs_dir: Path | None = None) -> Path:
+    """Where ``pippa pull`` puts runs (``<dir>/<host>/<run-id>``): ``runs_dir``, else ``<repo>/runs``."""
+    return runs_dir if runs_dir is not None else repo_root() / "runs"

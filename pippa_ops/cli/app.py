@@ -1,23 +1,15 @@
-"""Assembles the ``pippa`` command and owns the one top-level error handler.
+"""The ``pippa`` entry point and the table of its commands; importing it loads no typer.
 
-Command groups live in their own modules (``register(app)``) and are imported only when one of
-their commands runs: ``pippa sync`` never loads textual (dash) or the run/tmux code, and
-``pippa --help`` loads no command module at all. The table below is what ``--help`` lists; a test
-checks it against each command's own docstring. Core errors (``PippaError``) become one line on
-stderr and their exit code; a traceback (and paramiko's log) only with ``--debug``.
+A hot verb (``ps``, ``logs``, ``gpus``, ``run``, ``stop``, ``wait`` and their ``--help``) is handed to
+the warm process (``pippa_ops.instant``) when one is running: it has typer, the command modules and
+the core imported already and forks a child per command, which runs the same code as below on this
+terminal. Everything else, or when there is no warm process, builds the typer app here
+(``cli.typer_app``), which registers each command module from the table below.
 """
 
 from __future__ import annotations
 
-import importlib
-import logging
 import sys
-import traceback
-
-import typer
-from typer.core import TyperGroup
-
-from pippa_ops.errors import ExitCode, PippaError
 
 # command -> (module that registers it, the one-line help `pippa --help` shows), in --help order
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -106,150 +98,24 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class PippaCommand(typer.core.TyperCommand):
-    """Usage lines name arguments the usual way (``pippa logs [OPTIONS] NAME``), not ``{name}``."""
-
-    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
-        pieces = [self.options_metavar] if self.options_metavar else []
-        for param in self.get_params(ctx):
-            if isinstance(param, typer.core.TyperArgument):
-                name = (param.metavar or param.name or "arg").upper()
-                pieces.append((name if param.required else f"[{name}]") + ("..." if param.nargs != 1 else ""))
-        return pieces
-
-
-def load_commands(module_name: str) -> dict[str, typer.core.TyperCommand]:
-    """Import one command module and build its click commands (name -> command).
-
-    Help is click's plain layout (``rich_markup_mode=None``): typer's rich panels cost ~0.3 s per
-    ``--help`` to draw and label every flag ``<bool>``."""
-    module = importlib.import_module(module_name)
-    sub = typer.Typer(add_completion=False, rich_markup_mode=None)
-    sub.callback()(lambda: None)  # always a group, even for a module with one command
-    module.register(sub)
-    for info in sub.registered_commands:
-        if info.cls in (None, typer.core.TyperCommand):
-            info.cls = PippaCommand
-    group = typer.main.get_command(sub)
-    assert isinstance(group, TyperGroup)
-    return dict(group.commands)  # type: ignore[arg-type]
-
-
-class _LazyGroup(TyperGroup):
-    """Lists every command from COMMANDS; imports a command's module only to run (or show) it."""
-
-    def list_commands(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
-        return list(COMMANDS)
-
-    def get_command(self, ctx: typer.Context, cmd_name: str) -> typer.core.TyperCommand | None:  # type: ignore[override]
-        if cmd_name in self.commands:
-            return self.commands[cmd_name]  # type: ignore[return-value]
-        if cmd_name not in COMMANDS:
-            return None
-        # Listed, not loaded: a stub with the help line is enough for `pippa --help` (short_help: whole,
-        # where click would cut it at the terminal's width with "...").
-        return typer.core.TyperCommand(cmd_name, help=COMMANDS[cmd_name][1], short_help=COMMANDS[cmd_name][1])
-
-    def resolve_command(self, ctx: typer.Context, args: list[str]):  # type: ignore[no-untyped-def,override]
-        name = args[0] if args else None
-        if name in COMMANDS and name not in self.commands:
-            for cmd_name, cmd in load_commands(COMMANDS[name][0]).items():
-                self.commands[cmd_name] = cmd
-        try:
-            return super().resolve_command(ctx, args)
-        except typer.TyperException as e:  # click's "No such command 'sttus'.": add the nearest one
-            if name is not None and name not in COMMANDS and hasattr(e, "message"):
-                import difflib
-
-                close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.6)
-                e.message += f" Did you mean {close[0]!r}?" if close else ""
-            raise
-
-
-app = typer.Typer(
-    name="pippa",
-    cls=_LazyGroup,
-    help="Train language models with RL on a few GPU hosts: hosts, sync, runs in tmux, GPUs, dashboard.",
-    no_args_is_help=True,
-    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-)
-
-_state = {"debug": False}
-
-
-def _show_version(value: bool) -> None:
-    if value:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            typer.echo(f"pippa {version('pippa')}")
-        except PackageNotFoundError:
-            from pippa_ops import __version__
-
-            typer.echo(f"pippa {__version__}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
-    _version: bool = typer.Option(
-        False, "--version", is_eager=True, callback=_show_version, help="Print pippa's version and exit."
-    ),
-    no_reuse: bool = typer.Option(
-        False,
-        "--no-reuse",
-        help="Connect directly, not through the connection keeper's kept SSH connections "
-        "(also PIPPA_NO_REUSE=1).",
-    ),
-) -> None:
-    _state["debug"] = debug
-    from pippa_ops.transport import reuse
-
-    reuse.configure(not no_reuse)
-
-
-def fail(message: str, code: ExitCode) -> None:
-    """Print one line for people and exit with ``code``."""
-    typer.echo(f"pippa: {message}", err=True)
-    raise SystemExit(int(code))
-
-
-def _debug_logging() -> None:
-    """--debug: paramiko's own log (handshake, auth, channel errors) on stderr."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
-    log = logging.getLogger("paramiko")
-    log.addHandler(handler)
-    log.setLevel(logging.DEBUG)
-
-
 def main() -> None:
-    debug = "--debug" in sys.argv[1:]
-    if debug:
-        _debug_logging()
-    try:
-        rv = app(standalone_mode=False)
-    except PippaError as e:
-        if debug:
-            traceback.print_exc()
-        fail(str(e), e.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        if debug:
-            traceback.print_exc()
-        fail("interrupted", ExitCode.INTERRUPTED)
-    except typer.Exit as e:
-        raise SystemExit(e.exit_code) from None
-    except typer.TyperException as e:  # click's usage errors (typer vendors click): usage + one line
-        show = getattr(e, "show", None)
-        if callable(show):
-            show()
-        else:
-            typer.echo(f"pippa: {e.format_message()}", err=True)
-        raise SystemExit(e.exit_code) from None
-    raise SystemExit(rv if isinstance(rv, int) else 0)
+    argv = sys.argv[1:]
+    if argv == ["--version"]:  # the installed metadata says the same (a test checks it)
+        from pippa_ops import __version__
+
+        print(f"pippa {__version__}")
+        raise SystemExit(0)
+    from pippa_ops.instant import hot_verb
+
+    if hot_verb(argv) is not None:
+        from pippa_ops.instant import client
+
+        code = client.run_warm(argv)
+        if code is not None:
+            raise SystemExit(code)
+    from pippa_ops.cli.typer_app import main as assembled_main
+
+    assembled_main()
 
 
 if __name__ == "__main__":

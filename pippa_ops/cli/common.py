@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -19,6 +20,10 @@ HOST_HELP = "Host: inventory name, ~/.ssh/config alias, [user@]address, or 'loca
 HostArg = Annotated[str, typer.Argument(help=HOST_HELP, show_default=False)]
 HostOpt = Annotated[str | None, typer.Option("--host", "-H", help=HOST_HELP)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+RunsDirOpt = Annotated[
+    Path | None,
+    typer.Option("--runs-dir", help="Where pulled runs live (<dir>/<host>/<run-id>). Default: <repo>/runs."),
+]
 AcceptNewOpt = Annotated[
     bool,
     typer.Option(

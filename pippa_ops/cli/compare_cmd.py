@@ -10,9 +10,9 @@ from typing import Annotated, Any
 
 import typer
 
-from pippa_ops.cli.common import HostOpt, JsonOpt, emit_json
-from pippa_ops.cli.pull_cmd import RunsDirOpt, runs_root
+from pippa_ops.cli.common import HostOpt, JsonOpt, RunsDirOpt, emit_json
 from pippa_ops.errors import UsageError
+from pippa_ops.repo import pulled_runs_dir
 
 
 def _value(v: Any) -> str:
@@ -55,7 +55,7 @@ def compare_cmd(
     if not 0.0 <= smooth < 1.0:
         raise UsageError(f"--smooth {smooth:g}: the EMA weight must be in [0, 1)")
     metrics = list(dict.fromkeys(metric or DEFAULT_METRICS))
-    runs = load_runs(names, runs_root(runs_dir), host)
+    runs = load_runs(names, pulled_runs_dir(runs_dir), host)
     check_metrics(runs, metrics)
     diff = differing_config(runs, with_facts=show_all)
     series = {m: metric_points(runs, m) for m in metrics}

@@ -7,13 +7,13 @@ copies, filters) and ``runs.wandb_api``; this module parses options and draws ta
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json, human_bytes
+from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, RunsDirOpt, emit_json, human_bytes
 from pippa_ops.errors import PippaError
+from pippa_ops.repo import pulled_runs_dir
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -22,17 +22,7 @@ if TYPE_CHECKING:
     from pippa_ops.runs.pull import PullResult
     from pippa_ops.runs.wandb_api import WandbRun
 
-RunsDirOpt = Annotated[
-    Path | None,
-    typer.Option("--runs-dir", help="Where pulled runs live (<dir>/<host>/<run-id>). Default: <repo>/runs."),
-]
 PROGRESS_MIN_BYTES = 1 << 20  # a bar only for transfers worth watching
-
-
-def runs_root(runs_dir: Path | None) -> Path:
-    from pippa_ops.repo import repo_root
-
-    return runs_dir if runs_dir is not None else repo_root() / "runs"
 
 
 def _note(message: str) -> None:
@@ -111,11 +101,11 @@ def pull_cmd(
 ) -> None:
     """Bring runs' records (run.json, metrics, log, evals; --checkpoints) into runs/<host>/<run-id>/ here."""
     from pippa_ops.hosts.connect import connect
-    from pippa_ops.runs.catalog import locate
+    from pippa_ops.runs.locate import locate
     from pippa_ops.runs.pull import pull_run
     from pippa_ops.runs.pull import wandb_sync as sync_wandb
 
-    root = runs_root(runs_dir)
+    root = pulled_runs_dir(runs_dir)
     records = locate(names, host)
     by_host: dict[str, list[str]] = {}
     for rec in records.values():
@@ -234,7 +224,7 @@ def runs_cmd(
 
     since_ts = parse_since(since) if since else None
     hosts = list(dict.fromkeys(host)) if host else None
-    infos, errors = overview(hosts, runs_root(runs_dir), pulled_only=pulled)
+    infos, errors = overview(hosts, pulled_runs_dir(runs_dir), pulled_only=pulled)
     infos = select(infos, recipe=recipe, since=since_ts, state=state, sort=sort)
     wandb_part: dict[str, Any] | None = None
     wandb_error: PippaError | None = None

@@ -16,7 +16,6 @@ import typer
 
 from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json, goes_on_line
 from pippa_ops.errors import (
-    AmbiguousSession,
     BadSetting,
     ExitCode,
     NotAttachable,
@@ -26,8 +25,7 @@ from pippa_ops.errors import (
 )
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect, open_transport
-from pippa_ops.hosts.inventory import LOCAL, HostSpec, default_host, load_inventory, resolve
-from pippa_ops.runs.cost import priced_on
+from pippa_ops.hosts.inventory import HostSpec, default_host, resolve
 from pippa_ops.runs.follow import read_all
 from pippa_ops.runs.launch import (
     DEFAULT_GRACE_S,
@@ -40,65 +38,14 @@ from pippa_ops.runs.launch import (
     resume,
     stop,
 )
-from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, merge_groups, select_runs
+from pippa_ops.runs.listing import RunRecord, current_run, list_runs, merge_groups
+from pippa_ops.runs.locate import all_hosts, locate_host, locate_run, locate_run_hosts, runs_of
 from pippa_ops.runs.recipes import list_recipes
 from pippa_ops.runs.restart import RestartFlags
 from pippa_ops.runs.script import DEFAULT_GAP_S, DEFAULT_SESSION
 from pippa_ops.runs.tmux import Tmux
 from pippa_ops.transport.base import Transport
-from pippa_ops.transport.shell import join, validate_name
-
-
-def _all_hosts() -> list[str]:
-    return [LOCAL, *sorted(load_inventory())]
-
-
-def _host_runs(name: str) -> HostRuns:
-    spec, transport = connect(name)
-    with transport:
-        return priced_on(spec, transport, list_runs(transport, spec.remote_dir))
-
-
-def _locate_run(name: str, host: str | None) -> list[str]:
-    """The hosts of run/session ``name``: one host, or every host of a run over several (rank 0 first)."""
-    where = [host] if host is not None else _hosts_having(name)
-    if host is None and not where:
-        raise RunNotFound(f"no host has a run or session named {name!r}")
-    runs = select_runs(_host_runs(where[0]), name)
-    group = next((r.hosts for r in runs if r.hosts and len(r.hosts) > 1), None)
-    if group is not None and (host is not None or set(where) <= set(group)):
-        return list(group)
-    if len(where) > 1:
-        raise AmbiguousSession(f"{name!r} exists on several hosts ({', '.join(where)}); add --host")
-    return where
-
-
-def _hosts_having(name: str) -> list[str]:
-    validate_name("run or session", name)
-    return [h for h, r in fan_out(_all_hosts(), _host_runs).items()
-            if not isinstance(r, PippaError) and select_runs(r, name)]  # fmt: skip
-
-
-def _locate(name: str, host: str | None, *, live_session: bool = False) -> str:
-    """The host where run/session ``name`` is: ``host`` when given, else the only one that has it."""
-    validate_name("run or session", name)
-    if host is not None:
-        return host
-    found: list[str] = []
-    for h, result in fan_out(_all_hosts(), _host_runs).items():
-        if isinstance(result, PippaError):
-            continue
-        if live_session:
-            if name in result.sessions or any(r.run_id == name and r.active for r in result.runs):
-                found.append(h)
-        elif select_runs(result, name):
-            found.append(h)
-    if not found:
-        kind = SessionNotFound if live_session else RunNotFound
-        raise kind(f"no host has a {'live session' if live_session else 'run or session'} named {name!r}")
-    if len(found) > 1:
-        raise AmbiguousSession(f"{name!r} exists on several hosts ({', '.join(found)}); add --host")
-    return found[0]
+from pippa_ops.transport.shell import join
 
 
 def launch_sets(gpus: str | None, processes: int | None, strategy: str | None) -> list[str]:
@@ -301,20 +248,20 @@ def run_cmd(
         if wait_s > 0 and spec.scheduler != "slurm":
             _report_early_exit(transport, spec, result.run_ids[0], wait_s, quiet=as_json)
         if notify and not follow:
-            from pippa_ops.cli.wait_cmd import spawn_watcher
+            from pippa_ops.runs.watcher import spawn_watcher
 
             pid = spawn_watcher(spec.name, list(result.run_ids))
             if not as_json:
-                from pippa_ops.cli.wait_cmd import watcher_log
+                from pippa_ops.runs.watcher import watcher_log
 
                 log = watcher_log(result.run_ids[0])
                 typer.echo(f"  notify:  when it ends (watcher pid {pid}; its log: {log})")
         if follow:
             code = follow_runs(transport, spec, list(result.run_ids), result.session)
             if notify:
-                from pippa_ops.cli.wait_cmd import notify_ended
+                from pippa_ops.runs.watcher import notify_ended
 
-                notify_ended(spec.name, list(result.run_ids))
+                notify_ended(spec.name, list(result.run_ids), _note)
             raise typer.Exit(code)
 
 
@@ -379,7 +326,7 @@ def resume_cmd(
     from pippa_ops.runs.tidy import checkpoints
     from pippa_ops.transport import agent_client
 
-    where = _locate(name, host)
+    where = locate_host(name, host)
     spec, transport = connect(where)
     with transport:
         run = current_run(list_runs(transport, spec.remote_dir), name)
@@ -423,8 +370,8 @@ def ps_cmd(
     from pippa_ops.runs.catalog import parse_since
 
     since_ts = parse_since(since) if since else None
-    hosts = list(dict.fromkeys(host)) if host else _all_hosts()
-    results = fan_out(hosts, _host_runs)
+    hosts = list(dict.fromkeys(host)) if host else all_hosts()
+    results = fan_out(hosts, runs_of)
     answered = {h: r for h, r in results.items() if not isinstance(r, PippaError)}
     records = merge_groups(answered)  # a run over several hosts: one record, hosts joined with "+"
     # --json lists every run unless a filter is given (scripts want them all); the table the last 10 ended.
@@ -474,10 +421,12 @@ def logs_cmd(
 ) -> None:
     """Print a run's output (the session's current run, or a run id); -f follows it."""
     name = name or _newest_run(host)
-    where = _locate_run(name, host)[0]  # a run over several hosts: machine rank 0's output
+    hosts, listed = locate_run(name, host)
+    where = hosts[0]  # a run over several hosts: machine rank 0's output
     spec, transport = connect(where)
     with transport:
-        run = current_run(list_runs(transport, spec.remote_dir), name)
+        runs = listed if listed.host == where else list_runs(transport, spec.remote_dir)
+        run = current_run(runs, name)
         text = read_all(transport, f"{spec.remote_dir.rstrip('/')}/runs/{run.run_id}/output.log")
         skip = len(text) - len(_last_lines(text, tail)) if tail is not None else 0
         if follow and run.active:
@@ -499,8 +448,8 @@ def _last_lines(text: bytes, n: int | None) -> bytes:
 
 def _newest_run(host: str | None) -> str:
     """The id of the newest run on ``host`` or on every host (``pippa logs`` with no name)."""
-    hosts = [host] if host else _all_hosts()
-    results = fan_out(hosts, _host_runs)
+    hosts = [host] if host else all_hosts()
+    results = fan_out(hosts, runs_of)
     runs = [r for res in results.values() if not isinstance(res, PippaError) for r in res.runs]
     if not runs:
         raise RunNotFound("no runs on " + (host or "any host") + " (pippa run starts one)")
@@ -512,7 +461,7 @@ def attach_cmd(
     host: HostOpt = None,
 ) -> None:
     """Attach this terminal to the run's tmux session (detach with C-b d; the run goes on)."""
-    where = _locate(name, host, live_session=_wants_live_session(host))
+    where = locate_host(name, host, live_session=_wants_live_session(host))
     spec = resolve(where)
     with open_transport(spec) as transport:
         if spec.scheduler == "slurm":
@@ -556,7 +505,7 @@ def stop_cmd(
     ),
 ) -> None:
     """Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period."""
-    where = _locate_run(name, host)
+    where = locate_run_hosts(name, host)
     if len(where) > 1:  # a run over several hosts: every rank, in parallel
         typer.echo(f"{'+'.join(where)}: Ctrl-C to {name} on each; waiting up to {grace:g}s", err=True)
         results = fan_out(where, lambda h: _stop_one(h, name, grace))

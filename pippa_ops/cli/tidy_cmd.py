@@ -23,7 +23,7 @@ def rm_cmd(
     dry_run: DryRunOpt = False,
 ) -> None:
     """Remove ended runs (their directories on the host, checkpoints included); never a running run."""
-    from pippa_ops.runs.catalog import locate
+    from pippa_ops.runs.locate import locate
     from pippa_ops.runs.tidy import active_refusals
 
     found = locate(names, host)
@@ -53,8 +53,9 @@ def prune_cmd(
     """Remove ended runs older than an age on every host (or those named); never a running run."""
     from pippa_ops.fanout import fan_out
     from pippa_ops.hosts.connect import connect
-    from pippa_ops.runs.catalog import all_hosts, parse_since
+    from pippa_ops.runs.catalog import parse_since
     from pippa_ops.runs.listing import list_runs
+    from pippa_ops.runs.locate import all_hosts
     from pippa_ops.runs.tidy import has_checkpoints, prune_candidates
 
     try:

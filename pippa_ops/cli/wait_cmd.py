@@ -4,10 +4,8 @@ a line, a desktop notification). ``pippa run --notify`` starts the same watcher 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -41,8 +39,8 @@ def wait_cmd(
     """Wait until runs end (riding out dropped connections); exit with their status (0: all exited 0)."""
     from pippa_ops import notify as notices
     from pippa_ops.errors import UsageError
-    from pippa_ops.runs.catalog import locate
     from pippa_ops.runs.listing import RunRecord
+    from pippa_ops.runs.locate import locate
     from pippa_ops.runs.wait import ended_line, exit_status, wait_runs
 
     if timeout is not None and timeout < 0:
@@ -109,38 +107,6 @@ def _log_note(path: str) -> Callable[[str], None]:
             f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")
 
     return note
-
-
-def watcher_log(run_id: str) -> Path:
-    """Where the background watcher of ``run_id`` writes its notes (the user's cache directory)."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pippa" / "watchers"
-    base.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return base / f"{run_id}.log"
-
-
-def spawn_watcher(host: str, run_ids: list[str]) -> int:
-    """``pippa wait RUN... --host H --notify`` detached from this command (its own session, so the
-    shell's Ctrl-C and hang-up leave it alone). Its notes (reconnects) go to ``watcher_log``; only
-    its final line and the bell reach this terminal's stderr, when that is a terminal: a pipe it
-    would hold open (``out=$(pippa run --notify ...)`` would wait for the run), so then only the
-    desktop notification tells. Its pid."""
-    log = watcher_log(run_ids[0])
-    argv = [sys.executable, "-m", "pippa_ops.cli.app", "wait", *run_ids, "--host", host, "--notify",
-            "--log", str(log)]  # fmt: skip
-    stderr = None if sys.stderr.isatty() else subprocess.DEVNULL
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
-    )
-    return proc.pid
-
-
-def notify_ended(host: str, run_ids: list[str]) -> None:
-    """Tell the user how runs ended (after ``run --follow``: they have, so this returns at once)."""
-    from pippa_ops import notify as notices
-    from pippa_ops.runs.catalog import locate
-    from pippa_ops.runs.wait import ended_line, wait_runs
-
-    wait_runs(locate(run_ids, host), on_end=lambda rec: notices.run_ended(ended_line(rec)), note=_note)
 
 
 def register(app: typer.Typer) -> None:

@@ -3,8 +3,7 @@
 ``pippa runs`` shows what a team compares runs by: recipe, state, steps, final and best reward,
 the final eval metrics, duration, commit and the W&B link. The host's agent summarizes each
 ``metrics.jsonl`` where it lies (``pippa_contract.runfacts``); a pulled copy is summarized here by the
-same function, so both read the file the same way. Also: finding which host holds a named run
-(``locate``), for the verbs that take run names (pull, wait, compare).
+same function, so both read the file the same way. Which host holds a named run is ``runs.locate``.
 """
 
 from __future__ import annotations
@@ -19,14 +18,14 @@ from typing import Any
 
 from pippa_contract import verbs
 from pippa_contract.runfacts import run_facts
-from pippa_ops.errors import AmbiguousSession, PippaError, RunNotFound, UsageError
+from pippa_ops.errors import PippaError, UsageError
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect
-from pippa_ops.hosts.inventory import LOCAL, load_inventory
 from pippa_ops.runs.cost import priced_on
-from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, host_runs, list_runs, select_runs
+from pippa_ops.runs.listing import HostRuns, RunRecord, host_runs
+from pippa_ops.runs.locate import all_hosts
 from pippa_ops.transport import agent_client
-from pippa_ops.transport.shell import NAME_RE, validate_name
+from pippa_ops.transport.shell import NAME_RE
 
 SORT_KEYS = ("started", "reward", "best", "steps", "duration")
 
@@ -113,10 +112,6 @@ def pulled_infos(root: Path) -> list[RunInfo]:
     return out
 
 
-def all_hosts() -> list[str]:
-    return [LOCAL, *sorted(load_inventory())]
-
-
 def overview(
     hosts: Sequence[str] | None, root: Path, *, pulled_only: bool = False
 ) -> tuple[list[RunInfo], dict[str, PippaError]]:
@@ -184,33 +179,3 @@ def select(
         "duration": lambda i: i.record.duration_s or 0.0,
     }
     return sorted(out, key=lambda i: (keys[sort](i), i.run_id), reverse=sort != "started")
-
-
-def _host_runs(host: str) -> HostRuns:
-    spec, transport = connect(host)
-    with transport:
-        return priced_on(spec, transport, list_runs(transport, spec.remote_dir))
-
-
-def locate(names: Sequence[str], host: str | None = None) -> dict[str, RunRecord]:
-    """For each run id (or session: its current run), the record on the one host that has it; one
-    listing per host for all names. Unknown or on several hosts: a typed error naming it."""
-    for name in names:
-        validate_name("run or session", name)
-    hosts = [host] if host else all_hosts()
-    results = fan_out(hosts, _host_runs)
-    if host is not None and isinstance(results[host], PippaError):
-        raise results[host]  # type: ignore[misc]
-    found: dict[str, RunRecord] = {}
-    for name in names:
-        where = [r for r in results.values() if not isinstance(r, PippaError) and select_runs(r, name)]
-        if not where:
-            down = [h for h, r in results.items() if isinstance(r, PippaError)]
-            unasked = f"; not reachable: {', '.join(down)}" if down else ""
-            raise RunNotFound(f"no host has a run or session named {name!r} (see `pippa ps`){unasked}")
-        if len(where) > 1:
-            raise AmbiguousSession(
-                f"{name!r} exists on several hosts ({', '.join(w.host for w in where)}); add --host"
-            )
-        found[name] = current_run(where[0], name)
-    return found

@@ -2,7 +2,7 @@
 
 A run that was pulled and had ended is read from its copy (an ended run's files do not change, and
 no host needs to answer); any other run from its host, found with one listing per host
-(``catalog.locate``), one ``read`` round trip per run.
+(``runs.locate``), one ``read`` round trip per run.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 from pippa_contract.rundir import RunDir
 from pippa_ops.errors import UsageError
 from pippa_ops.hosts.connect import connect
-from pippa_ops.runs.catalog import locate
 from pippa_ops.runs.curves import Curves, Points, config_diff, parse_metrics
 from pippa_ops.runs.follow import read_all
+from pippa_ops.runs.locate import locate
 from pippa_ops.transport.shell import NAME_RE
 
 DEFAULT_METRICS = ("reward/mean",)

@@ -23,7 +23,6 @@ lines on stdin (the command that started it already went direct).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
@@ -505,39 +504,13 @@ def _prefetch_from_stdin(keeper: Keeper) -> None:
             threading.Thread(target=keeper.prefetch, args=(data,), daemon=True).start()
 
 
-def listen(path: Path) -> socket.socket | None:
-    """The keeper's socket, bound 0600; None when another keeper holds the lock or the dir is not ours."""
-    if not wire.private_dir(path.parent, create=True):
-        return None
-    lock_fd = os.open(str(path.with_suffix(".lock")), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(lock_fd)
-        return None  # another keeper is starting or running for this context
-    # The lock stays held (fd left open) for the keeper's life; it names the keeper's pid, so
-    # `pippa hosts --disconnect` can end a keeper that no longer answers.
-    os.ftruncate(lock_fd, 0)
-    os.write(lock_fd, str(os.getpid()).encode())
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # a stale socket of a keeper that died
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        sock.bind(str(path))
-    finally:
-        os.umask(old)
-    sock.listen(64)
-    return sock
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m pippa_ops.transport.keeper SOCKET", file=sys.stderr)
         return 2
     path = Path(args[0])
-    listener = listen(path)
+    listener = wire.listen(path)
     if listener is None:
         return 0
     keeper = Keeper(listener, path, wire.persist_s())

@@ -16,6 +16,8 @@ JSON) then, for a command, ``D`` (stdin bytes), ``E`` (stdin EOF), ``K`` (kill).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -198,3 +200,30 @@ def persist_s() -> float:
     except ValueError:
         return DEFAULT_PERSIST_S
     return value if value >= 0 else DEFAULT_PERSIST_S
+
+
+def listen(path: Path) -> socket.socket | None:
+    """A keeper's (or the warm process's) socket, bound 0600; None when another one holds the lock or the
+    dir is not ours."""
+    if not private_dir(path.parent, create=True):
+        return None
+    lock_fd = os.open(str(path.with_suffix(".lock")), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(lock_fd)
+        return None  # another one is starting or running for this context
+    # The lock stays held (fd left open) for the process's life; it names its pid, so
+    # `pippa hosts --disconnect` can end a keeper that no longer answers.
+    os.ftruncate(lock_fd, 0)
+    os.write(lock_fd, str(os.getpid()).encode())
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a stale socket of a keeper that died
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    sock.listen(64)
+    return sock

@@ -18,7 +18,12 @@ def configure(reuse: bool, *, spawn: bool = True) -> None:
 
 def requested() -> bool:
     """On, and not turned off by ``PIPPA_NO_REUSE=1`` (read on every call: tests change it)."""
-    return _state["reuse"] and os.environ.get("PIPPA_NO_REUSE", "") in ("", "0")
+    return _state["reuse"] and not turned_off_by_env()
+
+
+def turned_off_by_env() -> bool:
+    """``PIPPA_NO_REUSE`` set to anything but empty or 0."""
+    return os.environ.get("PIPPA_NO_REUSE", "") not in ("", "0")
 
 
 def spawn() -> bool:

@@ -10,7 +10,8 @@ import sys
 import pytest
 from conftest import PIPPA
 
-from pippa_ops.cli.app import COMMANDS, load_commands
+from pippa_ops.cli.app import COMMANDS
+from pippa_ops.cli.typer_app import load_commands
 
 _PROBE = """
 import json, sys
@@ -35,7 +36,8 @@ def _loaded(*args: str) -> set[str]:
 
 def test_help_lists_every_command_without_importing_any_command_module():
     mods = _loaded("--help")
-    assert not {m for m in mods if m.startswith("pippa_ops.cli.") and m != "pippa_ops.cli.app"}, mods
+    app = {"pippa_ops.cli.app", "pippa_ops.cli.typer_app"}
+    assert not {m for m in mods if m.startswith("pippa_ops.cli.")} - app, mods
     assert not any(m.startswith(("paramiko", "textual")) for m in mods)
     out = subprocess.run(
         [PIPPA, "--help"], capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"}
@@ -123,3 +125,13 @@ def test_a_sync_prints_its_line_without_loading_rich(tmp_path):
     p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert "local: the repo itself is the remote dir" in p.stdout, p.stderr
     assert not [m for m in json.loads(p.stdout.split("LOADED ", 1)[1]) if m.startswith("rich")]
+
+
+def test_version_is_the_installed_ones_and_loads_no_typer():
+    """`pippa --version` prints the package's own version (no metadata scan, no typer): the same string."""
+    from importlib.metadata import version
+
+    import pippa_ops
+
+    assert pippa_ops.__version__ == version("pippa")
+    assert "pippa_ops.cli.typer_app" not in _loaded("--version")

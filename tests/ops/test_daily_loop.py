@@ -246,7 +246,7 @@ def test_compare_shows_the_config_keys_that_differ_and_plots_the_curves(daily: D
 
 def test_wait_exits_with_the_run_status_times_out_and_rides_out_a_drop(ssh_hosts, ssh_env) -> None:
     from pippa_ops.hosts.inventory import resolve
-    from pippa_ops.runs.catalog import locate
+    from pippa_ops.runs.locate import locate
     from pippa_ops.runs.wait import wait_run
 
     env, h = ssh_env.env, ssh_hosts[2]

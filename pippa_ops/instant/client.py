@@ -1,0 +1,180 @@
+"""Hands a hot verb to the warm process (``instant.server``) instead of importing typer here.
+
+Standard library only (and ``keeper_wire``, which is too): this module is all a warm ``pippa ps``
+imports. The command line, working directory, environment and umask go to the warm process with
+this process's stdin, stdout and stderr (SCM_RIGHTS), so its child writes to this terminal, sees its
+width and whether it is one; this process forwards Ctrl-C (and TERM, HUP, QUIT) to that child and
+exits with its exit status. The socket is guarded as the keeper's is: a private directory, a 0600
+socket owned by this user, and the peer's uid checked on connect.
+
+When to fall back to the typer app in this process (``None``): not a hot verb, reuse turned off
+(``--no-reuse`` before the verb, ``PIPPA_NO_REUSE=1``), no warm process, one that refuses (another
+interpreter or locale, code changed) or does not acknowledge in time. A command the warm process has
+accepted never runs here as well: it forks only after this side's go-ahead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import socket
+import stat
+import struct
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+from pippa_ops.instant import hot_verb
+from pippa_ops.transport import keeper_wire as wire
+from pippa_ops.transport import reuse
+
+ACK_WAIT_S = 2.0  # a live warm process acknowledges at once; past this it is given up (not forked)
+GO = b"G"  # client -> warm process: fork now (after its A); the child then sends S (pid) and X (status)
+STARTUP_VARS = ("LANG", "LANGUAGE", "TZ")  # and every PYTHON* and LC_* variable
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+LENGTH = struct.Struct(">I")
+PACKAGE = Path(__file__).resolve().parent.parent
+# Started with -c, not -m: click names the program after a -m module ("python -m ..."), and a child
+# must name it as the client's own start-up would (its sys.argv[0], which the child takes over).
+SERVER_MAIN = "from pippa_ops.instant.server import main; raise SystemExit(main())"
+
+
+def socket_path() -> Path:
+    """One warm process per user, home, Python environment, start-up variables and checkout (what its
+    imports and streams depend on)."""
+    key = json.dumps([os.getuid(), str(Path.home()), sys.prefix, str(PACKAGE), startup_env(dict(os.environ))])
+    return wire.runtime_dir() / f"i-{hashlib.sha256(key.encode()).hexdigest()[:20]}.sock"
+
+
+def startup_env(env: dict[str, str]) -> dict[str, str]:
+    """The variables a Python reads as it starts (stream encodings, flags, the time zone): a warm process
+    only serves a client that has the same ones, so its child's streams and clock are this process's."""
+    return {k: v for k, v in env.items() if k.startswith(("PYTHON", "LC_")) or k in STARTUP_VARS}
+
+
+def run_warm(argv: list[str]) -> int | None:
+    """Run ``pippa ARGV`` in a child of the warm process: its exit status, or None to run it here."""
+    if hot_verb(argv) is None or reuse.turned_off_by_env() or not hasattr(socket, "send_fds"):
+        return None
+    path = socket_path()
+    sock = _connect(path)
+    if sock is None:
+        if "--help" not in argv and wire.private_dir(path.parent, create=True):
+            import atexit
+
+            atexit.register(_spawn, path)  # as the keeper is: after this command, so it costs it nothing
+        return None
+    with sock:
+        reader = wire.FrameReader(sock)
+        try:
+            umask = os.umask(0)
+            os.umask(umask)
+            request = {
+                "argv": argv, "argv0": sys.argv[0], "cwd": os.getcwd(), "env": dict(os.environ),
+                "umask": umask, "prefix": sys.prefix, "package": str(PACKAGE), "path": sys.path,
+            }  # fmt: skip
+            _send_with_stdio(sock, json.dumps(request).encode())
+            got = reader.next(time.monotonic() + ACK_WAIT_S)
+        except (OSError, TimeoutError, wire.ProtocolError, ValueError):
+            return None
+        if got is None or got[0] != wire.ACK:
+            return None  # refused, or gone: nothing was forked
+        try:
+            sock.sendall(wire.frame(GO))
+        except OSError:
+            return None  # it forks only on reading GO whole, so it did not
+        return _relay(reader)
+
+
+def _connect(path: Path) -> socket.socket | None:
+    """A connection to this user's warm process, checked as the keeper's are; None: no usable one."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if (
+        not stat.S_ISSOCK(st.st_mode)
+        or st.st_uid != os.getuid()
+        or not wire.private_dir(path.parent, create=False)
+    ):
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(ACK_WAIT_S)
+        sock.connect(str(path))
+        sock.settimeout(None)
+    except OSError:
+        sock.close()
+        return None
+    if not wire.peer_is_me(sock):
+        sock.close()
+        return None
+    return sock
+
+
+def _send_with_stdio(sock: socket.socket, payload: bytes) -> None:
+    """The request, with this process's fds 0, 1 and 2 attached to its first byte."""
+    data = LENGTH.pack(len(payload)) + payload
+    sent = socket.send_fds(sock, [data], [0, 1, 2])
+    if sent < len(data):
+        sock.sendall(data[sent:])
+
+
+def _relay(reader: wire.FrameReader) -> int:
+    """Wait for the child's exit status, forwarding the signals a terminal sends to it."""
+    pid: list[int] = []
+    pending: list[int] = []
+    sent: list[int] = []
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        sent.append(signum)
+        if pid:
+            with contextlib.suppress(OSError):
+                os.kill(pid[0], signum)
+        else:
+            pending.append(signum)
+
+    for sig in FORWARDED:
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(sig, forward)
+    while True:
+        try:
+            got = reader.next()
+        except (OSError, wire.ProtocolError):
+            got = None
+        if got is None:
+            if sent:  # the child died of the signal forwarded to it: so does this process, as a cold one
+                signal.signal(sent[-1], signal.SIG_DFL)
+                os.kill(os.getpid(), sent[-1])
+            print("pippa: the warm process's command ended without an exit status", file=sys.stderr)
+            return 1
+        kind, payload = got
+        if kind == wire.STARTED:
+            pid.append(int(json.loads(payload)["pid"]))
+            for signum in pending:
+                with contextlib.suppress(OSError):
+                    os.kill(pid[0], signum)
+        elif kind == wire.EXIT:
+            return wire.parse_status(payload)
+
+
+def _spawn(path: Path) -> None:
+    """Start the warm process for this context, detached (it exits at once if one is starting).
+
+    Its environment is this one, unchanged: it serves only clients with the same start-up variables
+    (``startup_env``), and it checks that it imported this checkout's package."""
+    import subprocess
+
+    with contextlib.suppress(OSError):
+        subprocess.Popen(
+            [sys.executable, "-c", SERVER_MAIN, str(path)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            start_new_session=True,  # not ended by this terminal's Ctrl-C or hangup
+        )

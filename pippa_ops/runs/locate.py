@@ -1,0 +1,110 @@
+"""Which host has run X: one listing per host (in parallel), shared by every verb that takes a run or
+session name (logs, stop, attach, resume, pull, wait, compare, rm). Unknown or on several hosts: a
+typed error naming it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pippa_ops.errors import AmbiguousSession, PippaError, RunNotFound, SessionNotFound
+from pippa_ops.fanout import fan_out
+from pippa_ops.hosts.connect import connect
+from pippa_ops.hosts.inventory import LOCAL, load_inventory
+from pippa_ops.runs.cost import priced_on
+from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, select_runs
+from pippa_ops.transport.shell import validate_name
+
+
+def all_hosts() -> list[str]:
+    """``local`` and every inventory host: where a run named without ``--host`` is looked for."""
+    return [LOCAL, *sorted(load_inventory())]
+
+
+def runs_of(name: str) -> HostRuns:
+    """A host's runs (one agent round trip), with what they cost where the host has a price."""
+    spec, transport = connect(name)
+    with transport:
+        return priced_on(spec, transport, list_runs(transport, spec.remote_dir))
+
+
+def locate_run(name: str, host: str | None) -> tuple[list[str], HostRuns]:
+    """The hosts of run/session ``name`` (one host, or every host of a run over several, rank 0
+    first), and the listing that found it, of the host it names first unless a group's rank 0 is
+    elsewhere: a verb that goes on to read the run there needs no second listing."""
+    if host is not None:
+        where, listed = [host], runs_of(host)
+    else:
+        having = _listings_having(name)
+        if not having:
+            raise RunNotFound(f"no host has a run or session named {name!r}")
+        where = list(having)
+        listed = having[where[0]]
+    runs = select_runs(listed, name)
+    group = next((r.hosts for r in runs if r.hosts and len(r.hosts) > 1), None)
+    if group is not None and (host is not None or set(where) <= set(group)):
+        return list(group), listed
+    if len(where) > 1:
+        raise AmbiguousSession(f"{name!r} exists on several hosts ({', '.join(where)}); add --host")
+    return where, listed
+
+
+def locate_run_hosts(name: str, host: str | None) -> list[str]:
+    """The hosts of run/session ``name``: one host, or every host of a run over several (rank 0 first)."""
+    return locate_run(name, host)[0]
+
+
+def hosts_having(name: str) -> list[str]:
+    return list(_listings_having(name))
+
+
+def _listings_having(name: str) -> dict[str, HostRuns]:
+    """The listings of the hosts that have run/session ``name``, in ``all_hosts`` order."""
+    validate_name("run or session", name)
+    return {h: r for h, r in fan_out(all_hosts(), runs_of).items()
+            if not isinstance(r, PippaError) and select_runs(r, name)}  # fmt: skip
+
+
+def locate_host(name: str, host: str | None, *, live_session: bool = False) -> str:
+    """The host where run/session ``name`` is: ``host`` when given, else the only one that has it."""
+    validate_name("run or session", name)
+    if host is not None:
+        return host
+    found: list[str] = []
+    for h, result in fan_out(all_hosts(), runs_of).items():
+        if isinstance(result, PippaError):
+            continue
+        if live_session:
+            if name in result.sessions or any(r.run_id == name and r.active for r in result.runs):
+                found.append(h)
+        elif select_runs(result, name):
+            found.append(h)
+    if not found:
+        kind = SessionNotFound if live_session else RunNotFound
+        raise kind(f"no host has a {'live session' if live_session else 'run or session'} named {name!r}")
+    if len(found) > 1:
+        raise AmbiguousSession(f"{name!r} exists on several hosts ({', '.join(found)}); add --host")
+    return found[0]
+
+
+def locate(names: Sequence[str], host: str | None = None) -> dict[str, RunRecord]:
+    """For each run id (or session: its current run), the record on the one host that has it; one
+    listing per host for all names. Unknown or on several hosts: a typed error naming it."""
+    for name in names:
+        validate_name("run or session", name)
+    hosts = [host] if host else all_hosts()
+    results = fan_out(hosts, runs_of)
+    if host is not None and isinstance(results[host], PippaError):
+        raise results[host]  # type: ignore[misc]
+    found: dict[str, RunRecord] = {}
+    for name in names:
+        where = [r for r in results.values() if not isinstance(r, PippaError) and select_runs(r, name)]
+        if not where:
+            down = [h for h, r in results.items() if isinstance(r, PippaError)]
+            unasked = f"; not reachable: {', '.join(down)}" if down else ""
+            raise RunNotFound(f"no host has a run or session named {name!r} (see `pippa ps`){unasked}")
+        if len(where) > 1:
+            raise AmbiguousSession(
+                f"{name!r} exists on several hosts ({', '.join(w.host for w in where)}); add --host"
+            )
+        found[name] = current_run(where[0], name)
+    return found

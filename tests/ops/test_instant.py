@@ -1,0 +1,215 @@
+"""Instant commands: a hot verb runs in a child of the warm process (pippa_ops.instant) with the same
+output, error lines and exit codes as a cold command, while the command itself imports no typer,
+click, rich, paramiko, textual or torch; and the warm process is guarded as the keeper is."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import PIPPA, ClientEnv
+from test_keeper import kept  # noqa: F401 (the fixture: reuse on, a private runtime dir)
+
+from pippa_ops.instant import client, server
+from pippa_ops.transport import keeper_client
+
+pytestmark = pytest.mark.ssh
+HEAVY = ("typer", "click", "rich", "paramiko", "textual", "torch")
+_PROBE = """
+import json, sys
+sys.argv = ["pippa", *{args!r}]
+from pippa_ops.cli.app import main
+try:
+    main()
+except SystemExit as e:
+    code = e.code
+print("LOADED", json.dumps(sorted(sys.modules)), code)
+"""
+
+
+def _until(check, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def warm(kept: ClientEnv) -> Iterator[ClientEnv]:  # noqa: F811
+    """The keeper and the warm process, both running for this client."""
+    assert keeper_client.start() is not None
+    path = client.socket_path()
+    proc = subprocess.Popen([sys.executable, "-c", client.SERVER_MAIN, str(path)], env=kept.env,
+                              cwd="/", stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        _until(lambda: path.exists())
+        yield kept
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        for lock in path.parent.glob("i-*.lock"):  # those the test's commands started (another locale)
+            with contextlib.suppress(ValueError, OSError):
+                os.kill(int(lock.read_text()), signal.SIGTERM)
+
+
+def _pippa(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PIPPA, *args], env=env, capture_output=True, text=True, timeout=90)
+
+
+def _loaded(env: dict[str, str], *args: str) -> tuple[set[str], str]:
+    p = subprocess.run([sys.executable, "-c", _PROBE.format(args=list(args))], env=env, capture_output=True,
+                       text=True, timeout=90)  # fmt: skip
+    line = next(ln for ln in p.stdout.splitlines() if ln.startswith("LOADED"))
+    mods, code = line.removeprefix("LOADED ").rsplit(" ", 1)
+    return set(json.loads(mods)), code
+
+
+def test_hot_verbs_import_no_heavy_module_when_warm(warm, ssh_hosts):
+    """The import budget: the command process loads none of HEAVY; the warm process's child did the work."""
+    h = ssh_hosts[0].name
+    started = _pippa(warm.env, "run", "--host", h, "-n", "budget", "--cmd", "echo hi; sleep 30", "--json")
+    assert started.returncode == 0, started.stderr
+    run_id = json.loads(started.stdout)["run_ids"][0]
+    verbs = [
+        ["ps", "--host", h],
+        ["logs", run_id, "--host", h],
+        ["gpus", h, "--json"],
+        ["run", "--host", h, "-n", "budget2", "--cmd", "true"],
+        ["stop", "budget", "--host", h, "--grace", "1"],
+        ["wait", run_id, "--host", h],
+        ["ps", "--help"],
+        ["--version"],
+    ]
+    for args in verbs:
+        mods, _code = _loaded(warm.env, *args)
+        assert not {m.split(".")[0] for m in mods} & set(HEAVY), (args, sorted(mods))
+        assert {m for m in mods if m.startswith("pippa_ops.cli.")} == {"pippa_ops.cli.app"}, args
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ps", "--host", "{h}"],
+        ["ps", "--host", "{h}", "--json"],
+        ["ps", "--host", "nosuch"],
+        ["logs", "nosuchrun", "--host", "{h}"],
+        ["stop", "nosuchrun", "--host", "{h}"],
+        ["gpus", "{h}"],
+        ["ps", "--help"],
+        ["ps", "--last", "x"],
+        ["ps", "--no-such-flag"],
+    ],
+)
+def test_warm_output_and_exit_code_are_the_cold_ones(warm, ssh_hosts, args):
+    args = [a.format(h=ssh_hosts[0].name) for a in args]
+    hot = _pippa(warm.env, *args)
+    cold = _pippa({**warm.env, "PIPPA_NO_REUSE": "1"}, *args)
+    assert (hot.returncode, hot.stdout, hot.stderr) == (cold.returncode, cold.stdout, cold.stderr)
+    assert _loaded(warm.env, *args)[1] == str(cold.returncode)
+
+
+def test_a_client_with_another_locale_is_refused_and_runs_the_command_itself(warm, ssh_hosts):
+    env = {**warm.env, "LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "latin-1"}
+    mods, code = _loaded(env, "ps", "--host", ssh_hosts[0].name)
+    assert "pippa_ops.cli.typer_app" in mods and code == "0"
+
+
+def test_ctrl_c_reaches_the_child_and_ends_the_command_as_a_cold_one(warm, ssh_hosts):
+    h = ssh_hosts[0].name
+    started = _pippa(warm.env, "run", "--host", h, "-n", "longer", "--cmd", "sleep 60", "--json")
+    run_id = json.loads(started.stdout)["run_ids"][0]
+    p = subprocess.Popen([PIPPA, "logs", run_id, "--host", h, "-f"], env=warm.env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+    server = int(client.socket_path().with_suffix(".lock").read_text())
+    _until(lambda: Path(f"/proc/{server}/task/{server}/children").read_text().strip() != "")
+    time.sleep(1)  # the child is following (no line to wait for: the run prints nothing)
+    p.send_signal(signal.SIGINT)
+    _out, err = p.communicate(timeout=30)
+    assert p.returncode == 130 or "stopped logs" in err, (p.returncode, err)
+    assert "Traceback" not in err
+    _pippa(warm.env, "stop", "longer", "--host", h, "--grace", "1")
+
+
+def test_the_warm_socket_is_private_and_checks_its_peer(warm):
+    path = client.socket_path()
+    assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.lstat(path.parent).st_mode) == 0o700
+    os.chmod(path.parent, 0o755)  # loosened (a umask, a copy): tightened back before use, as the keeper's
+    with client._connect(path) as sock:
+        assert sock is not None
+    assert stat.S_IMODE(os.lstat(path.parent).st_mode) == 0o700
+    os.chown(path, 65534, -1)  # a socket someone else owns is not used
+    try:
+        assert client._connect(path) is None
+    finally:
+        os.chown(path, os.getuid(), -1)
+
+
+def test_a_changed_module_is_refused(tmp_path, monkeypatch):
+    """A warm process must not run code older than the disk: a module it imported changed, it refuses
+    (and exits); the client then runs the command itself. A module of its own, so no other test's warm
+    process sees a change."""
+    module = tmp_path / "probe.py"
+    module.write_text("")
+    monkeypatch.setitem(sys.modules, "pippa_ops._stamp_probe", type(sys)("pippa_ops._stamp_probe"))
+    sys.modules["pippa_ops._stamp_probe"].__file__ = str(module)
+    stamps = server.code_stamps()
+    request = {"argv": ["ps"], "env": dict(os.environ), "prefix": sys.prefix, "package": str(client.PACKAGE),
+               "path": ["", *sys.path[1:]]}  # fmt: skip
+    server.check(request, stamps)
+    st = os.stat(module)
+    os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    with pytest.raises(server.Refused, match="code changed"):
+        server.check(request, stamps)
+
+
+def test_a_time_zone_of_its_own_gets_a_warm_process_of_its_own(warm, ssh_hosts):
+    """ps prints local start times: a client in another zone must not see the warm process's."""
+    h = ssh_hosts[0].name
+    assert _pippa(warm.env, "run", "--host", h, "-n", "tz", "--cmd", "true").returncode == 0
+    env = {**warm.env, "TZ": "Asia/Kolkata"}
+    assert client.socket_path() != _socket_path_in(env)
+    hot = _pippa(env, "ps", "--host", h, "--all")
+    _until(lambda: _socket_path_in(env).exists())  # started after that command, for the next
+    again = _pippa(env, "ps", "--host", h, "--all")
+    cold = _pippa({**env, "PIPPA_NO_REUSE": "1"}, "ps", "--host", h, "--all")
+    assert hot.stdout == again.stdout == cold.stdout and again.returncode == 0
+    pid = int(_socket_path_in(env).with_suffix(".lock").read_text())
+    os.kill(pid, signal.SIGTERM)
+
+
+def _socket_path_in(env: dict[str, str]) -> Path:
+    code = "from pippa_ops.instant import client; print(client.socket_path())"
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return Path(p.stdout.strip())
+
+
+def test_a_command_whose_child_is_terminated_ends_by_the_same_signal(warm, ssh_hosts):
+    """TERM (or HUP) forwarded to the child kills it; the command then dies of it too, as a cold one."""
+    h = ssh_hosts[0].name
+    started = _pippa(warm.env, "run", "--host", h, "-n", "termed", "--cmd", "sleep 60", "--json")
+    run_id = json.loads(started.stdout)["run_ids"][0]
+    p = subprocess.Popen([PIPPA, "logs", run_id, "--host", h, "-f"], env=warm.env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+    server = int(client.socket_path().with_suffix(".lock").read_text())
+    _until(lambda: Path(f"/proc/{server}/task/{server}/children").read_text().strip() != "")
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=30)
+    assert p.returncode == -signal.SIGTERM
+    _pippa(warm.env, "stop", "termed", "--host", h, "--grace", "1")
+
+
+def test_what_the_warm_process_imports_ahead_exists():
+    """PRELOAD names modules by string: one renamed or moved would silently leave a child to import it."""
+    import importlib.util
+
+    assert [m for m in server.PRELOAD if importlib.util.find_spec(m) is None] == []
