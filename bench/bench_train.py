@@ -54,7 +54,7 @@ def bare(steps: int, tmp: Path, i: int) -> list[float]:
     from trl import GRPOTrainer
 
     from training_core import tiny
-    from training_core.data import synthetic_problems
+    from training_core.data.loaders import synthetic_problems
     from training_core.rewards.registry import build
     from training_core.trainer import grpo_args
 

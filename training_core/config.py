@@ -43,7 +43,8 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    # Registered dataset name (training_core.data.DATASETS). Default: the 12 fixed arithmetic questions.
+    # Registered dataset name (training_core.data.loaders.DATASETS). Default: the 12 fixed arithmetic
+    # questions.
     dataset: str = "arithmetic_fixed"
     # Split passed to the loader (GSM8K: "train" / "test"). Default "train".
     split: str = "train"
@@ -139,7 +140,7 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    # Registered eval task (training_core.evaluation.EVAL_TASKS) or "none". Default "arithmetic".
+    # Registered eval task (training_core.eval.tasks.EVAL_TASKS) or "none". Default "arithmetic".
     task: str = "arithmetic"
     # Evaluate every N optimizer steps; 0 = only at start and end. Default 25.
     interval: int = 25

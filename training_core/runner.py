@@ -196,10 +196,11 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
     hf_logging.disable_progress_bar()  # "Loading weights" / "Writing model shards" bars clutter the run's log
 
     from training_core import callbacks as cb_registry
-    from training_core import evaluation, metrics, sandbox
+    from training_core import metrics, sandbox
     from training_core.checkpoints import newest_checkpoint
-    from training_core.data import build_dataset, load_rows
-    from training_core.eval_tasks import EVAL_TASKS
+    from training_core.data.loaders import build_dataset, load_rows
+    from training_core.eval import greedy as evaluation
+    from training_core.eval.tasks import EVAL_TASKS
     from training_core.rewards import registry
     from training_core.trainer import PippaGRPOTrainer, grpo_args
 
@@ -225,7 +226,7 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> t
     if grpo:
         train_rows = build_dataset(rows, cfg.data, tokenizer)
     else:
-        from training_core.pairs import method_rows
+        from training_core.data.pairs import method_rows
 
         train_rows = method_rows(rows, cfg, tokenizer)
     t = cfg.train

@@ -53,8 +53,8 @@ def new_run_id(recipe: str) -> str:
 
 def check_names(res: Resolved) -> None:
     """Every dataset / reward / eval task the config names exists (without importing torch)."""
-    from training_core.data import DATASETS
-    from training_core.eval_tasks import EVAL_TASKS
+    from training_core.data.loaders import DATASETS
+    from training_core.eval.tasks import EVAL_TASKS
     from training_core.rewards.registry import REWARDS
 
     cfg = res.config

@@ -19,7 +19,7 @@ from training_core.code.mbpp import (
     summary,
 )
 from training_core.code.problems import PROBLEMS, problem_prompt
-from training_core.data import DATASETS
+from training_core.data.loaders import DATASETS
 from training_core.rewards import code as rc
 
 FULL_ROWS = [

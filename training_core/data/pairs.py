@@ -13,7 +13,7 @@ import random
 from typing import Any
 
 from training_core.config import DataConfig, RunConfig
-from training_core.data import Row, build_dataset
+from training_core.data.loaders import Row, build_dataset
 from training_core.errors import UsageError
 
 
