@@ -35,7 +35,7 @@ def _recipe(steps: int) -> Any:
 
 
 def ours(steps: int, tmp: Path, i: int) -> list[float]:
-    from training_core.runner import run
+    from training_core.methods.grpo import run
 
     run_dir = tmp / f"ours-{i}"
     with contextlib.redirect_stdout(io.StringIO()):

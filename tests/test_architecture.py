@@ -111,3 +111,28 @@ def test_no_training_core_file_is_over_400_lines() -> None:
             if (n := len(p.read_text().splitlines())) > MAX_LINES}  # fmt: skip
     assert long == {}
 
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    bad = [
+        f"{path.relative_to(ROOT.parent)}:{node.lineno} imports {target}.{name}"
+        for path in _modules().values()
+        for node, target, names in _imports(path)
+        if target.startswith("training_core")
+        for name in names
+        if name.startswith("_") and not name.startswith("__")
+    ]
+    assert bad == []
+
+
+def test_one_module_decides_the_method() -> None:
+    """Only training_core.methods maps a method name to its code: no ``cfg.method == "..."`` elsewhere."""
+    bad = []
+    for mod, path in _modules().items():
+        if mod == "training_core.config":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            left = node.left if isinstance(node, ast.Compare) else None
+            if isinstance(left, ast.Attribute) and left.attr == "method":
+                bad.append(f"{path.relative_to(ROOT.parent)}:{left.lineno}")
+    assert bad == []

@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
     try:
         facts = facts or detect(offline_probe=False)
         res = resolve(args.recipe, sets, facts)
-        from training_core.train import new_run_id
+        from training_core.run_ids import new_run_id
 
         run_dir = (args.run_dir or Path("runs") / new_run_id(args.recipe)).resolve()
         rdv = Rendezvous(args.machines, args.machine_rank, args.main_addr, args.main_port)

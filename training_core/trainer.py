@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,10 @@ from trl import GRPOConfig, GRPOTrainer
 
 from training_core.checkpoints import checkpoints
 from training_core.config import RunConfig
+
+# TRL 1.16 itself still calls transformers' pre-v6 checkpointing names; the FutureWarning is about
+# library internals a user cannot act on, and it lands in every run's log. Anything else warns as usual.
+warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing", category=FutureWarning)
 
 
 def training_args(
