@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+STAGING = ".staging"  # where a checkpoint is written before its rename into place (docs/CONTRACTS.md)
 
 
 def checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
