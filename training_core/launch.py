@@ -30,8 +30,9 @@ from training_core.errors import BadSetting, TrainingError, UsageError
 from training_core.gpu_ids import parse_gpus
 from training_core.platform import PlatformFacts, detect
 from training_core.recipes import resolve
+from training_core.run_layout import ACCELERATE_CONFIG, VLLM_LOG
 
-CONFIG_NAME = "accelerate.yaml"
+CONFIG_NAME = ACCELERATE_CONFIG
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}$")
 
 
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
         health = f"http://127.0.0.1:{cfg.launch.vllm_port}/health"
         return vllm_server.supervise(
             serve, {**os.environ, **serve_env}, p.argv, {**os.environ, **p.env},
-            health, run_dir / "vllm.log", cfg.launch.vllm_timeout_s,
+            health, run_dir / VLLM_LOG, cfg.launch.vllm_timeout_s,
         )  # fmt: skip
     os.execvpe(p.argv[0], p.argv, {**os.environ, **p.env})
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from training_core import run_layout
 from training_core.config import Resolved
 from training_core.divergence import Diverged
 from training_core.errors import StartFailed, TrainingError
@@ -128,8 +129,8 @@ class RunLifecycle:
 
     def _begin(self) -> None:
         from training_core import metrics, models
-        from training_core.checkpoints import newest_checkpoint
         from training_core.platform import apply_offline_env, detect
+        from training_core.run_layout import checkpoints_dir, newest_checkpoint
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.res.config
@@ -140,7 +141,7 @@ class RunLifecycle:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # "Loading weights" / "Writing model shards" bars clutter the log
-        ckpt_dir = self.run_dir / "checkpoints"
+        ckpt_dir = checkpoints_dir(self.run_dir)
         self.resume_from = newest_checkpoint(ckpt_dir) if self.resume else None
         if self.resume and self.resume_from is None:
             print(f"resume: no checkpoint in {ckpt_dir}; starting from step 0", flush=True)
@@ -157,7 +158,7 @@ class RunLifecycle:
 
     @property
     def metrics_path(self) -> Path:
-        return self.run_dir / "metrics.jsonl"
+        return run_layout.metrics_path(self.run_dir)
 
     def open_record(self) -> None:
         """Start W&B and write the metrics header (rank 0; the other ranks keep a NullWriter)."""

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from training_core.run_layout import SUPERSEDED
+
 RENAMES = {
     "reward": "reward/mean",
     "reward_std": "reward/std",
@@ -163,7 +165,7 @@ def supersede(path: Path, resumed_from_step: int) -> int:
         moved.append(torn + b"\n")
     if not moved:
         return 0
-    old = path.with_name("metrics.superseded.jsonl")
+    old = path.with_name(SUPERSEDED)
     with old.open("ab") as f:
         f.writelines(moved)
         f.flush()

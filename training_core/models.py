@@ -51,13 +51,13 @@ def load_model(name: str, precision: str) -> tuple[Any, Any]:
 
 def run_checkpoint(runs_dir: Path, run_id: str) -> Path:
     """The newest checkpoint of run ``run_id`` beside this run (``model.from_run``): SFT, then GRPO."""
-    from training_core.checkpoints import newest_checkpoint
+    from training_core.run_layout import checkpoints_dir, newest_checkpoint
 
-    ckpt = newest_checkpoint(runs_dir / run_id / "checkpoints")
+    ckpt = newest_checkpoint(checkpoints_dir(runs_dir / run_id))
     if ckpt is None:
         where = runs_dir / run_id
         raise UsageError(
-            f"model.from_run: no checkpoint in {where / 'checkpoints'}"
+            f"model.from_run: no checkpoint in {checkpoints_dir(where)}"
             if where.is_dir()
             else f"model.from_run: no run {run_id} in {runs_dir}"
         )

@@ -24,8 +24,8 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from training_core.checkpoints import STAGING, checkpoints
 from training_core.config import RunConfig
+from training_core.run_layout import STAGING, checkpoint_name, checkpoints, checkpoints_dir
 
 # TRL 1.16 itself still calls transformers' pre-v6 checkpointing names; the FutureWarning is about
 # library internals a user cannot act on, and it lands in every run's log. Anything else warns as usual.
@@ -44,7 +44,7 @@ def training_args(
     return {
         "activation_checkpointing" if new_name else "gradient_checkpointing": m.gradient_checkpointing,
         # TRL/transformers save here; PublishCheckpoints moves each finished checkpoint up into checkpoints/
-        "output_dir": str(run_dir / "checkpoints" / STAGING),
+        "output_dir": str(checkpoints_dir(run_dir) / STAGING),
         "run_name": run_name,
         "seed": cfg.seed,
         "num_train_epochs": t.num_train_epochs,
@@ -143,7 +143,7 @@ def publish(staging: Path, step: int, keep: int) -> None:
     """``staging/checkpoint-<step>`` renamed to ``staging/../checkpoint-<step>``; TRL's model card
     (README.md) moved beside it; staging removed; all but the newest ``keep`` checkpoints deleted."""
     final_root = staging.parent
-    name = f"checkpoint-{step}"
+    name = checkpoint_name(step)
     target = final_root / name
     if target.exists():
         shutil.rmtree(target)

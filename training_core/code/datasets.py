@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from training_core.code.game import GAME_PROMPT
 from training_core.code.mbpp import load_mbpp, mbpp_prompt
+from training_core.code.mbpp_game import GAME_PROMPT
 from training_core.code.problems import problem_rows
 from training_core.data.loaders import DATASETS, Row
 

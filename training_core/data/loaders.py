@@ -17,7 +17,7 @@ from typing import Any
 
 from training_core.config import DataConfig
 from training_core.errors import UsageError
-from training_core.registry import Registry
+from training_core.plugin_registry import Registry
 
 Row = dict[str, Any]
 DATASETS: Registry[Any] = Registry(

@@ -16,7 +16,7 @@ from typing import Any
 
 from training_core.config import DataConfig
 from training_core.data.loaders import distinct_problems, gsm8k
-from training_core.registry import Registry
+from training_core.plugin_registry import Registry
 from training_core.rewards.text import numbers, parse_number, same_number
 
 

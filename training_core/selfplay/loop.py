@@ -20,12 +20,13 @@ from typing import Any
 from training_core.config import Resolved
 from training_core.errors import UsageError
 from training_core.lifecycle import RunLifecycle
+from training_core.run_layout import checkpoints_dir
 from training_core.selfplay import state
 from training_core.selfplay.evaluate import eval_metrics, play_eval, summary
-from training_core.selfplay.game import TicTacToe
 from training_core.selfplay.prompts import render
 from training_core.selfplay.rae import RoleBaselines
 from training_core.selfplay.rollout import Game, Player, RolloutStats, Sampling, self_play
+from training_core.selfplay.tictactoe import TicTacToe
 from training_core.selfplay.update import Sample, UpdateSettings, policy_update, subsample, turn_samples
 
 
@@ -227,7 +228,7 @@ def _train(life: RunLifecycle, r: _Run) -> None:
     res, run_dir, writer, handler = life.res, life.run_dir, life.writer, life.stop
     cfg = res.config
     t, ev, ck = cfg.train, cfg.eval, cfg.checkpoint
-    ckpt_root = run_dir / "checkpoints"
+    ckpt_root = checkpoints_dir(run_dir)
     r.done = r.start_step
     life.training(
         f"run {run_dir.name}: recipe {res.recipe}, platform {res.platform['name']}, "
