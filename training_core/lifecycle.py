@@ -121,6 +121,7 @@ class RunLifecycle:
     # setup ---------------------------------------------------------------------------------------
 
     def __enter__(self) -> RunLifecycle:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
             self._begin()
         except BaseException as e:
@@ -132,7 +133,6 @@ class RunLifecycle:
         from training_core.platform import apply_offline_env, detect
         from training_core.run_layout import checkpoints_dir, newest_checkpoint
 
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.res.config
         self.facts = detect(offline_probe=cfg.model.name != "tiny")
         apply_offline_env(self.facts)
@@ -222,9 +222,9 @@ class RunLifecycle:
         """A failure before the first step: header (if none yet) and a failed or interrupted end line."""
         interrupted = isinstance(e, KeyboardInterrupt)
         error = str(e) if isinstance(e, TrainingError) else first_line(e)
-        if self.main:
-            from training_core import metrics
+        from training_core import metrics
 
+        if metrics.process_rank() == 0:  # rank 0 records the run (setup may fail before self.main is set)
             writer = self.writer
             if not self._recording:
                 writer = metrics.MetricsWriter(self.metrics_path)
