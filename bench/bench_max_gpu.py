@@ -96,7 +96,7 @@ def run(
     precision, note = train_precision(cfg.model.precision, facts, torch_facts())
     if note:
         print(note, file=sys.stderr)
-    cfg.model.precision = precision  # type: ignore[assignment]
+    cfg = res.with_model(precision=precision).config
     spec = spec or QWEN2_0_5B
     model = build_model(spec, torch.bfloat16 if precision == "bf16" else torch.float32)
     tokenizer = build_tokenizer(spec["vocab_size"])

@@ -26,7 +26,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from training_core.selfplay.game import MARKS, legal_moves, winner  # noqa: E402
+from training_core.selfplay.tictactoe import MARKS, legal_moves, winner  # noqa: E402
 
 
 @cache

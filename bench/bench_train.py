@@ -35,7 +35,7 @@ def _recipe(steps: int) -> Any:
 
 
 def ours(steps: int, tmp: Path, i: int) -> list[float]:
-    from training_core.runner import run
+    from training_core.methods.grpo import run
 
     run_dir = tmp / f"ours-{i}"
     with contextlib.redirect_stdout(io.StringIO()):
@@ -54,7 +54,7 @@ def bare(steps: int, tmp: Path, i: int) -> list[float]:
     from trl import GRPOTrainer
 
     from training_core import tiny
-    from training_core.data import synthetic_problems
+    from training_core.data.loaders import synthetic_problems
     from training_core.rewards.registry import build
     from training_core.trainer import grpo_args
 

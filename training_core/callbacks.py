@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from training_core.registry import Registry
+from training_core.plugin_registry import Registry
 
 CALLBACKS: Registry[Any] = Registry("callback", ["training_core.code"])
 

@@ -4,6 +4,10 @@ Recipes (``recipes/*.toml``) and ``--set key=value`` override these fields by do
 (``train.learning_rate``); ``training_core.recipes`` does the merging and type checking. This module
 imports no torch, trl or transformers so ``--dry-run`` and the laptop's tooling stay light.
 
+Every class is frozen: a resolved config is never changed after ``resolve``. What a run settles only at
+start (the precision the GPU can train in, ``model.from_run``'s checkpoint) becomes a new config made
+with ``dataclasses.replace`` before the run header is written, so the header shows what ran.
+
 Dr GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical Perspective") is the
 default and every shipped recipe keeps it: ``loss_type="dr_grpo"`` (sum the per-token loss and
 divide by the constant ``max_completion_length``), ``scale_rewards="none"`` (advantage = reward -
@@ -12,13 +16,14 @@ group mean, no division by the group's std) and ``beta=0.0`` (no KL penalty, no 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Precision = Literal["auto", "bf16", "bf16_amp", "fp16", "fp32"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
     # HF hub id, local directory, or "tiny" (built in code by training_core.tiny). Default: the team's model.
     name: str = "Qwen/Qwen2-0.5B-Instruct"
@@ -41,9 +46,10 @@ class ModelConfig:
     from_run: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataConfig:
-    # Registered dataset name (training_core.data.DATASETS). Default: the 12 fixed arithmetic questions.
+    # Registered dataset name (training_core.data.loaders.DATASETS). Default: the 12 fixed arithmetic
+    # questions.
     dataset: str = "arithmetic_fixed"
     # Split passed to the loader (GSM8K: "train" / "test"). Default "train".
     split: str = "train"
@@ -61,7 +67,7 @@ class DataConfig:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RewardSpec:
     # Registered reward name (training_core.rewards.registry).
     name: str = ""
@@ -71,7 +77,7 @@ class RewardSpec:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CallbackSpec:
     # Registered callback name (training_core.callbacks.CALLBACKS), e.g. an extra eval.
     name: str = ""
@@ -79,7 +85,7 @@ class CallbackSpec:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     # TRL loss aggregation. "dr_grpo": sum over tokens / max_completion_length (Liu et al. 2025). TRL's
     # own default is "dapo", which is why the team's earlier script silently ran the wrong loss.
@@ -137,9 +143,9 @@ class TrainConfig:
     logging_steps: int = 1
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalConfig:
-    # Registered eval task (training_core.evaluation.EVAL_TASKS) or "none". Default "arithmetic".
+    # Registered eval task (training_core.eval.tasks.EVAL_TASKS) or "none". Default "arithmetic".
     task: str = "arithmetic"
     # Evaluate every N optimizer steps; 0 = only at start and end. Default 25.
     interval: int = 25
@@ -155,7 +161,7 @@ class EvalConfig:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckpointConfig:
     # Save every N optimizer steps into <run-dir>/checkpoints; 0 = never. A kill loses at most N steps.
     every: int = 50
@@ -163,7 +169,7 @@ class CheckpointConfig:
     keep: int = 2
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoggingConfig:
     # W&B project; "" = $WANDB_PROJECT or "pippa". W&B is online with WANDB_API_KEY, offline with
     # WANDB_MODE=offline, off otherwise.
@@ -174,7 +180,7 @@ class LoggingConfig:
     progress: bool = True
 
 
-@dataclass
+@dataclass(frozen=True)
 class SandboxConfig:
     # How model-written code (code rewards, MBPP eval) is isolated. "strict": bubblewrap namespaces, a
     # seccomp filter, and cgroup caps on all of a run's processes together (root); the run refuses to
@@ -184,7 +190,7 @@ class SandboxConfig:
     isolation: Literal["strict", "rlimits", "unsafe"] = "strict"
 
 
-@dataclass
+@dataclass(frozen=True)
 class LaunchConfig:
     # Training processes per host: 1 = one plain `python -m training_core.train` (the default; no
     # accelerate). N > 1 = `accelerate launch` with N ranks (one per GPU; gloo ranks on a CPU host).
@@ -212,7 +218,7 @@ class LaunchConfig:
     vllm_args: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SFTSettings:
     # Row column holding the target response; the loss is taken on its tokens only (TRL's
     # prompt-completion format). Default "answer" (the arithmetic loaders' answer; GSM8K's worked
@@ -220,7 +226,7 @@ class SFTSettings:
     response_column: str = "answer"
 
 
-@dataclass
+@dataclass(frozen=True)
 class DPOSettings:
     # Strength of the pull towards the reference (initial) model (Rafailov et al. 2023). Default 0.1.
     beta: float = 0.1
@@ -233,7 +239,7 @@ class DPOSettings:
     rejected_column: str = "rejected"
 
 
-@dataclass
+@dataclass(frozen=True)
 class SelfPlayConfig:
     """SPIRAL self-play (Liu et al. 2025, arXiv 2506.24119); used when ``method = "selfplay"``. The
     update reads train.learning_rate, max_grad_norm, temperature, top_p, max_completion_length (generation
@@ -266,7 +272,7 @@ class SelfPlayConfig:
 Method = Literal["grpo", "sft", "dpo", "selfplay"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
     # One line shown by `pippa recipes`.
     description: str = ""
@@ -301,3 +307,30 @@ class RunConfig:
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     # How many processes train and where (training_core.launch reads it; the trainer only records it).
     launch: LaunchConfig = field(default_factory=LaunchConfig)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A recipe resolved against a platform: the config a run trains with and where each value came from."""
+
+    recipe: str
+    recipe_path: str
+    config: RunConfig
+    platform: dict[str, Any]  # name, facts, preset changes ({key: {"from", "to"}})
+
+    def as_dict(self) -> dict[str, Any]:
+        cfg = dataclasses.asdict(self.config)
+        return {
+            "recipe": self.recipe,
+            "recipe_path": self.recipe_path,
+            "platform": self.platform,
+            "dr_grpo": {
+                k: cfg["train"][k] for k in ("loss_type", "scale_rewards", "beta", "max_completion_length")
+            },
+            "config": cfg,
+        }
+
+    def with_model(self, **changes: Any) -> Resolved:
+        """This resolution with ``model`` settings replaced (what a run settles at start)."""
+        model = dataclasses.replace(self.config.model, **changes)
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, model=model))

@@ -27,29 +27,13 @@ from pathlib import Path
 
 from training_core.config import LaunchConfig, RunConfig
 from training_core.errors import BadSetting, TrainingError, UsageError
+from training_core.gpu_ids import parse_gpus
 from training_core.platform import PlatformFacts, detect
 from training_core.recipes import resolve
+from training_core.run_layout import ACCELERATE_CONFIG, VLLM_LOG
 
-CONFIG_NAME = "accelerate.yaml"
-_GPUS_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+CONFIG_NAME = ACCELERATE_CONFIG
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}$")
-
-
-def parse_gpus(spec: str) -> list[int]:
-    """``"0-6"`` / ``"0,2,4-5"`` -> GPU ids in order, each once; "" -> [] (every GPU)."""
-    spec = spec.replace(" ", "")
-    if not spec:
-        return []
-    if not _GPUS_RE.match(spec):
-        raise BadSetting(f"bad GPU list {spec!r}: expected ids and ranges such as 0-6 or 0,2,5")
-    ids: list[int] = []
-    for part in spec.split(","):
-        lo, _, hi = part.partition("-")
-        first, last = int(lo), int(hi or lo)
-        if last < first:
-            raise BadSetting(f"bad GPU range {part!r}: the end is below the start")
-        ids += [i for i in range(first, last + 1) if i not in ids]
-    return ids
 
 
 @dataclass(frozen=True)
@@ -286,7 +270,7 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
         health = f"http://127.0.0.1:{cfg.launch.vllm_port}/health"
         return vllm_server.supervise(
             serve, {**os.environ, **serve_env}, p.argv, {**os.environ, **p.env},
-            health, run_dir / "vllm.log", cfg.launch.vllm_timeout_s,
+            health, run_dir / VLLM_LOG, cfg.launch.vllm_timeout_s,
         )  # fmt: skip
     os.execvpe(p.argv[0], p.argv, {**os.environ, **p.env})
 

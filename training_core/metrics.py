@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pippa_contract.metrics import redone
+from training_core.run_layout import SUPERSEDED
 
 RENAMES = {
     "reward": "reward/mean",
@@ -165,7 +166,7 @@ def supersede(path: Path, resumed_from_step: int) -> int:
         moved.append(torn + b"\n")
     if not moved:
         return 0
-    old = path.with_name("metrics.superseded.jsonl")
+    old = path.with_name(SUPERSEDED)
     with old.open("ab") as f:
         f.writelines(moved)
         f.flush()

@@ -5,6 +5,8 @@ prompt ends inside an opened ``<think>``, so a completion looks like ``... </thi
 ALPACA_TEMPLATE is the Alpaca instruction format (Taori et al. 2023) used for SFT and the DPO loss.
 """
 
+from training_core.errors import UsageError
+
 R1_ZERO_PROMPT = (
     "A conversation between User and Assistant. The User asks a question, and the Assistant solves it. "
     "The Assistant first thinks about the reasoning process in the mind and then provides the User with "
@@ -17,3 +19,16 @@ ALPACA_TEMPLATE = (
     "Below is an instruction that describes a task. Write a response that appropriately completes the "
     "request.\n\n### Instruction:\n{instruction}\n\n### Response:\n{response}"
 )
+
+# Named question templates of the MATH and GSM8K loaders (training_core.data).
+TEMPLATES: dict[str, str] = {"r1_zero": R1_ZERO_PROMPT, "plain": "{question}"}
+
+
+def render(question: str, template: str) -> str:
+    """``question`` in a named template ("r1_zero", "plain") or a format string with ``{question}``."""
+    fmt = TEMPLATES.get(template, template)
+    if "{question}" not in fmt:
+        raise UsageError(
+            f"template must be one of {', '.join(TEMPLATES)} or contain {{question}}: {template!r}"
+        )
+    return fmt.replace("{question}", question)

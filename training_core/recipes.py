@@ -16,37 +16,15 @@ import difflib
 import tomllib
 import types
 import typing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pippa_contract.names import NAME_RE
-from training_core.config import CallbackSpec, RewardSpec, RunConfig
+from training_core.config import CallbackSpec, Resolved, RewardSpec, RunConfig
 from training_core.errors import BadSetting, UnknownRecipe
 from training_core.platform import PLATFORMS, PlatformFacts, resolve_auto
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 _NAME_ONLY_KEYS = ("description", "platform")
-
-
-@dataclass
-class Resolved:
-    recipe: str
-    recipe_path: str
-    config: RunConfig
-    platform: dict[str, Any]  # name, facts, preset changes ({key: {"from", "to"}})
-
-    def as_dict(self) -> dict[str, Any]:
-        cfg = dataclasses.asdict(self.config)
-        return {
-            "recipe": self.recipe,
-            "recipe_path": self.recipe_path,
-            "platform": self.platform,
-            "dr_grpo": {
-                k: cfg["train"][k] for k in ("loss_type", "scale_rewards", "beta", "max_completion_length")
-            },
-            "config": cfg,
-        }
 
 
 def recipe_path(recipe: str, recipes_dir: Path = RECIPES_DIR) -> Path:
@@ -272,93 +250,10 @@ def _describe(tp: Any) -> str:
 
 
 def _validate(cfg: RunConfig) -> None:
-    """Cross-field checks that TRL would otherwise report deep inside its constructor."""
-    if cfg.method == "selfplay":
-        _validate_selfplay(cfg)
-        return
-    t = cfg.train
-    for k in (
-        "per_device_train_batch_size",
-        "gradient_accumulation_steps",
-        "num_generations",
-        "max_completion_length",
-        "logging_steps",
-    ):
-        if getattr(t, k) < 1:
-            raise BadSetting(f"bad value for train.{k}: must be >= 1, got {getattr(t, k)}")
-    if cfg.model.from_run and not NAME_RE.match(cfg.model.from_run):
-        raise BadSetting(f"bad value for model.from_run: not a run id: {cfg.model.from_run!r}")
-    if cfg.method != "grpo":
-        _validate_supervised(cfg)
-        return
-    if t.num_generations < 2:
-        raise BadSetting("bad value for train.num_generations: GRPO needs a group of at least 2")
-    gen_batch = t.generation_batch_size or t.per_device_train_batch_size * t.gradient_accumulation_steps
-    if gen_batch % t.num_generations:
-        raise BadSetting(
-            f"generation batch {gen_batch} is not a multiple of train.num_generations={t.num_generations}; "
-            "set train.generation_batch_size to a multiple of it"
-        )
-    if t.generation_batch_size and t.generation_batch_size % t.per_device_train_batch_size:
-        raise BadSetting(
-            "train.generation_batch_size must be a multiple of train.per_device_train_batch_size"
-        )
-    if t.dataloader_num_workers != 0:
-        raise BadSetting("train.dataloader_num_workers must be 0 (workers break TRL's generation batching)")
-    if t.temperature <= 0:
-        raise BadSetting("bad value for train.temperature: must be > 0 (sampling gives the group its spread)")
-    for r in cfg.rewards:
-        if not r.name:
-            raise BadSetting("a [[rewards]] entry has no name")
-    if not cfg.rewards:
-        raise BadSetting("the recipe has no rewards")
-    for c in cfg.callbacks:
-        if not c.name:
-            raise BadSetting("a [[callbacks]] entry has no name")
+    """Cross-field checks, by the method that reads the fields (training_core.methods)."""
+    from training_core import methods
 
-
-def _validate_supervised(cfg: RunConfig) -> None:
-    """sft / dpo read no rewards and sample nothing: only what their trainers use is checked."""
-    if cfg.method == "dpo" and cfg.dpo.beta <= 0:
-        raise BadSetting(f"bad value for dpo.beta: must be > 0, got {cfg.dpo.beta}")
-    for c in cfg.callbacks:
-        if not c.name:
-            raise BadSetting("a [[callbacks]] entry has no name")
-
-
-def _validate_selfplay(cfg: RunConfig) -> None:
-    """Self-play takes its rewards from the game and trains in its own loop (training_core.selfplay)."""
-    t, sp = cfg.train, cfg.selfplay
-    if cfg.launch.processes > 1:
-        raise BadSetting("selfplay trains in one process (its own loop): set launch.processes = 1")
-    if cfg.rewards:
-        raise BadSetting("a selfplay recipe is paid by the game: remove its [[rewards]] (set rewards = [])")
-    for key in ("samples_per_step", "parallel_games", "max_turns", "micro_batch_size"):
-        if getattr(sp, key) < 1:
-            raise BadSetting(f"bad value for selfplay.{key}: must be >= 1, got {getattr(sp, key)}")
-    if not 0.0 < sp.rae_decay < 1.0:
-        raise BadSetting(f"bad value for selfplay.rae_decay: must be in (0, 1), got {sp.rae_decay}")
-    if t.max_steps < 1:
-        raise BadSetting("a selfplay recipe needs train.max_steps >= 1 (no dataset to count epochs over)")
-    if t.temperature <= 0:
-        raise BadSetting("bad value for train.temperature: must be > 0 (self-play samples its moves)")
-    if t.num_iterations < 1 or t.max_completion_length < 1:
-        raise BadSetting("train.num_iterations and train.max_completion_length must be >= 1")
-    if t.beta != 0.0:
-        raise BadSetting("selfplay has no KL term (SPIRAL trains with beta 0): set train.beta = 0")
-    if cfg.model.lora_r > 0:
-        raise BadSetting("selfplay trains the full model: set model.lora_r = 0")
-    if cfg.model.precision in ("fp16", "bf16_amp"):
-        raise BadSetting(
-            f"selfplay trains in bf16 or fp32, not {cfg.model.precision}: --set model.precision=fp32 or bf16"
-        )
-    if t.lr_scheduler_type not in ("constant", "linear"):
-        raise BadSetting(f"selfplay schedules the lr 'constant' or 'linear', got {t.lr_scheduler_type!r}")
-    if t.optim != "adamw_torch":
-        raise BadSetting(f"selfplay optimizes with torch AdamW (train.optim 'adamw_torch'), got {t.optim!r}")
-    if cfg.eval.task not in ("tictactoe", "none"):
-        raise BadSetting(f"selfplay evaluates by playing games: eval.task must be 'tictactoe' or 'none', "
-                         f"got {cfg.eval.task!r}")
+    methods.get(cfg.method).validate(cfg)
 
 
 __all__ = ["CallbackSpec", "Resolved", "RewardSpec", "available", "parse_value", "recipe_path", "resolve"]

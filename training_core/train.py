@@ -47,18 +47,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def check_names(res: Resolved) -> None:
     """Every dataset / reward / eval task the config names exists (without importing torch)."""
-    from training_core.data import DATASETS
-    from training_core.eval_tasks import EVAL_TASKS
-    from training_core.rewards.registry import REWARDS
+    from training_core import methods
 
-    cfg = res.config
-    if cfg.method == "selfplay":
-        return  # no dataset, rewards or text eval task: the game provides all three (recipes validates)
-    DATASETS.get(cfg.data.dataset, cfg.plugins)
-    if cfg.eval.task != "none":
-        EVAL_TASKS.get(cfg.eval.task, cfg.plugins)
-    for r in cfg.rewards:
-        REWARDS.get(r.name, cfg.plugins)
+    methods.get(res.config.method).check_names(res.config)
 
 
 def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> int:
@@ -75,12 +66,9 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
         run_dir = args.run_dir or Path("runs") / new_run_id(args.recipe)
         if args.resume and not run_dir.is_dir():
             raise UsageError(f"--resume: no run directory {run_dir}")
-        if res.config.method == "selfplay":
-            from training_core.selfplay.loop import run
-        else:
-            from training_core.runner import run
+        from training_core import methods
 
-        return run(res, run_dir.resolve(), resume=args.resume)
+        return methods.get(res.config.method).run(res, run_dir.resolve(), resume=args.resume)
     except TrainingError as e:
         if args.debug:
             traceback.print_exception(e)

@@ -3,17 +3,19 @@
 ``grpo_args`` is the single place where our settings become TRL's (Dr GRPO: ``loss_type="dr_grpo"``,
 ``scale_rewards="none"``, ``beta=0.0``, pinned ``max_completion_length``; Liu et al. 2025).
 ``stop_callback`` turns a stop signal into a checkpoint of the current step.
-``AtomicCheckpoints._save_checkpoint`` (in every method's trainer: GRPO here, SFT and DPO in
-training_core.supervised) lets TRL/transformers write the usual checkpoint (model, optimizer,
-scheduler, RNG, trainer state) into ``checkpoints/.staging`` and renames the finished directory into
-place, so a kill at any moment leaves no half-written ``checkpoint-<step>``; it then keeps the newest
-``checkpoint.keep``.
+``AtomicCheckpoints`` (in every method's trainer: GRPO here, SFT and DPO in training_core.supervised)
+overrides nothing of the Trainer's: the trainer's ``output_dir`` is ``checkpoints/.staging``, where
+TRL/transformers write the usual ``checkpoint-<step>`` (model, optimizer, scheduler, RNG, trainer
+state) through their own save path, and a callback's ``on_save`` (run right after that save) renames
+the finished directory into ``checkpoints/``, so a kill at any moment leaves no half-written
+``checkpoint-<step>``; it then keeps the newest ``checkpoint.keep``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,8 +24,12 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from training_core.checkpoints import checkpoints
 from training_core.config import RunConfig
+from training_core.run_layout import STAGING, checkpoint_name, checkpoints, checkpoints_dir
+
+# TRL 1.16 itself still calls transformers' pre-v6 checkpointing names; the FutureWarning is about
+# library internals a user cannot act on, and it lands in every run's log. Anything else warns as usual.
+warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing", category=FutureWarning)
 
 
 def training_args(
@@ -37,7 +43,8 @@ def training_args(
     new_name = "activation_checkpointing" in {f.name for f in dataclasses.fields(config_cls)}
     return {
         "activation_checkpointing" if new_name else "gradient_checkpointing": m.gradient_checkpointing,
-        "output_dir": str(run_dir / "checkpoints"),
+        # TRL/transformers save here; PublishCheckpoints moves each finished checkpoint up into checkpoints/
+        "output_dir": str(checkpoints_dir(run_dir) / STAGING),
         "run_name": run_name,
         "seed": cfg.seed,
         "num_train_epochs": t.num_train_epochs,
@@ -99,43 +106,54 @@ def grpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str
 
 
 class AtomicCheckpoints:
-    """Mixin for a transformers Trainer: checkpoints appear whole or not at all, the newest ``keep`` kept."""
+    """Mixin for a transformers Trainer: checkpoints appear whole or not at all, the newest ``keep`` kept.
+    It only adds a callback (``PublishCheckpoints``) after the Trainer's own constructor."""
 
     keep_checkpoints: int = 2
-    args: Any  # the Trainer's, which this class is mixed into
-    state: Any
-    _get_output_dir: Any
-    accelerator: Any
 
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        # Every rank writes into staging (its RNG state; DeepSpeed its shard); the saving process alone
-        # prepares and renames it, between barriers (no-ops for one process).
-        final_root = Path(str(self.args.output_dir))
-        staging = final_root / ".staging"
-        if self.args.should_save:
-            shutil.rmtree(staging, ignore_errors=True)  # leftovers of a killed save
-            staging.mkdir(parents=True)
-        self.accelerator.wait_for_everyone()
-        original = self._get_output_dir
-        self._get_output_dir = lambda trial=None: str(staging)  # type: ignore[method-assign,misc]
-        try:
-            super()._save_checkpoint(model, trial)  # type: ignore[misc]
-        finally:
-            self._get_output_dir = original  # type: ignore[method-assign]
-        self.accelerator.wait_for_everyone()
-        if self.args.should_save:
-            self._publish(final_root, staging)
-        self.accelerator.wait_for_everyone()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        self.add_callback(PublishCheckpoints(self))  # type: ignore[attr-defined]
 
-    def _publish(self, final_root: Path, staging: Path) -> None:
-        name = f"checkpoint-{self.state.global_step}"
-        target = final_root / name
-        if target.exists():
-            shutil.rmtree(target)
-        (staging / name).rename(target)
-        shutil.rmtree(staging, ignore_errors=True)
-        for _, old in checkpoints(final_root)[: -max(1, self.keep_checkpoints)]:
-            shutil.rmtree(old, ignore_errors=True)
+
+class PublishCheckpoints(TrainerCallback):  # type: ignore[misc]
+    """Moves each checkpoint the trainer finished writing in ``<output_dir>`` (``checkpoints/.staging``)
+    into ``checkpoints/`` with one rename. transformers calls ``on_save`` right after its
+    ``_save_checkpoint`` returns (Trainer._maybe_log_save_evaluate), before any later callback's
+    ``on_save`` (the stop callback's, added after this one, may end the run there)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if args.should_save:
+            shutil.rmtree(args.output_dir, ignore_errors=True)  # leftovers of a killed save
+
+    def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        # every rank wrote into staging (its RNG state; DeepSpeed its shard): the saving process renames
+        # the finished directory once all are done, between barriers (no-ops for one process)
+        acc = self.trainer.accelerator
+        acc.wait_for_everyone()
+        if args.should_save:
+            publish(Path(args.output_dir), state.global_step, self.trainer.keep_checkpoints)
+        acc.wait_for_everyone()
+
+
+def publish(staging: Path, step: int, keep: int) -> None:
+    """``staging/checkpoint-<step>`` renamed to ``staging/../checkpoint-<step>``; TRL's model card
+    (README.md) moved beside it; staging removed; all but the newest ``keep`` checkpoints deleted."""
+    final_root = staging.parent
+    name = checkpoint_name(step)
+    target = final_root / name
+    if target.exists():
+        shutil.rmtree(target)
+    (staging / name).rename(target)
+    card = staging / "README.md"
+    if card.exists():
+        card.replace(final_root / "README.md")
+    shutil.rmtree(staging, ignore_errors=True)
+    for _, old in checkpoints(final_root)[: -max(1, keep)]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 class PippaGRPOTrainer(AtomicCheckpoints, GRPOTrainer):  # type: ignore[misc]

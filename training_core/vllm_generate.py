@@ -1,5 +1,5 @@
 """Greedy generation with vLLM for ``python -m training_core.eval --backend vllm`` (GPU hosts with the
-``[vllm]`` install set). The HF ``generate`` path (training_core.evaluation) is the reference and runs
+``[vllm]`` install set). The HF ``generate`` path (training_core.eval.greedy) is the reference and runs
 everywhere; this one is the fast path for long R1-Zero completions.
 """
 
@@ -34,7 +34,7 @@ def make_generate(
     require()
     from vllm import LLM, SamplingParams
 
-    from training_core.evaluation import render
+    from training_core.eval.greedy import render
 
     llm = LLM(model=model_path, seed=seed, gpu_memory_utilization=gpu_memory_utilization)
 

@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training_core.code.game import play
+from training_core.code.mbpp_game import play
 from training_core.rewards import code as rc
 from training_core.sandbox import (
     SandboxLimits,

@@ -99,7 +99,7 @@ def test_code_game_opponent_is_a_frozen_copy_and_accuracy_is_logged() -> None:
 
 
 def test_eval_cli_task_mbpp_prints_pass_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from training_core.eval import main as eval_main
+    from training_core.eval.cli import main as eval_main
 
     rows = tmp_path / "mbpp.jsonl"
     rows.write_text("".join(json.dumps(r) + "\n" for r in ROWS))

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from training_core.code.game import GameStats, parse_prediction, play
 from training_core.code.mbpp import (
     ProblemResult,
     load_mbpp,
@@ -18,8 +17,9 @@ from training_core.code.mbpp import (
     score_samples,
     summary,
 )
+from training_core.code.mbpp_game import GameStats, parse_prediction, play
 from training_core.code.problems import PROBLEMS, problem_prompt
-from training_core.data import DATASETS
+from training_core.data.loaders import DATASETS
 from training_core.rewards import code as rc
 
 FULL_ROWS = [
@@ -182,7 +182,7 @@ def test_the_two_runs_of_a_program_are_further_apart_than_the_time_limit() -> No
     invalid, not a win. A coarse clock (hours) can agree; the README lists that as not isolated."""
     import random
 
-    from training_core.code.game import run_twice
+    from training_core.code.mbpp_game import run_twice
     from training_core.sandbox import SandboxLimits, default_pool
 
     limits = SandboxLimits(timeout_s=1.0)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from training_core.code.asserts import assert_job, judged
-from training_core.code.game import play
+from training_core.code.mbpp_game import play
 from training_core.rewards import code as rc
 from training_core.rewards.code import assert_tests
 from training_core.sandbox import Opaque, run_python

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from training_core.config import DataConfig
-from training_core.data import DATASETS, build_dataset, gsm8k_answer, load_rows
+from training_core.data.loaders import DATASETS, build_dataset, gsm8k_answer, load_rows
 from training_core.errors import UnknownName
 
 # Two rows in the real openai/gsm8k "main" format (question / answer with <<calc>> and "#### N").
@@ -81,7 +81,7 @@ def test_unknown_dataset_lists_known_names() -> None:
 
 
 def test_eval_problems_are_distinct_and_held_out_ones_never_trained_on() -> None:
-    from training_core.data import distinct_problems
+    from training_core.data.loaders import distinct_problems
 
     params = {"max_operand": 9, "max_answer": 9, "holdout": 0.25}
     every = distinct_problems(0, seed=3, max_operand=9, max_answer=9, part="all")
@@ -99,9 +99,9 @@ def test_eval_problems_are_distinct_and_held_out_ones_never_trained_on() -> None
 
 
 def test_constant_baseline_is_the_best_single_answer() -> None:
-    from training_core.data import distinct_problems
-    from training_core.eval_tasks import EVAL_TASKS
-    from training_core.evaluation import constant_baseline
+    from training_core.data.loaders import distinct_problems
+    from training_core.eval.greedy import constant_baseline
+    from training_core.eval.tasks import EVAL_TASKS
 
     every = distinct_problems(0, seed=0, max_operand=9, max_answer=9)
     acc, answer = constant_baseline(EVAL_TASKS.get("arithmetic"), [r["answer"] for r in every])

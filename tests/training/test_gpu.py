@@ -31,13 +31,13 @@ needs_cuda = pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU (torch.cud
 def test_weights_load_in_bf16_where_torch_supports_it() -> None:
     import torch
 
+    from training_core.models import load_model, settle
     from training_core.platform import detect
     from training_core.recipes import resolve
-    from training_core.runner import _load_model
 
     facts = detect(offline_probe=False)
-    res = resolve("tiny", [], facts)
-    model, _ = _load_model(res, facts)
+    res = settle(resolve("tiny", [], facts), facts, REPO / "runs")  # the config frozen, settled anew
+    model, _ = load_model(res.config.model.name, res.config.model.precision)
     want = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32  # fp16 trains fp32 weights
     assert next(model.parameters()).dtype == want
     assert res.config.model.precision == ("bf16" if torch.cuda.is_bf16_supported() else "fp16")

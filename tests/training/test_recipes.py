@@ -161,3 +161,20 @@ def test_check_flag_validates_sets_without_probing_or_loading(capsys: pytest.Cap
     assert capsys.readouterr().out == ""  # nothing printed on success: a yes/no for pippa run
     assert main(["tiny", "--check", "--set", "train.max_stepz=3"]) == 2
     assert "unknown setting 'train.max_stepz'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recipe", ["tiny", "sft_tiny", "tictactoe_tiny"])
+def test_a_resolved_config_cannot_be_changed(recipe: str) -> None:
+    """What the run header shows is what ran: a resolved config is frozen, a change is a new one."""
+    import dataclasses
+
+    res = resolve(recipe, [], PlatformFacts())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        res.config.model.precision = "fp32"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        res.config.seed = 7  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        res.config = res.config  # type: ignore[misc]
+    settled = res.with_model(name="./checkpoint-5")
+    assert settled.config.model.name == "./checkpoint-5" and res.config.model.name != "./checkpoint-5"
+    assert settled.config.train == res.config.train

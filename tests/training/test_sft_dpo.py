@@ -4,6 +4,7 @@ run through ``model.from_run``; and a DPO run whose preference accuracy rises.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -17,12 +18,13 @@ import pytest
 from runsignal import signal_frozen
 from test_train_e2e import _wandb_keys_by_step
 
-from training_core import metrics, pairs, tiny
-from training_core.config import RunConfig
+from training_core import metrics, tiny
+from training_core.config import DataConfig, RunConfig, SFTSettings
+from training_core.data import pairs
 from training_core.errors import BadSetting, UsageError
+from training_core.models import run_checkpoint
 from training_core.platform import PlatformFacts
 from training_core.recipes import resolve
-from training_core.runner import run_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 SUMS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(4) for b in range(4)]
@@ -32,9 +34,7 @@ SFT_STEPS = 40
 
 
 def _cfg(method: str, style: str = "plain") -> RunConfig:
-    cfg = RunConfig(method=method)  # type: ignore[arg-type]
-    cfg.data.prompt_style = style  # type: ignore[assignment]
-    return cfg
+    return RunConfig(method=method, data=DataConfig(prompt_style=style))  # type: ignore[arg-type]
 
 
 def test_sft_rows_are_prompt_completion_pairs_in_the_prompt_style() -> None:
@@ -42,8 +42,7 @@ def test_sft_rows_are_prompt_completion_pairs_in_the_prompt_style() -> None:
     rows = pairs.sft_rows(SUMS, _cfg("sft"), tok)
     assert rows[5] == {"prompt": "1+1=", "completion": "2"}
     assert pairs.response("2", _cfg("sft", "chat").data) == [{"role": "assistant", "content": "2"}]
-    cfg = _cfg("sft")
-    cfg.sft.response_column = "solution"
+    cfg = dataclasses.replace(_cfg("sft"), sft=SFTSettings(response_column="solution"))
     with pytest.raises(UsageError, match="'solution' is not a column of dataset"):
         pairs.sft_rows(SUMS, cfg, tok)
 
@@ -55,8 +54,7 @@ def test_dpo_rows_reject_another_rows_wrong_answer_drawn_with_the_seed() -> None
     assert all(r["rejected"] != r["chosen"] for r in rows)
     assert {r["rejected"] for r in rows} <= {s["answer"] for s in SUMS}
     assert pairs.dpo_rows(SUMS, _cfg("dpo"), tok) == rows  # seeded
-    other = _cfg("dpo")
-    other.seed = 7
+    other = dataclasses.replace(_cfg("dpo"), seed=7)
     assert pairs.dpo_rows(SUMS, other, tok) != rows
     given = [{**s, "rejected": "x"} for s in SUMS]
     assert {r["rejected"] for r in pairs.dpo_rows(given, _cfg("dpo"), tok)} == {"x"}
@@ -108,7 +106,7 @@ def test_sft_takes_the_loss_on_the_response_only(tmp_path: Path) -> None:
     import datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training_core.supervised import build_trainer
+    from training_core.methods.sft import build_trainer
 
     path = tiny.ensure()
     tok = AutoTokenizer.from_pretrained(path)

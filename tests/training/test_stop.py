@@ -7,12 +7,12 @@ import signal
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from training_core.runner import _StopOnSignal
+from training_core.lifecycle import StopOnSignal
 from training_core.trainer import stop_callback
 
 
 def test_first_signal_saves_after_the_step_second_stops_at_once() -> None:
-    handler = _StopOnSignal(save=True)
+    handler = StopOnSignal(save=True)
     cb = stop_callback(lambda: handler.requested)
     state, control = TrainerState(global_step=7, max_steps=100), TrainerControl()
     cb.on_step_end(None, state, control)
@@ -29,8 +29,8 @@ def test_first_signal_saves_after_the_step_second_stops_at_once() -> None:
 
 def test_without_checkpointing_a_signal_stops_at_once_and_the_last_step_just_completes() -> None:
     with pytest.raises(KeyboardInterrupt):
-        _StopOnSignal(save=False)(signal.SIGINT, None)
-    handler = _StopOnSignal(save=True)
+        StopOnSignal(save=False)(signal.SIGINT, None)
+    handler = StopOnSignal(save=True)
     handler(signal.SIGINT, None)
     stop_callback(lambda: handler.requested).on_save(None, TrainerState(global_step=100, max_steps=100),
                                                      TrainerControl())  # fmt: skip

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from training_core.code.game import GAME_PROMPT
 from training_core.code.mbpp import load_mbpp, mbpp_prompt
+from training_core.code.mbpp_game import GAME_PROMPT
 from training_core.code.problems import problem_rows
-from training_core.data import DATASETS, Row
+from training_core.data.loaders import DATASETS, Row
 
 FIXED_CODE_PROMPT = ("Write a short Python program that computes something and prints the result. "
                      "Put the program in one ```python code block.")

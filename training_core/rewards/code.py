@@ -7,7 +7,7 @@ trainer. A batch is scored through the shared pool so slow programs overlap.
   -0.5 syntax/indentation error, -1.0 anything else (error, timeout, no code). "Clean" means exit 0
   and empty stderr, as in the team's script.
 - ``test_cases``: stdout-compared tests (column ``tests``: a list of ``{"program", "expected"}``).
-- ``code_game`` / ``code_game_opponent_accuracy``: the adversarial game (``training_core.code.game``),
+- ``code_game`` / ``code_game_opponent_accuracy``: the adversarial game (``training_core.code.mbpp_game``),
   built by factories because they need the policy model for the frozen opponent.
 - ``assert_tests``: MBPP style (columns ``test_list`` and ``test_setup``): the code runs in the
   sandbox, the values the asserts need come out as plain data, and the asserts are judged in the
@@ -23,7 +23,7 @@ from typing import Any
 from training_core.code.asserts import Verdict, assert_job, judge
 from training_core.code.checks import execution_score, stdout_test_passed
 from training_core.code.extract import extract_code
-from training_core.code.game import OPPONENT_PROMPT, GameStats, Predictor, hf_opponent, play
+from training_core.code.mbpp_game import OPPONENT_PROMPT, GameStats, Predictor, hf_opponent, play
 from training_core.rewards.registry import RewardContext, RewardFn, register, register_factory
 from training_core.sandbox import SandboxLimits, default_pool
 

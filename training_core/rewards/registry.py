@@ -1,4 +1,4 @@
-"""The name -> reward table that recipes refer to: one ``training_core.registry.Registry`` like the
+"""The name -> reward table that recipes refer to: one ``training_core.plugin_registry.Registry`` like the
 dataset, eval-task and callback tables, whose entries are either a plain reward or a factory.
 
 Extension points (the code recipes of issue 5 use both):
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from training_core.registry import Registry
+from training_core.plugin_registry import Registry
 
 RewardFn = Callable[..., list[float]]
 RewardFactory = Callable[..., RewardFn]

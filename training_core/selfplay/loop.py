@@ -2,7 +2,7 @@
 with role-conditioned advantages and take the policy-gradient step; evaluate against fixed opponents
 every ``eval.interval`` steps; checkpoint every ``checkpoint.every`` steps and on SIGINT/SIGTERM.
 
-The run record is the GRPO runner's (training_core.runner, docs/CONTRACTS.md): header, step, eval and
+The run record is every method's (training_core.lifecycle, docs/CONTRACTS.md): header, step, eval and
 end lines in metrics.jsonl, mirrored to W&B under the same keys; a failure before the first step still
 writes a failed end line; ``--resume`` continues from the newest checkpoint after moving the lines it
 redoes to metrics.superseded.jsonl.
@@ -12,31 +12,21 @@ from __future__ import annotations
 
 import math
 import random
-import signal
-import sys
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training_core.errors import StartFailed, TrainingError, UsageError
-from training_core.platform import PlatformFacts, apply_offline_env, detect
-from training_core.recipes import Resolved
-from training_core.runner import (
-    _load_model,
-    _record_failed_start,
-    _start_wandb,
-    _Started,
-    _StopOnSignal,
-    first_line,
-)
+from training_core.config import Resolved
+from training_core.errors import UsageError
+from training_core.lifecycle import RunLifecycle
+from training_core.run_layout import checkpoints_dir
 from training_core.selfplay import state
 from training_core.selfplay.evaluate import eval_metrics, play_eval, summary
-from training_core.selfplay.game import TicTacToe
 from training_core.selfplay.prompts import render
 from training_core.selfplay.rae import RoleBaselines
 from training_core.selfplay.rollout import Game, Player, RolloutStats, Sampling, self_play
+from training_core.selfplay.tictactoe import TicTacToe
 from training_core.selfplay.update import Sample, UpdateSettings, policy_update, subsample, turn_samples
 
 
@@ -52,21 +42,15 @@ class _Run:
     player: Player  # sampling as in training
     eval_player: Player  # sampling as in evaluation
     n_params: int
+    done: int = 0  # the last completed step
 
 
 def run(res: Resolved, run_dir: Path, resume: bool = False) -> int:
-    """Set up and train; the same failure contract as ``training_core.runner.run``."""
-    started = _Started()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        r = _prepare(res, run_dir, resume, started)
-    except BaseException as e:
-        error = str(e) if isinstance(e, TrainingError) else first_line(e)
-        _record_failed_start(res, run_dir, started, error, isinstance(e, KeyboardInterrupt))
-        if isinstance(e, (TrainingError, KeyboardInterrupt)):
-            raise
-        raise StartFailed(f"run {run_dir.name} failed before its first step: {error}") from e
-    return _train(res, run_dir, r, started)
+    """Set up and train inside the run lifecycle every method shares (training_core.lifecycle)."""
+    with RunLifecycle(res, run_dir, resume) as life:
+        r = _prepare(life)
+        _train(life, r)
+    return life.code
 
 
 def _check_prompt(res: Resolved, tokenizer: Any, model: Any) -> None:
@@ -94,37 +78,15 @@ def _check_prompt(res: Resolved, tokenizer: Any, model: Any) -> None:
         )
 
 
-def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> _Run:
+def _prepare(life: RunLifecycle) -> _Run:
+    res, resume_from = life.res, life.resume_from
     cfg, t, sp = res.config, res.config.train, res.config.selfplay
-    facts: PlatformFacts = detect(offline_probe=cfg.model.name != "tiny")
-    apply_offline_env(facts)
     import torch
-    from transformers.utils import logging as hf_logging
 
-    from training_core import metrics
-    from training_core.checkpoints import newest_checkpoint
+    from training_core.models import load_model
 
-    hf_logging.disable_progress_bar()
-    ckpt_dir = run_dir / "checkpoints"
-    resume_from = newest_checkpoint(ckpt_dir) if resume else None
-    if resume and resume_from is None:
-        print(f"resume: no checkpoint in {ckpt_dir}; starting from step 0", flush=True)
-    started.resumed_step = int(resume_from.name.split("-")[1]) if resume_from else None
-    metrics_path = run_dir / "metrics.jsonl"
-    if resume:
-        moved = metrics.supersede(metrics_path, -1 if started.resumed_step is None else started.resumed_step)
-        if moved:
-            print(f"resume: moved {moved} redone lines to metrics.superseded.jsonl", flush=True)
-
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)  # seeds CUDA too; sampling of the moves draws from it
-    name = cfg.model.name
-    if resume_from is not None:
-        cfg.model.name = str(resume_from)  # the checkpoint's weights; the header keeps the recipe's name
-    try:
-        model, tokenizer = _load_model(res, facts)
-    finally:
-        cfg.model.name = name
+    # the checkpoint's weights on resume; the header keeps the recipe's model name
+    model, tokenizer = load_model(str(resume_from) if resume_from else cfg.model.name, cfg.model.precision)
     if cfg.model.precision not in ("bf16", "fp32"):
         raise UsageError(
             f"selfplay trains in bf16 or fp32, not {cfg.model.precision}: "
@@ -134,13 +96,7 @@ def _prepare(res: Resolved, run_dir: Path, resume: bool, started: _Started) -> _
     if cfg.model.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     _check_prompt(res, tokenizer, model)
-
-    started.wandb_info = wandb_info = _start_wandb(
-        res, run_dir, metrics.previous_wandb_id(metrics_path) if resume else None
-    )
-    mirror = metrics.wandb_mirror if wandb_info else None
-    started.writer = writer = metrics.MetricsWriter(metrics_path, mirror=mirror)
-    writer.header(run_dir.name, res.recipe, res.as_dict(), wandb_info, started.resumed_step)
+    life.open_record()
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.learning_rate, weight_decay=t.weight_decay)
     total = t.max_steps * t.num_iterations  # one optimizer step per PPO epoch
@@ -268,15 +224,17 @@ def progress_line(step: int, max_steps: int, m: dict[str, float]) -> str:
     )
 
 
-def _train(res: Resolved, run_dir: Path, r: _Run, started: _Started) -> int:
-    cfg, writer, wandb_info = res.config, started.writer, started.wandb_info
+def _train(life: RunLifecycle, r: _Run) -> None:
+    res, run_dir, writer, handler = life.res, life.run_dir, life.writer, life.stop
+    cfg = res.config
     t, ev, ck = cfg.train, cfg.eval, cfg.checkpoint
-    ckpt_root = run_dir / "checkpoints"
-    print(
+    ckpt_root = checkpoints_dir(run_dir)
+    r.done = r.start_step
+    life.training(
         f"run {run_dir.name}: recipe {res.recipe}, platform {res.platform['name']}, "
         f"selfplay {cfg.selfplay.game}, "
         f"{r.n_params / 1e6:.2f}M params" + (f", resuming from step {r.start_step}" if r.start_step else ""),
-        flush=True,
+        step=lambda: r.done,
     )
 
     def evaluate(step: int) -> None:
@@ -297,48 +255,26 @@ def _train(res: Resolved, run_dir: Path, r: _Run, started: _Started) -> int:
             ck.keep,
         )
 
-    handler = _StopOnSignal(save=ck.every > 0)
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    status, error, code, done = "failed", None, 1, r.start_step
     evaluating = ev.task != "none"
-    try:
-        last_eval = None
-        if evaluating and ev.at_start and r.start_step == 0:
-            evaluate(0)
-            last_eval = 0
-        for step in range(r.start_step + 1, t.max_steps + 1):
-            m = one_step(res, r)
-            done = step
-            writer.step(step, m)
-            if cfg.logging.progress:
-                print(progress_line(step, t.max_steps, m), flush=True)
-            if evaluating and ev.interval > 0 and step % ev.interval == 0:
-                evaluate(step)
-                last_eval = step
-            saved = ck.every > 0 and (step % ck.every == 0 or step == t.max_steps)
-            if saved:
+    last_eval = None
+    if evaluating and ev.at_start and r.start_step == 0:
+        evaluate(0)
+        last_eval = 0
+    for step in range(r.start_step + 1, t.max_steps + 1):
+        m = one_step(res, r)
+        r.done = step
+        writer.step(step, m)
+        if cfg.logging.progress:
+            print(progress_line(step, t.max_steps, m), flush=True)
+        if evaluating and ev.interval > 0 and step % ev.interval == 0:
+            evaluate(step)
+            last_eval = step
+        saved = ck.every > 0 and (step % ck.every == 0 or step == t.max_steps)
+        if saved:
+            save(step)
+        if handler.requested is not None and step < t.max_steps:
+            if not saved:
                 save(step)
-            if handler.requested is not None and step < t.max_steps:
-                if not saved:
-                    save(step)
-                raise KeyboardInterrupt(f"signal {handler.requested}")
-        if evaluating and ev.at_end and last_eval != t.max_steps and done == t.max_steps:
-            evaluate(t.max_steps)
-        status, code = "completed", 0
-    except KeyboardInterrupt as e:
-        status, error, code = "interrupted", str(e) or "interrupted", 130
-        print(f"interrupted at step {done}", file=sys.stderr, flush=True)
-    except Exception as e:
-        error = f"{type(e).__name__}: {e}"
-        traceback.print_exc()
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-        writer.end(status, done, error)
-        writer.close()
-        if wandb_info:
-            import wandb
-
-            wandb.finish(exit_code=code)
-    print(f"run {run_dir.name} {status} at step {done}", flush=True)
-    return code
+            raise KeyboardInterrupt(f"signal {handler.requested}")
+    if evaluating and ev.at_end and last_eval != t.max_steps and r.done == t.max_steps:
+        evaluate(t.max_steps)

@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable
 from functools import cache
 
-from training_core.selfplay.game import MARKS, legal_moves, winner
+from training_core.selfplay.tictactoe import MARKS, legal_moves, winner
 
 Opponent = Callable[[list[str], int, random.Random], int]
 

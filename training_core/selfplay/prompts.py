@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from training_core.selfplay.game import MARKS
+from training_core.selfplay.tictactoe import MARKS
 
 INSTRUCTION = "You are playing a two-player zero-sum game. Make valid actions to win."
 ANSWER_FORMAT = "Please reason step by step, and put your final answer within \\boxed{}."

@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from training_core.selfplay.game import TicTacToe
 from training_core.selfplay.opponents import Opponent
 from training_core.selfplay.prompts import PromptKind, format_action, parse_action, render
+from training_core.selfplay.tictactoe import TicTacToe
 
 
 @dataclass

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from training_core.checkpoints import checkpoints
+from training_core.run_layout import STAGING, checkpoint_name, checkpoints
 
 STATE_FILE = "selfplay_state.pt"
 
@@ -28,7 +28,7 @@ def save(
 ) -> Path:
     import torch
 
-    staging = ckpt_root / ".staging"
+    staging = ckpt_root / STAGING
     shutil.rmtree(staging, ignore_errors=True)  # leftovers of a killed save
     staging.mkdir(parents=True)
     model.save_pretrained(staging)
@@ -45,7 +45,7 @@ def save(
         },
         staging / STATE_FILE,
     )
-    target = ckpt_root / f"checkpoint-{step}"
+    target = ckpt_root / checkpoint_name(step)
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from training_core.config import DataConfig
-from training_core.data import load_rows
-from training_core.eval_tasks import EVAL_TASKS
-from training_core.evaluation import evaluate
-from training_core.math_data import last_boxed, render
+from training_core.data.loaders import load_rows
+from training_core.data.math import last_boxed, render
+from training_core.eval.greedy import evaluate
+from training_core.eval.tasks import EVAL_TASKS
 from training_core.platform import PlatformFacts
 from training_core.prompts import R1_ZERO_PROMPT
 from training_core.recipes import resolve
@@ -93,7 +93,7 @@ def test_math_eval_reports_format_rate_and_accuracy_from_the_completions() -> No
 
 
 def test_eval_cli_math_on_the_tiny_model(capsys: pytest.CaptureFixture[str]) -> None:
-    from training_core.eval import main as eval_main
+    from training_core.eval.cli import main as eval_main
 
     assert eval_main(["tiny", "--task", "math", "-n", "2", "--max-new-tokens", "3"]) == 0
     out = json.loads(capsys.readouterr().out)  # stdout is only the JSON, whatever libraries log

@@ -7,8 +7,8 @@ from itertools import product
 
 import pytest
 
-from training_core.selfplay.game import TicTacToe, winner
 from training_core.selfplay.opponents import minimax_move, optimal_moves, random_move
+from training_core.selfplay.tictactoe import TicTacToe, winner
 
 
 def _play(moves: list[int | None], max_turns: int = 50) -> TicTacToe:

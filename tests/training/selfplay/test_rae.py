@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from training_core.selfplay.game import TicTacToe
 from training_core.selfplay.rae import RoleBaselines
 from training_core.selfplay.rollout import Game, Turn
+from training_core.selfplay.tictactoe import TicTacToe
 from training_core.selfplay.update import subsample, turn_samples
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from training_core import eval as eval_cli
 from training_core import train
+from training_core.eval import cli as eval_cli
 
 pytestmark = pytest.mark.slow
 SHORT = [

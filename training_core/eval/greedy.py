@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 from training_core.config import DataConfig, EvalConfig
-from training_core.data import to_prompt
-from training_core.eval_tasks import EvalTask
+from training_core.data.loaders import to_prompt
+from training_core.eval.tasks import EvalTask
 from training_core.metrics import MetricsWriter
 
 

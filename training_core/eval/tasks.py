@@ -3,7 +3,7 @@
 Extension point: ``EVAL_TASKS.register("name")(EvalTask(load=..., score=...))`` where
 ``load(n, seed, data, **params) -> rows`` gives rows with a ``prompt`` (user text) and an ``answer``,
 and ``score(completion_text, answer) -> bool`` says whether one greedy completion is right. The interval
-eval (training_core.evaluation) and ``python -m training_core.eval`` both use this table. Tasks that
+eval (training_core.eval.greedy) and ``python -m training_core.eval`` both use this table. Tasks that
 need more than one greedy completion per prompt (MBPP with pass@k) are better written as a trainer
 callback (training_core.callbacks) that logs its own ``<task>_eval/...`` keys.
 """
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from training_core.config import DataConfig
-from training_core.data import distinct_problems, gsm8k
-from training_core.registry import Registry
+from training_core.data.loaders import distinct_problems, gsm8k
+from training_core.plugin_registry import Registry
 from training_core.rewards.text import numbers, parse_number, same_number
 
 
@@ -33,7 +33,7 @@ class EvalTask:
     stop: tuple[str, ...] = ()
 
 
-EVAL_TASKS: Registry[EvalTask] = Registry("eval task", ["training_core.eval_tasks", "training_core.code"])
+EVAL_TASKS: Registry[EvalTask] = Registry("eval task", ["training_core.eval.tasks", "training_core.code"])
 
 
 def _last_number_right(completion: str, answer: str) -> bool:
@@ -79,7 +79,7 @@ def _math(
     """The training data's math set (its template, files, hub id) in its test split; MATH otherwise.
 
     ``dataset`` picks another: "math", "synthetic_math" or "gsm8k" (with the r1_zero template)."""
-    from training_core.data import DATASETS
+    from training_core.data.loaders import DATASETS
 
     merged: dict[str, Any] = {"template": "r1_zero"}
     default = data.dataset if data is not None and data.dataset in _MATH_DATASETS else "math"

@@ -13,7 +13,7 @@ import random
 from typing import Any
 
 from training_core.config import DataConfig, RunConfig
-from training_core.data import Row, build_dataset
+from training_core.data.loaders import Row, build_dataset
 from training_core.errors import UsageError
 
 
@@ -74,7 +74,3 @@ def dpo_rows(rows: list[Row], cfg: RunConfig, tokenizer: Any) -> list[Row]:
         for r, c, x in zip(kept, chosen, drawn, strict=True)
     ]
 
-
-def method_rows(rows: list[Row], cfg: RunConfig, tokenizer: Any) -> list[Row]:
-    """The training rows of an sft or dpo run."""
-    return sft_rows(rows, cfg, tokenizer) if cfg.method == "sft" else dpo_rows(rows, cfg, tokenizer)

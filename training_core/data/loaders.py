@@ -17,11 +17,11 @@ from typing import Any
 
 from training_core.config import DataConfig
 from training_core.errors import UsageError
-from training_core.registry import Registry
+from training_core.plugin_registry import Registry
 
 Row = dict[str, Any]
 DATASETS: Registry[Any] = Registry(
-    "dataset", ["training_core.data", "training_core.math_data", "training_core.code"]
+    "dataset", ["training_core.data.loaders", "training_core.data.math", "training_core.code"]
 )
 
 FIXED_ARITHMETIC: list[tuple[str, str]] = [
@@ -196,7 +196,7 @@ def gsm8k(
 ) -> list[Row]:
     """``openai/gsm8k`` config ``main`` (the config is required), or local JSON rows in the same format
     via ``data_files`` (tests, offline hosts). ``template`` ("r1_zero", or a string with ``{question}``)
-    puts the question in a prompt template, as the MATH loader does (training_core.math_data).
+    puts the question in a prompt template, as the MATH loader does (training_core.data.math).
     ``solution`` is the worked answer (the sft recipe's target)."""
     import datasets
 
@@ -212,7 +212,7 @@ def gsm8k(
         for r in ds
     ]
     if template:
-        from training_core.math_data import render
+        from training_core.prompts import render
 
         rows = [{**r, "prompt": render(r["prompt"], template)} for r in rows]
     return rows

@@ -1,7 +1,7 @@
 """MATH-style data for the R1-Zero recipes: problems with ``\\boxed{}`` solutions, and a synthetic set.
 
-Rows are ``{"prompt", "answer"}`` like every dataset (``training_core.data``): the prompt is the problem
-in a template (``"r1_zero"`` = ``training_core.prompts.R1_ZERO_PROMPT``, or any string with
+Rows are ``{"prompt", "answer"}`` like every dataset (``training_core.data.loaders``): the prompt is
+the problem in a template (``"r1_zero"`` = ``training_core.prompts.R1_ZERO_PROMPT``, or any string with
 ``{question}``) and the answer is the last ``\\boxed{...}`` of the solution (Hendrycks et al. 2021's
 convention), graded by ``training_core.rewards.r1_zero``. GSM8K in the same format is the ``gsm8k``
 dataset with ``template = "r1_zero"``. Torch-free; ``datasets`` is imported inside the loaders.
@@ -13,25 +13,11 @@ import random
 import sys
 from typing import Any
 
-from training_core.data import DATASETS, Row
-from training_core.errors import UsageError
-from training_core.prompts import R1_ZERO_PROMPT
+from training_core.data.loaders import DATASETS, Row
+from training_core.prompts import render
 
 # Hub copy of MATH (Hendrycks et al. 2021) with columns problem/level/type/solution, train 7500, test 5000.
 MATH_HUB_ID = "DigitalLearningGmbH/MATH-lighteval"
-TEMPLATES = {"r1_zero": R1_ZERO_PROMPT, "plain": "{question}"}
-
-
-def render(question: str, template: str) -> str:
-    """``question`` in a named template ("r1_zero", "plain") or a format string with ``{question}``."""
-    fmt = TEMPLATES.get(template, template)
-    if "{question}" not in fmt:
-        raise UsageError(
-            f"template must be one of {', '.join(TEMPLATES)} or contain {{question}}: {template!r}"
-        )
-    return fmt.replace("{question}", question)
-
-
 def last_boxed(solution: str) -> str | None:
     """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``), nested braces kept, or None."""
     start = max(solution.rfind("\\boxed"), solution.rfind("\\fbox"))

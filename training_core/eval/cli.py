@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> dict[str, Any]:
-    from training_core.eval_tasks import EVAL_TASKS
+    from training_core.eval.tasks import EVAL_TASKS
     from training_core.platform import PlatformFacts
     from training_core.recipes import resolve
     from training_core.selfplay.evaluate import GAME_TASKS
@@ -91,7 +91,7 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from training_core import tiny, vllm_generate
-    from training_core.evaluation import evaluate
+    from training_core.eval.greedy import evaluate
 
     path = str(tiny.ensure()) if args.model == "tiny" else args.model
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -1,0 +1,138 @@
+"""training_core's shape, read from its sources with ``ast`` (nothing is imported): the host-side trainer
+never imports the laptop's tooling or a terminal UI library, its modules import each other without a
+cycle, no file grows past the size one reader can hold, and no module imports another's private names."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "training_core"
+FORBIDDEN = ("pippa_ops", "textual", "typer")
+MAX_LINES = 400
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(path: Path) -> list[tuple[ast.stmt, str, list[str]]]:
+    """Every import statement in the file, at any depth (function-level imports count: they run too)."""
+    found: list[tuple[ast.stmt, str, list[str]]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node, a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node, node.module, [a.name for a in node.names]))
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> the training_core modules it imports (``from pkg import submodule`` names the submodule)."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        for _, target, names in _imports(path):
+            subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in mods]
+            for t in subs or ([target] if target in mods else []):
+                if t != mod:
+                    graph[mod].add(t)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), iteratively."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    x = stack.pop()
+                    on_stack.discard(x)
+                    comp.append(x)
+                    if x == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_training_core_never_imports_the_laptop_side_or_a_cli_or_tui_library() -> None:
+    bad = [
+        f"{path.relative_to(ROOT.parent)}:{node.lineno} imports {target}"
+        for path in _modules().values()
+        for node, target, _ in _imports(path)
+        if target.split(".")[0] in FORBIDDEN
+    ]
+    assert bad == []
+
+
+def test_training_core_has_no_import_cycle() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_training_core_file_is_over_400_lines() -> None:
+    long = {str(p.relative_to(ROOT.parent)): n for p in _modules().values()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}  # fmt: skip
+    assert long == {}
+
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    bad = [
+        f"{path.relative_to(ROOT.parent)}:{node.lineno} imports {target}.{name}"
+        for path in _modules().values()
+        for node, target, names in _imports(path)
+        if target.startswith("training_core")
+        for name in names
+        if name.startswith("_") and not name.startswith("__")
+    ]
+    assert bad == []
+
+
+def test_one_module_decides_the_method() -> None:
+    """Only training_core.methods maps a method name to its code: no ``cfg.method == "..."`` elsewhere."""
+    bad = []
+    for mod, path in _modules().items():
+        if mod == "training_core.config":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            left = node.left if isinstance(node, ast.Compare) else None
+            if isinstance(left, ast.Attribute) and left.attr == "method":
+                bad.append(f"{path.relative_to(ROOT.parent)}:{left.lineno}")
+    assert bad == []

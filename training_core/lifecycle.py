@@ -1,0 +1,245 @@
+"""The life of one run, the same for every method (grpo, sft, dpo, selfplay): ``RunLifecycle``.
+
+A run writes ``<run-dir>/metrics.jsonl`` (header, steps, evals, end) and
+``<run-dir>/checkpoints/checkpoint-<step>`` (docs/CONTRACTS.md). Every way out writes an end line:
+completed, interrupted (SIGINT / SIGTERM, exit 130; with checkpointing on, after saving the current
+step's checkpoint), diverged, or failed (exception, exit 1). Only SIGKILL leaves no end line. A failure
+before the first step (model or data that does not load) still writes a header and a ``failed`` end line,
+then raises: a TrainingError as itself, anything else as StartFailed, which the entry point prints as one
+line. ``--resume`` continues from the newest checkpoint into the same metrics file, after moving the
+lines it will redo to ``metrics.superseded.jsonl``.
+
+A method's ``run`` reads::
+
+    with RunLifecycle(res, run_dir, resume) as life:   # checkpoint, supersede, seed, settled config
+        ...load the model (life.res), data...
+        life.open_record()                             # W&B, the metrics header (rank 0)
+        ...build the trainer...
+        life.training(banner, step=lambda: ...)        # signal handlers; setup is over
+        ...train...
+    return life.code
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from training_core import run_layout
+from training_core.config import Resolved
+from training_core.divergence import Diverged
+from training_core.errors import StartFailed, TrainingError
+
+
+class StopOnSignal:
+    """SIGINT / SIGTERM handler. With checkpointing on, the first signal asks the trainer to finish the
+    current step, save ``checkpoint-<step>`` and stop, so ``--resume`` continues from the exact step; a
+    second signal, or any signal with checkpointing off, stops at once."""
+
+    def __init__(self, save: bool) -> None:
+        self.save = save
+        self.requested: int | None = None
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.save and self.requested is None:
+            self.requested = signum
+            print(
+                f"signal {signum}: saving a checkpoint after this step, then stopping "
+                "(signal again to stop now)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
+
+
+def wandb_mode() -> str | None:
+    """W&B online with a key, offline when asked, off otherwise (never an interactive login prompt)."""
+    if os.environ.get("WANDB_MODE") in ("disabled",):
+        return None
+    if os.environ.get("WANDB_MODE") == "offline":
+        return "offline"
+    return "online" if os.environ.get("WANDB_API_KEY") else None
+
+
+def start_wandb(res: Resolved, run_dir: Path, resume_id: str | None) -> dict[str, Any] | None:
+    mode = wandb_mode()
+    if mode is None:
+        return None
+    import wandb
+
+    log = res.config.logging
+    run = wandb.init(
+        project=log.wandb_project or os.environ.get("WANDB_PROJECT") or "pippa",
+        entity=log.wandb_entity or os.environ.get("WANDB_ENTITY") or None,
+        name=run_dir.name,
+        id=resume_id,
+        resume="allow" if resume_id else None,
+        mode=mode,  # type: ignore[arg-type]
+        config=res.as_dict(),
+        dir=os.environ.get("WANDB_DIR") or str(run_dir),
+    )
+    url = None if mode == "offline" else run.url
+    return {"id": run.id, "url": url, "mode": mode}
+
+
+def first_line(e: BaseException) -> str:
+    """``Type: first line of the message``: HF errors span paragraphs, a run's end line wants one."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+class RunLifecycle:
+    """Owns what every run opens and must close: the newest checkpoint and the superseded lines on
+    ``--resume``, the seed, the settled config (``training_core.models.settle``), W&B, the metrics
+    header and end line, the SIGINT / SIGTERM handlers, the failed-start record and the final line."""
+
+    def __init__(self, res: Resolved, run_dir: Path, resume: bool) -> None:
+        from training_core.metrics import NullWriter
+
+        self.res = res
+        self.run_dir = run_dir
+        self.resume = resume
+        self.facts: Any = None
+        self.resume_from: Path | None = None
+        self.resumed_step: int | None = None
+        self.main = True  # rank 0: one metrics.jsonl and one W&B run per run
+        self.writer: Any = NullWriter()
+        self.wandb_info: dict[str, Any] | None = None
+        self.stop = StopOnSignal(save=res.config.checkpoint.every > 0)
+        self.code = 1
+        self._recording = False  # the header is written
+        self._step: Callable[[], int] | None = None  # set once training starts
+        self._old_handlers: dict[int, Any] = {}
+
+    # setup ---------------------------------------------------------------------------------------
+
+    def __enter__(self) -> RunLifecycle:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._begin()
+        except BaseException as e:
+            self._fail_start(e)
+        return self
+
+    def _begin(self) -> None:
+        from training_core import metrics, models
+        from training_core.platform import apply_offline_env, detect
+        from training_core.run_layout import checkpoints_dir, newest_checkpoint
+
+        cfg = self.res.config
+        self.facts = detect(offline_probe=cfg.model.name != "tiny")
+        apply_offline_env(self.facts)
+        # HF libraries read the offline switches at import time: set them before importing them.
+        from transformers import set_seed
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # "Loading weights" / "Writing model shards" bars clutter the log
+        ckpt_dir = checkpoints_dir(self.run_dir)
+        self.resume_from = newest_checkpoint(ckpt_dir) if self.resume else None
+        if self.resume and self.resume_from is None:
+            print(f"resume: no checkpoint in {ckpt_dir}; starting from step 0", flush=True)
+        self.resumed_step = int(self.resume_from.name.split("-")[1]) if self.resume_from else None
+        self.main = metrics.process_rank() == 0
+        if self.resume and self.main:
+            # The lines the resumed run redoes go to metrics.superseded.jsonl: one row per step for readers.
+            step = -1 if self.resumed_step is None else self.resumed_step
+            moved = metrics.supersede(self.metrics_path, step)
+            if moved:
+                print(f"resume: moved {moved} redone lines to metrics.superseded.jsonl", flush=True)
+        set_seed(cfg.seed)  # python, numpy and torch (CUDA too)
+        self.res = models.settle(self.res, self.facts, self.run_dir.parent)
+
+    @property
+    def metrics_path(self) -> Path:
+        return run_layout.metrics_path(self.run_dir)
+
+    def open_record(self) -> None:
+        """Start W&B and write the metrics header (rank 0; the other ranks keep a NullWriter)."""
+        from training_core import metrics
+
+        if not self.main:
+            return
+        resume_id = metrics.previous_wandb_id(self.metrics_path) if self.resume else None
+        self.wandb_info = start_wandb(self.res, self.run_dir, resume_id)
+        # TRL's own W&B callback stays off (report_to none): it would log TRL's key names ("train/reward");
+        # the writer mirrors every step and eval record under the metrics.jsonl names instead.
+        mirror = metrics.wandb_mirror if self.wandb_info else None
+        self.writer = metrics.MetricsWriter(self.metrics_path, mirror=mirror)
+        self.writer.header(
+            self.run_dir.name, self.res.recipe, self.res.as_dict(), self.wandb_info, self.resumed_step
+        )
+        self._recording = True
+
+    def training(self, banner: str, step: Callable[[], int]) -> None:
+        """Setup is over: print the run's first line (rank 0) and route SIGINT / SIGTERM to ``stop``.
+        ``step()`` is the last completed step, for the end line."""
+        if self.main:
+            print(banner, flush=True)
+        self._step = step
+        self._old_handlers = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    # the end ---------------------------------------------------------------------------------------
+
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if self._step is None:
+            if e is not None:
+                self._fail_start(e)
+            return False
+        status, error, code, handled = "failed", None, 1, True
+        if e is None:
+            status, code = "completed", 0
+        elif isinstance(e, KeyboardInterrupt):
+            status, error, code = "interrupted", str(e) or "interrupted", 130
+            print(f"interrupted at step {self._step()}", file=sys.stderr, flush=True)
+        elif isinstance(e, Diverged):  # no checkpoint: it would hold the broken weights
+            status, error, code = "diverged", str(e), e.exit_code
+            print(f"error: {e}", file=sys.stderr, flush=True)
+        elif isinstance(e, Exception):
+            error = f"{type(e).__name__}: {e}"
+            traceback.print_exception(e)
+        else:
+            handled = False  # SystemExit and the like: recorded as failed, then on their way
+        for s, h in self._old_handlers.items():
+            signal.signal(s, h)
+        self.writer.end(status, self._step(), error)
+        self.writer.close()
+        self._finish_wandb(code)
+        self.code = code
+        if self.main:
+            print(f"run {self.run_dir.name} {status} at step {self._step()}", flush=True)
+        return handled
+
+    def _fail_start(self, e: BaseException) -> None:
+        """A failure before the first step: header (if none yet) and a failed or interrupted end line."""
+        interrupted = isinstance(e, KeyboardInterrupt)
+        error = str(e) if isinstance(e, TrainingError) else first_line(e)
+        from training_core import metrics
+
+        if metrics.process_rank() == 0:  # rank 0 records the run (setup may fail before self.main is set)
+            writer = self.writer
+            if not self._recording:
+                writer = metrics.MetricsWriter(self.metrics_path)
+                writer.header(self.run_dir.name, self.res.recipe, self.res.as_dict(), self.wandb_info,
+                              self.resumed_step)  # fmt: skip
+            writer.end("interrupted" if interrupted else "failed", self.resumed_step or 0,
+                       None if interrupted else error)  # fmt: skip
+            writer.close()
+            self._finish_wandb(130 if interrupted else 1)
+        if isinstance(e, (TrainingError, KeyboardInterrupt)):
+            raise e
+        raise StartFailed(f"run {self.run_dir.name} failed before its first step: {error}") from e
+
+    def _finish_wandb(self, code: int) -> None:
+        if self.wandb_info:
+            import wandb
+
+            wandb.finish(exit_code=code)

@@ -1,0 +1,67 @@
+"""The ``sft`` method: TRL's SFTTrainer on prompt-completion rows, the loss on the response only
+(TRL's ``completion_only_loss``): its validation, rows (``training_core.data.pairs``) and trainer
+(``training_core.supervised``). The run itself is the TRL methods' (``training_core.methods.trl_run``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from training_core.config import Resolved, RunConfig
+from training_core.data.loaders import Row
+from training_core.methods import trl_run
+
+
+def validate(cfg: RunConfig) -> None:
+    """SFT reads no rewards and samples nothing: only what its trainer uses is checked."""
+    trl_run.validate_trainer_settings(cfg)
+    trl_run.validate_callbacks(cfg)
+
+
+def check_names(cfg: RunConfig) -> None:
+    """The dataset and eval task the config names are registered; rewards are not read."""
+    trl_run.check_data_and_eval_names(cfg)
+    from training_core.rewards.registry import REWARDS
+
+    for r in cfg.rewards:
+        REWARDS.get(r.name, cfg.plugins)
+
+
+def banner(cfg: RunConfig) -> str:
+    return "sft"
+
+
+def train_rows(rows: list[Row], cfg: RunConfig, tokenizer: Any) -> list[Row]:
+    from training_core.data.pairs import sft_rows
+
+    return sft_rows(rows, cfg, tokenizer)
+
+
+def reward_funcs(cfg: RunConfig, ctx: Any) -> list[Any]:
+    return []  # the loss is the response's likelihood
+
+
+def build_trainer(
+    cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, train_ds: Any, callbacks: list[Any],
+    peft_config: Any, reward_funcs: Sequence[Any] = (),
+) -> Any:  # fmt: skip
+    import datasets
+
+    from training_core.supervised import PippaSFTTrainer, sft_args
+
+    datasets.disable_progress_bars()  # TRL's tokenizing maps would draw bars into the run's log
+    return PippaSFTTrainer(
+        model=model,
+        args=sft_args(cfg, run_dir, ["none"], run_dir.name),
+        train_dataset=train_ds,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        peft_config=peft_config,
+    )
+
+
+def run(res: Resolved, run_dir: Path, resume: bool = False) -> int:
+    return trl_run.run(sys.modules[__name__], res, run_dir, resume)  # type: ignore[arg-type]

@@ -1,0 +1,168 @@
+"""What the TRL methods (grpo, sft, dpo) share: the settings every TRL trainer reads, and one run:
+model, rows, metrics / eval / extra callbacks, LoRA, the method's trainer, ``trainer.train``, all inside
+``RunLifecycle``. A method module supplies what differs (``TrlMethod``): its rows, its rewards and its
+trainer. Torch, TRL and transformers are imported inside ``run``, so validation stays torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from pippa_contract.names import NAME_RE
+from training_core.config import Resolved, RunConfig
+from training_core.data.loaders import Row
+from training_core.errors import BadSetting
+
+
+class TrlMethod(Protocol):
+    def banner(self, cfg: RunConfig) -> str: ...
+
+    def train_rows(self, rows: list[Row], cfg: RunConfig, tokenizer: Any) -> list[Row]: ...
+
+    def reward_funcs(self, cfg: RunConfig, ctx: Any) -> list[Any]: ...
+
+    def build_trainer(
+        self, cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, train_ds: Any, callbacks: list[Any],
+        peft_config: Any, reward_funcs: Sequence[Any] = (),
+    ) -> Any: ...  # fmt: skip
+
+
+def validate_trainer_settings(cfg: RunConfig) -> None:
+    """Checks every TRL method needs (TRL would otherwise report them deep inside its constructor)."""
+    t = cfg.train
+    for k in (
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "num_generations",
+        "max_completion_length",
+        "logging_steps",
+    ):
+        if getattr(t, k) < 1:
+            raise BadSetting(f"bad value for train.{k}: must be >= 1, got {getattr(t, k)}")
+    if cfg.model.from_run and not NAME_RE.match(cfg.model.from_run):
+        raise BadSetting(f"bad value for model.from_run: not a run id: {cfg.model.from_run!r}")
+
+
+def validate_callbacks(cfg: RunConfig) -> None:
+    for c in cfg.callbacks:
+        if not c.name:
+            raise BadSetting("a [[callbacks]] entry has no name")
+
+
+def check_data_and_eval_names(cfg: RunConfig) -> None:
+    """The dataset and eval task the config names are registered (without importing torch)."""
+    from training_core.data.loaders import DATASETS
+    from training_core.eval.tasks import EVAL_TASKS
+
+    DATASETS.get(cfg.data.dataset, cfg.plugins)
+    if cfg.eval.task != "none":
+        EVAL_TASKS.get(cfg.eval.task, cfg.plugins)
+
+
+_CODE_REWARDS = ("code_execution", "test_cases", "assert_tests", "code_game")
+
+
+def runs_model_code(cfg: RunConfig) -> bool:
+    """Whether this recipe runs model-written code (a code reward, the MBPP evaluation or callback)."""
+    return (any(r.name in _CODE_REWARDS for r in cfg.rewards) or cfg.eval.task == "mbpp"
+            or any(c.name == "mbpp_eval" for c in cfg.callbacks))  # fmt: skip
+
+
+def run(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
+    """Set up and train one TRL run; the end line, exit code and failed-start record are the lifecycle's."""
+    from training_core.lifecycle import RunLifecycle
+
+    with RunLifecycle(res, run_dir, resume) as life:
+        trainer, n_rows, n_params = _prepare(method, life)
+        cfg = life.res.config
+        world = trainer.accelerator.num_processes
+        life.training(
+            f"run {run_dir.name}: recipe {res.recipe}, platform {res.platform['name']}, "
+            f"{method.banner(cfg)}, {n_params / 1e6:.2f}M params, {n_rows} prompts"
+            + (f", {world} processes ({cfg.launch.strategy})" if world > 1 else "")
+            + (f", resuming from step {life.resumed_step}" if life.resumed_step else ""),
+            step=lambda: int(trainer.state.global_step),
+        )
+        from training_core.trainer import stop_callback
+
+        trainer.add_callback(stop_callback(lambda: life.stop.requested, _any_rank(trainer)))
+        resume_from = life.resume_from
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    return life.code
+
+
+def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
+    """Everything before the first step: model, data, metrics header, W&B, rewards, eval, trainer."""
+    import datasets
+    from transformers import PrinterCallback
+
+    from training_core import callbacks as cb_registry
+    from training_core import metrics, sandbox
+    from training_core.data.loaders import load_rows
+    from training_core.eval import greedy
+    from training_core.eval.tasks import EVAL_TASKS
+    from training_core.models import load_model
+    from training_core.rewards import registry
+
+    cfg, run_dir = life.res.config, life.run_dir
+    model, tokenizer = load_model(cfg.model.name, cfg.model.precision)
+    rows = load_rows(cfg.data, cfg.seed, plugins=cfg.plugins)
+    train_rows = method.train_rows(rows, cfg, tokenizer)
+    train_ds = datasets.Dataset.from_list(train_rows)
+    life.open_record()
+    writer = life.writer
+
+    # model-written code runs only under real isolation unless the recipe says "unsafe" (the header
+    # above records the setting; the sandbox refuses with one line naming what to install otherwise)
+    sandbox.set_level(cfg.sandbox.isolation)
+    if cfg.sandbox.isolation == "unsafe":
+        print("sandbox: isolation = unsafe (recipe setting): model-written code runs without namespaces",
+              flush=True)  # fmt: skip
+    if runs_model_code(cfg):
+        # found now, not at the first reward: a sandbox that cannot keep its promises stops the run here,
+        # with one line, and the header shows what every program will run under (mode, caps, seccomp)
+        print(sandbox.detect().isolation.header(), flush=True)
+    rctx = registry.RewardContext(model=model, tokenizer=tokenizer, run_dir=str(run_dir), config=cfg)
+    reward_funcs = method.reward_funcs(cfg, rctx)
+    n_params = sum(p.numel() for p in model.parameters())
+    progress = cfg.logging.progress and life.main
+    cbs: list[Any] = [metrics.make_callback(writer, progress, n_params, life.facts.gpu_name)]
+    if cfg.eval.task != "none":
+        task = EVAL_TASKS.get(cfg.eval.task, cfg.plugins)
+        eval_rows = task.load(cfg.eval.n, cfg.seed, data=cfg.data, **cfg.eval.params)
+        max_new = cfg.eval.max_new_tokens or cfg.train.max_completion_length
+        cbs.append(greedy.make_callback(task, eval_rows, cfg.eval, cfg.data, max_new, tokenizer, writer))
+    cctx = cb_registry.CallbackContext(tokenizer=tokenizer, writer=writer, run_dir=str(run_dir), config=cfg)
+    for spec in cfg.callbacks:
+        cbs.append(cb_registry.CALLBACKS.get(spec.name, cfg.plugins)(cctx, **spec.params))
+
+    peft_config = None
+    if cfg.model.lora_r > 0:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=cfg.model.lora_r,
+            lora_alpha=cfg.model.lora_alpha,
+            lora_dropout=cfg.model.lora_dropout,
+            task_type="CAUSAL_LM",
+        )
+    trainer = method.build_trainer(cfg, run_dir, model, tokenizer, train_ds, cbs, peft_config, reward_funcs)
+    trainer.keep_checkpoints = cfg.checkpoint.keep
+    trainer.remove_callback(PrinterCallback)  # our progress line replaces its raw dict dump
+    return trainer, len(train_rows), n_params
+
+
+def _any_rank(trainer: Any) -> Any:
+    """``flag -> bool``: True when any rank's flag is; plain ``bool`` for one process."""
+    acc = trainer.accelerator
+    if acc.num_processes == 1:
+        return bool
+
+    def agree(flag: bool) -> bool:
+        import torch
+
+        return bool(acc.reduce(torch.tensor([float(flag)], device=acc.device), reduction="sum").item() > 0)
+
+    return agree
