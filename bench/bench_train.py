@@ -2,7 +2,7 @@
 
 Both run in this one process, alternating (ours, bare, ours, bare, ...) so machine load hits both
 alike; each reports the median interval between consecutive logged steps. training_core adds the
-metrics.jsonl writer, the progress line and the atomic-checkpoint subclass; the goal is <= 1.05x.
+metrics.jsonl writer, the progress line and the checkpoint-publishing callback; the goal is <= 1.05x.
 Interval eval and checkpoints are off in both (the bare script has neither).
 
     .venv/bin/python bench/bench_train.py [--steps 100] [--rounds 2]
