@@ -102,13 +102,9 @@ def _connect(path: Path) -> socket.socket | None:
         or not wire.private_dir(path.parent, create=False)
     ):
         return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.settimeout(ACK_WAIT_S)
-        sock.connect(str(path))
-        sock.settimeout(None)
+        sock = wire.connect(path, ACK_WAIT_S)
     except OSError:
-        sock.close()
         return None
     if not wire.peer_is_me(sock):
         sock.close()

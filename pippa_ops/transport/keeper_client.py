@@ -127,17 +127,12 @@ def _open(request: dict[str, Any], ep: Endpoint | None = None, ahead: str | None
     if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
         _broken.add(path)
         return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.settimeout(ACK_WAIT_S)
-        sock.connect(str(path))
-        sock.settimeout(None)
+        sock = wire.connect(path, ACK_WAIT_S)
     except (ConnectionRefusedError, FileNotFoundError):  # a stale socket: its keeper is gone
-        sock.close()
         _absent(ep, ahead)
         return None
     except OSError:
-        sock.close()
         _broken.add(path)
         return None
     if not wire.peer_is_me(sock):

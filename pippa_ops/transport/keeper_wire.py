@@ -174,6 +174,20 @@ def socket_path(ctx: dict[str, str]) -> Path:
     return runtime_dir() / f"k-{digest}.sock"
 
 
+def connect(path: Path, timeout_s: float) -> socket.socket:
+    """A blocking connection to the Unix socket at ``path``, given ``timeout_s`` to be accepted (a
+    refused, missing or silent socket raises OSError; the caller checks the peer)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout_s)
+        sock.connect(str(path))
+        sock.settimeout(None)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def peer_uid(sock: socket.socket) -> int | None:
     """The uid of the process at the other end of a Unix socket (None: this platform cannot tell)."""
     if hasattr(socket, "SO_PEERCRED"):  # Linux: struct ucred {pid, uid, gid}

@@ -26,11 +26,7 @@ def validate(cfg: RunConfig) -> None:
 
 def check_names(cfg: RunConfig) -> None:
     """The dataset and eval task the config names are registered; rewards are not read."""
-    trl_run.check_data_and_eval_names(cfg)
-    from training_core.rewards.registry import REWARDS
-
-    for r in cfg.rewards:
-        REWARDS.get(r.name, cfg.plugins)
+    trl_run.check_names_without_rewards(cfg)
 
 
 def banner(cfg: RunConfig) -> str:

@@ -51,6 +51,16 @@ def validate_callbacks(cfg: RunConfig) -> None:
             raise BadSetting("a [[callbacks]] entry has no name")
 
 
+def check_names_without_rewards(cfg: RunConfig) -> None:
+    """SFT and DPO: the dataset and eval task the config names are registered, and the rewards it
+    lists exist (they are not read)."""
+    check_data_and_eval_names(cfg)
+    from training_core.rewards.registry import REWARDS
+
+    for r in cfg.rewards:
+        REWARDS.get(r.name, cfg.plugins)
+
+
 def check_data_and_eval_names(cfg: RunConfig) -> None:
     """The dataset and eval task the config names are registered (without importing torch)."""
     from training_core.data.loaders import DATASETS
