@@ -18,14 +18,13 @@ from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json, goes_on
 from pippa_ops.errors import (
     BadSetting,
     ExitCode,
-    NotAttachable,
     PippaError,
     RunNotFound,
-    SessionNotFound,
 )
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect, open_transport
 from pippa_ops.hosts.inventory import HostSpec, default_host, resolve
+from pippa_ops.runs.attach import attach_session
 from pippa_ops.runs.follow import read_all
 from pippa_ops.runs.launch import (
     DEFAULT_GRACE_S,
@@ -43,7 +42,6 @@ from pippa_ops.runs.locate import all_hosts, locate_host, locate_run, locate_run
 from pippa_ops.runs.recipes import list_recipes
 from pippa_ops.runs.restart import RestartFlags
 from pippa_ops.runs.script import DEFAULT_GAP_S, DEFAULT_SESSION
-from pippa_ops.runs.tmux import Tmux
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import join
 
@@ -464,23 +462,7 @@ def attach_cmd(
     where = locate_host(name, host, live_session=_wants_live_session(host))
     spec = resolve(where)
     with open_transport(spec) as transport:
-        if spec.scheduler == "slurm":
-            run = current_run(list_runs(transport, spec.remote_dir), name)
-            raise NotAttachable(
-                f"{spec.name}: run {run.run_id} is SLURM batch job {run.job_id} "
-                f"({run.slurm_state or run.state}): a batch job has no terminal to attach to; "
-                f"`pippa logs {run.run_id} --host {spec.name} -f` "
-                f"follows its output, `srun --jobid {run.job_id} --overlap --pty bash` on the login node "
-                "opens a shell on its first node"
-            )
-        session = name
-        if not (_is_session_name(name) and Tmux(transport).has_session(name)):
-            run = current_run(list_runs(transport, spec.remote_dir), name)
-            session = run.session
-            if not run.active:
-                raise SessionNotFound(
-                    f"{spec.name}: run {name} has ended (its session is gone); see `pippa logs`"
-                )
+        session = attach_session(transport, spec, name)
     # Already in a client of the local tmux server: switch it, don't nest.
     argv = attach_argv(spec, session, switch_client=bool(os.environ.get("TMUX")))
     os.execvp(argv[0], argv)
@@ -489,12 +471,6 @@ def attach_cmd(
 def _wants_live_session(host: str | None) -> bool:
     """``attach`` looks for a live tmux session, except on a named SLURM host (runs are jobs there)."""
     return not (host is not None and resolve(host).scheduler == "slurm")
-
-
-def _is_session_name(name: str) -> bool:
-    from pippa_ops.transport.shell import SESSION_RE
-
-    return bool(SESSION_RE.fullmatch(name))
 
 
 def stop_cmd(

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pippa_ops.errors import ToolMissing
-from pippa_ops.transport.base import CommandResult, Transport
-from pippa_ops.transport.shell import join, validate_session
+from pippa_ops.transport.base import CommandResult
+from pippa_ops.transport.shell import validate_session
 
 TMUX = "tmux"
 # Exit status a shell gives for "command not found"; how we learn tmux is missing on a host.
@@ -58,10 +58,6 @@ def new_session_argv(session: str, argv: Sequence[str], width: int = 200, height
         raise ValueError("give the command as an argument list of at least two items (tmux execs it)")
     size = ["-x", str(width), "-y", str(height)]
     return [TMUX, "new-session", "-d", "-P", "-F", IDENTITY_FORMAT, "-s", session, *size, *argv]
-
-
-def has_session_argv(session: str) -> list[str]:
-    return [TMUX, "has-session", "-t", target(session)]
 
 
 def interrupt_argv(session: str) -> list[str]:
@@ -109,17 +105,3 @@ def check_tool(result: CommandResult, tool: str = TMUX) -> CommandResult:
             f"{result.host}: {tool} is not installed (install it, e.g. `sudo apt-get install {tool}`)"
         )
     return result
-
-
-class Tmux:
-    """tmux on one host. Stateless besides the transport; every method is one remote command.
-    (Launch, stop and listing go through the host agent, which runs tmux there itself.)"""
-
-    def __init__(self, transport: Transport) -> None:
-        self.transport = transport
-
-    def _run(self, argv: Sequence[str], timeout: float = 30) -> CommandResult:
-        return check_tool(self.transport.run(join(argv), timeout=timeout))
-
-    def has_session(self, session: str) -> bool:
-        return self._run(has_session_argv(session)).ok

@@ -21,7 +21,6 @@ from pippa_ops.transport.shell import NAME_RE, sh_path
 
 
 def test_tmux_targets_use_exact_match_so_a_prefix_never_hits_another_session() -> None:
-    assert tmux.has_session_argv("train") == ["tmux", "has-session", "-t", "=train"]
     assert tmux.interrupt_argv("train") == ["tmux", "send-keys", "-t", "=train:", "C-c"]
     assert tmux.kill_session_argv("train")[-1] == "=train"
     assert tmux.capture_pane_argv("train", 20) == ["tmux", "capture-pane", "-p", "-t", "=train:", "-S", "-20"]
