@@ -44,18 +44,10 @@ def build_trainer(
     cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, train_ds: Any, callbacks: list[Any],
     peft_config: Any, reward_funcs: Sequence[Any] = (),
 ) -> Any:  # fmt: skip
-    import datasets
-
     from training_core.supervised import PippaSFTTrainer, sft_args
 
-    datasets.disable_progress_bars()  # TRL's tokenizing maps would draw bars into the run's log
-    return PippaSFTTrainer(
-        model=model,
-        args=sft_args(cfg, run_dir, ["none"], run_dir.name),
-        train_dataset=train_ds,
-        processing_class=tokenizer,
-        callbacks=callbacks,
-        peft_config=peft_config,
+    return trl_run.supervised_trainer(
+        PippaSFTTrainer, sft_args, cfg, run_dir, model, tokenizer, train_ds, callbacks, peft_config
     )
 
 

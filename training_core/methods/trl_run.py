@@ -61,6 +61,24 @@ def check_names_without_rewards(cfg: RunConfig) -> None:
         REWARDS.get(r.name, cfg.plugins)
 
 
+def supervised_trainer(
+    trainer_cls: Any, make_args: Any, cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any,
+    train_ds: Any, callbacks: list[Any], peft_config: Any,
+) -> Any:  # fmt: skip
+    """SFT's or DPO's trainer (``trainer_cls`` with ``make_args``'s config): no rewards, no reports."""
+    import datasets
+
+    datasets.disable_progress_bars()  # TRL's tokenizing maps would draw bars into the run's log
+    return trainer_cls(
+        model=model,
+        args=make_args(cfg, run_dir, ["none"], run_dir.name),
+        train_dataset=train_ds,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        peft_config=peft_config,
+    )
+
+
 def check_data_and_eval_names(cfg: RunConfig) -> None:
     """The dataset and eval task the config names are registered (without importing torch)."""
     from training_core.data.loaders import DATASETS
