@@ -25,12 +25,15 @@ laptop imports the format half of this module (``summarize``) without running it
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from typing import Callable
 
@@ -125,6 +128,24 @@ def tail_text(path: str, start: int, nbytes: int = TAIL_BYTES) -> list[str]:
             return f.read().decode(errors="replace").splitlines()
     except OSError:
         return []
+
+
+def drain_output(log: str, timeout_s: float = 2.0) -> None:
+    """Wait until what the attempt wrote has reached ``log``: cmd.sh pipes this process's stdout (and
+    the job's) through ``tee -a`` into output.log, so a line the job printed just before it exited may
+    still sit in the pipe. Done when the pipe holds nothing (FIONREAD) and the file's size held for
+    50 ms; at most ``timeout_s``."""
+    deadline, last = time.monotonic() + timeout_s, -1
+    while time.monotonic() < deadline:
+        try:
+            pending = struct.unpack("i", fcntl.ioctl(1, termios.FIONREAD, b"\0\0\0\0"))[0]
+        except OSError:
+            pending = 0  # stdout is not a pipe (a test, a terminal): nothing to wait for
+        size = file_size(log)
+        if pending == 0 and size == last:
+            return
+        last = size
+        time.sleep(0.05)
 
 
 def reason_line(log: str, start: int) -> str | None:
@@ -395,6 +416,7 @@ class Supervisor:
                 os.killpg(self.child.pid, sig)
 
     def reason(self, attempt: dict, code: int) -> str:
+        drain_output(self.log)
         if code > 128:
             try:
                 name = signal.Signals(code - 128).name
