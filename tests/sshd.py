@@ -199,29 +199,32 @@ class SSHHost:
 
     def drop(self) -> None:
         """Go away as a host does (network gone, laptop asleep): stop the listener AND kill the
-        established sessions (the per-connection sshd processes are the listener's children)."""
+        established sessions (the per-connection sshd processes below the listener).
+
+        The listener is frozen first, so no connection is accepted or forked while its tree is read;
+        the tree is then frozen level by level (a monitor may be forking its session process) until
+        no new sshd process shows up, and only then killed. Read once and killed later, a connection
+        made in between once survived the drop."""
         if self._proc is None:
             return
         listener = self._proc.pid
-        parent_of: dict[int, int] = {}
-        name_of: dict[int, str] = {}
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                head, rest = stat.read_text().rsplit(")", 1)
-                pid = int(stat.parent.name)
-                parent_of[pid] = int(rest.split()[1])
-                name_of[pid] = head.split("(", 1)[1]
-        # Each connection's sshd processes: the monitor (the listener's child) and, below it, the
-        # unprivileged sshd that holds the TCP connection (killing only the monitor leaves that one
-        # serving established sessions).
-        children = [p for p, parent in parent_of.items() if parent == listener]
-        children += [
-            p for p, parent in parent_of.items() if parent in children and name_of[p].startswith("sshd")
-        ]
-        self.stop()
-        for pid in children:
+        os.kill(listener, signal.SIGSTOP)
+        frozen: set[int] = set()
+        while True:
+            tree = _sshd_descendants(listener)
+            new = tree - frozen
+            if not new:
+                break
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+            frozen |= new
+        for pid in frozen:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        self._proc.kill()  # a stopped process takes SIGKILL (not SIGTERM) at once
+        self._proc.wait()
+        self._proc = None
 
     def install_bin(self, name: str, script_text: str) -> Path:
         """Put an executable on this user's PATH, for non-interactive ssh commands too."""
@@ -426,3 +429,22 @@ def client_subprocess_env(client_home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
     env.update(client_vars(client_home))
     return env
+
+
+def _sshd_descendants(root: int) -> set[int]:
+    """The sshd processes (``sshd``, ``sshd-session``, ...) anywhere below ``root``."""
+    parent_of: dict[int, int] = {}
+    name_of: dict[int, str] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            head, rest = stat.read_text().rsplit(")", 1)
+            pid = int(stat.parent.name)
+            parent_of[pid] = int(rest.split()[1])
+            name_of[pid] = head.split("(", 1)[1]
+    found: set[int] = set()
+    level = {root}
+    while level:
+        level = {p for p, parent in parent_of.items() if parent in level and name_of[p].startswith("sshd")}
+        level -= found
+        found |= level
+    return found
