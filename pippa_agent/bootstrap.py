@@ -2,10 +2,12 @@
 
 The laptop (``pippa_ops.transport.agent_client``) fills in BUNDLE_SHA, the sha256 of the agent
 bundle (``pippa_agent`` plus ``pippa_contract``), so the command line names exactly one version.
-The bootstrap reads the first request frame (``<n>\\n`` + n bytes, read from fd 0 without read-ahead,
-so the rest of stdin stays the agent's), then runs the compiled bundle from its cache (answering
-``+``) or asks for it (``?``): the laptop sends the bundle (zlib), which is checked against
-BUNDLE_SHA, compiled module by module and cached for the next time.
+The bootstrap loads the compiled bundle from its cache (answering ``+``), or asks for it (``?``):
+the laptop, which sends its first request without waiting, then sends the bundle (zlib), which is
+checked against BUNDLE_SHA, compiled module by module and cached for the next time. Requests are
+frames (``<n>\\n`` + n bytes) read from fd 0 without read-ahead, so the rest of stdin stays the
+agent's. With the bundle cached, the agent imports what the common verbs need while no request has
+arrived yet (``serve.prepare``): an agent a connection keeper starts ahead of its command is ready.
 
 The cache, ``CACHE_DIR/agent-<sha>-<cache tag>.code``: sha256(BUNDLE_SHA + data) in hex, a newline,
 then data, the marshalled ``{module: (is_package, code)}``. It is used only when the directory is a
@@ -142,21 +144,26 @@ class Bundle:
 
 
 def main() -> None:
-    first = read_frame()
     cache_dir = os.path.expanduser(CACHE_DIR)
     path = f"{cache_dir}/agent-{BUNDLE_SHA}-{sys.implementation.cache_tag}.code"
     modules = load(cache_dir, path)
     if modules is None:
         os.write(1, b"?")
+        first = read_frame()  # the laptop sends its first request, then the bundle
         modules = receive()
         store(cache_dir, path, modules)
+        sys.meta_path.insert(0, Bundle(modules))
     else:
         os.write(1, b"+")
         try:  # noqa: SIM105 - contextlib would cost every start an import
             os.utime(path)
         except OSError:
             pass
-    sys.meta_path.insert(0, Bundle(modules))
+        sys.meta_path.insert(0, Bundle(modules))
+        from pippa_agent.serve import prepare
+
+        prepare()  # while no request has come (an agent started ahead of its command)
+        first = read_frame()
     from pippa_agent.serve import serve
 
     serve(first)

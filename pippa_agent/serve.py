@@ -95,6 +95,21 @@ def serve(first: bytes | None) -> None:
         request = read_frame()
 
 
+# What the common verbs import (list_runs and tmux, read, gpu_report), in the order they are worth it.
+PREPARE = ("json", "subprocess", "pippa_agent.runs", "pippa_agent.streams", "pippa_agent.gpus")
+
+
+def prepare() -> None:
+    """Import PREPARE while no request is waiting on stdin: idle time of an agent started before its
+    command (a keeper's), otherwise little or nothing (a request that is there already goes first)."""
+    import select
+
+    for name in PREPARE:
+        if select.select([0], [], [], 0)[0]:
+            return
+        importlib.import_module(name)
+
+
 def main() -> None:
     """``python3 -m pippa_agent.serve < requests``: the same service without the bootstrap (for debugging)."""
     serve(read_frame())

@@ -19,6 +19,11 @@ def fan_out(items: Sequence[K], fn: Callable[[K], R], max_workers: int = 16) -> 
     """
     if not items:
         return {}
+    if len(items) == 1:  # no thread to start and wait for (one host is the common case)
+        try:
+            return {items[0]: fn(items[0])}
+        except PippaError as e:
+            return {items[0]: e}
     with ThreadPoolExecutor(max_workers=min(max_workers, len(items))) as pool:
         futures = [pool.submit(fn, item) for item in items]
         out: dict[K, R | PippaError] = {}

@@ -15,8 +15,6 @@ accepted never runs here as well: it forks only after this side's go-ahead.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -25,29 +23,47 @@ import stat
 import struct
 import sys
 import time
-from pathlib import Path
-from types import FrameType
 
 from pippa_ops.instant import hot_verb
 from pippa_ops.transport import keeper_wire as wire
 from pippa_ops.transport import reuse
+
+try:  # hashlib's import (OpenSSL) costs a command ~3 ms; the built-in module is the same function
+    from _sha256 import sha256  # type: ignore[import-not-found]  # Python < 3.12
+except ImportError:  # pragma: no cover - Python >= 3.12
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found, no-redef]
+    except ImportError:
+        from hashlib import sha256  # type: ignore[assignment]
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from types import FrameType
 
 ACK_WAIT_S = 2.0  # a live warm process acknowledges at once; past this it is given up (not forked)
 GO = b"G"  # client -> warm process: fork now (after its A); the child then sends S (pid) and X (status)
 STARTUP_VARS = ("LANG", "LANGUAGE", "TZ")  # and every PYTHON* and LC_* variable
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 LENGTH = struct.Struct(">I")
-PACKAGE = Path(__file__).resolve().parent.parent
+PACKAGE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # the pippa_ops directory
 # Started with -c, not -m: click names the program after a -m module ("python -m ..."), and a child
 # must name it as the client's own start-up would (its sys.argv[0], which the child takes over).
 SERVER_MAIN = "from pippa_ops.instant.server import main; raise SystemExit(main())"
 
 
-def socket_path() -> Path:
+def socket_file() -> str:
     """One warm process per user, home, Python environment, start-up variables and checkout (what its
-    imports and streams depend on)."""
-    key = json.dumps([os.getuid(), str(Path.home()), sys.prefix, str(PACKAGE), startup_env(dict(os.environ))])
-    return wire.runtime_dir() / f"i-{hashlib.sha256(key.encode()).hexdigest()[:20]}.sock"
+    imports and streams depend on). A string: pathlib's import would cost every command ~4 ms."""
+    home = os.path.expanduser("~")  # what Path.home() is
+    key = json.dumps([os.getuid(), home, sys.prefix, PACKAGE, startup_env(dict(os.environ))])
+    return os.path.join(wire.runtime_path(), f"i-{sha256(key.encode()).hexdigest()[:20]}.sock")
+
+
+def socket_path() -> Path:
+    from pathlib import Path
+
+    return Path(socket_file())
 
 
 def startup_env(env: dict[str, str]) -> dict[str, str]:
@@ -60,10 +76,10 @@ def run_warm(argv: list[str]) -> int | None:
     """Run ``pippa ARGV`` in a child of the warm process: its exit status, or None to run it here."""
     if hot_verb(argv) is None or reuse.turned_off_by_env() or not hasattr(socket, "send_fds"):
         return None
-    path = socket_path()
+    path = socket_file()
     sock = _connect(path)
     if sock is None:
-        if "--help" not in argv and wire.private_dir(path.parent, create=True):
+        if "--help" not in argv and wire.private_dir(os.path.dirname(path), create=True):
             import atexit
 
             atexit.register(_spawn, path)  # as the keeper is: after this command, so it costs it nothing
@@ -75,7 +91,7 @@ def run_warm(argv: list[str]) -> int | None:
             os.umask(umask)
             request = {
                 "argv": argv, "argv0": sys.argv[0], "cwd": os.getcwd(), "env": dict(os.environ),
-                "umask": umask, "prefix": sys.prefix, "package": str(PACKAGE), "path": sys.path,
+                "umask": umask, "prefix": sys.prefix, "package": PACKAGE, "path": sys.path,
             }  # fmt: skip
             _send_with_stdio(sock, json.dumps(request).encode())
             got = reader.next(time.monotonic() + ACK_WAIT_S)
@@ -90,7 +106,7 @@ def run_warm(argv: list[str]) -> int | None:
         return _relay(reader)
 
 
-def _connect(path: Path) -> socket.socket | None:
+def _connect(path: str) -> socket.socket | None:
     """A connection to this user's warm process, checked as the keeper's are; None: no usable one."""
     try:
         st = os.lstat(path)
@@ -99,7 +115,7 @@ def _connect(path: Path) -> socket.socket | None:
     if (
         not stat.S_ISSOCK(st.st_mode)
         or st.st_uid != os.getuid()
-        or not wire.private_dir(path.parent, create=False)
+        or not wire.private_dir(os.path.dirname(path), create=False)
     ):
         return None
     try:
@@ -129,14 +145,18 @@ def _relay(reader: wire.FrameReader) -> int:
     def forward(signum: int, _frame: FrameType | None) -> None:
         sent.append(signum)
         if pid:
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105 - contextlib's import would cost every warm command
                 os.kill(pid[0], signum)
+            except OSError:
+                pass
         else:
             pending.append(signum)
 
     for sig in FORWARDED:
-        with contextlib.suppress(OSError, ValueError):
+        try:  # noqa: SIM105
             signal.signal(sig, forward)
+        except (OSError, ValueError):
+            pass
     while True:
         try:
             got = reader.next()
@@ -152,25 +172,29 @@ def _relay(reader: wire.FrameReader) -> int:
         if kind == wire.STARTED:
             pid.append(int(json.loads(payload)["pid"]))
             for signum in pending:
-                with contextlib.suppress(OSError):
+                try:  # noqa: SIM105
                     os.kill(pid[0], signum)
+                except OSError:
+                    pass
         elif kind == wire.EXIT:
             return wire.parse_status(payload)
 
 
-def _spawn(path: Path) -> None:
+def _spawn(path: str) -> None:
     """Start the warm process for this context, detached (it exits at once if one is starting).
 
     Its environment is this one, unchanged: it serves only clients with the same start-up variables
     (``startup_env``), and it checks that it imported this checkout's package."""
     import subprocess
 
-    with contextlib.suppress(OSError):
+    try:  # noqa: SIM105
         subprocess.Popen(
-            [sys.executable, "-c", SERVER_MAIN, str(path)],
+            [sys.executable, "-c", SERVER_MAIN, path],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             cwd="/",
             start_new_session=True,  # not ended by this terminal's Ctrl-C or hangup
         )
+    except OSError:
+        pass

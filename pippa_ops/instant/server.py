@@ -15,6 +15,7 @@ with why); the client's go-ahead; then the child sends ``S`` (its pid, for signa
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import io
 import json
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pippa_ops.instant import HOT, client, hot_verb
+from pippa_ops.transport import agent_bundle
 from pippa_ops.transport import keeper_wire as wire
 
 # What the hot verbs import; a child imports anything else itself, as a cold command would.
@@ -48,6 +50,9 @@ PRELOAD = (
     "pippa_ops.notify",
     "pippa_ops.transport.keeper_client",
     "pippa_ops.transport.agent_client",
+    "typer._click.decorators",  # what typer imports as a command runs (found by diffing sys.modules)
+    "typer._click._textwrap",
+    "rich._emoji_codes",
 )
 REQUEST_WAIT_S = 2.0  # a client sends its request, and its go-ahead, at once
 
@@ -55,15 +60,23 @@ REQUEST_WAIT_S = 2.0  # a client sends its request, and its go-ahead, at once
 class Refused(Exception):
     """This warm process cannot run that request as a cold command would; the client runs it."""
 
+    def __init__(self, why: str, *, stale: bool = False) -> None:
+        super().__init__(why)
+        self.stale = stale  # this process is out of date (not only unfit for this client): it exits
+
 
 def code_stamps() -> dict[str, int]:
-    """Each imported pippa module's file and its mtime: a child must not run code older than the disk."""
-    stamps = {}
+    """Each imported pippa module's file and each file of the host agent's bundle (built here once),
+    with its mtime: a child must not run code, or send a host an agent, older than the disk."""
+    paths = [str(p) for p in agent_bundle.files()]
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
         if name.split(".")[0] in ("pippa_ops", "pippa_contract") and path:
-            with contextlib.suppress(OSError):
-                stamps[path] = os.stat(path).st_mtime_ns
+            paths.append(path)
+    stamps = {}
+    for path in paths:
+        with contextlib.suppress(OSError):
+            stamps[path] = os.stat(path).st_mtime_ns
     return stamps
 
 
@@ -116,11 +129,13 @@ def check(request: dict[str, Any], stamps: dict[str, int]) -> None:
     if client.startup_env(dict(request.get("env", {}))) != client.startup_env(dict(os.environ)):
         raise Refused("another locale or Python setting")
     if list(request.get("path", []))[1:] != sys.path[1:]:
-        raise Refused("another import path")
+        # Same environment and variables (the socket's key), another import path: the environment was
+        # reinstalled since this process started, and every client from now on would be refused.
+        raise Refused("another import path", stale=True)
     if hot_verb(list(request.get("argv", []))) is None:
         raise Refused("not a hot verb")
     if changed(stamps):
-        raise Refused("code changed")
+        raise Refused("code changed", stale=True)
 
 
 def serve(listener: socket.socket, path: Path, inode: int, persist_s: float) -> None:
@@ -130,6 +145,13 @@ def serve(listener: socket.socket, path: Path, inode: int, persist_s: float) -> 
     for verb in HOT:
         group.load(verb)
     stamps = code_stamps()
+    # The host agent's bundle and bootstrap line (cached functions): built once here, not per command.
+    agent_bundle.bootstrap()
+    agent_bundle.program()
+    # What is loaded now lives as long as this process: the collector need never walk it again, here
+    # or in a child (which then also copies fewer pages when it runs).
+    gc.collect()
+    gc.freeze()
     last = time.monotonic()
     children: set[int] = set()
     while True:
@@ -153,11 +175,12 @@ def serve(listener: socket.socket, path: Path, inode: int, persist_s: float) -> 
         with conn:
             if not wire.peer_is_me(conn):
                 continue
-            forked = _accept(conn, listener, stamps, group)
+            try:
+                forked = _accept(conn, listener, stamps, group)
+            except Refused:
+                return  # stale (_accept told the client why)
             if forked is not None:
                 children.add(forked)
-            elif changed(stamps):
-                return
 
 
 def _accept(conn: socket.socket, listener: socket.socket, stamps: dict[str, int], group: Any) -> int | None:
@@ -172,6 +195,8 @@ def _accept(conn: socket.socket, listener: socket.socket, stamps: dict[str, int]
         except Refused as e:
             with contextlib.suppress(OSError):
                 conn.sendall(wire.json_frame(wire.ERROR, {"error": "refused", "message": str(e)}))
+            if e.stale:
+                raise
             return None
         reader = wire.FrameReader(conn)
         try:

@@ -16,9 +16,6 @@ JSON) then, for a command, ``D`` (stdin bytes), ``E`` (stdin EOF), ``K`` (kill).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import socket
@@ -26,10 +23,15 @@ import stat
 import struct
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
 from pippa_ops.transport.ready import readable
+
+# A warm command imports this module (instant.client): what only the keeper's side needs (pathlib,
+# hashlib, fcntl, typing) is imported where it is used.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 PROTOCOL = 2  # 2: a request names its host by the Endpoint the command resolved
 DEFAULT_PERSIST_S = 300.0  # like a ControlPersist of a few minutes
@@ -110,21 +112,28 @@ class FrameReader:
 
 
 # -- where, and who --------------------------------------------------------------------------------
-def runtime_dir() -> Path:
+def runtime_path() -> str:
+    """The private directory of the sockets (``runtime_dir`` as a string)."""
     override = os.environ.get("PIPPA_RUNTIME_DIR")
     if override:
-        return Path(override)
+        return override
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg and os.path.isabs(xdg) and os.path.isdir(xdg):
-        return Path(xdg) / "pippa"
-    return Path(os.environ.get("TMPDIR") or "/tmp") / f"pippa-{os.getuid()}"
+        return os.path.join(xdg, "pippa")
+    return os.path.join(os.environ.get("TMPDIR") or "/tmp", f"pippa-{os.getuid()}")
 
 
-def private_dir(path: Path, *, create: bool) -> bool:
+def runtime_dir() -> Path:
+    from pathlib import Path
+
+    return Path(runtime_path())
+
+
+def private_dir(path: str | Path, *, create: bool) -> bool:
     """True when ``path`` is a directory of this user's that no one else can enter (created 0700)."""
     if create:
         try:
-            path.mkdir(mode=0o700)
+            os.mkdir(path, 0o700)
         except FileExistsError:
             pass
         except OSError:
@@ -145,6 +154,8 @@ def private_dir(path: Path, *, create: bool) -> bool:
 
 def _code_stamp() -> str:
     """This code's identity: a keeper started by another checkout or an older version is not used."""
+    from pathlib import Path
+
     here = Path(__file__).parent
     parts = [str(here)]
     for name in ("keeper.py", "keeper_client.py", "keeper_wire.py", "ssh.py", "endpoint.py", "ready.py"):
@@ -160,7 +171,7 @@ def context(team_inventory: str) -> dict[str, str]:
     return {
         "protocol": str(PROTOCOL),
         "uid": str(os.getuid()),
-        "home": str(Path.home()),
+        "home": os.path.expanduser("~"),  # Path.home()
         "xdg_config_home": os.environ.get("XDG_CONFIG_HOME", ""),
         "team_inventory": team_inventory,
         "ssh_auth_sock": os.environ.get("SSH_AUTH_SOCK", ""),
@@ -170,11 +181,13 @@ def context(team_inventory: str) -> dict[str, str]:
 
 
 def socket_path(ctx: dict[str, str]) -> Path:
+    import hashlib
+
     digest = hashlib.sha256(json.dumps(ctx, sort_keys=True).encode()).hexdigest()[:20]
     return runtime_dir() / f"k-{digest}.sock"
 
 
-def connect(path: Path, timeout_s: float) -> socket.socket:
+def connect(path: str | Path, timeout_s: float) -> socket.socket:
     """A blocking connection to the Unix socket at ``path``, given ``timeout_s`` to be accepted (a
     refused, missing or silent socket raises OSError; the caller checks the peer)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -219,6 +232,8 @@ def persist_s() -> float:
 def listen(path: Path) -> socket.socket | None:
     """A keeper's (or the warm process's) socket, bound 0600; None when another one holds the lock or the
     dir is not ours."""
+    import fcntl
+
     if not private_dir(path.parent, create=True):
         return None
     lock_fd = os.open(str(path.with_suffix(".lock")), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
@@ -231,8 +246,10 @@ def listen(path: Path) -> socket.socket | None:
     # `pippa hosts --disconnect` can end a keeper that no longer answers.
     os.ftruncate(lock_fd, 0)
     os.write(lock_fd, str(os.getpid()).encode())
-    with contextlib.suppress(FileNotFoundError):
+    try:  # noqa: SIM105 - contextlib's import would cost every warm command (they import this module)
         os.unlink(path)  # a stale socket of a keeper that died
+    except FileNotFoundError:
+        pass
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:

@@ -8,10 +8,13 @@ library only: the keeper's wire module uses it.
 from __future__ import annotations
 
 import select
-from collections.abc import Sequence
-from typing import Any, TypeVar
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # a warm command imports this module: typing's import costs it ~4 ms
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 # readable data, a hang-up or an error all mean "a read will not block" (it returns data, EOF or raises)
 _EVENTS = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR

@@ -5,10 +5,12 @@ Run through the host ``local`` (the same bootstrap SSH uses); every test has its
 from __future__ import annotations
 
 import hashlib
+import json
 import marshal
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -138,3 +140,21 @@ def test_storing_a_new_agent_deletes_versions_unused_for_two_weeks_and_a_use_kee
     os.utime(cache_file(), (stale, stale))
     agent_client.call(t, "list_runs", {"remote_dir": str(tmp_path)})  # a cache hit touches it
     assert cache_file().stat().st_mtime > stale + 19 * 86400
+
+
+def test_a_cached_agent_is_ready_before_its_first_request(tmp_path: Path) -> None:
+    """An agent a connection keeper starts ahead of its command answers ``+`` and imports what the
+    common verbs need (``serve.prepare``) before any request comes; the request is then answered."""
+    t = LocalTransport()
+    agent_client.call(t, "list_runs", {"remote_dir": str(tmp_path)})  # cached now
+    proc = t.start(agent_client.command(t))
+    try:
+        proc.set_deadline(time.monotonic() + 30)
+        assert proc.read(1) == b"+"  # no request written yet
+        time.sleep(0.5)  # prepare's imports, with nothing waiting on stdin
+        request = {"verb": "list_runs", "args": {"remote_dir": str(tmp_path)}}
+        proc.write(agent_client.frame(json.dumps(request).encode()))
+        answer = json.loads(proc.readline())
+        assert answer["runs"] == [] and "sessions" in answer
+    finally:
+        proc.kill()

@@ -25,14 +25,20 @@ from pippa_ops.transport import keeper_client
 pytestmark = pytest.mark.ssh
 HEAVY = ("typer", "click", "rich", "paramiko", "textual", "torch")
 _PROBE = """
-import json, sys
+import json, os, sys
 sys.argv = ["pippa", *{args!r}]
 from pippa_ops.cli.app import main
+def loaded(code):
+    print("LOADED", json.dumps(sorted(sys.modules)), code, flush=True)
+exit_now = os._exit
+def _exit(code):  # a warm command's client ends with os._exit
+    loaded(code)
+    exit_now(code)
+os._exit = _exit
 try:
     main()
 except SystemExit as e:
-    code = e.code
-print("LOADED", json.dumps(sorted(sys.modules)), code)
+    loaded(e.code)
 """
 
 
@@ -213,3 +219,22 @@ def test_what_the_warm_process_imports_ahead_exists():
     import importlib.util
 
     assert [m for m in server.PRELOAD if importlib.util.find_spec(m) is None] == []
+
+
+def test_the_host_agent_files_are_watched_and_a_reinstall_ends_the_warm_process():
+    """The warm process builds the host agent's bundle once, so a change to an agent file must count as
+    changed code; a request from the same environment with another import path (a reinstall since it
+    started) is refused as stale: the process exits instead of refusing every command after it."""
+    from pippa_ops.transport import agent_bundle
+
+    stamps = server.code_stamps()
+    assert {str(p) for p in agent_bundle.files()} <= set(stamps)
+    assert any(p.endswith("pippa_agent/bootstrap.py") for p in stamps)
+    request = {"argv": ["ps"], "env": dict(os.environ), "prefix": sys.prefix, "package": client.PACKAGE,
+               "path": ["", "/somewhere/else", *sys.path[1:]]}  # fmt: skip
+    with pytest.raises(server.Refused, match="another import path") as refused:
+        server.check(request, stamps)
+    assert refused.value.stale
+    with pytest.raises(server.Refused, match="not a hot verb") as refused:
+        server.check({**request, "path": ["", *sys.path[1:]], "argv": ["sync"]}, stamps)
+    assert not refused.value.stale
