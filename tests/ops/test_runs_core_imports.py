@@ -37,3 +37,21 @@ def test_commands_on_local_load_no_paramiko() -> None:
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert p.stdout.strip() == "[]"
+
+
+def test_paramiko_loads_without_importlib_metadata_and_keeps_its_version() -> None:
+    """paramiko reads its own version through importlib.metadata as it imports; pippa's import of it
+    answers that from paramiko's dist-info, leaves no stand-in behind, and a later user of
+    importlib.metadata gets the real module with the same answer."""
+    code = (
+        "import sys\n"
+        "from pippa_ops.transport._paramiko import paramiko\n"
+        "print(sorted(m for m in ('importlib.metadata', 'email', 'zipfile') if m in sys.modules))\n"
+        "import importlib\n"
+        "print('metadata' in importlib.__dict__)\n"
+        "from importlib import metadata\n"
+        "print(type(metadata).__name__, metadata.version('paramiko') == paramiko.__version__ != '')\n"
+        "print(metadata.version('typer') == metadata.distribution('typer').version)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert p.stdout.splitlines() == ["[]", "False", "module True", "True"], p.stdout
