@@ -92,6 +92,7 @@ def test_hot_verbs_import_no_heavy_module_when_warm(warm, ssh_hosts):
         ["run", "--host", h, "-n", "budget2", "--cmd", "true"],
         ["stop", "budget", "--host", h, "--grace", "1"],
         ["wait", run_id, "--host", h],
+        ["sync", h, "--dry-run"],
         ["ps", "--help"],
         ["--version"],
     ]
@@ -110,6 +111,7 @@ def test_hot_verbs_import_no_heavy_module_when_warm(warm, ssh_hosts):
         ["logs", "nosuchrun", "--host", "{h}"],
         ["stop", "nosuchrun", "--host", "{h}"],
         ["gpus", "{h}"],
+        ["sync", "nosuch"],
         ["ps", "--help"],
         ["ps", "--last", "x"],
         ["ps", "--no-such-flag"],
@@ -236,5 +238,5 @@ def test_the_host_agent_files_are_watched_and_a_reinstall_ends_the_warm_process(
         server.check(request, stamps)
     assert refused.value.stale
     with pytest.raises(server.Refused, match="not a hot verb") as refused:
-        server.check({**request, "path": ["", *sys.path[1:]], "argv": ["sync"]}, stamps)
+        server.check({**request, "path": ["", *sys.path[1:]], "argv": ["attach", "x"]}, stamps)
     assert not refused.value.stale
