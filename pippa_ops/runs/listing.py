@@ -13,11 +13,14 @@ from typing import Any
 
 from pippa_contract import runpick, verbs
 from pippa_contract.states import ACTIVE
+from pippa_contract.states import derive_state as derive_state  # the states, as tests and callers read them
+from pippa_contract.states import slurm_state as slurm_state
+from pippa_contract.wire import READ_RUN
 from pippa_ops.errors import AmbiguousSession, RunNotFound
 from pippa_ops.runs import supervise
 from pippa_ops.runs.tmux import parse_sessions
 from pippa_ops.transport import agent_client
-from pippa_ops.transport.base import Transport
+from pippa_ops.transport.base import Transport, read_to_end
 
 DEFAULT_LIMIT = 50
 
@@ -206,6 +209,24 @@ def list_runs(
     process when the caller has one going)."""
     answer = verbs.list_runs(agent or agent_client.Once(transport), remote_dir, limit)
     return host_runs(transport.name, answer)
+
+
+def read_run(
+    transport: Transport, remote_dir: str, name: str | None, limit: int = DEFAULT_LIMIT
+) -> tuple[HostRuns, str | None, bytes]:
+    """In ONE request: the host's runs (as ``list_runs``), the run id ``name`` means there as the
+    agent chose it (``pippa_contract.runpick``; no name: the newest run; None: none), and that run's
+    output.log (``b""`` when there is none)."""
+    with verbs.read_run(agent_client.Once(transport), remote_dir, name, limit) as proc:
+        proc.close_stdin()
+        line = proc.readline()
+        if not line.endswith(b"\n"):  # ended without its answer: why (then "gave no answer")
+            agent_client.check_stream(transport, READ_RUN, proc, proc.wait(60))
+        answer = agent_client.parse_answer(transport, READ_RUN, line)
+        chosen = answer.pop("chosen", None)
+        out = read_to_end(proc)
+        agent_client.check_stream(transport, READ_RUN, proc, proc.wait(60))
+    return host_runs(transport.name, answer), chosen if isinstance(chosen, str) else None, out
 
 
 def select_runs(host_runs: HostRuns, name: str) -> list[RunRecord]:
