@@ -50,7 +50,7 @@ from pippa_ops.runs.recipes import list_recipes
 from pippa_ops.runs.restart import RestartFlags
 from pippa_ops.runs.script import DEFAULT_GAP_S, DEFAULT_SESSION
 from pippa_ops.transport.base import Transport
-from pippa_ops.transport.shell import join
+from pippa_ops.transport.shell import join, validate_name
 
 
 def launch_sets(gpus: str | None, processes: int | None, strategy: str | None) -> list[str]:
@@ -437,12 +437,24 @@ def logs_cmd(
 
 
 def _read_logs(name: str | None, host: str | None) -> tuple[RunRecord, bytes, HostSpec, Transport]:
-    """The run ``name`` means (default: the newest run) and its output, with the open transport to
-    its host. With ``--host``: ONE agent request (the host's runs, the run the agent chose by the
-    same rule, its output), unless the run's rank 0 is on another host; else a listing of every
-    host, then a read."""
+    """The run ``name`` means (default: the newest run) and its output, with the transport to its
+    host. ONE agent request per host asked (the host's runs, the run the agent chose there by the
+    same rule, its output: ``read_run``), every host in parallel without ``--host``; a listing and
+    then a read only for the newest run of every host, or when the agent's choice is not the run
+    (a run over several hosts whose rank 0 is elsewhere)."""
     listings: dict[str, HostRuns | PippaError] | None = None
-    if host is not None:
+    if host is None and name is not None:
+        wanted = validate_name("run or session", name)
+        reads = fan_out(all_hosts(), lambda h: _read_run_on(h, wanted))
+        listings = {h: r if isinstance(r, PippaError) else r[0] for h, r in reads.items()}
+        hosts, listed = locate_run(name, host, listings)
+        found = reads.get(hosts[0])
+        if found is not None and not isinstance(found, PippaError):
+            run = current_run(found[0], name)
+            if run.run_id == found[1]:
+                spec, transport = connect(hosts[0])  # opens only if -f follows on it
+                return run, found[2], spec, transport
+    elif host is not None:
         try:
             spec, transport = connect(host)
             listed, chosen, text = read_run(transport, spec.remote_dir, name)
@@ -476,6 +488,12 @@ def _read_logs(name: str | None, host: str | None) -> tuple[RunRecord, bytes, Ho
     except BaseException:
         transport.close()
         raise
+
+
+def _read_run_on(host: str, name: str) -> tuple[HostRuns, str | None, bytes]:
+    spec, transport = connect(host)
+    with transport:
+        return read_run(transport, spec.remote_dir, name)
 
 
 def _output_log(spec: HostSpec, run_id: str) -> str:
