@@ -37,7 +37,12 @@ JSON_VERBS = {
     v.WANDB_SYNC: ("wandb_sync", "wandb_sync"),
     v.GPU_REPORT: ("gpus", "gpu_report"),
 }
-STREAM_VERBS = {v.READ: ("streams", "read"), v.FOLLOW: ("streams", "follow"), v.PULL: ("pull", "pull")}
+STREAM_VERBS = {
+    v.READ: ("streams", "read"),
+    v.READ_RUN: ("streams", "read_run"),
+    v.FOLLOW: ("streams", "follow"),
+    v.PULL: ("pull", "pull"),
+}
 
 
 def handler(where: tuple[str, str]) -> Callable[..., Any]:

@@ -27,6 +27,30 @@ def read(req: Req) -> None:
         return
 
 
+def read_run(req: Req) -> None:
+    """``list_runs``'s answer as one line, with ``chosen``: the run ``name`` means there (the rule of
+    ``pippa_contract.runpick``; no name: the newest run), then that run's output.log (``read``). The
+    laptop's ``logs`` in one request instead of a listing and then a read."""
+    import json
+
+    from pippa_agent.host import AgentError, runs_dir
+    from pippa_agent.runs import list_runs
+    from pippa_contract.rundir import OUTPUT_LOG
+    from pippa_contract.runpick import choose
+
+    try:
+        listing = list_runs(req)
+        chosen = choose(listing, req.get("name"))
+        path = os.path.join(runs_dir(req["remote_dir"]), chosen, OUTPUT_LOG) if chosen else None
+    except AgentError as e:
+        write_out((json.dumps(e.answer()) + "\n").encode())
+        return
+    listing["chosen"] = chosen
+    write_out((json.dumps(listing) + "\n").encode())
+    if path is not None:
+        read({"path": path})
+
+
 def _exit_on_stdin_eof() -> None:
     """The client closed the channel (or the connection went): stop at once."""
     try:

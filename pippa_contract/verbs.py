@@ -22,6 +22,7 @@ from pippa_contract.wire import (
     PROBE,
     PULL,
     READ,
+    READ_RUN,
     REMOVE_RUNS,
     RUN_CHECKPOINTS,
     SLURM_STOP,
@@ -241,6 +242,16 @@ def gpu_report(agent: Caller, query: Sequence[str], apps: Sequence[str]) -> GpuR
 def read(agent: Streamer[P], path: str, offset: int = 0) -> P:
     """The file's raw bytes from ``offset``, then the process ends."""
     return agent.stream(READ, {"path": path, "offset": offset})
+
+
+def read_run(agent: Streamer[P], remote_dir: str, name: str | None, limit: int | None = None) -> P:
+    """One line: the ``list_runs`` answer plus ``"chosen"``, the run id ``name`` means there
+    (``pippa_contract.runpick``; None: the newest run; null when it means none); then that run's
+    output.log, raw, and the process ends."""
+    args: dict[str, Any] = {"remote_dir": remote_dir, "name": name}
+    if limit is not None:
+        args["limit"] = limit
+    return agent.stream(READ_RUN, args)
 
 
 def follow(agent: Streamer[P], path: str, offset: int, end_file: str | None, session: str | None) -> P:

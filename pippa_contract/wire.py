@@ -11,6 +11,7 @@ CHECK_PYTHON, RUN_CHECKPOINTS, REMOVE_RUNS = "check_python", "run_checkpoints", 
 WANDB_SYNC, GPU_REPORT = "wandb_sync", "gpu_report"
 # Verbs that stream their answer (the caller owns the process; the last request of its process).
 READ, FOLLOW, PULL = "read", "follow", "pull"
+READ_RUN = "read_run"  # the listing, the run a name means there, then its output.log
 
 
 def frame(data: bytes) -> bytes:

@@ -37,13 +37,20 @@ from pippa_ops.runs.launch import (
     resume,
     stop,
 )
-from pippa_ops.runs.listing import RunRecord, current_run, list_runs, merge_groups
-from pippa_ops.runs.locate import all_hosts, locate_host, locate_run, locate_run_hosts, runs_of
+from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, merge_groups, read_run
+from pippa_ops.runs.locate import (
+    all_hosts,
+    locate_host,
+    locate_run,
+    locate_run_hosts,
+    run_hosts,
+    runs_of,
+)
 from pippa_ops.runs.recipes import list_recipes
 from pippa_ops.runs.restart import RestartFlags
 from pippa_ops.runs.script import DEFAULT_GAP_S, DEFAULT_SESSION
 from pippa_ops.transport.base import Transport
-from pippa_ops.transport.shell import join
+from pippa_ops.transport.shell import join, validate_name
 
 
 def launch_sets(gpus: str | None, processes: int | None, strategy: str | None) -> list[str]:
@@ -418,14 +425,8 @@ def logs_cmd(
     ] = None,
 ) -> None:
     """Print a run's output (the session's current run, or a run id); -f follows it."""
-    name = name or _newest_run(host)
-    hosts, listed = locate_run(name, host)
-    where = hosts[0]  # a run over several hosts: machine rank 0's output
-    spec, transport = connect(where)
+    run, text, spec, transport = _read_logs(name, host)
     with transport:
-        runs = listed if listed.host == where else list_runs(transport, spec.remote_dir)
-        run = current_run(runs, name)
-        text = read_all(transport, f"{spec.remote_dir.rstrip('/')}/runs/{run.run_id}/output.log")
         skip = len(text) - len(_last_lines(text, tail)) if tail is not None else 0
         if follow and run.active:
             raise typer.Exit(follow_runs(transport, spec, [run.run_id], run.session, skip=skip))
@@ -433,6 +434,70 @@ def logs_cmd(
         sys.stdout.buffer.flush()
     if follow:  # the run had already ended: -f still exits with its code, as when following it
         raise typer.Exit(_exit_for([run.exit_code]))
+
+
+def _read_logs(name: str | None, host: str | None) -> tuple[RunRecord, bytes, HostSpec, Transport]:
+    """The run ``name`` means (default: the newest run) and its output, with the transport to its
+    host. ONE agent request per host asked (the host's runs, the run the agent chose there by the
+    same rule, its output: ``read_run``), every host in parallel without ``--host``; a listing and
+    then a read only for the newest run of every host, or when the agent's choice is not the run
+    (a run over several hosts whose rank 0 is elsewhere)."""
+    listings: dict[str, HostRuns | PippaError] | None = None
+    if host is None and name is not None:
+        wanted = validate_name("run or session", name)
+        reads = fan_out(all_hosts(), lambda h: _read_run_on(h, wanted))
+        listings = {h: r if isinstance(r, PippaError) else r[0] for h, r in reads.items()}
+        hosts, listed = locate_run(name, host, listings)
+        found = reads.get(hosts[0])
+        if found is not None and not isinstance(found, PippaError):
+            run = current_run(found[0], name)
+            if run.run_id == found[1]:
+                spec, transport = connect(hosts[0])  # opens only if -f follows on it
+                return run, found[2], spec, transport
+    elif host is not None:
+        try:
+            spec, transport = connect(host)
+            listed, chosen, text = read_run(transport, spec.remote_dir, name)
+        except PippaError as e:
+            if name is None:  # as when the newest run is looked for on every host: none there
+                raise RunNotFound(f"no runs on {host} (pippa run starts one)") from e
+            raise
+        try:
+            listings = {host: listed}
+            name = name or _newest_in(listings, host)
+            where = run_hosts(name, host, [host], listed)[0]  # a run over several hosts: rank 0's output
+            if where == host:
+                run = current_run(listed, name)
+                if run.run_id != chosen:  # the agent chose otherwise (it cannot, by one rule): read it
+                    text = read_all(transport, _output_log(spec, run.run_id))
+                return run, text, spec, transport
+        except BaseException:
+            transport.close()
+            raise
+        transport.close()
+    elif name is None:
+        listings = fan_out(all_hosts(), runs_of)
+        name = _newest_in(listings, host)
+    hosts, listed = locate_run(name, host, listings)
+    where = hosts[0]
+    spec, transport = connect(where)
+    try:
+        runs = listed if listed.host == where else list_runs(transport, spec.remote_dir)
+        run = current_run(runs, name)
+        return run, read_all(transport, _output_log(spec, run.run_id)), spec, transport
+    except BaseException:
+        transport.close()
+        raise
+
+
+def _read_run_on(host: str, name: str) -> tuple[HostRuns, str | None, bytes]:
+    spec, transport = connect(host)
+    with transport:
+        return read_run(transport, spec.remote_dir, name)
+
+
+def _output_log(spec: HostSpec, run_id: str) -> str:
+    return f"{spec.remote_dir.rstrip('/')}/runs/{run_id}/output.log"
 
 
 def _last_lines(text: bytes, n: int | None) -> bytes:
@@ -444,11 +509,9 @@ def _last_lines(text: bytes, n: int | None) -> bytes:
     return b"".join(lines[-n:])
 
 
-def _newest_run(host: str | None) -> str:
-    """The id of the newest run on ``host`` or on every host (``pippa logs`` with no name)."""
-    hosts = [host] if host else all_hosts()
-    results = fan_out(hosts, runs_of)
-    runs = [r for res in results.values() if not isinstance(res, PippaError) for r in res.runs]
+def _newest_in(listings: dict[str, HostRuns | PippaError], host: str | None) -> str:
+    """The id of the newest run in these listings (``pippa logs`` with no name)."""
+    runs = [r for res in listings.values() if not isinstance(res, PippaError) for r in res.runs]
     if not runs:
         raise RunNotFound("no runs on " + (host or "any host") + " (pippa run starts one)")
     return max(runs, key=lambda r: (r.started or 0.0, r.run_id)).run_id

@@ -11,19 +11,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from pippa_contract import verbs
-from pippa_contract.states import ACTIVE, derive_state, slurm_state
+from pippa_contract import runpick, verbs
+from pippa_contract.states import ACTIVE
+from pippa_contract.states import derive_state as derive_state  # the states, as tests and callers read them
+from pippa_contract.states import slurm_state as slurm_state
+from pippa_contract.wire import READ_RUN
 from pippa_ops.errors import AmbiguousSession, RunNotFound
 from pippa_ops.runs import supervise
-from pippa_ops.runs.shortid import designates
 from pippa_ops.runs.tmux import parse_sessions
 from pippa_ops.transport import agent_client
-from pippa_ops.transport.base import Transport
-from pippa_ops.transport.shell import NAME_RE, SESSION_RE
+from pippa_ops.transport.base import Transport, read_to_end
 
-# A session belongs to a run when it was created within this many seconds of the run's run.json
-# (both written by the same launch command); a later session reusing the name does not.
-SESSION_MATCH_S = 5.0
 DEFAULT_LIMIT = 50
 
 
@@ -96,12 +94,7 @@ class HostRuns:
     runs: tuple[RunRecord, ...] = ()
 
 
-def _num(value: object) -> float | None:
-    """A number from a file's text (``"1712345678\n"``), or None."""
-    try:
-        return float(str(value).split()[0]) if value is not None else None
-    except (ValueError, IndexError):
-        return None
+_num = runpick.num  # a number from a file's text ("1712345678\n"), or None
 
 
 def _last_step(steps: list[Any]) -> tuple[int | None, float | None]:
@@ -120,37 +113,23 @@ def _record(
     host: str, raw: dict[str, Any], now: float, sessions: dict[str, float], idents: dict[str, str]
 ) -> RunRecord | None:
     """One run from the agent's facts about its directory (pippa_contract.runfacts)."""
-    run_id, meta = raw.get("run_id"), raw.get("meta")
-    if not isinstance(run_id, str) or not NAME_RE.fullmatch(run_id) or not isinstance(meta, dict):
+    picked = runpick.fact(raw, sessions, idents)
+    if picked is None:
         return None
-    session = str(meta.get("session", ""))
+    run_id, meta, session, state = picked.run_id, raw["meta"], picked.session, picked.state
     ctime = _num(raw.get("ctime"))
-    created = sessions.get(session)
-    if raw.get("tmux_session"):  # the launch recorded its session's identity: exact
-        alive = idents.get(session) == str(raw["tmux_session"]).strip()
-    else:
-        alive = created is not None and ctime is not None and abs(created - ctime) <= SESSION_MATCH_S
     exit_text = str(raw.get("exit_code") or "")
     exit_code = int(exit_text) if exit_text.lstrip("-").isdigit() else None
     ended = _num(raw.get("ended")) if exit_code is not None else None
     started_host = _num(raw.get("started"))
-    stop_requested = raw.get("stop_requested") is not None
-    started = started_host is not None
-    state = derive_state(
-        session_alive=alive, exit_code=exit_code, started=started, stop_requested=stop_requested
-    )
     end = raw.get("end")
-    if state == "failed" and isinstance(end, dict) and end.get("status") == "diverged":
-        state = "diverged"  # a NaN/inf loss or reward ended it (training_core); not retried by default
     attempts = supervise.summarize(raw.get("attempts"))
     job = raw.get("slurm") if isinstance(raw.get("slurm"), dict) else None
     job_state = None
     if job is not None:
         sstate = str(job.get("state") or "")
-        state = slurm_state(sstate, exit_code=exit_code, started=started, stop_requested=stop_requested)
         reason = str(job.get("reason") or "")
         job_state = f"{sstate} ({reason})" if reason and reason != "None" else sstate or None
-        session = f"slurm:{job.get('job_id')}"
     if ended is None and state in ("killed", "lost"):
         ended = _num(raw.get("log_time"))
     duration = None
@@ -232,33 +211,41 @@ def list_runs(
     return host_runs(transport.name, answer)
 
 
+def read_run(
+    transport: Transport, remote_dir: str, name: str | None, limit: int = DEFAULT_LIMIT
+) -> tuple[HostRuns, str | None, bytes]:
+    """In ONE request: the host's runs (as ``list_runs``), the run id ``name`` means there as the
+    agent chose it (``pippa_contract.runpick``; no name: the newest run; None: none), and that run's
+    output.log (``b""`` when there is none)."""
+    with verbs.read_run(agent_client.Once(transport), remote_dir, name, limit) as proc:
+        proc.close_stdin()
+        line = proc.readline()
+        if not line.endswith(b"\n"):  # ended without its answer: why (then "gave no answer")
+            agent_client.check_stream(transport, READ_RUN, proc, proc.wait(60))
+        answer = agent_client.parse_answer(transport, READ_RUN, line)
+        chosen = answer.pop("chosen", None)
+        out = read_to_end(proc)
+        agent_client.check_stream(transport, READ_RUN, proc, proc.wait(60))
+    return host_runs(transport.name, answer), chosen if isinstance(chosen, str) else None, out
+
+
 def select_runs(host_runs: HostRuns, name: str) -> list[RunRecord]:
     """Runs that ``name`` designates on this host: a run id, a session's runs (newest last), or a
-    short run id (``runs.shortid``: a unique prefix or tail); a short id that fits several is refused."""
-    exact = [r for r in host_runs.runs if r.run_id == name]
-    if exact:
-        return exact
-    if SESSION_RE.fullmatch(name):
-        in_session = [r for r in host_runs.runs if r.session == name]
-        if in_session:
-            return in_session
-    short = [r for r in host_runs.runs if designates(name, r.run_id)]
-    if len({r.run_id for r in short}) > 1:
-        ids = ", ".join(sorted({r.run_id for r in short}))
+    short run id (``runs.shortid``: a unique prefix or tail); a short id that fits several is refused
+    (the rule: ``pippa_contract.runpick``, which the agent follows too)."""
+    selected, several = runpick.select(host_runs.runs, name)
+    if several:
+        ids = ", ".join(several)
         raise AmbiguousSession(f"{host_runs.host}: {name!r} fits several runs ({ids}); give more of the id")
-    return short
+    return selected
 
 
 def current_run(host_runs: HostRuns, name: str) -> RunRecord:
     """The run ``name`` means: that run id, or the session's running run, else its latest."""
-    runs = select_runs(host_runs, name)
-    if not runs:
+    run = runpick.current(select_runs(host_runs, name))
+    if run is None:
         raise RunNotFound(f"{host_runs.host}: no run or session named {name!r} (see `pippa ps`)")
-    for state in ACTIVE:
-        active = [r for r in runs if r.state == state]
-        if active:
-            return active[0]
-    return runs[-1]
+    return run
 
 
 # A multi-host run's state from its hosts' states: a rank that died (failed, lost) fails the run, then

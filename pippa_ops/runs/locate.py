@@ -27,25 +27,36 @@ def runs_of(name: str) -> HostRuns:
         return priced_on(spec, transport, list_runs(transport, spec.remote_dir))
 
 
-def locate_run(name: str, host: str | None) -> tuple[list[str], HostRuns]:
+def locate_run(
+    name: str, host: str | None, listings: dict[str, HostRuns | PippaError] | None = None
+) -> tuple[list[str], HostRuns]:
     """The hosts of run/session ``name`` (one host, or every host of a run over several, rank 0
     first), and the listing that found it, of the host it names first unless a group's rank 0 is
-    elsewhere: a verb that goes on to read the run there needs no second listing."""
+    elsewhere: a verb that goes on to read the run there needs no second listing. ``listings``: the
+    hosts' listings when the caller has them already (each host is then not listed again)."""
     if host is not None:
-        where, listed = [host], runs_of(host)
-    else:
-        having = _listings_having(name)
-        if not having:
-            raise RunNotFound(f"no host has a run or session named {name!r}")
-        where = list(having)
-        listed = having[where[0]]
+        known = (listings or {}).get(host)
+        listed = known if isinstance(known, HostRuns) else runs_of(host)
+        return run_hosts(name, host, [host], listed), listed
+    having = _listings_having(name, listings)
+    if not having:
+        raise RunNotFound(f"no host has a run or session named {name!r}")
+    where = list(having)
+    listed = having[where[0]]
+    return run_hosts(name, host, where, listed), listed
+
+
+def run_hosts(name: str, host: str | None, where: list[str], listed: HostRuns) -> list[str]:
+    """``locate_run`` from the listings in hand: ``where``, the hosts that have ``name`` (``host``
+    alone when it was given), and ``listed``, the first one's runs; a run over several hosts is all
+    of them, rank 0 first."""
     runs = select_runs(listed, name)
     group = next((r.hosts for r in runs if r.hosts and len(r.hosts) > 1), None)
     if group is not None and (host is not None or set(where) <= set(group)):
-        return list(group), listed
+        return list(group)
     if len(where) > 1:
         raise AmbiguousSession(f"{name!r} exists on several hosts ({', '.join(where)}); add --host")
-    return where, listed
+    return where
 
 
 def locate_run_hosts(name: str, host: str | None) -> list[str]:
@@ -57,10 +68,14 @@ def hosts_having(name: str) -> list[str]:
     return list(_listings_having(name))
 
 
-def _listings_having(name: str) -> dict[str, HostRuns]:
-    """The listings of the hosts that have run/session ``name``, in ``all_hosts`` order."""
+def _listings_having(
+    name: str, listings: dict[str, HostRuns | PippaError] | None = None
+) -> dict[str, HostRuns]:
+    """The listings of the hosts that have run/session ``name``, in ``all_hosts`` order (of
+    ``listings``, the hosts' listings in that order, when given)."""
     validate_name("run or session", name)
-    return {h: r for h, r in fan_out(all_hosts(), runs_of).items()
+    found = fan_out(all_hosts(), runs_of) if listings is None else listings
+    return {h: r for h, r in found.items()
             if not isinstance(r, PippaError) and select_runs(r, name)}  # fmt: skip
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-MIN_PREFIX = 4
+from pippa_contract.runpick import MIN_PREFIX, designates  # the rule the agent follows too
+
+__all__ = ["MIN_PREFIX", "designates", "short_ids"]
 
 
 def _tails(run_id: str) -> list[str]:
@@ -28,10 +30,3 @@ def short_ids(run_ids: Iterable[str]) -> dict[str, str]:
     for rid in ids:
         out[rid] = next((t for t in _tails(rid) if counts[t] == 1 and len(t) >= MIN_PREFIX), rid)
     return out
-
-
-def designates(name: str, run_id: str) -> bool:
-    """Whether ``name`` (not the whole id) is a short form of ``run_id``: a prefix or a dash tail."""
-    if len(name) < MIN_PREFIX or name == run_id:
-        return False
-    return run_id.startswith(name) or run_id.endswith("-" + name)

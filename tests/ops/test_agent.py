@@ -158,6 +158,40 @@ def test_list_runs_reads_json_not_text_and_finds_the_error_line(tmp_path: Path) 
     assert "error" not in by_id["r-2"]
 
 
+def test_read_run_answers_the_listing_the_run_a_name_means_and_its_output_in_one_agent_process(
+    tmp_path: Path,
+) -> None:
+    from pippa_ops.errors import AmbiguousSession, UsageError
+    from pippa_ops.runs.listing import current_run, list_runs, read_run
+
+    class Counting(LocalTransport):
+        starts = 0
+
+        def start(self, command: str):  # type: ignore[no-untyped-def]
+            Counting.starts += 1
+            return super().start(command)
+
+    old, new = "20260101-000100-x-1111", "20260101-000200-x-2222"
+    for rid, when, log in ((old, "100", "old\n"), (new, "200", "one\ntwo\n")):
+        _run_dir(tmp_path, rid, {"run_id": rid, "session": "rr", "command": "x"}, started=when,
+                 exit_code="0\n", **{"output.log": log})  # fmt: skip
+    t = Counting()
+    listed, chosen, out = read_run(t, str(tmp_path), "rr")
+    assert Counting.starts == 1 and (chosen, out) == (new, b"one\ntwo\n")
+    assert listed.runs == list_runs(LocalTransport(), str(tmp_path)).runs  # the listing, as list_runs'
+    assert current_run(listed, "rr").run_id == new
+    assert read_run(t, str(tmp_path), "1111")[1:] == (old, b"old\n")
+    assert read_run(t, str(tmp_path), None)[1:] == (new, b"one\ntwo\n")  # no name: the newest run
+    assert read_run(t, str(tmp_path), "nosuch")[1:] == (None, b"")
+    listed, chosen, out = read_run(t, str(tmp_path), "20260101")  # fits both: the laptop says so
+    assert (chosen, out) == (None, b"")
+    with pytest.raises(AmbiguousSession):
+        current_run(listed, "20260101")
+    assert read_run(t, str(tmp_path / "none"), "rr")[1:] == (None, b"")  # no runs dir: no runs
+    with pytest.raises(UsageError, match="path must be absolute"):
+        read_run(t, "relative/dir", "rr")  # the agent's expected failure, as its typed error
+
+
 def test_follow_streams_from_the_offset_until_the_end_file_appears(tmp_path: Path) -> None:
     log, end = tmp_path / "output.log", tmp_path / "exit_code"
     log.write_bytes(b"0123456789")

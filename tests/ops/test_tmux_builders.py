@@ -167,3 +167,42 @@ def test_a_session_reusing_the_name_within_seconds_is_not_the_replaced_runs() ->
     assert rec.state == "killed"  # same name, same second, but another tmux session ($6 vs $7)
     new = {"now": 100, "sessions": "dup|100|0|1|$7", "runs": [{**base, "tmux_session": "$7@100"}]}
     assert host_runs("h", new).runs[0].state == "running"
+
+
+def test_the_agent_and_the_laptop_choose_a_run_for_a_name_by_one_rule() -> None:
+    """``runpick.choose`` (the agent's ``read_run``) and ``current_run`` (the laptop) on one answer:
+    a session's running run before its newer ended one, its queued one before nothing, an exact id,
+    short ids, a SLURM job's run; none for an unknown name or a short id that fits several."""
+    from pippa_contract import runpick
+    from pippa_ops.errors import AmbiguousSession, RunNotFound
+    from pippa_ops.runs.listing import current_run
+
+    def raw(run_id: str, session: str, ctime: float, **facts: object) -> dict[str, object]:
+        return {"run_id": run_id, "meta": {"run_id": run_id, "session": session, "command": "x"},
+                "ctime": ctime, **facts}  # fmt: skip
+
+    answer = {
+        "now": 500,
+        "sessions": "train|100|0|1|$1\nq|300|0|1|$2\n",
+        "runs": [
+            raw("20260101-000100-a-1111", "train", 100, started="100", tmux_session="$1@100"),
+            raw("20260101-000200-a-2222", "train", 200, started="200", exit_code="0"),
+            raw("20260101-000300-b-3333", "q", 300, tmux_session="$2@300"),  # queued
+            raw("20260101-000400-b-4444", "q", 400, started="400", exit_code="1"),
+            raw("20260101-000450-c-5555", "gone", 450, started="450"),  # lost
+            raw("20260101-000460-c-6666", "x", 460, slurm={"job_id": "77", "state": "RUNNING"}),
+        ],
+    }
+    listed = host_runs("h", answer)
+    for name in ("train", "q", "gone", "20260101-000200-a-2222", "2222", "a-1111", "20260101-00045",
+                 "6666"):  # fmt: skip
+        assert runpick.choose(answer, name) == current_run(listed, name).run_id, name
+    assert runpick.choose(answer, "train") == "20260101-000100-a-1111"  # running, though older
+    assert runpick.choose(answer, "q") == "20260101-000300-b-3333"  # queued
+    assert runpick.choose(answer, None) == listed.runs[-1].run_id == "20260101-000460-c-6666"
+    for name in ("nosuch", "20260101"):  # unknown; a prefix of every run
+        assert runpick.choose(answer, name) is None
+    with pytest.raises(RunNotFound):
+        current_run(listed, "nosuch")
+    with pytest.raises(AmbiguousSession):
+        current_run(listed, "20260101")
