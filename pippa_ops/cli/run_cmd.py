@@ -23,7 +23,7 @@ from pippa_ops.errors import (
 )
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect, open_transport
-from pippa_ops.hosts.inventory import HostSpec, default_host, resolve
+from pippa_ops.hosts.inventory import LOCAL, HostSpec, default_host, resolve
 from pippa_ops.runs.attach import attach_session
 from pippa_ops.runs.follow import read_all
 from pippa_ops.runs.launch import (
@@ -438,14 +438,17 @@ def logs_cmd(
 
 def _read_logs(name: str | None, host: str | None) -> tuple[RunRecord, bytes, HostSpec, Transport]:
     """The run ``name`` means (default: the newest run) and its output, with the transport to its
-    host. ONE agent request per host asked (the host's runs, the run the agent chose there by the
-    same rule, its output: ``read_run``), every host in parallel without ``--host``; a listing and
-    then a read only for the newest run of every host, or when the agent's choice is not the run
-    (a run over several hosts whose rank 0 is elsewhere)."""
+    host. ONE agent request (the host's runs, the run the agent chose there by the same rule, its
+    output: ``read_run``) with ``--host``, or without it when there is one host besides ``local``.
+    With several, a listing of every host then a read of the one: asking them all to read would send
+    the output of every host where the name fits (each rank of a run over several hosts, each host's
+    ``training`` session). A listing and then a read also when the agent's choice is not the run
+    (rank 0 elsewhere)."""
     listings: dict[str, HostRuns | PippaError] | None = None
-    if host is None and name is not None:
+    every = all_hosts() if host is None and name is not None else []
+    if name is not None and every and len([h for h in every if h != LOCAL]) <= 1:  # local: no network
         wanted = validate_name("run or session", name)
-        reads = fan_out(all_hosts(), lambda h: _read_run_on(h, wanted))
+        reads = fan_out(every, lambda h: _read_run_on(h, wanted))
         listings = {h: r if isinstance(r, PippaError) else r[0] for h, r in reads.items()}
         hosts, listed = locate_run(name, host, listings)
         found = reads.get(hosts[0])
