@@ -47,9 +47,8 @@ from _common import PIPPA, ROOT, commit_all, start_world, timed
 from pippa_ops.gpu import query, query_argv
 from pippa_ops.hosts.connect import connect
 from pippa_ops.instant import client as instant
-from pippa_ops.runs.follow import read_all
 from pippa_ops.runs.launch import launch
-from pippa_ops.runs.listing import current_run, list_runs
+from pippa_ops.runs.listing import current_run, list_runs, read_run
 from pippa_ops.sync import sync
 from pippa_ops.transport import keeper_client, reuse
 
@@ -238,8 +237,8 @@ def run_bench(world, h, tmp: Path, repeat: int, delay_s: float) -> None:  # type
             elif verb == "gpus":
                 query(tr)
             else:
-                run = current_run(list_runs(tr, spec.remote_dir), run_id)
-                read_all(tr, f"{spec.remote_dir.rstrip('/')}/runs/{run.run_id}/output.log")
+                listed, chosen, _text = read_run(tr, spec.remote_dir, run_id)  # as `pippa logs RUN --host H`
+                assert current_run(listed, run_id).run_id == chosen
         assert isinstance(tr, keeper_client.KeeperTransport) and tr.relayed, "in-process went direct"
         return time.perf_counter() - t0
 

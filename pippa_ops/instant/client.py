@@ -187,9 +187,11 @@ def _spawn(path: str) -> None:
     (``startup_env``), and it checks that it imported this checkout's package."""
     import subprocess
 
+    # It starts once this process has ended (transport.after_exit): its start costs this command nothing.
+    after = [sys.executable, "-m", "pippa_ops.transport.after_exit", str(os.getpid())]
     try:  # noqa: SIM105
         subprocess.Popen(
-            [sys.executable, "-c", SERVER_MAIN, path],
+            [*after, sys.executable, "-c", SERVER_MAIN, path],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -446,8 +446,9 @@ def kept_ssh_config(addresses: tuple[str, ...] = ()) -> KeptSSHConfig | None:
 
 
 # -- the keeper process -------------------------------------------------------------------------------
-def _spawn(hosts: list[dict[str, Any]]) -> bool:
-    """Start a keeper for this context (it exits at once if one is already starting)."""
+def _spawn(hosts: list[dict[str, Any]], *, after_exit: bool = False) -> bool:
+    """Start a keeper for this context (it exits at once if one is already starting); ``after_exit``:
+    it starts once this process has ended (``after_exit``), so it costs this command's exit nothing."""
     import json
     import subprocess
 
@@ -463,8 +464,11 @@ def _spawn(hosts: list[dict[str, Any]]) -> bool:
     except OSError:
         return False
     try:
+        argv = [sys.executable, "-m", "pippa_ops.transport.keeper", str(path)]
+        if after_exit:
+            argv = [sys.executable, "-m", "pippa_ops.transport.after_exit", str(os.getpid()), *argv]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pippa_ops.transport.keeper", str(path)],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=log,
@@ -490,7 +494,7 @@ def _spawn_at_exit() -> None:
         _prefetch.clear()
     if hosts and reuse_enabled():
         with contextlib.suppress(Exception):  # never a failure of the command that just ran
-            _spawn(hosts)
+            _spawn(hosts, after_exit=True)
 
 
 def start(wait_s: float = 10.0) -> int | None:
