@@ -187,11 +187,12 @@ def _spawn(path: str) -> None:
     (``startup_env``), and it checks that it imported this checkout's package."""
     import subprocess
 
-    # It starts once this process has ended (transport.after_exit): its start costs this command nothing.
-    after = [sys.executable, "-m", "pippa_ops.transport.after_exit", str(os.getpid())]
+    from pippa_ops.transport import after_exit
+
     try:  # noqa: SIM105
         subprocess.Popen(
-            [*after, sys.executable, "-c", SERVER_MAIN, path],
+            # once this process has ended: its start costs this command nothing
+            after_exit.command(os.getpid(), [sys.executable, "-c", SERVER_MAIN, path]),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

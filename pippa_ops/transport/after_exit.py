@@ -1,22 +1,28 @@
-"""Become a command once another process has ended: ``python -m pippa_ops.transport.after_exit PID ARGV...``.
+"""Become a command once another process has ended: ``python -S -I after_exit.py PID ARGV...``.
 
 A command that starts the connection keeper or the warm process as it exits, so that the next command
 finds them, must not pay for their start: two Python processes importing paramiko and typer on a
 laptop's cores slow the command's own last milliseconds (its exit, which whoever waits for it sees).
-So it starts this small program (standard library only), which waits until PID has ended (a pidfd
-where Linux has one, else a poll), at most MAX_WAIT_S, and then becomes ARGV: an exec, so the same
-pid, environment and stdin (the keeper reads the hosts to connect to from it).
+So it starts this small program, run as a file with ``-S -I`` (no site, no environment: it imports
+only the standard library, so nothing of pippa need be on its path, and it starts in a few ms), which
+waits until PID has ended (a pidfd where Linux has one, else a poll), at most MAX_WAIT_S, and then
+becomes ARGV: an exec, so the same pid, environment and stdin (the keeper reads its hosts from it).
 """
 
 from __future__ import annotations
 
 import os
+import select
 import sys
 import time
 
-from pippa_ops.transport.ready import readable
-
 MAX_WAIT_S = 2.0
+PATH = os.path.abspath(__file__)  # what a spawner runs: [python, "-S", "-I", PATH, pid, *argv]
+
+
+def command(pid: int, argv: list[str]) -> list[str]:
+    """The argument list that runs ``argv`` once ``pid`` has ended."""
+    return [sys.executable, "-S", "-I", PATH, str(pid), *argv]
 
 
 def wait_for_exit(pid: int, timeout_s: float) -> None:
@@ -37,7 +43,9 @@ def wait_for_exit(pid: int, timeout_s: float) -> None:
             time.sleep(0.005)
         return
     try:
-        readable([fd], timeout_s)
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.poll(int(timeout_s * 1000))
     finally:
         os.close(fd)
 
@@ -45,7 +53,7 @@ def wait_for_exit(pid: int, timeout_s: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2 or not args[0].isdigit():
-        print("usage: python -m pippa_ops.transport.after_exit PID PROGRAM [ARG...]", file=sys.stderr)
+        print("usage: python -S -I after_exit.py PID PROGRAM [ARG...]", file=sys.stderr)
         return 2
     wait_for_exit(int(args[0]), MAX_WAIT_S)
     os.execv(args[1], args[1:])

@@ -466,7 +466,9 @@ def _spawn(hosts: list[dict[str, Any]], *, after_exit: bool = False) -> bool:
     try:
         argv = [sys.executable, "-m", "pippa_ops.transport.keeper", str(path)]
         if after_exit:
-            argv = [sys.executable, "-m", "pippa_ops.transport.after_exit", str(os.getpid()), *argv]
+            from pippa_ops.transport import after_exit as after
+
+            argv = after.command(os.getpid(), argv)
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
