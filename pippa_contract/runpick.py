@@ -75,21 +75,28 @@ def num(value: object) -> float | None:
         return None
 
 
-def session_table(text: str) -> tuple[dict[str, float], dict[str, str]]:
-    """tmux ``list-sessions -F LIST_FORMAT`` output as {session: created} and {session: identity}
-    (``$id@created``, as a launch records it); malformed lines are skipped."""
-    created: dict[str, float] = {}
-    idents: dict[str, str] = {}
+def session_rows(text: str) -> list[tuple[str, float, int, int, str]]:
+    """tmux ``list-sessions -F LIST_FORMAT`` output as (name, created, attached, windows, session id)
+    rows; malformed lines are skipped."""
+    rows: list[tuple[str, float, int, int, str]] = []
     for line in text.splitlines():
         parts = line.rsplit("|", 4)  # from the right: a name typed by hand may hold a "|"
         if len(parts) != 5:
             continue
-        name, when, attached, windows, sid = parts
+        name, created, attached, windows, sid = parts
         try:
-            at = float(when)
-            int(attached), int(windows)
+            rows.append((name, float(created), int(attached), int(windows), sid))
         except ValueError:
             continue
+    return rows
+
+
+def session_table(text: str) -> tuple[dict[str, float], dict[str, str]]:
+    """The sessions as {session: created} and {session: identity} (``$id@created``, as a launch
+    records it)."""
+    created: dict[str, float] = {}
+    idents: dict[str, str] = {}
+    for name, at, _attached, _windows, sid in session_rows(text):
         created[name] = at
         idents[name] = f"{sid}@{int(at)}"
     return created, idents

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pippa_contract.runpick import session_rows
 from pippa_ops.errors import ToolMissing
 from pippa_ops.transport.base import CommandResult
 from pippa_ops.transport.shell import validate_session
@@ -85,17 +86,7 @@ def switch_client_argv(session: str) -> list[str]:
 
 def parse_sessions(text: str) -> list[SessionInfo]:
     """Parse ``list-sessions -F LIST_FORMAT`` output; malformed lines are skipped."""
-    out: list[SessionInfo] = []
-    for line in text.splitlines():
-        parts = line.rsplit("|", 4)  # from the right: a name typed by hand may hold a "|"
-        if len(parts) != 5:
-            continue
-        name, created, attached, windows, sid = parts
-        try:
-            out.append(SessionInfo(name, float(created), int(attached), int(windows), sid))
-        except ValueError:
-            continue
-    return out
+    return [SessionInfo(*row) for row in session_rows(text)]
 
 
 def check_tool(result: CommandResult, tool: str = TMUX) -> CommandResult:
