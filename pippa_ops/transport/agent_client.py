@@ -24,7 +24,7 @@ from typing import Any
 
 from pippa_contract import wire
 from pippa_contract.errors import ErrorKind
-from pippa_ops.errors import RemoteCommandFailed, ToolMissing, error_class
+from pippa_ops.errors import HostUnreachable, RemoteCommandFailed, ToolMissing, error_class
 from pippa_ops.transport import agent_bundle
 from pippa_ops.transport.base import Process, Transport
 from pippa_ops.transport.shell import join
@@ -65,7 +65,9 @@ def parse_answer(transport: Transport, verb: str, line: bytes) -> dict[str, Any]
 
 
 def _ended(transport: Transport, proc: Process, verb: str) -> Exception:
-    """The error for an agent that ended without answering: its exit status and last stderr line."""
+    """The error for an agent that ended without answering: its exit status and last stderr line,
+    or HostUnreachable when the connection went away under it (a caller that rides out drops, as
+    ``pippa wait`` and ``logs -f`` do, then reconnects)."""
     with contextlib.suppress(OSError):
         proc.close_stdin()
     try:
@@ -73,6 +75,10 @@ def _ended(transport: Transport, proc: Process, verb: str) -> Exception:
     except TimeoutError:
         status = -1
     proc.kill()
+    if status == -1 and proc.connection_lost():
+        return HostUnreachable(
+            f"{transport.name}: lost the SSH connection before the host agent answered ({verb})"
+        )
     return _failed(transport, status, proc.stderr_text(), verb)
 
 

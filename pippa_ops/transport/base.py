@@ -151,6 +151,11 @@ class Process(abc.ABC):
         for its exit status (over SSH that is a round trip): it ends on its own. Here: ``kill``."""
         self.kill()
 
+    def connection_lost(self) -> bool:
+        """Whether the command ended because the connection to its host went away (then it has no
+        exit status: ``wait`` gives -1), not by itself. A local command has no connection."""
+        return False
+
     def __enter__(self) -> Process:
         return self
 

@@ -465,7 +465,10 @@ class Keeper:
                 send(wire.frame(wire.STDOUT))  # stdout ended (the command may still run)
                 status = proc.wait()
                 send(wire.frame(wire.STDERR, proc.stderr_text().encode()))
-                send(wire.frame(wire.EXIT, wire.status_payload(status)))
+                if status == -1 and proc.connection_lost():  # no exit status: the link went, say so
+                    send(_error_frame(ErrorKind.HOST_UNREACHABLE, "lost the SSH connection"))
+                else:
+                    send(wire.frame(wire.EXIT, wire.status_payload(status)))
             except (OSError, TimeoutError):
                 pass  # the client went away
             finally:

@@ -204,6 +204,7 @@ class KeeperProcess(Process):
         self._rlock = threading.Lock()
         self._stdin_closed = False
         self._killed = False
+        self._lost = False  # the keeper said the host's connection went (or the keeper itself went)
 
     def _pull(self, deadline: float | None) -> None:
         """One frame from the keeper (the caller holds ``_rlock``); TimeoutError past ``deadline``."""
@@ -214,6 +215,7 @@ class KeeperProcess(Process):
         except (OSError, ValueError, wire.ProtocolError):
             got = None
         if got is None:
+            self._lost = True
             self._end(-1)
             return
         kind, payload = got
@@ -226,8 +228,12 @@ class KeeperProcess(Process):
             self._err += payload
         elif kind == wire.EXIT:
             self._end(wire.parse_status(payload))
-        else:
+        else:  # ERROR mid-command: the keeper lost the host's connection under it
+            self._lost = True
             self._end(-1)
+
+    def connection_lost(self) -> bool:
+        return self._lost
 
     def _end(self, status: int) -> None:
         self._out_ended = True

@@ -286,6 +286,10 @@ class SSHProcess(Process):
     def stderr_text(self) -> str:
         return bytes(self._err).decode(errors="replace")
 
+    def connection_lost(self) -> bool:
+        t = self._chan.get_transport()
+        return self._chan.exit_status == -1 and (t is None or not t.is_active())
+
     def kill(self) -> None:
         """Ask sshd to KILL the command (OpenSSH ≥ 7.9 honours the signal request), then close.
 

@@ -56,3 +56,25 @@ def test_logs_follow_and_the_dashboard_wait_by_one_retry_schedule() -> None:
 
     assert [retry.retry_delay(a) for a in (0, 1, 5, 99)] == [1.0, 2.0, 30.0, 30.0]
     assert not hasattr(monitor, "BACKOFF_S") and follow.RECONNECT_BACKOFF_S is retry.RECONNECT_BACKOFF_S
+
+
+def test_an_agent_cut_off_before_it_answers_is_an_unreachable_host(ssh_hosts, ssh_env) -> None:
+    """The window `pippa wait` once fell into: the connection drops after an agent was started and before
+    it answered. That is HostUnreachable (callers that ride out drops reconnect), where it was "follow
+    failed on the host (exit -1)"; a command that ends by itself without an exit status (killed on the
+    host, the connection alive) stays a failed command."""
+    from pippa_ops.errors import HostUnreachable, RemoteCommandFailed
+    from pippa_ops.transport import agent_client
+
+    h = ssh_hosts[1]
+    with open_transport(resolve(h.name)) as t:
+        killed = t.start("kill -9 $$")
+        assert not isinstance(agent_client._ended(t, killed, "follow"), HostUnreachable)
+        assert isinstance(agent_client._ended(t, killed, "follow"), RemoteCommandFailed)
+        waiting = t.start("sleep 30")
+        h.drop()
+        try:
+            err = agent_client._ended(t, waiting, "follow")
+        finally:
+            h.start()
+    assert isinstance(err, HostUnreachable) and "lost the SSH connection" in str(err), err
