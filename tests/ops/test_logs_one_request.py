@@ -99,3 +99,28 @@ def test_logs_is_one_agent_request_with_the_output_errors_and_exit_codes_of_befo
         assert err == f"pippa: no host has a run or session named '{tag}nosuch'\n", err
     finally:
         _pippa(kept, "stop", f"{tag}r", "--host", h.name, "--grace", "0.5")
+
+
+def test_logs_without_host_is_one_request_where_the_inventory_has_one_host(kept, ssh_hosts):  # noqa: F811
+    """With one host besides ``local``, ``pippa logs NAME`` asks that host once (``read_run``), with the
+    output, error line and exit code of the listing-then-read it replaces."""
+    h = ssh_hosts[0]
+    conf = kept.home / ".config" / "pippa" / "hosts.toml"
+    blocks = [b for b in conf.read_text().split("\n\n") if b.strip()]
+    conf.write_text("".join(b + "\n\n" for b in blocks if b.startswith(f"[hosts.{h.name}]")))
+    assert keeper_client.start() is not None
+    runs = h.home / "pippa" / "runs"
+    tag = f"l1{os.getpid()}"
+    done = _start(kept, h.name, f"{tag}d", "echo one; echo two; exit 4")
+    _until(lambda: (runs / done / "exit_code").exists())
+
+    def logs(*args: str) -> tuple[int, str, str, int]:
+        before = _commands(h.name)
+        r = _pippa(kept, "logs", *args)
+        return r.returncode, r.stdout, r.stderr, _commands(h.name) - before
+
+    assert logs(f"{tag}d") == (0, "one\ntwo\n", "", 1)
+    assert logs(done, "--tail", "1") == (0, "two\n", "", 1)
+    code, out, err, n = logs(f"{tag}nosuch")
+    assert (code, out, n) == (int(ExitCode.NOT_FOUND), "", 1)
+    assert err == f"pippa: no host has a run or session named '{tag}nosuch'\n", err
