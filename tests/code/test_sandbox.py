@@ -92,9 +92,12 @@ def test_uncaught_fork_bomb_dies_at_the_process_limit() -> None:
 
 
 def test_memory_bomb_hits_the_memory_limit() -> None:
-    r = run_python("blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 2**20))", SMALL)
+    # A time cap the memory cap always beats: on a loaded 2-core machine the 1.5 s of SMALL once ran out
+    # first (status timeout) while the blocks were still being allocated.
+    roomy = dataclasses.replace(SMALL, timeout_s=20)
+    r = run_python("blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 2**20))", roomy)
     assert r.status is Status.MEMORY_LIMIT
-    assert run_python("x = bytearray(10**10)", SMALL).status is Status.MEMORY_LIMIT
+    assert run_python("x = bytearray(10**10)", roomy).status is Status.MEMORY_LIMIT
 
 
 def test_gigabyte_of_output_is_cut_and_killed_quickly() -> None:
