@@ -36,6 +36,8 @@ JSON_VERBS = {
     v.WRITE_FILE: ("sync", "write_file"),
     v.WANDB_SYNC: ("wandb_sync", "wandb_sync"),
     v.GPU_REPORT: ("gpus", "gpu_report"),
+    v.DOCTOR: ("doctor.run", "doctor"),
+    v.DOCTOR_HISTORY: ("doctor.run", "doctor_history"),
 }
 STREAM_VERBS = {
     v.READ: ("streams", "read"),

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, Protocol, Sequence, TypedDict, TypeVar
 
+from pippa_contract.doctor import DoctorResult
 from pippa_contract.wire import (
     CHECK_PYTHON,
+    DOCTOR,
+    DOCTOR_HISTORY,
     FOLLOW,
     GPU_REPORT,
     INSTALL_BWRAP,
@@ -82,8 +85,6 @@ class ListRunsAnswer(TypedDict, total=False):
     now: float
     sessions: str  # tmux list-sessions text
     runs: list[dict[str, Any]]  # run facts (pippa_contract.runfacts)
-
-
 
 
 class LaunchAnswer(TypedDict):
@@ -236,6 +237,30 @@ class GpuReportAnswer(TypedDict, total=False):
 def gpu_report(agent: Caller, query: Sequence[str], apps: Sequence[str]) -> GpuReportAnswer:
     """Run nvidia-smi's two queries (argument lists, no shell) in one request."""
     return agent.call(GPU_REPORT, {"query": list(query), "apps": list(apps)})  # type: ignore[return-value]
+
+
+class DoctorRequest(TypedDict, total=False):
+    host: str  # the name the result carries
+    remote_dir: str  # where the history lives and the training code is (the active checks run it)
+    python: list[str]  # the host's training python (its torch is checked, it runs the active checks)
+    env: dict[str, str]  # the host entry's env: what runs see on top of the login environment
+    expected_gpus: int | None  # the host entry's gpus = N
+    quick: bool  # passive checks only
+    smi_timeout: float  # seconds nvidia-smi may take before its check fails
+    shm_dir: str  # where shared memory is mounted (default /dev/shm)
+
+
+class DoctorHistoryAnswer(TypedDict):
+    results: list[DoctorResult]  # newest first
+
+
+def doctor(agent: Caller, request: DoctorRequest, timeout: float = 300) -> DoctorResult:
+    """Passive checks, then (unless ``quick``) the active ones; the result is also stored on the host."""
+    return agent.call(DOCTOR, dict(request), timeout=timeout)  # type: ignore[return-value]
+
+
+def doctor_history(agent: Caller, remote_dir: str, limit: int = 10) -> DoctorHistoryAnswer:
+    return agent.call(DOCTOR_HISTORY, {"remote_dir": remote_dir, "limit": limit})  # type: ignore[return-value]
 
 
 # -- streaming verbs: the caller owns the process ---------------------------------------------------

@@ -59,7 +59,7 @@ def _imports(source: str) -> set[str]:
 def files() -> list[Path]:
     """Every file the bundle and the bootstrap are made from (a warm process that built them checks
     these for changes)."""
-    return sorted(path for package in PACKAGES for path in package_dir(package).glob("*.py"))
+    return sorted(path for package in PACKAGES for path in package_dir(package).rglob("*.py"))
 
 
 @functools.cache
@@ -67,13 +67,15 @@ def modules() -> tuple[tuple[str, bool, str], ...]:
     """``(module, is_package, source)`` of every module in the bundle, sorted by name: all of
     ``pippa_agent`` and the ``pippa_contract`` modules it imports (``verbs`` is the laptop's)."""
     found: dict[str, tuple[bool, str]] = {}
-    for path in files():
-        package = path.parent.name
-        if package == "pippa_agent" and path.name == BOOTSTRAP_FILE:
-            continue
-        is_package = path.stem == "__init__"
-        name = package if is_package else f"{package}.{path.stem}"
-        found[name] = (is_package, path.read_text(encoding="utf-8"))
+    for package in PACKAGES:
+        top = package_dir(package)
+        for path in sorted(top.rglob("*.py")):
+            if path == top / BOOTSTRAP_FILE and package == "pippa_agent":
+                continue
+            parts = [package, *path.relative_to(top).with_suffix("").parts]  # subpackages too
+            is_package = parts[-1] == "__init__"
+            name = ".".join(parts[:-1] if is_package else parts)
+            found[name] = (is_package, path.read_text(encoding="utf-8"))
     todo = [n for n in found if n.split(".")[0] == "pippa_agent"]
     keep = {"pippa_contract", *todo}
     while todo:
