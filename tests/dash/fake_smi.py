@@ -4,6 +4,9 @@ The capture (tests/fixtures/nvidia-smi/h100_load_query_gpu_full.csv, header incl
 the script; it answers any ``--query-gpu=`` field list from it (units dropped for ``nounits``) and
 repeats the sample every N seconds with ``-l N``, as the real tool does. ``gpus`` copies the captured
 GPU to more indices; ``stamp`` writes the print time into the uuid (the benchmark's latency probe).
+With ``xml`` (a path), ``-q -x`` prints that file, read at each call (the doctor's fixtures,
+tests/doctor/doctor_fixtures.py: a file saying ``HANG`` makes it hang, a missing one answers as a host whose
+driver is not loaded); with ``nvlink``, ``nvlink -s`` prints that file.
 """
 
 from __future__ import annotations
@@ -18,7 +21,22 @@ import csv, io, re, sys, time
 CAPTURE = {capture!r}
 GPUS = {gpus}
 STAMP = {stamp}
+XML, NVLINK = {xml!r}, {nvlink!r}
 args = sys.argv[1:]
+if XML and "-q" in args and "-x" in args:
+    try:
+        text = open(XML).read()
+    except OSError:
+        print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+              "Make sure that the latest NVIDIA driver is installed and running.")
+        sys.exit(9)
+    if text.startswith("HANG"):
+        time.sleep(3600)
+    sys.stdout.write(text)
+    sys.exit(0)
+if NVLINK and args[:2] == ["nvlink", "-s"]:
+    sys.stdout.write(open(NVLINK).read())
+    sys.exit(0)
 query = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), None)
 if query is None:
     print("fake nvidia-smi: only --query-gpu is replayed", file=sys.stderr)
@@ -56,6 +74,10 @@ while True:
 '''
 
 
-def script(gpus: int = 1, stamp: bool = False, python: str = sys.executable) -> str:
+def script(
+    gpus: int = 1, stamp: bool = False, python: str = sys.executable, xml: str | None = None,
+    nvlink: str | None = None,
+) -> str:  # fmt: skip
     """The fake's text; on a test host pass the host's ``python`` (one its user can run)."""
-    return _SCRIPT.format(python=python, capture=CAPTURE.read_text(), gpus=gpus, stamp=stamp)
+    return _SCRIPT.format(python=python, capture=CAPTURE.read_text(), gpus=gpus, stamp=stamp, xml=xml,
+                          nvlink=nvlink)  # fmt: skip
