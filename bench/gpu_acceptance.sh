@@ -86,7 +86,7 @@ else
 fi
 
 # 2. the doctor itself, as a user runs it (no install: python3 -m pippa_ops)
-step doctor 240 bash -c "'$PY' -m pippa_ops doctor local --json > '$OUT/doctor.json'; rc=\$?; \
+step doctor 180 bash -c "'$PY' -m pippa_ops doctor local --json > '$OUT/doctor.json'; rc=\$?; \
   '$PY' -c 'import json,sys; r=json.load(open(sys.argv[1]))[0]; print(\"verdict\", r[\"verdict\"], \
   [c[\"check\"]+\"=\"+c[\"status\"] for c in r[\"checks\"] if c[\"status\"] in (\"fail\",\"warn\")])' '$OUT/doctor.json'; \
   [ \$rc -le 1 ]"
@@ -94,8 +94,8 @@ step doctor_quick 60 bash -c "'$PY' -m pippa_ops doctor local --quick > '$OUT/do
 
 # 3. the active checks' raw figures, and their overhead against a bare matmul loop
 if [ "$have_gpu" = 1 ]; then
-  step active 180 bash -c "'$PY' -m training_core.doctor_active --seconds 4 | tee '$OUT/doctor_active.json'"
-  step gemm_overhead 120 bash -c "'$PY' bench/bench_doctor.py --gemm --json '$OUT/gemm_overhead.json'"
+  step active 150 bash -c "'$PY' -m training_core.doctor_active --seconds 2 | tee '$OUT/doctor_active.json'"
+  step gemm_overhead 90 bash -c "'$PY' bench/bench_doctor.py --gemm --json '$OUT/gemm_overhead.json'"
 else
   step active 180 bash -c "'$PY' -m training_core.doctor_active --cpu --seconds 0.2 | tee '$OUT/doctor_active.json'"
   step gemm_overhead 120 bash -c "'$PY' bench/bench_doctor.py --gemm --cpu --json '$OUT/gemm_overhead.json'"
@@ -103,13 +103,13 @@ fi
 
 # 4. training-side GPU checks
 if [ "$have_gpu" = 1 ]; then
-  step pytest_gpu 240 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/training/test_gpu.py tests/doctor/test_doctor_gpu.py
-  step bf16_train 150 bash -c "'$PY' -m training_core.train tiny --run-dir '$OUT/bf16_run' --set train.max_steps=5 \
+  step pytest_gpu 300 "$PY" -m pytest -q -s -m gpu -p no:cacheprovider tests/training/test_gpu.py tests/doctor/test_doctor_gpu.py
+  step bf16_train 120 bash -c "'$PY' -m training_core.train tiny --run-dir '$OUT/bf16_run' --set train.max_steps=5 \
     --set eval.interval=5 --set checkpoint.every=0 --set model.precision=bf16 > /dev/null \
     && '$PY' -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; \
     print(\"precision\", r[0][\"config\"][\"config\"][\"model\"][\"precision\"], \"status\", r[-1].get(\"status\"))' \
     '$OUT/bf16_run/metrics.jsonl'"
-  step mfu 240 bash -c "'$PY' bench/bench_max_gpu.py --steps 4 --warmup 1 | tee '$OUT/bench_max_gpu.txt' | tail -n 3"
+  step mfu 200 bash -c "'$PY' bench/bench_max_gpu.py --steps 3 --warmup 1 | tee '$OUT/bench_max_gpu.txt' | tail -n 3"
 else
   step pytest_gpu 120 "$PY" -m pytest -q -m gpu --collect-only -p no:cacheprovider tests/training/test_gpu.py tests/doctor/test_doctor_gpu.py
   skip bf16_train "needs CUDA (dry mode)"
