@@ -72,7 +72,8 @@ def measure(python: list[str], remote_dir: str, env: dict[str, str], seconds: fl
     exe = python[0]
     exe = host_path(exe) if exe.startswith("~") else exe
     argv = [exe, *python[1:], "-m", ACTIVE_MODULE, "--seconds", str(seconds)]
-    p = run(argv, timeout=ACTIVE_TIMEOUT_S, env={**env, "PYTHONPATH": cwd}, cwd=cwd)
+    path = os.pathsep.join(p for p in (cwd, env.get("PYTHONPATH")) if p)  # the training code first
+    p = run(argv, timeout=ACTIVE_TIMEOUT_S, env={**env, "PYTHONPATH": path}, cwd=cwd)
     if p.returncode == 124:
         return {"error": f"the active checks did not finish in {ACTIVE_TIMEOUT_S:.0f}s: a GPU or NCCL hangs"}
     lines = p.stdout.decode(errors="replace").strip().splitlines()
