@@ -199,6 +199,9 @@ def run_cmd(
         typer.Option("--backoff", help="First wait before a retry (doubles, capped at 10m). Default 30s.",
                      show_default=False),
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Start even where the last `pippa doctor` verdict is fail.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start recipes (one after another) or a command in a named tmux session on a host."""
@@ -225,6 +228,12 @@ def run_cmd(
         return
     spec, transport = connect(host or default_host())
     with transport:
+        from pippa_contract.verbs import Caller
+        from pippa_ops.runs.health import preflight
+
+        def check(agent: Caller) -> None:
+            preflight(spec, agent, gpus, force, lambda line: typer.echo(line, err=True))
+
         result = launch(
             spec,
             transport,
@@ -236,6 +245,7 @@ def run_cmd(
             gap_s=gap,
             nodes=nodes,
             restart=restart,
+            preflight=check,
         )
         if as_json:
             emit_json(

@@ -6,7 +6,8 @@ repeats the sample every N seconds with ``-l N``, as the real tool does. ``gpus`
 GPU to more indices; ``stamp`` writes the print time into the uuid (the benchmark's latency probe).
 With ``xml`` (a path), ``-q -x`` prints that file, read at each call (the doctor's fixtures,
 tests/doctor/doctor_fixtures.py: a file saying ``HANG`` makes it hang, a missing one answers as a host whose
-driver is not loaded); with ``nvlink``, ``nvlink -s`` prints that file.
+driver is not loaded); with ``nvlink``, ``nvlink -s`` prints that file; with ``apps`` (a capture of
+``--query-compute-apps`` with its header), the compute-process query answers from it.
 """
 
 from __future__ import annotations
@@ -21,8 +22,19 @@ import csv, io, re, sys, time
 CAPTURE = {capture!r}
 GPUS = {gpus}
 STAMP = {stamp}
-XML, NVLINK = {xml!r}, {nvlink!r}
+XML, NVLINK, APPS = {xml!r}, {nvlink!r}, {apps!r}
 args = sys.argv[1:]
+apps_query = next((a.split("=", 1)[1] for a in args if a.startswith("--query-compute-apps=")), None)
+if APPS and apps_query is not None:
+    rows = list(csv.reader(io.StringIO(open(APPS).read()), skipinitialspace=True))
+    alias = {{"used_memory": "used_gpu_memory"}}
+    heads = [re.sub(r"\s*\[[^\]]*\]$", "", h.strip()) for h in rows[0]]
+    for row in rows[1:]:
+        cells = dict(zip(heads, row))
+        out = [cells.get(alias.get(f, f), "[N/A]") for f in apps_query.split(",")]
+        out = [v.split()[0] if "nounits" in " ".join(args) and v.endswith(" MiB") else v for v in out]
+        print(", ".join(out))
+    sys.exit(0)
 if XML and "-q" in args and "-x" in args:
     try:
         text = open(XML).read()
@@ -76,8 +88,8 @@ while True:
 
 def script(
     gpus: int = 1, stamp: bool = False, python: str = sys.executable, xml: str | None = None,
-    nvlink: str | None = None,
+    nvlink: str | None = None, apps: str | None = None,
 ) -> str:  # fmt: skip
     """The fake's text; on a test host pass the host's ``python`` (one its user can run)."""
     return _SCRIPT.format(python=python, capture=CAPTURE.read_text(), gpus=gpus, stamp=stamp, xml=xml,
-                          nvlink=nvlink)  # fmt: skip
+                          nvlink=nvlink, apps=apps)  # fmt: skip

@@ -198,7 +198,7 @@ exit 0
 """
 
 
-def install_fakes(h: Any, case: Case) -> Path:
+def install_fakes(h: Any, case: Case, apps: str | None = None) -> Path:
     """Write ``case`` onto test host ``h`` (an sshd.SSHHost): its ~/fake files, the fake tools in ~/bin,
     and the fake torch in ~/fake/site (put it on PYTHONPATH through the host entry's env). Returns ~/fake."""
     fake = h.home / "fake"
@@ -228,7 +228,7 @@ def install_fakes(h: Any, case: Case) -> Path:
         h.install_bin(
             "nvidia-smi",
             fake_smi.script(
-                gpus=8, python=h.python, xml=str(fake / "smi.xml"), nvlink=str(fake / "nvlink.txt")
+                gpus=8, python=h.python, xml=str(fake / "smi.xml"), nvlink=str(fake / "nvlink.txt"), apps=apps
             ),
         )
     h.install_bin("dmesg", FAKE_DMESG)
