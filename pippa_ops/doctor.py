@@ -65,6 +65,28 @@ def last_result(spec: HostSpec, transport: Transport) -> DoctorResult | None:
     return found[0] if found else None
 
 
+def last_summary(spec: HostSpec, transport: Transport) -> dict[str, object] | None:
+    """``{"verdict", "time", "failed"}`` of the host's newest doctor result (`pippa hosts`), or None:
+    none stored, or the host cannot say (an old agent, a remote_dir it cannot read)."""
+    try:
+        res = last_result(spec, transport)
+    except PippaError:
+        return None
+    if res is None:
+        return None
+    bad = sorted({str(c.get("check")) for c in failed(res)})
+    return {"verdict": res.get("verdict"), "time": res.get("time"), "failed": bad}
+
+
+def summary_text(summary: dict[str, object], now: float | None = None) -> str:
+    """``doctor fail (xid, ecc) 3h ago``: a host's last verdict for `pippa hosts`."""
+    failed_names = summary.get("failed") or []
+    bad = f" ({', '.join(map(str, failed_names))})" if isinstance(failed_names, list) and failed_names else ""
+    stamp = summary.get("time")
+    ago = age((now or time.time()) - stamp) if isinstance(stamp, (int, float)) else "?"
+    return f"doctor {summary.get('verdict')}{bad} {ago} ago"
+
+
 @dataclass(frozen=True)
 class Refusal:
     """Why `pippa run` will not start on a host: its recent doctor verdict was fail."""

@@ -67,6 +67,11 @@ def test_doctor_prints_a_table_per_host_and_one_line_for_each_odd_host(client_en
     bad = [(c["check"], c["status"], c["gpu"]) for c in results[1]["checks"] if c["status"] != "ok"]
     assert bad == [("xid", "fail", 3)]
 
+    p = pippa(client_env.env, repo, "hosts")  # each host's last verdict and its age
+    rows = {line.split()[0]: line for line in p.stdout.splitlines() if line.split()}
+    assert "doctor ok " in rows[h1.name] and "doctor fail (xid) " in rows[h2.name] and " ago" in rows[h2.name]
+    assert "doctor" not in rows[h3.name]
+
     p = pippa(client_env.env, repo, "doctor", "--history", h2.name)
     assert p.returncode == 0 and "fail (quick)" in p.stdout and "xid" in p.stdout
 
