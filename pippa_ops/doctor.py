@@ -14,7 +14,6 @@ from pippa_contract.doctor import FAIL, FAIL_MAX_AGE_S, DoctorResult, failed
 from pippa_ops.errors import PippaError, UsageError
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.precheck import python_argv
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 
@@ -24,6 +23,8 @@ FULL_TIMEOUT_S = 400.0  # the active checks' own bound (150 s) plus the passive 
 
 def training_python(spec: HostSpec) -> list[str]:
     """The host's training python; for ``local`` without a .venv, the python running pippa."""
+    from pippa_ops.runs.precheck import python_argv  # its imports (run listing) only where asked
+
     argv = python_argv(spec.python, spec.remote_dir)
     if spec.is_local and not spec.python and not os.path.exists(argv[0]):
         return [sys.executable]
