@@ -114,3 +114,22 @@ def test_run_is_refused_only_for_a_fail_under_a_day_old() -> None:
         summary_text({"verdict": "fail", "failed": ["xid"], "time": 0.0}, now=120.0)
         == "doctor fail (xid) 2m ago"
     )
+
+
+def test_the_health_watch_alerts_once_per_new_xid_or_ecc_error_during_a_run() -> None:
+    from pippa_agent.doctor.watch import GpuHealthWatch
+
+    gpus = [{"index": 5, "bus_id": "00000000:AB:00.0", "uuid": "u5", "ecc_uncorrected_volatile": 0}]
+    old = "[  10.000000] NVRM: Xid (PCI:0000:ab:00): 31, pid=9, MMU Fault"
+    new = "[ 500.000000] NVRM: Xid (PCI:0000:ab:00): 79, pid=9, GPU has fallen off the bus."
+    w = GpuHealthWatch()
+    assert w.sample(["boot", old], gpus, "tiny-a3f9", boot=0.0) == []  # the baseline: never an alert
+    (alert,) = w.sample(["boot", old, new], gpus, "tiny-a3f9", boot=0.0)
+    assert alert[0] == "GPU 5" and alert[1].startswith("GPU 5: Xid 79 (fallen off the bus) at ")
+    assert alert[1].endswith(" during run tiny-a3f9")
+    assert w.sample(["boot", old, new], gpus, "tiny-a3f9", boot=0.0) == []  # the same line: once
+    later = "[ 900.000000] NVRM: Xid (PCI:0000:ab:00): 48, pid=9, DBE"
+    assert w.sample(["boot", old, new, later], gpus, None) == []  # no run active: no alert
+    worse = [dict(gpus[0], ecc_uncorrected_volatile=2)]
+    (ecc,) = w.sample(["boot", old, new, later], worse, "tiny-a3f9")
+    assert ecc[1].startswith("GPU 5: 2 new uncorrectable ECC error(s) at ")
