@@ -67,7 +67,8 @@ class GpuHealthWatch:
                                f"error(s) at {time.strftime('%H:%M')}{during}"))  # fmt: skip
             self.ecc[key] = unc
             if g.get("remap_failure") == "Yes" and key not in self.remap_failed:
-                why = f"a row remapping failed at {time.strftime('%H:%M')}{during}: its memory cannot be repaired"
+                at = time.strftime("%H:%M")
+                why = f"a row remapping failed at {at}{during}: its memory cannot be repaired"
                 if run is not None:
                     alerts.append((f"GPU {g['index']}", f"GPU {g['index']}: {why}"))
                 self.remap_failed.add(key)
