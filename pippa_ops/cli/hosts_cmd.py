@@ -155,7 +155,7 @@ def render_up(r: UpReport) -> None:
         table.add_row(key, escape(value))
     console().print(table)
     if r.health is not None:
-        from pippa_ops.cli.doctor_cmd import verdict_line
+        from pippa_ops.cli.doctor_view import verdict_line
 
         for c in r.health.get("checks") or []:  # type: ignore[attr-defined]
             if c.get("status") in ("fail", "warn"):
