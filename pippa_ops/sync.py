@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
@@ -163,7 +163,7 @@ class Listing:
     zstd: bool  # the host can unpack zstd
 
 
-def parse_listing(answer: dict[str, object]) -> Listing:
+def parse_listing(answer: Mapping[str, object]) -> Listing:
     """The agent's ``sync_list`` answer: ``{"zstd": bool, "files": [[name, size, mtime], ...]}``."""
     rows = answer.get("files")
     files = {str(n): FileStat(int(size), int(mt)) for n, size, mt in (rows if isinstance(rows, list) else [])}
@@ -311,9 +311,11 @@ def sync(
         else:
             verbs.sync_marker(agent, remote_dir, marker)
         return _finish(result, 0, t0)
-    args: dict[str, object] = {"remote_dir": remote_dir, "send": todo.send, "delete": todo.delete}
-    args.update(marker=marker, zstd=zstd)
-    with verbs.sync_apply(agent, args) as proc:
+    request: verbs.SyncApplyRequest = {
+        "remote_dir": remote_dir, "send": todo.send, "delete": todo.delete, "marker": marker,
+        "zstd": zstd,
+    }  # fmt: skip
+    with verbs.sync_apply(agent, request) as proc:
         try:
             sent_bytes = _send_stream(repo, todo.send, proc.write, progress, zstd)
         except BaseException:

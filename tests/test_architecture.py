@@ -136,3 +136,69 @@ def test_one_module_decides_the_method() -> None:
             if isinstance(left, ast.Attribute) and left.attr == "method":
                 bad.append(f"{path.relative_to(ROOT.parent)}:{left.lineno}")
     assert bad == []
+
+
+# -- run files are named by pippa_contract.rundir alone ---------------------------------------------
+REPO = ROOT.parent
+RUN_FILE_NAMES = ("run.json", "cmd.sh", "output.log", "metrics.jsonl", "metrics.superseded.jsonl",
+                  "job.sbatch", "supervise.py", "attempts.json", "accelerate.yaml", "vllm.log")  # fmt: skip
+# Names that are also ordinary words (a JSON key "started", a sort key): a literal counts only as a path
+# part (``d / "exit_code"``, ``os.path.join(d, "exit_code")``, ``"x/exit_code"``).
+RUN_FILE_WORDS = ("exit_code", "exit_code.tmp", "stop_requested", "started", "tmux_session", "slurm_job",
+                  "checkpoints", ".staging")  # fmt: skip
+# Files being moved or split right now by other work (issue 31, items 1 and 3); each leaves this list
+# when its new home reads the names from pippa_contract.
+RUN_FILE_LITERALS_ALLOWED = {
+    "pippa_ops/runs/supervise.py",  # moves into pippa_agent/supervise/
+    "pippa_ops/alerts/hostalerts.py",  # moves into pippa_agent/alerts/
+    "pippa_ops/provision/boot.py",  # the @reboot line's supervisor path; becomes the bundle's zipapp
+    "pippa_ops/cli/run_cmd.py",  # split; log location moves under runs/
+}
+
+
+def run_file_literals(source: str) -> list[tuple[int, str]]:
+    """String literals in ``source`` that name a run-directory file (docstrings and comments aside)."""
+    tree = ast.parse(source)
+    parent = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+    docs = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)
+    }  # fmt: skip
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in docs:
+            continue
+        text, up = node.value, parent.get(id(node))
+        parts = [p for p in text.split("/") if p]
+        if "/" in text:
+            hit = any(p in RUN_FILE_NAMES or p in RUN_FILE_WORDS for p in parts)
+        elif text in RUN_FILE_NAMES:
+            hit = True
+        else:
+            call = getattr(up, "func", None)
+            hit = text in RUN_FILE_WORDS and (
+                (isinstance(up, ast.BinOp) and isinstance(up.op, ast.Div))
+                or (isinstance(up, ast.Call) and getattr(call, "attr", getattr(call, "id", "")) == "join")
+            )
+        if hit:
+            found.append((node.lineno, text))
+    return found
+
+
+def test_no_run_file_name_is_written_outside_the_contract() -> None:
+    bad = [
+        f"{rel}:{line} {text!r}"
+        for package in ("pippa_ops", "pippa_agent", "training_core")
+        for path in sorted((REPO / package).rglob("*.py"))
+        if (rel := str(path.relative_to(REPO))) not in RUN_FILE_LITERALS_ALLOWED
+        for line, text in run_file_literals(path.read_text())
+    ]
+    assert bad == [], "name run files through pippa_contract.rundir (RunDir, its constants)"
+
+
+def test_the_run_file_rule_sees_paths_and_not_json_keys() -> None:
+    source = 'a = d / "exit_code"\nb = os.path.join(d, "started")\nc = f"{d}/output.log"\nd = "run.json"\n'
+    assert sorted(line for line, _ in run_file_literals(source)) == [1, 2, 3, 4]
+    assert run_file_literals('x = {"exit_code": 1, "started": 2}\ny = r.get("stop_requested")\n') == []

@@ -1,21 +1,20 @@
-"""The run directory's layout (docs/CONTRACTS.md), named in this one module so the shared contract
-package can replace it: ``<run-dir>/metrics.jsonl`` (the run's record), ``metrics.superseded.jsonl``
-(lines a resume redid), ``checkpoints/checkpoint-<step>`` directories, each renamed into place from
-``checkpoints/.staging`` once complete, and the launcher's ``accelerate.yaml`` and ``vllm.log``.
-The run id is the directory's name (pippa_contract.names). Torch-free."""
+"""The run directory's layout as the trainer uses it, as ``Path``s: the names are the contract's
+(``pippa_contract.rundir``, docs/CONTRACTS.md): ``<run-dir>/metrics.jsonl`` (the run's record),
+``metrics.superseded.jsonl`` (lines a resume redid), ``checkpoints/checkpoint-<step>`` directories,
+each renamed into place from ``checkpoints/.staging`` once complete, and the launcher's
+``accelerate.yaml`` and ``vllm.log``. The run id is the directory's name (pippa_contract.names).
+Torch-free."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-METRICS = "metrics.jsonl"
-SUPERSEDED = "metrics.superseded.jsonl"
-CHECKPOINTS = "checkpoints"
-STAGING = ".staging"  # inside checkpoints/: where a checkpoint is written before its rename into place
-ACCELERATE_CONFIG = "accelerate.yaml"
-VLLM_LOG = "vllm.log"
-CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+from pippa_contract.rundir import CHECKPOINTS as CHECKPOINTS
+from pippa_contract.rundir import METRICS as METRICS
+from pippa_contract.rundir import STAGING as STAGING
+from pippa_contract.rundir import SUPERSEDED as SUPERSEDED
+from pippa_contract.rundir import checkpoint_name as checkpoint_name
+from pippa_contract.rundir import checkpoint_step
 
 
 def metrics_path(run_dir: Path) -> Path:
@@ -26,15 +25,11 @@ def checkpoints_dir(run_dir: Path) -> Path:
     return run_dir / CHECKPOINTS
 
 
-def checkpoint_name(step: int) -> str:
-    return f"checkpoint-{step}"
-
-
 def checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
     """Complete checkpoints, oldest first (staging directories are never listed)."""
     if not ckpt_dir.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := CKPT_RE.match(p.name)) and p.is_dir()]
+    found = [(s, p) for p in ckpt_dir.iterdir() if (s := checkpoint_step(p.name)) is not None and p.is_dir()]
     return sorted(found)
 
 
