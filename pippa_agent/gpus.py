@@ -7,7 +7,7 @@ from pippa_agent.host import AgentError, ErrorKind, run, which
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pippa_contract.verbs import GpuReportAnswer, GpuReportRequest
+    from pippa_contract.messages import GpuReportAnswer, GpuReportRequest
 
 NVIDIA_SMI = "nvidia-smi"
 

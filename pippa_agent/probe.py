@@ -12,7 +12,7 @@ from pippa_agent.host import AgentError, ErrorKind, host_path, last_line, run, t
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pippa_contract.verbs import (
+    from pippa_contract.messages import (
         CheckPythonAnswer,
         CheckPythonRequest,
         Empty,

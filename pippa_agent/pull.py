@@ -13,7 +13,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from pippa_contract.verbs import PullManifest, PullRequest
+    from pippa_contract.messages import PullManifest, PullRequest
 
 
 

@@ -26,7 +26,7 @@ from pippa_contract.runfacts import run_facts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pippa_contract.verbs import (
+    from pippa_contract.messages import (
         LaunchAnswer,
         LaunchRequest,
         ListRunsAnswer,

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 JSON, STREAM = "json", "stream"  # a JSON verb answers one line; a stream verb writes its own output
 # verb -> (module of pippa_agent, handler, JSON or STREAM). Each handler takes the verb's request type
-# and returns its answer type (pippa_contract.verbs.VERB_TYPES; tests/contract/test_verbs.py checks
+# and returns its answer type (pippa_contract.messages.VERB_TYPES; tests/contract/test_verbs.py checks
 # every row). The handlers are imported by name on first use, so a request pays only for its own
 # module; the TYPE_CHECKING block below imports each one for a reader, an IDE and mypy.
 VERBS = {

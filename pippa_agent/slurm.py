@@ -27,7 +27,7 @@ from pippa_contract.states import SLURM_ACTIVE
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pippa_agent.host import Answer
-    from pippa_contract.verbs import (
+    from pippa_contract.messages import (
         SlurmStopAnswer,
         SlurmStopRequest,
         SlurmSubmitAnswer,

@@ -10,7 +10,13 @@ from pippa_agent.host import host_path, tmux, write_out
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pippa_contract.verbs import FollowRequest, ListRunsRequest, ReadRequest, ReadRunHead, ReadRunRequest
+    from pippa_contract.messages import (
+        FollowRequest,
+        ListRunsRequest,
+        ReadRequest,
+        ReadRunHead,
+        ReadRunRequest,
+    )
 
 
 def read(req: ReadRequest) -> None:

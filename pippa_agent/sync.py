@@ -21,7 +21,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from pippa_contract.verbs import (
+    from pippa_contract.messages import (
         Empty,
         RemoteDirRequest,
         SyncApplyAnswer,

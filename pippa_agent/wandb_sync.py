@@ -9,7 +9,7 @@ from pippa_contract.secrets import parse_secrets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pippa_contract.verbs import WandbSyncAnswer, WandbSyncRequest
+    from pippa_contract.messages import WandbSyncAnswer, WandbSyncRequest
 
 
 def secrets_env(path: str) -> dict[str, str]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
-from pippa_contract import verbs
+from pippa_contract import messages, verbs
 from pippa_ops.errors import RemoteCommandFailed, UsageError
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.transport import agent_client
@@ -311,7 +311,7 @@ def sync(
         else:
             verbs.sync_marker(agent, remote_dir, marker)
         return _finish(result, 0, t0)
-    request: verbs.SyncApplyRequest = {
+    request: messages.SyncApplyRequest = {
         "remote_dir": remote_dir, "send": todo.send, "delete": todo.delete, "marker": marker,
         "zstd": zstd,
     }  # fmt: skip

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pippa_contract import verbs
+from pippa_contract import messages
 from pippa_contract.names import new_run_id
 from pippa_contract.rundir import RunDir
 from pippa_ops.errors import BadSetting, NotResumable, RunStillActive
@@ -156,7 +156,7 @@ def launch_group(
             info = sync_for_launch(spec, transport, marker, agent) if sync else None
             check_python(spec, host_python(spec), agent)
             sync_info = sync_info or info
-            runs: list[verbs.LaunchRun] = [{
+            runs: list[messages.LaunchRun] = [{
                 "run_id": run_id,
                 "run_json": run_json(job, session=session, host=spec.name, started=now, sync=info,
                                      sweep_index=0, sweep_size=1, hosts=names, machine_rank=rank),

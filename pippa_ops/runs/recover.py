@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from pippa_contract import verbs
+from pippa_contract import messages, verbs
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.listing import RunRecord, list_runs
 from pippa_ops.runs.restart import supervisor_source
@@ -66,7 +66,7 @@ def recover(spec: HostSpec, transport: Transport) -> RecoverResult:
                 skipped.append((run.run_id, why))
                 continue
             job = Job(run_id=run.run_id, recipe=run.recipe, command=run.command, argv=None)
-            runs: list[verbs.LaunchRun] = [{
+            runs: list[messages.LaunchRun] = [{
                 "run_id": run.run_id,
                 "resume": True,
                 "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env, supervised=True),

@@ -23,7 +23,7 @@ BOOTSTRAP_FILE = "bootstrap.py"  # in pippa_agent; sent as the command line, not
 _SHA_LINE = 'BUNDLE_SHA = ""'
 # Imported by the agent only under TYPE_CHECKING (its handlers' request and answer types): the laptop's
 # module, left out of the bundle so every agent start does not load it.
-ANNOTATION_ONLY = frozenset({"pippa_contract.verbs"})
+ANNOTATION_ONLY = frozenset({"pippa_contract.messages"})
 
 
 def package_dir(name: str) -> Path:
