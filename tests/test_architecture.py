@@ -106,10 +106,34 @@ def test_the_cycle_check_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_no_training_core_file_is_over_400_lines() -> None:
-    long = {str(p.relative_to(ROOT.parent)): n for p in _modules().values()
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}  # fmt: skip
+PACKAGES = ("pippa_ops", "pippa_agent", "pippa_contract", "training_core")
+# Files over the limit that other work is splitting right now (issue 31: items 1, 3 and 4); each leaves
+# this list with the change that splits or moves it.
+OVER_400_ALLOWED = {
+    "pippa_ops/runs/supervise.py",  # moves into pippa_agent/supervise/, split by concern
+    "pippa_ops/alerts/hostalerts.py",  # moves into pippa_agent/alerts/, split by concern
+    "pippa_ops/cli/run_cmd.py",  # split: options and rendering only, the rest under runs/
+    "pippa_ops/transport/keeper.py",  # split into server, relay and connection pool
+    "pippa_ops/transport/keeper_client.py",  # a KeeperClient object instead of module state
+}
+
+
+def test_no_production_file_is_over_400_lines() -> None:
+    long = {
+        rel: n
+        for package in PACKAGES
+        for p in sorted((ROOT.parent / package).rglob("*.py"))
+        if (rel := str(p.relative_to(ROOT.parent))) not in OVER_400_ALLOWED
+        and (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert long == {}
+
+
+def test_the_size_allowlist_names_only_files_still_over_the_limit() -> None:
+    """A file that was split leaves the list, so the list stays the debt it says it is."""
+    paths = {rel: ROOT.parent / rel for rel in OVER_400_ALLOWED}
+    done = sorted(r for r, p in paths.items() if not p.exists() or len(p.read_text().splitlines()) <= MAX_LINES)
+    assert done == [], "remove from OVER_400_ALLOWED"
 
 
 

@@ -84,7 +84,7 @@ def recipe_job(
 
 def resume_job(run_id: str, recipe: str, command: str) -> Job:
     """The recorded trainer line of a recipe run, with ``--resume``: it continues from the run
-    directory's newest checkpoint into the same metrics file (training_core.lifecycle)."""
+    directory's newest checkpoint into the same metrics file (training_core.run.lifecycle)."""
     return Job(run_id=run_id, recipe=recipe, command=f"{command} --resume", argv=None)
 
 
