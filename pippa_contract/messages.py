@@ -1,7 +1,8 @@
 """The agent's messages: each verb's request and answer as a ``TypedDict``, and ``VERB_TYPES``, the
 table that ties them to the verb. The laptop's functions (``pippa_contract.verbs``) build the one and
 return the other; the agent's handlers (``pippa_agent.serve.VERBS``) are annotated with both, importing
-this module only under ``TYPE_CHECKING`` (it is not in the host bundle: the agent never loads it)."""
+this module only under ``TYPE_CHECKING`` (it is not in the host bundle: the agent never loads it), and
+so do the laptop's modules: building these classes would cost every cold command ~1.4 ms of CPU."""
 
 from __future__ import annotations
 

@@ -26,14 +26,17 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from pippa_contract import messages, verbs
+from pippa_contract import verbs
 from pippa_ops.errors import RemoteCommandFailed, UsageError
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport, read_to_end
 from pippa_ops.transport.shell import sh_path
+
+if TYPE_CHECKING:  # the verbs' message types, for annotations only
+    from pippa_contract import messages
 
 PROTECTED_TOP = (".pippa", "runs", ".venv")  # never sent, changed or deleted on the host
 IGNORE_FILE = ".pippaignore"

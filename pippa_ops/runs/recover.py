@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pippa_contract import messages, verbs
+from pippa_contract import verbs
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.listing import RunRecord, list_runs
 from pippa_ops.runs.restart import supervisor_source
@@ -21,6 +22,9 @@ from pippa_ops.runs.schedulers import launch_request
 from pippa_ops.runs.script import Job, render_cmd_sh
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
+
+if TYPE_CHECKING:  # the verbs' message types, for annotations only
+    from pippa_contract import messages
 
 
 @dataclass(frozen=True)

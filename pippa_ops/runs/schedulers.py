@@ -11,9 +11,9 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from pippa_contract import messages, verbs
+from pippa_contract import verbs
 from pippa_ops.errors import BadSetting, SessionExists
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.hosts.scheduler import SlurmSpec
@@ -29,6 +29,9 @@ from pippa_ops.sync import sync as sync_repo
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import validate_session
+
+if TYPE_CHECKING:  # the verbs' message types, for annotations only
+    from pippa_contract import messages
 
 SyncInfo = dict[str, object]
 

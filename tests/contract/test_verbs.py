@@ -51,7 +51,7 @@ def test_the_laptops_function_builds_the_request_type_and_reads_the_answer_type(
     request, answer = messages.VERB_TYPES[verb]
     source = inspect.getsource(getattr(verbs, verb))
     assert _type_name(request) in source
-    if answer is not None and verb not in (wire.READ_RUN, wire.PULL):  # a stream's head is read by its caller
+    if answer not in (None, messages.Empty) and verb not in (wire.READ_RUN, wire.PULL):  # heads: the caller's
         assert _type_name(answer) in source
 
 
