@@ -18,6 +18,7 @@ from pippa_contract.wire import (
     INSTALL_BWRAP,
     INSTALL_UV,
     LAUNCH,
+    LINK_PROGRAM,
     LIST_RUNS,
     PROBE,
     PULL,
@@ -53,7 +54,6 @@ class LaunchRun(TypedDict, total=False):
     run_id: str
     run_json: str  # run.json's text; absent when resume: the run keeps its run.json
     cmd_sh: str
-    supervisor: str | None  # supervise.py's source for a run with a restart policy
     resume: bool
 
 
@@ -65,6 +65,7 @@ class LaunchRequest(TypedDict, total=False):
     replace: bool
     stamp: float
     sync_marker: dict[str, Any] | None
+    program: str  # the bundle's sha: each run links RUN_DIR/agent.pyz to that host program
 
 
 class SlurmSubmitRequest(TypedDict, total=False):
@@ -73,6 +74,7 @@ class SlurmSubmitRequest(TypedDict, total=False):
     run_json: str  # run.json's text
     script: str
     sync_marker: dict[str, Any] | None
+    program: str  # the bundle's sha: each run links RUN_DIR/agent.pyz to that host program
     resume: bool
     stamp: float
 
@@ -82,8 +84,6 @@ class ListRunsAnswer(TypedDict, total=False):
     now: float
     sessions: str  # tmux list-sessions text
     runs: list[dict[str, Any]]  # run facts (pippa_contract.runfacts)
-
-
 
 
 class LaunchAnswer(TypedDict):
@@ -196,6 +196,11 @@ def write_file(agent: Caller, path: str, text: str, mode: int | None = None) -> 
     if mode is not None:
         args["mode"] = mode
     agent.call(WRITE_FILE, args)
+
+
+def link_program(agent: Caller, path: str, sha: str, pin: str) -> None:
+    """Make ``path`` a link to the host program of bundle ``sha``, kept by the cache under ``pin``."""
+    agent.call(LINK_PROGRAM, {"path": path, "sha": sha, "pin": pin})
 
 
 def check_python(

@@ -17,11 +17,12 @@ import pytest
 import webhook
 from argv_scan import watching_argv
 from conftest import PIPPA
+from hostprogram import install
 
 pytestmark = pytest.mark.ssh
 
 TOKEN = "tok-5e1f0c7a9d"  # the secret part of the webhook URL
-PROG = ".config/pippa/alerts/hostalerts.py"
+PROG = ".config/pippa/alerts/agent.pyz"  # the host program, as `pippa up` links it for the alerts
 FAKE_SMI = """#!/bin/sh
 # two GPUs whose utilization is the number in ~/gpu-util
 case "$1" in
@@ -71,7 +72,7 @@ def restore_host() -> Iterator[Any]:
     yield use
     for h, saved in used.values():
         if (h.home / PROG).exists():
-            h.run_as_user(["python3", "-S", str(h.home / PROG), "watch-stop"])
+            h.run_as_user(["python3", "-S", "-I", str(h.home / PROG), "alerts", "watch-stop"])
         subprocess.run(["rm", "-rf", str(h.home / ".config" / "pippa" / "alerts"), str(h.home / "gpu-util")])
         f = h.home / ".config" / "pippa" / "secrets.env"
         if saved is None:
@@ -191,7 +192,9 @@ def test_no_message_at_all_when_alerts_are_not_configured(
     run_dir = h.home / "pippa" / "runs" / started(run.stdout)
     wait_until(lambda: (run_dir / "exit_code").exists())
     # the same call the run's end made, in the foreground: it finds no target and sends nothing
-    event = h.run_as_user(["python3", "-S", str(h.home / PROG), "event", "--run-dir", str(run_dir)])
+    event = h.run_as_user(
+        ["python3", "-S", "-I", str(h.home / PROG), "alerts", "event", "--run-dir", str(run_dir)]
+    )
     assert json.loads(event.stdout) == {"sent": False, "configured": False}
     test = pippa(env, repo, "notify-test", h.name)
     assert test.returncode == 1 and "not configured" in test.stderr
@@ -354,7 +357,7 @@ def test_a_run_ending_on_a_nearly_full_disk_also_says_so(tmp_path, small_fs, hoo
     home = tmp_path / "home"
     alerts = home / ".config" / "pippa" / "alerts"
     alerts.mkdir(parents=True)
-    prog = Path(__file__).parents[2] / "pippa_ops" / "alerts" / "hostalerts.py"
+    prog = install(home)
     (alerts / "config.json").write_text(json.dumps({"host": "hx", "python": [sys.executable]}))
     (home / ".config" / "pippa" / "secrets.env").write_text(f"PIPPA_NOTIFY='{hook.url(TOKEN)}'\n")
     run_dir = small_fs / "runs" / "r-disk"
@@ -363,7 +366,8 @@ def test_a_run_ending_on_a_nearly_full_disk_also_says_so(tmp_path, small_fs, hoo
     (run_dir / "exit_code").write_text("0\n")
     (small_fs / "fill").write_bytes(b"\0" * (4 * 1024 * 1024 - 64 * 1024))  # leaves < 5% of 4 MiB
     env = {**os.environ, "HOME": str(home)}
-    p = subprocess.run(["python3", "-S", str(prog), "event", "--run-dir", str(run_dir)], env=env,
+    argv = ["python3", "-S", "-I", str(prog), "alerts", "event", "--run-dir", str(run_dir)]
+    p = subprocess.run(argv, env=env,
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert p.returncode == 0 and json.loads(p.stdout)["sent"] is True, p.stderr
     low = hook.wait_for(lambda x: x.fields.get("state") == "disk low")

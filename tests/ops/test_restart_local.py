@@ -62,7 +62,6 @@ class Local(test_runs_local.Local):
         return list(json.loads((self.repo / "runs" / run_id / "attempts.json").read_text())["attempts"])
 
 
-
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[Local]:
     repo = tmp_path / "proj"
@@ -187,8 +186,8 @@ def test_recovery_at_boot_resumes_a_lost_run_on_the_host_alone(local: Local) -> 
     local.tmux("kill-server")  # the reboot
     wait_for(lambda: local.record(run_id)["state"] == "lost")
     # what the @reboot line runs (pippa_ops.provision.boot), with no laptop involved
-    supervisor = local.repo / "runs" / run_id / "supervise.py"
-    argv = ["python3", "-S", "-I", str(supervisor), "--recover", str(local.repo)]
+    program = local.repo / "runs" / run_id / "agent.pyz"  # the host program the run started with
+    argv = ["python3", "-S", "-I", str(program), "recover", str(local.repo)]
     p = subprocess.run(argv, env=local.env, capture_output=True, text=True, timeout=30)
     assert p.returncode == 0 and json.loads(p.stdout) == {"resumed": [[run_id, "boot"]], "skipped": []}, p
     rec = local.wait_state(run_id, lambda r: r["state"] != "running")
