@@ -375,3 +375,54 @@ def test_a_run_ending_on_a_nearly_full_disk_also_says_so(tmp_path, small_fs, hoo
     assert low.fields["reason"].endswith(f"% free on the file system of {small_fs / 'runs'}")
     assert float(low.fields["reason"].split("%")[0]) < 5
     hook.wait_for(lambda x: x.fields.get("run") == "r-disk")
+
+
+PREVIOUS = Path(__file__).parents[1] / "fixtures" / "previous"  # files the previous version put on hosts
+
+
+def test_up_replaces_the_alerts_program_a_previous_up_installed_and_stops_its_watcher(
+    client_env, ssh_hosts, repo, hook, restore_host
+) -> None:
+    """Upgrade in place: the previous `pippa up` copied hostalerts.py to the host and started its idle
+    watcher; the next `pippa up` leaves neither running beside the host program, and a run the previous
+    version started still reaches PIPPA_NOTIFY at its end through the old path."""
+    h = restore_host(ssh_hosts[2])
+    env = client_env.env
+    h.install_bin("nvidia-smi", FAKE_SMI)
+    (h.home / "gpu-util").write_text("80\n")  # busy: the watchers alert nothing
+    alerts = h.home / ".config" / "pippa" / "alerts"
+    legacy = alerts / "hostalerts.py"
+    assert h.run_as_user(["mkdir", "-p", "-m", "700", str(alerts)]).returncode == 0
+    for name, text in (
+        ("hostalerts.py", (PREVIOUS / "hostalerts.py").read_text()),
+        ("config.json", json.dumps({"host": h.name, "idle_alert_s": 3600, "remote_dir": "~/pippa"})),
+    ):
+        (alerts / name).write_text(text)
+        os.chown(alerts / name, h.uid, -1)
+    started = h.run_as_user(["python3", "-S", str(legacy), "watch-ensure"])
+    old = json.loads(started.stdout)["watcher"]
+    assert isinstance(old, int), started
+
+    (repo / ".env").write_text(f"PIPPA_NOTIFY={hook.url(TOKEN)}\n")
+    configure(client_env, h.name, 'secrets = []\nidle_alert = "1h"\n')
+    up = pippa(env, repo, "up", h.name, "--json")
+    assert up.returncode == 0, up.stderr
+    new = json.loads(up.stdout)["alerts"]["watcher"]
+    wait_until(lambda: not Path(f"/proc/{old}").exists())
+    assert isinstance(new, int) and new != old
+    argv = Path(f"/proc/{new}/cmdline").read_bytes().split(b"\0")
+    assert argv[argv.index(b"alerts") - 1].endswith(b".pyz") and b"watch" in argv
+    assert "hostalerts" not in legacy.read_text().split("\n", 1)[1], "the previous program is gone"
+
+    run_dir = h.home / "runs-previous" / "r-previous"
+    run_dir.mkdir(parents=True)
+    try:
+        (run_dir / "run.json").write_text(json.dumps({"host": h.name, "command": "false"}))
+        (run_dir / "exit_code").write_text("1\n")
+        # the previous version's run-end line, as a run it started calls it
+        event = h.run_as_user(["python3", "-S", str(legacy), "event", "--run-dir", str(run_dir)])
+        assert json.loads(event.stdout)["sent"] is True, event
+        msg = hook.wait_for(lambda x: x.fields.get("run") == "r-previous")
+        assert msg.fields["state"] == "failed"
+    finally:
+        subprocess.run(["rm", "-rf", str(run_dir.parent)], check=True)
