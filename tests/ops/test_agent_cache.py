@@ -178,7 +178,8 @@ def test_the_cached_bundle_is_also_a_private_zipapp_that_runs_only_as_its_sha_sa
     assert ok.returncode == 0 and json.loads(ok.stdout) == {"resumed": [], "skipped": []}, ok.stderr
     request = json.dumps({"verb": "list_runs", "args": {"remote_dir": str(tmp_path)}}).encode()
     framed = b"%d\n" % len(request) + request
-    served = subprocess.run(["python3", "-S", "-I", str(pyz), "serve"], input=framed, capture_output=True, timeout=60)
+    serve = ["python3", "-S", "-I", str(pyz), "serve"]
+    served = subprocess.run(serve, input=framed, capture_output=True, timeout=60)
     assert served.returncode == 0 and json.loads(served.stdout)["runs"] == [], served.stderr
 
     os.chmod(pyz, 0o620)
