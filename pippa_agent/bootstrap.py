@@ -13,13 +13,9 @@ The cache, ``CACHE_DIR/agent-<sha>-<cache tag>.code``: sha256(BUNDLE_SHA + data)
 then data, the marshalled ``{module: (is_package, code)}``. It is used only when the directory is a
 real directory owned by the user with no group/other permission bits and the file a regular file
 owned by the user with none either, and its checksum line matches; anything else is replaced
-(written to a temporary name, mode 0600, then renamed). Beside it, ``CACHE_DIR/agent-<sha>.pyz``: the
-same bundle as a zipapp (``bundle.json``, the bytes BUNDLE_SHA names, and ``__main__.py``, the
-bundle's ``pippa_agent/zipmain.py``, which checks them against the file's name before it runs), the
-host program that cmd.sh, the ``@reboot`` line and the alerts run (pippa_agent.program); a cache
-without it is a cache miss. Storing a version deletes the versions unused for KEEP_UNUSED_S (a use
-touches its file), except those a pin in ``CACHE_DIR/pins`` names: a run that has not ended (its
-run directory has no ``exit_code``), the ``@reboot`` line, the alerts.
+(written to a temporary name, mode 0600, then renamed), by the bundle's own ``pippa_agent.cache``, which
+also stores ``CACHE_DIR/agent-<sha>.pyz``, the host program, and deletes old versions. A cache
+without that file is a cache miss.
 
 Standard library only, python3 >= 3.8, and short: it is compiled on every start.
 """
@@ -40,7 +36,6 @@ if TYPE_CHECKING:
 
 BUNDLE_SHA = ""
 CACHE_DIR = "~/.cache/pippa"
-KEEP_UNUSED_S = 14 * 86400
 
 if sys.version_info < (3, 8):  # noqa: UP036 - the host is told what pippa needs
     sys.exit("pippa needs python3 >= 3.8 on the host, found " + sys.version.split()[0])
@@ -105,69 +100,6 @@ def receive() -> tuple[Modules, bytes]:
     return modules, data
 
 
-def pinned(cache_dir: str) -> set[str]:
-    """The shas a pin names; a pin of a run that ended (or is gone) is removed on the way."""
-    import json
-
-    keep = set()
-    pins = cache_dir + "/pins"
-    for name in os.listdir(pins) if os.path.isdir(pins) else []:
-        try:
-            with open(pins + "/" + name, "rb") as f:
-                pin = json.loads(f.read())
-            run_dir = pin.get("run_dir")
-            if (run_dir and not os.path.isdir(run_dir)) or os.path.exists(str(run_dir) + "/exit_code"):
-                os.unlink(pins + "/" + name)
-            else:
-                keep.add(str(pin["sha"]))
-        except (OSError, ValueError, KeyError, AttributeError):
-            pass
-    return keep
-
-
-def write_private(path: str, data: bytes) -> None:
-    tmp = f"{path}.{os.getpid()}"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
-def store_program(path: str, data: bytes) -> None:
-    """The bundle as the zipapp ``path`` (``bundle.json`` and the bundle's zipmain as ``__main__.py``)."""
-    import io
-    import json
-    import zipfile
-
-    main = [source for name, _, source in json.loads(data) if name == "pippa_agent.zipmain"]
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("__main__.py", main[0] if main else "raise SystemExit('no zipmain in the bundle')\n")
-        z.writestr("bundle.json", data)
-    write_private(path, buf.getvalue())
-
-
-def store(cache_dir: str, path: str, modules: Modules, data: bytes) -> None:
-    try:
-        os.makedirs(cache_dir, 0o700, exist_ok=True)
-        st = os.lstat(cache_dir)
-        if st.st_uid == os.geteuid() and st.st_mode & 0o170000 == 0o40000:
-            os.chmod(cache_dir, 0o700)
-        if not private(os.lstat(cache_dir), 0o40000):
-            return
-        code = marshal.dumps(modules)
-        write_private(path, checksum(code) + code)
-        store_program(f"{cache_dir}/agent-{BUNDLE_SHA}.pyz", data)
-        keep = pinned(cache_dir)
-        stale = os.lstat(path).st_mtime - KEEP_UNUSED_S
-        for name in os.listdir(cache_dir):
-            other = cache_dir + "/" + name
-            old = name[:6] == "agent-" and name[6:70] not in keep and BUNDLE_SHA not in name
-            if old and os.lstat(other).st_mtime < stale:
-                os.unlink(other)
-    except OSError:
-        pass
-
-
 class Bundle:
     """A meta path finder and loader for the bundle's modules (found before anything on sys.path)."""
 
@@ -197,8 +129,10 @@ def main() -> None:
         os.write(1, b"?")
         first = read_frame()  # the laptop sends its first request, then the bundle
         modules, data = receive()
-        store(cache_dir, path, modules, data)
         sys.meta_path.insert(0, Bundle(modules))
+        from pippa_agent.cache import store
+
+        store(cache_dir, path, BUNDLE_SHA, modules, data)
     else:
         os.write(1, b"+")
         try:  # noqa: SIM105 - contextlib would cost every start an import

@@ -5,7 +5,6 @@ has not ended."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
@@ -30,6 +29,8 @@ def pin(name: str, sha: str, run_dir: str | None = None) -> None:
 def record_program(run_dir: str, sha: str) -> None:
     """Link the run to program ``sha`` (which must be on this host: the bootstrap stored it) and pin it."""
     link(os.path.join(run_dir, RUN_PROGRAM), sha)
+    import hashlib  # here, not at the top: pippa_agent.runs is imported on every agent start
+
     real = os.path.realpath(run_dir)
     pin("run-" + hashlib.sha1(real.encode()).hexdigest()[:20], sha, real)
 

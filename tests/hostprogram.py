@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pippa_agent import bootstrap
+from pippa_agent.cache import store_program
 from pippa_ops.transport import agent_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,7 +18,7 @@ def install(home: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     cache.chmod(0o700)
     path = cache / f"agent-{agent_bundle.digest()}.pyz"
-    bootstrap.store_program(str(path), agent_bundle.payload())
+    store_program(str(path), agent_bundle.payload())
     return path
 
 

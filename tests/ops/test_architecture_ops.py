@@ -87,6 +87,20 @@ def test_the_laptop_ships_no_host_program_of_its_own() -> None:
     assert {"pippa_agent.supervise", "pippa_agent.alerts"} <= set(modules("pippa_agent"))
 
 
+def test_what_the_agent_serves_never_imports_what_only_the_host_program_runs() -> None:
+    """The bootstrap's compiled cache leaves out the host program's own modules (PROGRAM_ONLY): an
+    agent verb importing one would fail on the host."""
+    from pippa_agent.cache import PROGRAM_ONLY
+
+    bad = set()
+    for package in ("pippa_agent", "pippa_contract"):
+        for name, path in modules(package).items():
+            if name.startswith(PROGRAM_ONLY) or name == "pippa_agent.bootstrap":
+                continue
+            bad |= {(name, i) for i in imports(path, name) if i.startswith(PROGRAM_ONLY)}
+    assert not bad, sorted(bad)
+
+
 def test_the_agent_and_the_contract_import_only_the_standard_library_and_each_other() -> None:
     allowed = {
         "pippa_agent": STDLIB | {"pippa_agent", "pippa_contract"},
