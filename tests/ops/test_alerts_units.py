@@ -246,3 +246,26 @@ def test_deliveries_log_stays_whole_json_lines_when_many_processes_trim_it_at_on
     assert [json.loads(line)["state"] for line in lines] == ["failed"] * len(lines)
     assert len("\n".join(lines)) <= 3000 + 200
     assert not list(alerts.glob("*.tmp"))
+
+
+def test_a_slurm_runs_alert_gives_the_reason_ps_shows_not_sruns_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One reason-line rule (pippa_contract.runfacts.reason_line) for ps, the alerts and the supervisor:
+    srun's closing line only repeats the exit status, the job's own error says why."""
+    from pippa_agent.supervise.files import reason_line as attempt_reason
+    from pippa_contract.runfacts import error_line
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    d = tmp_path / "runs" / "r-slurm"
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps({"host": "cluster", "command": "python -m x"}))
+    (d / "output.log").write_text(
+        "step 1/8\nRuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "srun: error: node7: task 0: Exited with exit code 1\n"
+    )
+    (d / "exit_code").write_text("1\n")
+    job_line = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert error_line(str(d / "output.log")) == job_line  # what ps shows
+    assert events.run_event(str(d))["reason"] == job_line  # what the alert says
+    assert attempt_reason(str(d / "output.log"), 0) == job_line  # what an attempt records
