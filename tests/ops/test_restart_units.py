@@ -121,3 +121,13 @@ def test_the_supervisor_is_python_3_8_and_standard_library_only() -> None:
 def test_the_supervisor_tells_alerts_only_of_the_events_between_start_and_end() -> None:
     """The supervisor and the alerts are one host program now: it tells the events cmd.sh cannot."""
     assert set(supervisor.MID_RUN_ALERTS) <= {"retrying", "stalled", "diverged", "gave_up", "lost"}
+
+
+def test_the_previous_versions_reboot_line_is_replaced_not_kept_beside_the_new_one() -> None:
+    previous = (
+        "@reboot python3 -S -I ~/.local/share/pippa/supervise.py --recover '~/pippa' "
+        "# pippa recover_on_boot '~/pippa'\n"
+    )
+    mine = "0 3 * * * echo mine\n"
+    assert edit_crontab(mine + previous, "~/pippa", True) == mine + boot_line("~/pippa") + "\n"
+    assert "agent.pyz recover" in boot_line("~/pippa")
