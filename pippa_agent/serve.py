@@ -39,6 +39,7 @@ VERBS = {
     v.WRITE_FILE: ("sync", "write_file", JSON),
     v.WANDB_SYNC: ("wandb_sync", "wandb_sync", JSON),
     v.GPU_REPORT: ("gpus", "gpu_report", JSON),
+    v.LINK_PROGRAM: ("pins", "link_program", JSON),
     v.READ: ("streams", "read", STREAM),
     v.READ_RUN: ("streams", "read_run", STREAM),
     v.FOLLOW: ("streams", "follow", STREAM),
@@ -46,6 +47,7 @@ VERBS = {
 }
 if TYPE_CHECKING:
     from pippa_agent.gpus import gpu_report
+    from pippa_agent.pins import link_program
     from pippa_agent.probe import check_python, install_bwrap, install_uv, probe
     from pippa_agent.pull import pull
     from pippa_agent.runs import launch, list_runs, remove_runs, run_checkpoints, stop
@@ -57,7 +59,7 @@ if TYPE_CHECKING:
     HANDLERS = (
         probe, install_bwrap, install_uv, check_python, list_runs, launch, stop, run_checkpoints,
         remove_runs, slurm_submit, slurm_stop, sync_list, sync_apply, sync_marker, write_file, wandb_sync,
-        gpu_report, read, read_run, follow, pull,
+        gpu_report, link_program, read, read_run, follow, pull,
     )  # fmt: skip
 
 
