@@ -12,23 +12,12 @@ Standard library only (the agent runs it on python >= 3.8).
 from __future__ import annotations
 
 import time
-from typing import Any, TypedDict
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the types (Check, DoctorResult) live with the other messages, for annotations only
+    from typing import Any
 
-class Check(TypedDict):
-    check: str  # a short name: "xid", "ecc", "pcie", "gemm", ...
-    status: str  # OK, WARN, FAIL or SKIPPED
-    gpu: int | None  # the GPU index it is about; None: the host
-    detail: str  # what is wrong and what to do, one line
-
-
-class DoctorResult(TypedDict, total=False):
-    host: str
-    verdict: str  # OK, WARN or FAIL
-    checks: list[Check]
-    measured: dict[str, Any]
-    time: float  # unix seconds when the host answered
-    quick: bool  # the active checks were skipped (--quick)
+    from pippa_contract.messages import Check, DoctorResult
 
 
 OK, WARN, FAIL, SKIPPED = "ok", "warn", "fail", "skipped"

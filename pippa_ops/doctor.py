@@ -8,14 +8,18 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pippa_contract import verbs
-from pippa_contract.doctor import FAIL, FAIL_MAX_AGE_S, DoctorResult, failed
+from pippa_contract.doctor import FAIL, FAIL_MAX_AGE_S, failed
 from pippa_ops.errors import PippaError, UsageError
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
+
+if TYPE_CHECKING:
+    from pippa_contract.messages import DoctorRequest, DoctorResult
 
 QUICK_TIMEOUT_S = 120.0
 FULL_TIMEOUT_S = 400.0  # the active checks' own bound (150 s) plus the passive ones and torch's import
@@ -32,8 +36,8 @@ def training_python(spec: HostSpec) -> list[str]:
 
 
 def request(spec: HostSpec, quick: bool, smi_timeout: float | None = None,
-            shm_dir: str | None = None) -> verbs.DoctorRequest:  # fmt: skip
-    req: verbs.DoctorRequest = {
+            shm_dir: str | None = None) -> DoctorRequest:  # fmt: skip
+    req: DoctorRequest = {
         "host": spec.name, "remote_dir": spec.remote_dir, "python": training_python(spec),
         "env": dict(spec.env), "expected_gpus": spec.gpus, "quick": quick,
     }  # fmt: skip

@@ -19,7 +19,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from pippa_contract.doctor import Check
+    from pippa_contract.messages import Check
 
 ACTIVE_MODULE = "training_core.doctor_active"
 ACTIVE_TIMEOUT_S = 150.0

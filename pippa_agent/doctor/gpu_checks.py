@@ -11,7 +11,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pippa_agent.doctor.kernel import Xid
     from pippa_agent.doctor.smi import Gpu
-    from pippa_contract.doctor import Check
+    from pippa_contract.messages import Check
 
 ASK = "ask the provider for another box"
 

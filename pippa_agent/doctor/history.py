@@ -14,7 +14,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from pippa_contract.doctor import Check, DoctorResult
+    from pippa_contract.messages import Check, DoctorResult
 
 FIGURES = (("gemm_tflops", "bf16 GEMM", "TFLOPS"), ("copy_tbs", "device copy", "TB/s"))
 KEEP = 200  # results kept per host; older ones are removed when a new one is stored

@@ -7,13 +7,19 @@ from __future__ import annotations
 import threading
 
 from pippa_agent.doctor import active, gpu_checks, history, kernel, smi, system
-from pippa_contract.doctor import FAIL, OK, SKIPPED, Check, check, result
+from pippa_contract.doctor import FAIL, OK, SKIPPED, check, result
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-    from pippa_agent.host import Answer, Req
+    from pippa_contract.messages import (
+        Check,
+        DoctorHistoryAnswer,
+        DoctorHistoryRequest,
+        DoctorRequest,
+        DoctorResult,  # fmt: skip
+    )
 
 ACTIVE_SECONDS = 4.0  # per measurement (GEMM, copy): long enough for clocks to settle
 HISTORY_LIMIT = 10
@@ -62,7 +68,7 @@ def gpu_part(xml: Any, expected: Any) -> tuple[list[Check], list[dict[str, Any]]
     return checks, gpus, cuda
 
 
-def doctor(req: Req) -> Answer:
+def doctor(req: DoctorRequest) -> DoctorResult:
     remote_dir = str(req.get("remote_dir") or "~")
     quick = bool(req.get("quick"))
     expected = req.get("expected_gpus")
@@ -110,7 +116,7 @@ def doctor(req: Req) -> Answer:
         history.store(remote_dir, res)
     except OSError as e:
         res["checks"].append(check("history", SKIPPED, f"result not stored on the host: {e.strerror}"))
-    return dict(res)
+    return res
 
 
 def active_part(gpus: list[dict[str, Any]], python: list[str], remote_dir: str, env: dict[str, str],
@@ -120,7 +126,7 @@ def active_part(gpus: list[dict[str, Any]], python: list[str], remote_dir: str, 
     return active.judge(figures, gpus, nvswitch)
 
 
-def doctor_history(req: Req) -> Answer:
+def doctor_history(req: DoctorHistoryRequest) -> DoctorHistoryAnswer:
     """The newest results stored on the host, newest first."""
     limit = max(1, min(int(req.get("limit") or HISTORY_LIMIT), 200))
     return {"results": history.load(str(req.get("remote_dir") or "~"), limit)}

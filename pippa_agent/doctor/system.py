@@ -16,7 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from pippa_contract.doctor import Check
+    from pippa_contract.messages import Check
 
 SHM_DIR = "/dev/shm"
 SHM_FAIL_MIB = 512  # NCCL's shared-memory transport and DataLoader workers need more than Docker's 64 MB
