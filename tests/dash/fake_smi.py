@@ -4,7 +4,9 @@ The capture (tests/fixtures/nvidia-smi/h100_load_query_gpu_full.csv, header incl
 the script; it answers any ``--query-gpu=`` field list from it (units dropped for ``nounits``) and
 repeats the sample every N seconds with ``-l N``, as the real tool does. ``gpus`` copies the captured
 GPU to more indices; ``stamp`` writes the print time into the uuid (the benchmark's latency probe).
-With ``xml`` (a path), ``-q -x`` prints that file, read at each call (the doctor's fixtures,
+Without ``xml``, ``-q`` answers as nvidia-smi does where the driver is not loaded (the doctor then
+skips its GPU checks instead of failing a fake that models only the queries). With ``xml`` (a path),
+``-q -x`` prints that file, read at each call (the doctor's fixtures,
 tests/doctor/doctor_fixtures.py: a file saying ``HANG`` makes it hang, a missing one answers as a host whose
 driver is not loaded); with ``nvlink``, ``nvlink -s`` prints that file; with ``apps`` (a capture of
 ``--query-compute-apps`` with its header), the compute-process query answers from it.
@@ -46,6 +48,10 @@ if XML and "-q" in args and "-x" in args:
         time.sleep(3600)
     sys.stdout.write(text)
     sys.exit(0)
+if not XML and "-q" in args:  # a fake of the queries only: to the doctor, a host whose driver is not loaded
+    print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+          "Make sure that the latest NVIDIA driver is installed and running.")
+    sys.exit(9)
 if NVLINK and args[:2] == ["nvlink", "-s"]:
     sys.stdout.write(open(NVLINK).read())
     sys.exit(0)

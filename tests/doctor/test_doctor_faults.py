@@ -40,6 +40,7 @@ from pippa_ops.hosts.inventory import HostSpec
 
 pytestmark = pytest.mark.ssh
 REPO = Path(__file__).resolve().parents[2]
+BOX_DIR = "doctor-box"  # the cases' remote_dir on the host: their own, removed after the module
 
 
 def _xid(n: int, gpu_index: int, rest: str) -> list[str]:
@@ -167,6 +168,7 @@ def box(ssh_world: sshd.World) -> Iterator[tuple[sshd.SSHHost, Any, HostSpec]]:
         mp.undo()
         for tool in (h.home / "bin").glob("*"):
             tool.unlink()
+        shutil.rmtree(h.home / BOX_DIR, ignore_errors=True)  # its doctor results and training code
 
 
 def run_case(
@@ -181,7 +183,7 @@ def run_case(
 ) -> dict[str, Any]:
     h, transport, spec = box
     fake = install_fakes(h, case)
-    rd = remote_dir or str(h.home / "pippa")
+    rd = remote_dir or str(h.home / BOX_DIR)
     if not keep_history:  # each case alone: no earlier figures to regress from
         shutil.rmtree(Path(rd) / "doctor", ignore_errors=True)
     code = Path(rd) / "training_core"  # the part of the synced tree the active checks run
@@ -292,13 +294,13 @@ def test_history_is_stored_per_run_and_a_gpu_slower_than_its_best_warns(box: Any
     first = run_case(box, make_case("clean"))
     slower = tuple(v * 0.88 for v in CLEAN_GEMM)  # 12% below the last run, still above the H100 floor
     second = run_case(box, make_case("slower", measure=fake_measure(slower)), keep_history=True)
-    stored = sorted((h.home / "pippa" / "doctor").glob("*.json"))
+    stored = sorted((h.home / BOX_DIR / "doctor").glob("*.json"))
     assert [json.loads(p.read_text())["time"] for p in stored] == [first["time"], second["time"]]
     assert not_ok(second) == [("history", "warn", i) for i in range(8)]
     assert "12% below its previous best" in next(
         c["detail"] for c in second["checks"] if c["check"] == "history"
     )
     _, transport, spec = box
-    spec = dataclasses.replace(spec, remote_dir=str(h.home / "pippa"))
+    spec = dataclasses.replace(spec, remote_dir=str(h.home / BOX_DIR))
     newest = doctor.history(spec, transport, 5)
     assert [r["time"] for r in newest] == [second["time"], first["time"]]
