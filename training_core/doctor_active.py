@@ -48,13 +48,18 @@ def _sync(torch: Any, device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def gemm_tflops(torch: Any, device: Any, n: int, seconds: float) -> float:
-    """Dense bf16 matmul throughput: 2 n^3 flops per product, timed over ``seconds`` after a warm-up."""
+def gemm_tflops(
+    torch: Any, device: Any, n: int, seconds: float, timing: threading.Event | None = None
+) -> float:
+    """Dense bf16 matmul throughput: 2 n^3 flops per product, timed over ``seconds`` after a warm-up
+    (``timing`` is set when the timed loop starts)."""
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     for _ in range(3):
         torch.mm(a, b)
     _sync(torch, device)
+    if timing is not None:
+        timing.set()
     iters, start = 0, time.perf_counter()
     while True:
         for _ in range(10):
@@ -131,7 +136,10 @@ def slowdowns() -> dict[int, str]:
     return {}
 
 
-def per_device(torch: Any, device: Any, sizes: Sizes, seconds: float, mem_bytes: int) -> dict[str, Any]:
+def per_device(
+    torch: Any, device: Any, sizes: Sizes, seconds: float, mem_bytes: int,
+    timing: threading.Event | None = None,
+) -> dict[str, Any]:  # fmt: skip
     row: dict[str, Any] = {"index": device.index or 0}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -139,7 +147,7 @@ def per_device(torch: Any, device: Any, sizes: Sizes, seconds: float, mem_bytes:
         torch.cuda.set_device(device)
     else:
         row["name"] = "cpu"
-    row["gemm_tflops"] = gemm_tflops(torch, device, sizes.gemm_n, seconds)
+    row["gemm_tflops"] = gemm_tflops(torch, device, sizes.gemm_n, seconds, timing)
     row["copy_tbs"] = copy_tbs(torch, device, sizes.copy_bytes, seconds / 2)
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -201,19 +209,25 @@ def measure(seconds: float, cpu: bool) -> dict[str, Any]:
     )
     rows: list[dict[str, Any]] = [{} for _ in devices]
     errors: list[str] = []
+    timing = [threading.Event() for _ in devices]
 
     def one(k: int) -> None:
         try:
-            rows[k] = per_device(torch, devices[k], sizes, seconds, CPU_MEM_BYTES)
+            rows[k] = per_device(torch, devices[k], sizes, seconds, CPU_MEM_BYTES, timing[k])
         except Exception as e:
             errors.append(f"GPU {k}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
             rows[k] = {"index": k, "error": errors[-1]}
+        finally:
+            timing[k].set()  # a GPU that failed early does not hold up the sampling
 
     threads = [threading.Thread(target=one, args=(k,)) for k in range(len(devices))]  # all GPUs at once
     for t in threads:
         t.start()
     throttled: dict[int, str] = {}
-    if not cpu:  # sample the slowdown reasons while the GEMMs run
+    if not cpu:  # sample the slowdown reasons halfway through the GEMMs' timed loops
+        deadline = time.monotonic() + 60
+        for event in timing:
+            event.wait(max(0.0, deadline - time.monotonic()))
         time.sleep(seconds / 2)
         throttled = slowdowns()
     for t in threads:
