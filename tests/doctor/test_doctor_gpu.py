@@ -24,7 +24,8 @@ def _cuda() -> bool:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "PIPPA_NO_REUSE": "1"}
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)  # keep /tmp/site
+    return {**os.environ, "PYTHONPATH": path, "PIPPA_NO_REUSE": "1"}
 
 
 @pytest.mark.gpu
