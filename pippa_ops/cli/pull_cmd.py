@@ -13,7 +13,7 @@ import typer
 
 from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, RunsDirOpt, emit_json, human_bytes
 from pippa_ops.errors import PippaError
-from pippa_ops.repo import pulled_runs_dir
+from pippa_ops.repo import project, pulled_runs_dir
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -106,6 +106,8 @@ def pull_cmd(
     from pippa_ops.runs.pull import wandb_sync as sync_wandb
 
     root = pulled_runs_dir(runs_dir)
+    if not as_json:
+        typer.echo(f"writing into {root}" if runs_dir is not None else project().line("writing into", root))
     records = locate(names, host)
     by_host: dict[str, list[str]] = {}
     for rec in records.values():

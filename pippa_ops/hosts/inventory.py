@@ -24,7 +24,7 @@ from pippa_ops.alerts.settings import FIELDS as ALERT_FIELDS
 from pippa_ops.alerts.settings import alert_settings
 from pippa_ops.errors import UnknownHost, UsageError, did_you_mean
 from pippa_ops.hosts.scheduler import SCHEDULERS, SlurmSpec, slurm_spec
-from pippa_ops.repo import repo_root, team_inventory_path
+from pippa_ops.repo import fallback_root, team_inventory_path
 from pippa_ops.transport.shell import NAME_RE, validate_env_key
 from pippa_ops.transport.sshconfig import known_hosts_path as known_hosts_path  # re-exported
 from pippa_ops.transport.sshconfig import read_ssh_config, ssh_aliases, ssh_config_path
@@ -269,8 +269,8 @@ def default_host() -> str:
 
 
 def local_spec(repo: Path | None = None) -> HostSpec:
-    """The host ``local``: this machine, the repo root itself as remote_dir (no copy)."""
-    return HostSpec(name=LOCAL, remote_dir=str(repo or repo_root()), source="local")
+    """The host ``local``: this machine, the project root itself as remote_dir (no copy)."""
+    return HostSpec(name=LOCAL, remote_dir=str(repo or fallback_root()), source="local")
 
 
 def alias_spec(config: paramiko.SSHConfig, name: str) -> HostSpec:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PIPPA
+from projects import make_project
 
 pytestmark = pytest.mark.ssh
 # `crontab -l`: the table (exit 1 and a line when there is none); `crontab -`: replace it from stdin.
@@ -29,7 +30,7 @@ def repo(tmp_path: Path) -> Path:
     r = tmp_path / "repo"
     r.mkdir()
     (r / "pyproject.toml").write_text("[project]\nname = 'x'\n")
-    subprocess.run(["git", "init", "-q"], cwd=r, check=True)
+    make_project(r)
     return r
 
 
