@@ -1,7 +1,8 @@
 """`recover_on_boot = true`: `pippa up` installs one @reboot line in the host user's crontab, keeps it on
 the next `up`, removes it when the setting goes, keeps the user's own lines, and says so where the host
-has no crontab. The loopback hosts (tests/sshd.py) have no cron: the crontab here is a stand-in that
-keeps the table in a file, as `crontab -l` / `crontab -` do."""
+has no crontab. The test makes each state itself (whether or not this machine has cron): first a
+`crontab` that is not found, then a stand-in that keeps the table in a file, as `crontab -l` /
+`crontab -` do."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ case "$1" in
   -) cat > "$t" ;;
   *) exit 2 ;;
 esac
+"""
+
+# A host without cron: `crontab` is not found, as the shell says when no such command is on the PATH.
+NO_CRONTAB = """#!/bin/sh
+echo "sh: 1: crontab: not found" >&2
+exit 127
 """
 
 
@@ -54,6 +61,7 @@ def configure(client_env, name: str, extra: str) -> None:
 def test_up_installs_keeps_and_removes_the_reboot_line_and_leaves_other_lines(client_env, ssh_hosts, repo):
     h = ssh_hosts[1]
     configure(client_env, h.name, "setup = []\nsecrets = []\nrecover_on_boot = true\n")
+    h.install_bin("crontab", NO_CRONTAB)  # a host without cron, even where this machine has one
     try:
         assert up(client_env, repo, h.name)["recover_on_boot"] == "unavailable"  # no crontab on the host
         env = client_env.env
@@ -81,5 +89,6 @@ def test_up_installs_keeps_and_removes_the_reboot_line_and_leaves_other_lines(cl
         assert table.read_text() == "0 3 * * * echo mine\n"
     finally:
         h.run_as_user(
-            ["rm", "-f", str(h.home / ".crontab-table"), str(h.home / ".local/share/pippa/supervise.py")]
+            ["rm", "-f", str(h.home / ".crontab-table"), str(h.home / ".local/share/pippa/supervise.py"),
+             str(h.home / "bin" / "crontab")]
         )
