@@ -40,7 +40,7 @@ IGNORE_FILE = ".pippaignore"
 MARKER = ".pippa/sync.json"
 
 Progress = Callable[[int], None]  # called with the bytes sent so far
-HANDFUL = 5  # deletions up to this many (and no more than the files sent) need no confirmation
+HANDFUL = 5  # deletions up to this many (and no more than the tree holds) need no confirmation
 
 
 @dataclass(frozen=True)
@@ -259,7 +259,7 @@ def sync(
     writing it, for a caller that sends the host a request next anyway (``pippa run`` saves a round
     trip); the caller must have it written. ``agent``: the caller's agent session, to be used again
     after the sync (``pippa run``); by default the sync has one of its own. ``confirm``: asked
-    before deleting more than a handful of host files, or more than are sent (``many_deletions``);
+    before deleting more than a handful of host files, or more than the tree holds (``many_deletions``);
     False cancels the sync with nothing changed."""
     if agent is None:
         with agent_client.Session(transport) as own:
@@ -343,8 +343,9 @@ class SyncCancelled(UsageError):
 
 
 def many_deletions(result: SyncResult) -> bool:
-    """Whether a sync deletes more than a handful of host files, or more files than it sends."""
-    return len(result.deleted) > HANDFUL or len(result.deleted) > len(result.sent)
+    """Whether a sync deletes more than a handful of host files, or more than the tree it sends holds
+    (the mark of the wrong tree). One file removed here and mirrored there asks nothing."""
+    return len(result.deleted) > min(HANDFUL, result.files)
 
 
 def _finish(result: SyncResult, sent_bytes: int, t0: float) -> SyncResult:
