@@ -95,3 +95,13 @@ def test_a_start_still_going_at_the_bound_returns_zero_and_says_so(client_env, h
     run_id = p.stdout.split()[1]
     (line,) = p.stderr.splitlines()
     assert f"run {run_id} is still starting after " in line and f"pippa logs {run_id} --host" in line
+
+
+def test_on_a_terminal_the_wait_shows_one_line_of_progress(client_env, host, repo) -> None:
+    env = {k: v for k, v in client_env.env.items() if k != "PIPPA_RUN_WAIT_S"}
+    line = f"{PIPPA} run tiny --host {host.name} --name rs-tty --wait 300 --set train.max_steps=100000"
+    shown = subprocess.run(["script", "-qec", line, "/dev/null"], cwd=repo, env=env, capture_output=True,
+                           text=True, timeout=400)  # fmt: skip
+    assert shown.returncode == 0, shown.stdout
+    assert f"starting on {host.name}: " in shown.stdout  # redrawn in place, then erased
+    assert shown.stdout.rstrip("\n").endswith("\x1b[2K") and shown.stdout.startswith("started ")
