@@ -24,6 +24,16 @@ RunsDirOpt = Annotated[
     Path | None,
     typer.Option("--runs-dir", help="Where pulled runs live (<dir>/<host>/<run-id>). Default: <repo>/runs."),
 ]
+HostsOpt = Annotated[
+    list[str] | None, typer.Option("--host", "-H", help=HOST_HELP + " Repeatable; default: every host.")
+]
+SinceOpt = Annotated[
+    str | None, typer.Option("--since", help="Only runs started since: 30m, 12h, 2d, 1w, or 2026-11-20.")
+]
+StateOpt = Annotated[
+    str | None, typer.Option("--state", help="Only runs in this state (running, finished, failed, ...).")
+]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Whole run ids, always.")]
 FollowOpt = Annotated[
     bool, typer.Option("--follow", "-f", help="Stream the log until the run ends (Ctrl-C stops following).")
 ]

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pippa_ops.cli.common import HOST_HELP, JsonOpt, emit_json, note
+from pippa_ops.cli.common import HostsOpt, JsonOpt, SinceOpt, StateOpt, VerboseOpt, emit_json, note
 from pippa_ops.errors import PippaError
 from pippa_ops.fanout import fan_out
 from pippa_ops.runs.listing import RunRecord, merge_groups
@@ -14,9 +14,7 @@ from pippa_ops.runs.locate import all_hosts, runs_of
 
 
 def ps_cmd(
-    host: Annotated[
-        list[str] | None, typer.Option("--host", "-H", help=HOST_HELP + " Repeatable; default: every host.")
-    ] = None,
+    host: HostsOpt = None,
     show_all: Annotated[
         bool, typer.Option("--all", "-a", help="Every run, not only the last 10 ended.")
     ] = False,
@@ -24,13 +22,9 @@ def ps_cmd(
         int | None,
         typer.Option("--last", help="Show the last N ended runs (default 10).", show_default=False),
     ] = None,
-    since: Annotated[
-        str | None, typer.Option("--since", help="Only runs started since: 30m, 12h, 2d, 1w, or 2026-11-20.")
-    ] = None,
-    state: Annotated[
-        str | None, typer.Option("--state", help="Only runs in this state (running, failed, ...).")
-    ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Whole run ids, always.")] = False,
+    since: SinceOpt = None,
+    state: StateOpt = None,
+    verbose: VerboseOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Runs on every host (in parallel) or one: state, duration, last step and reward."""
