@@ -15,6 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from pippa_contract.rundir import RUNS
 from pippa_ops.errors import UsageError
 
 _PACKAGE_CHECKOUT = Path(__file__).resolve().parent.parent
@@ -109,4 +110,4 @@ def team_inventory_path(repo: Path | None = None) -> Path:
 
 def pulled_runs_dir(runs_dir: Path | None = None) -> Path:
     """Where ``pippa pull`` puts runs (``<dir>/<host>/<run-id>``): ``runs_dir``, else ``<repo>/runs``."""
-    return runs_dir if runs_dir is not None else repo_root() / "runs"
+    return runs_dir if runs_dir is not None else repo_root() / RUNS
