@@ -228,7 +228,6 @@ def test_the_known_package_cycle_edges_are_still_there() -> None:
 OVER_400_ALLOWED = {
     "pippa_ops/runs/supervise.py",  # moves into pippa_agent/supervise/, split by concern
     "pippa_ops/alerts/hostalerts.py",  # moves into pippa_agent/alerts/, split by concern
-    "pippa_ops/cli/run_cmd.py",  # split: options and rendering only, the rest under runs/
     "pippa_ops/transport/keeper.py",  # split into server, relay and connection pool
     "pippa_ops/transport/keeper_client.py",  # a KeeperClient object instead of module state
 }
@@ -266,7 +265,6 @@ RUN_FILE_LITERALS_ALLOWED = {
     "pippa_ops/runs/supervise.py",  # moves into pippa_agent/supervise/
     "pippa_ops/alerts/hostalerts.py",  # moves into pippa_agent/alerts/
     "pippa_ops/provision/boot.py",  # the @reboot line's supervisor path; becomes the bundle's zipapp
-    "pippa_ops/cli/run_cmd.py",  # split; log location moves under runs/
 }
 
 

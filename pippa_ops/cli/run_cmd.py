@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from pippa_contract.rundir import CHECKPOINTS, RUNS
 from pippa_ops.cli.common import HOST_HELP, FollowOpt, HostOpt, JsonOpt, SetOpt, emit_json, note
 from pippa_ops.cli.follow_out import follow_runs
 from pippa_ops.errors import BadSetting, ExitCode
@@ -252,7 +253,8 @@ def resume_cmd(
             found = checkpoints(agent, spec.remote_dir, run.run_id)
         result = resume(spec, transport, run.run_id, session=session, sets=list(set_ or []))
         if found:
-            typer.echo(f"resumed {result.run_ids[0]} from runs/{result.run_ids[0]}/checkpoints/{found[-1]}")
+            where = f"{RUNS}/{result.run_ids[0]}/{CHECKPOINTS}/{found[-1]}"
+            typer.echo(f"resumed {result.run_ids[0]} from {where}")
         else:
             typer.echo(f"resumed {result.run_ids[0]}: no checkpoint: restarting from step 0")
         typer.echo(f"  host:    {result.host}")

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from pippa_contract.rundir import CHECKPOINTS, RUNS
 from pippa_ops.cli.common import HostOpt
 from pippa_ops.errors import ExitCode, PippaError
 from pippa_ops.fanout import fan_out
@@ -62,7 +63,8 @@ def _checkpoint_line(transport: Transport, spec: HostSpec, run_id: str) -> str:
         found = checkpoints(agent, spec.remote_dir, run_id)
     if not found:
         return f"no checkpoint: `pippa resume {run_id}` would restart from step 0"
-    return f"checkpoint: runs/{run_id}/checkpoints/{found[-1]} (`pippa resume {run_id}` continues from it)"
+    where = f"{RUNS}/{run_id}/{CHECKPOINTS}/{found[-1]}"
+    return f"checkpoint: {where} (`pippa resume {run_id}` continues from it)"
 
 
 def _stop_one(host: str, name: str, grace: float) -> StopResult:
