@@ -312,7 +312,7 @@ class HostRow:
     error: str | None
     origins: dict[str, str] = field(default_factory=dict)  # field -> hosts.toml | ssh_config | pippa.toml
     python_missing: str | None = None  # the host's python setting, when the host has no such program
-    alerts: dict[str, object] | None = None  # the host's alerts status (pippa_ops.alerts.hostalerts.status)
+    alerts: dict[str, object] | None = None  # the host's alerts status (pippa_agent.alerts status)
 
     def to_json(self) -> dict[str, object]:
         return dict(self.__dict__)
