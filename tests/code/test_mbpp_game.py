@@ -194,3 +194,15 @@ def test_the_two_runs_of_a_program_are_further_apart_than_the_time_limit() -> No
               "```python\nprint(12)\n```"]
     assert play(clocks, lambda ps: ["<answer>0</answer>"] * len(ps),
                 limits=SandboxLimits(timeout_s=1.0)) == [-1.0, -1.0, 1.0]
+
+
+def test_a_program_that_remembers_across_its_two_runs_is_invalid() -> None:
+    """The red team's cheat: the first run prints a random number and leaves it in the page cache of
+    a /usr file (evict, then load one page per bit), the second run finds its flag page cached and
+    prints the number back. The filter refuses the eviction and every probe, so the two runs print
+    their own random numbers: invalid (-1). A deterministic program the opponent misses still wins.
+    (On main's filter before issue 35, the cheat won: ``hostile_suite --only reward_forging``.)"""
+    import hostile_kernel_state
+
+    contained, evidence = hostile_kernel_state.game_remembers(play)
+    assert contained, evidence
