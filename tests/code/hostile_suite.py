@@ -634,6 +634,7 @@ def main() -> int:
     outcomes, launcher = run_suite(args.workers, areas=tuple(args.only))
     if args.json:
         print(json.dumps({"summary": summary(outcomes, launcher), "mode": launcher.isolation.mode,
+                          "level": launcher.isolation.level, "memory_cap": launcher.isolation.memory_cap,
                           "outcomes": [o.__dict__ for o in outcomes]}))
     else:
         for o in outcomes:
