@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Annotated, Any
 
 import typer
 
-from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json, goes_on_line
+from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, RawOpt, emit_json, goes_on_line
+from pippa_ops.cli.hostout import HostOutput
 from pippa_ops.errors import (
     BadSetting,
     ExitCode,
@@ -80,20 +80,18 @@ def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True) -> 
     typer.echo(f"  logs:    {result.logs_hint()}")
 
 
-def _write_out(chunk: bytes) -> None:
-    sys.stdout.buffer.write(chunk)
-    sys.stdout.buffer.flush()
-
-
 def _note(message: str) -> None:
     typer.echo(f"pippa: {message}", err=True)
 
 
-def follow_runs(transport: Transport, spec: HostSpec, run_ids: list[str], session: str, skip: int = 0) -> int:
+def follow_runs(transport: Transport, spec: HostSpec, run_ids: list[str], session: str, skip: int = 0,
+                raw: bool = False) -> int:
     """Stream each run's log in turn (riding out dropped connections); pippa's exit code from theirs.
-    ``skip``: bytes of the first log not to print (``logs --tail N -f``)."""
+    ``skip``: bytes of the first log not to print (``logs --tail N -f``); ``raw``: keep escape
+    sequences on a terminal too (``HostOutput``)."""
     codes: list[int | None] = []
     left = [skip]
+    out = HostOutput(raw)
 
     def write(chunk: bytes) -> None:
         if left[0]:
@@ -101,7 +99,7 @@ def follow_runs(transport: Transport, spec: HostSpec, run_ids: list[str], sessio
             left[0] -= cut
             chunk = chunk[cut:]
         if chunk:
-            _write_out(chunk)
+            out.write(chunk)
 
     for run_id in run_ids:
         try:
@@ -110,6 +108,7 @@ def follow_runs(transport: Transport, spec: HostSpec, run_ids: list[str], sessio
             typer.echo(goes_on_line("following", run_id, session, spec.name), err=True)
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         codes.append(code)
+    out.close()
     transport.close()
     return _exit_for(codes)
 
@@ -166,6 +165,7 @@ def run_cmd(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Stream the log until the run ends.")
     ] = False,
+    raw: RawOpt = False,
     notify: Annotated[
         bool,
         typer.Option("--notify", help="When the runs end: terminal bell, a line, a desktop notification."),
@@ -262,7 +262,7 @@ def run_cmd(
                 log = watcher_log(result.run_ids[0])
                 typer.echo(f"  notify:  when it ends (watcher pid {pid}; its log: {log})")
         if follow:
-            code = follow_runs(transport, spec, list(result.run_ids), result.session)
+            code = follow_runs(transport, spec, list(result.run_ids), result.session, raw=raw)
             if notify:
                 from pippa_ops.runs.watcher import notify_ended
 
@@ -423,15 +423,17 @@ def logs_cmd(
     tail: Annotated[
         int | None, typer.Option("--tail", "-n", help="Only the last N lines (then follow, with -f).")
     ] = None,
+    raw: RawOpt = False,
 ) -> None:
     """Print a run's output (the session's current run, or a run id); -f follows it."""
     run, text, spec, transport = _read_logs(name, host)
     with transport:
         skip = len(text) - len(_last_lines(text, tail)) if tail is not None else 0
         if follow and run.active:
-            raise typer.Exit(follow_runs(transport, spec, [run.run_id], run.session, skip=skip))
-        sys.stdout.buffer.write(text[skip:])
-        sys.stdout.buffer.flush()
+            raise typer.Exit(follow_runs(transport, spec, [run.run_id], run.session, skip=skip, raw=raw))
+        out = HostOutput(raw)
+        out.write(text[skip:])
+        out.close()
     if follow:  # the run had already ended: -f still exits with its code, as when following it
         raise typer.Exit(_exit_for([run.exit_code]))
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pippa_contract import verbs
+from pippa_contract.termsafe import escape
 from pippa_ops.alerts import hostalerts
 from pippa_ops.alerts.commands import program_command
 from pippa_ops.errors import PippaError
@@ -150,7 +151,7 @@ def status_line(status: dict[str, Any]) -> str:
     last = status.get("last_failure")
     if failures and isinstance(last, dict):
         parts.append(f"alerts failed: {failures}, last: {last.get('error')}")
-    return "; ".join(parts)
+    return escape("; ".join(parts))  # the host's words (a delivery error): escaped
 
 
 def _answer(stdout: str) -> dict[str, Any]:
