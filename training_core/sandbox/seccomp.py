@@ -129,8 +129,14 @@ class Filter:
         return r
 
 
-def build() -> Filter:
-    """The filter for this machine's native architecture; ``SeccompUnavailable`` says what is missing."""
+# the groups that close kernel state shared between sandboxes (issue 35); ``build(kernel_state=False)``
+# leaves them out, for bench_sandbox's side-by-side with the filter before them
+KERNEL_STATE = ("page cache of shared files", "futexes by vector")
+
+
+def build(kernel_state: bool = True) -> Filter:
+    """The filter for this machine's native architecture; ``SeccompUnavailable`` says what is missing.
+    ``kernel_state=False``: without the page-cache and futex rules (a benchmark's baseline only)."""
     try:
         import pyseccomp as sc
     except (ImportError, OSError, AttributeError, RuntimeError) as e:  # pyseccomp loads the .so on import
@@ -139,7 +145,9 @@ def build() -> Filter:
         flt = sc.SyscallFilter(sc.ALLOW)
         low32 = 0xFFFFFFFF  # the kernel reads these arguments as 32-bit ints: compare the low half only
         denied: list[str] = []
-        for _group, names, err in DENIED:
+        for group, names, err in DENIED:
+            if group in KERNEL_STATE and not kernel_state:
+                continue
             for name in names:
                 if name == "keyctl":
                     continue  # below, with its one allowed operation
@@ -158,14 +166,15 @@ def build() -> Filter:
         flt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
         for req in (_TIOCSTI, _TIOCLINUX):
             flt.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, low32, req))
-        for name in ("preadv2", "pwritev2"):
+        for name in ("preadv2", "pwritev2") if kernel_state else ():
             for bit in _RWF.values():
                 flt.add_rule(sc.ERRNO(errno.EPERM), name, sc.Arg(5, sc.MASKED_EQ, bit, bit))
-        for advice in _MADV.values():
+        for advice in _MADV.values() if kernel_state else ():
             flt.add_rule(sc.ERRNO(errno.EPERM), "madvise", sc.Arg(2, sc.MASKED_EQ, low32, advice))
         private = FUTEX_PRIVATE_FLAG
-        flt.add_rule(sc.ERRNO(errno.EINVAL), "futex", sc.Arg(1, sc.MASKED_EQ, private, 0))
-        for name in ("futex_wait", "futex_wake"):  # flags are their 4th argument
+        if kernel_state:
+            flt.add_rule(sc.ERRNO(errno.EINVAL), "futex", sc.Arg(1, sc.MASKED_EQ, private, 0))
+        for name in ("futex_wait", "futex_wake") if kernel_state else ():  # flags: their 4th argument
             if (nr := _number(sc, name)) is not None:
                 flt.add_rule(sc.ERRNO(errno.EINVAL), nr, sc.Arg(3, sc.MASKED_EQ, private, 0))
         keyctl_nr = sc.resolve_syscall(sc.Arch.NATIVE, "keyctl")
