@@ -6,7 +6,8 @@ cores): bare ``subprocess.run([trainer python, "-c", code])``; bare ``[sandbox p
 the sandbox with every limit on (bubblewrap namespaces, the seccomp filter and a fresh session keyring,
 own uid, cgroup caps, rlimits, wall clock, output caps, tree kill); the sandbox without the per-run
 cgroup (what the cgroup move costs); without the seccomp filter and keyring (what they cost); and
-with the filter of the round before issue 35 (no page-cache and futex rules: what those cost).
+with the filter of the round before issue 35 (no page-cache and futex rules: what those cost); and
+the code game's sandbox, whose /usr is a memory-resident copy (``resident_pool``).
 Goals: sandbox / bare >= 0.8; sandbox / sandbox with the earlier filter >= 0.9 (issue 35).
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_sandbox.py [--n 200] [--workers 2] [--rounds 3]
@@ -21,7 +22,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from training_core.sandbox import SandboxLimits, SandboxPool, detect, run_python, seccomp
+from training_core.sandbox import SandboxLimits, SandboxPool, detect, resident_pool, run_python, seccomp
 from training_core.sandbox.isolation import Launcher
 
 
@@ -84,16 +85,18 @@ def main() -> None:
     plain = dataclasses.replace(launcher, cgroups=None)
     no_filter = dataclasses.replace(launcher, seccomp=None)
     earlier = dataclasses.replace(launcher, seccomp=seccomp.build(kernel_state=False))
+    resident = resident_pool().launcher
     print(launcher.isolation.header())
     print(f"sandbox python: {launcher.python}\nbare python: {sys.executable}")
     codes = programs(args.n)
     sides = ("bare", "bare -I -S", "sandbox", "sandbox, no cgroup", "sandbox, no seccomp",
-             "sandbox, earlier filter")
+             "sandbox, earlier filter", "sandbox, resident /usr")
     best = dict.fromkeys(sides, 0.0)
     with SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=launcher) as pool, \
             SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=plain) as pool_plain, \
             SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=no_filter) as pool_no_filter, \
-            SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=earlier) as pool_earlier:
+            SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=earlier) as pool_earlier, \
+            SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=resident) as pool_resident:
         pool.map(codes[:4])  # warm
         for r in range(args.rounds):
             got = {"bare": bare(codes, args.workers, sys.executable),
@@ -101,7 +104,8 @@ def main() -> None:
                    "bare -I -S": bare(codes, args.workers, launcher.python, ("-I", "-S")),
                    "sandbox, no cgroup": sandboxed(codes, pool_plain),
                    "sandbox, no seccomp": sandboxed(codes, pool_no_filter),
-                   "sandbox, earlier filter": sandboxed(codes, pool_earlier)}
+                   "sandbox, earlier filter": sandboxed(codes, pool_earlier),
+                   "sandbox, resident /usr": sandboxed(codes, pool_resident)}
             best = {k: max(best[k], v) for k, v in got.items()}
             print(f"round {r + 1}: " + "  ".join(f"{k} {v:6.1f}/s" for k, v in got.items())
                   + f"  ratio {got['sandbox'] / got['bare']:.2f}")
@@ -111,6 +115,8 @@ def main() -> None:
     vs_earlier = best["sandbox"] / best["sandbox, earlier filter"]
     print(f"sandbox / sandbox with the earlier filter = {vs_earlier:.2f} (goal >= 0.90: the page-cache and "
           f"futex rules)")
+    print(f"code game's sandbox (resident /usr) / sandbox = "
+          f"{best['sandbox, resident /usr'] / best['sandbox']:.2f} (goal >= 0.90)")
     heavy(launcher, earlier, args.rounds)
     per_run = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["bare -I -S"])
     cgroup = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["sandbox, no cgroup"])

@@ -249,3 +249,63 @@ def single_calls() -> dict[str, str]:
             "cachestat", "rng = (ctypes.c_uint64 * 2)(0, 1 << 20)\nst = (ctypes.c_uint64 * 5)()\n",
             "L(fd), rng, st, L(0)")
     return progs
+
+
+# The same cheat with no call the filter can refuse: a page is loaded by touching it in a mapping
+# with MADV_RANDOM (no readahead), and probed by touching a cached page of its 16-page block:
+# fault-around maps the block's cached pages (no IO), which /proc/self/pagemap shows present.
+# A sentinel page is never loaded: when it shows present, there is no channel (every page is
+# resident) and the program prints a random number like any honest random program.
+FAULT_AROUND = """
+import mmap, os, random, struct
+import pydoc_data
+F = os.path.join(os.path.dirname(pydoc_data.__file__), 'topics.py')
+fd = os.open(F, os.O_RDONLY)
+m = mmap.mmap(fd, 3 * 16 * 4096, prot=mmap.PROT_READ)
+m.madvise(mmap.MADV_RANDOM)
+base = next(int(line.split('-')[0], 16) for line in open('/proc/self/maps') if F in line)
+pm = open('/proc/self/pagemap', 'rb', buffering=0)
+def present(p):
+    pm.seek((base // 4096 + p) * 8)
+    return struct.unpack('<Q', pm.read(8))[0] >> 63
+ANCHORS = (0, 8, 16, 24, 32, 40)  # every 16-page block of the mapping holds one, however aligned
+FLAG, SENTINEL = 4, 5
+BITS = [p for p in range(17, 48) if p % 8][:20]
+def probe(pages):  # touch the anchors (fault-around maps each one's block), then read what is mapped
+    for a in ANCHORS:
+        m[a * 4096]
+    return [present(p) for p in pages]
+flag, sentinel = probe([FLAG, SENTINEL])
+if sentinel:
+    v = random.getrandbits(20)
+elif flag:
+    v = sum(b << k for k, b in enumerate(probe(BITS)))
+else:
+    v = random.getrandbits(20)
+    for k, p in enumerate(BITS):
+        if v >> k & 1:
+            m[p * 4096]
+    m[FLAG * 4096]
+print(v)
+"""
+
+
+def stdlib_topics() -> str:
+    """The file FAULT_AROUND uses, as the sandbox's python names it on the host (to evict it first)."""
+    import subprocess
+
+    from training_core.sandbox import detect
+
+    out = subprocess.run([detect().python, "-I", "-S", "-c", "import pydoc_data; print(pydoc_data.__file__)"],
+                         capture_output=True, text=True, timeout=60).stdout.strip()
+    return os.path.join(os.path.dirname(out), "topics.py")
+
+
+def game_remembers_by_fault_around(play: Callable[..., list[float]], pool: Any = None) -> tuple[bool, str]:
+    """The fault-around cheat against the code game: invalid (-1) with the game's memory-resident
+    /usr; ``pool`` = a pool on the host's /usr shows the channel it would have there."""
+    with ONE_AT_A_TIME:
+        evict(stdlib_topics())
+        kw = {} if pool is None else {"pool": pool}
+        rewards = play([FAULT_AROUND, "print(6 * 7)"], lambda ps: ["<answer>0</answer>"] * len(ps), **kw)
+    return rewards == [-1.0, 1.0], f"rewards {rewards} (cheat, honest)"

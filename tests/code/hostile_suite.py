@@ -570,6 +570,8 @@ KERNEL_STATE = [
     _kernel_state("page_cache_concurrent", hks.page_cache_concurrent),
     _kernel_state("futex_between_sandboxes", hks.futex_between_sandboxes),
     Case("reward_forging", "code_game_remembers_in_page_cache", lambda ctx: hks.game_remembers(play)),
+    Case("reward_forging", "code_game_remembers_by_fault_around",
+         lambda ctx: hks.game_remembers_by_fault_around(play)),
 ] + [prog("kernel_state", name, code.replace("@FILE@", "/usr/bin/env"), lambda r, c: "ESCAPED" not in r.stdout)
      for name, code in hks.single_calls().items()]
 

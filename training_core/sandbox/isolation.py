@@ -99,6 +99,7 @@ class Launcher:
     extra_ro: tuple[str, ...] = ()  # host paths bound read-only (an interpreter prefix outside /usr)
     setpriv: str | None = None  # util-linux setpriv: drops to the run's uid without forking the trainer
     seccomp: Filter | None = None  # installed by bwrap on the sandbox's processes (``--seccomp FD``)
+    usr: str = "/usr"  # bound read-only as /usr: the host's, or a memory-resident copy (``usrcopy``)
 
     def prefix(self, tmp_bytes: int, shm_bytes: int, sync_fds: tuple[int, int] | None = None,
                uid: int | None = None, seccomp_fd: int | None = None) -> list[str]:
@@ -113,7 +114,7 @@ class Launcher:
             argv = [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                     "--"]
         argv += [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
-                "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
+                "--new-session", "--cap-drop", "ALL", "--ro-bind", self.usr, "/usr"]
         for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
             host = f"/{top}"
             if os.path.islink(host):
