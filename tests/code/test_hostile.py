@@ -39,10 +39,20 @@ def test_every_hostile_program_is_contained_here() -> None:
 
 def _as_throwaway_user(user_python: str, args: list[str], delegate: dict[str, int] | None = None
                        ) -> dict[str, Any]:
-    """The suite's JSON report, run by a throw-away user. ``delegate``: first put the run in cgroups
-    owned by that user, the way systemd delegates a subtree on a cgroup v1 host (a memory and a pids
-    cgroup made by root with the given limits, the directory and its cgroup.procs and tasks chowned,
-    the process moved in before it drops to the user)."""
+    """The suite's JSON report, run by a throw-away user (``_run_as_throwaway_user``)."""
+    suite = str(Path(hostile_suite.__file__).resolve())
+    r = _run_as_throwaway_user([user_python, suite, "--json", *args], delegate)
+    assert r.stdout.strip(), r.stderr[-2000:]
+    report: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    return report
+
+
+def _run_as_throwaway_user(argv: list[str], delegate: dict[str, int] | None = None
+                           ) -> subprocess.CompletedProcess[str]:
+    """``argv`` run by a throw-away user. ``delegate``: first put it in cgroups owned by that user,
+    the way systemd delegates a subtree on a cgroup v1 host (a memory and a pids cgroup made by root
+    with the given limits, the directory and its cgroup.procs and tasks chowned, the process moved in
+    before it drops to the user)."""
     if os.geteuid() != 0 or shutil.which("useradd") is None or shutil.which("runuser") is None:
         pytest.skip("needs root and useradd/runuser to create a throw-away user")
     user = f"pippa-h{uuid.uuid4().hex[:8]}"
@@ -56,23 +66,19 @@ def _as_throwaway_user(user_python: str, args: list[str], delegate: dict[str, in
         home.mkdir()
         pw = pwd.getpwnam(user)
         os.chown(home, pw.pw_uid, pw.pw_gid)
-        suite = str(Path(hostile_suite.__file__).resolve())
         argv = ["runuser", "-u", user, "--", "env", "-i", f"HOME={home}", f"PYTHONPATH={REPO}",
-                "PATH=/usr/bin:/bin", user_python, suite, "--json", *args]
+                "PATH=/usr/bin:/bin", *argv]
         if delegate is not None:
             made = _delegated_v1(f"pippa-deleg-{user}", pw.pw_uid, pw.pw_gid, delegate)
             moves = "; ".join(f"echo $$ > {shlex.quote(str(d / 'cgroup.procs'))}" for d in made)
             argv = ["sh", "-c", f"{moves}; exec {shlex.join(argv)}"]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=400, cwd=home)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=400, cwd=home)
     finally:
         subprocess.run(["userdel", "-f", user], capture_output=True)
         shutil.rmtree(top, ignore_errors=True)
         for d in made:
             remove_tree(*sorted(d.rglob("pippa-sandbox-*")), wait_s=5.0)
             remove_tree(d, wait_s=5.0)
-    assert r.stdout.strip(), r.stderr[-2000:]
-    report: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
-    return report
 
 
 def _delegated_v1(name: str, uid: int, gid: int, limits: dict[str, int]) -> list[Path]:
@@ -115,3 +121,18 @@ def test_an_ordinary_user_gets_strict_isolation_in_a_delegated_cgroup(user_pytho
     assert report["memory_cap"] == "cgroup v1 (delegated)", report["summary"]
     assert escaped == [], report["summary"]
     assert len(report["outcomes"]) >= 30
+
+
+def test_pippa_up_reports_a_delegated_cgroup_as_strict_and_its_absence_with_the_way_to_get_it(
+        user_python: str) -> None:
+    """The host probe `pippa up` runs (``pippa_agent.probe.sandbox_facts``), as an ordinary user with
+    and without a delegated subtree: strict and where, or rlimits and why."""
+    code = "import json; from pippa_agent.probe import sandbox_facts as f; print(json.dumps(f()))"
+    with_it = json.loads(_run_as_throwaway_user([user_python, "-c", code],
+                                                {"memory.limit_in_bytes": 1 << 30}).stdout)
+    assert with_it["cgroups"], with_it
+    assert with_it["cgroups_why"].startswith("cgroup v1 caps per run (a delegated subtree")
+    assert (with_it["works"], with_it["seccomp"], with_it["level"]) == (True, True, "strict")
+    without = json.loads(_run_as_throwaway_user([user_python, "-c", code]).stdout)
+    assert not without["cgroups"] and "are not its own to write" in without["cgroups_why"]
+    assert without["level"] == "rlimits"
