@@ -152,3 +152,16 @@ def test_the_dashboard_log_panes_show_plain_text() -> None:
     tail = LogTail()
     tail.feed(LOG + b"50%\r100%\r\nlast \x1b]0;t\x07")
     assert tail.tail() == ("step 1", "step 2 green\tdone", "step 3", "100%", "last ")
+
+
+def test_an_error_quoting_a_host_reaches_the_terminal_without_its_escape_sequences(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The one line an error ends with may quote a host's stderr: its escape sequences are dropped."""
+    from pippa_ops.cli.typer_app import fail
+    from pippa_ops.errors import ExitCode
+
+    with pytest.raises(SystemExit) as e:
+        fail("h1: training failed: " + LOG.decode(), ExitCode.FAILURE)
+    assert e.value.code == int(ExitCode.FAILURE)
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and err.startswith("pippa: h1: training failed: step 1")
