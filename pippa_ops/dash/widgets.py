@@ -114,7 +114,7 @@ def status_line(h: HostState) -> Text:
     """Reachable or not, and why; plainly."""
     if h.link == "down":
         retry = f", retrying in {h.retry_in_s:.0f}s" if h.retry_in_s is not None else ""
-        return Text(f"✗ unreachable ({h.reason or 'unknown'}){retry}", style="bold red")
+        return Text(f"✗ unreachable ({escape(h.reason or 'unknown')}){retry}", style="bold red")
     if h.link == "connecting":
         return Text("… connecting", style="yellow")
     if h.gpus is None:

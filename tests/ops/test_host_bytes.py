@@ -165,3 +165,12 @@ def test_an_error_quoting_a_host_reaches_the_terminal_without_its_escape_sequenc
     assert e.value.code == int(ExitCode.FAILURE)
     err = capsys.readouterr().err
     assert "\x1b" not in err and err.startswith("pippa: h1: training failed: step 1")
+
+
+def test_gpu_and_process_names_from_a_host_are_escaped() -> None:
+    from pippa_ops.gpu import parse_apps, parse_gpus_csv
+
+    (gpu,) = parse_gpus_csv("index, name\n0, H100\x1b]0;pwned\x07\n")
+    assert gpu.name == "H100\\x1b]0;pwned\\x07"
+    ((_uuid, proc),) = parse_apps("GPU-1, 42, python\x1b[2J, 100\n")
+    assert proc.name == "python\\x1b[2J"
