@@ -20,6 +20,10 @@ HOST_HELP = "Host: inventory name, ~/.ssh/config alias, [user@]address, or 'loca
 HostArg = Annotated[str, typer.Argument(help=HOST_HELP, show_default=False)]
 HostOpt = Annotated[str | None, typer.Option("--host", "-H", help=HOST_HELP)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+RawOpt = Annotated[
+    bool, typer.Option("--raw", help="The log's bytes as they are, escape sequences included (a pipe gets "
+                                      "them anyway; a terminal otherwise gets only text, tabs and colours).")
+]
 RunsDirOpt = Annotated[
     Path | None,
     typer.Option("--runs-dir", help="Where pulled runs live (<dir>/<host>/<run-id>). Default: <repo>/runs."),

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
 from typing import Annotated
 
 import typer
 
-from pippa_ops.cli.common import FollowOpt, HostOpt
+from pippa_ops.cli.common import FollowOpt, HostOpt, RawOpt
 from pippa_ops.cli.follow_out import follow_runs
+from pippa_ops.cli.hostout import HostOutput
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import resolve
 from pippa_ops.runs.attach import attach_session
@@ -30,15 +30,17 @@ def logs_cmd(
     tail: Annotated[
         int | None, typer.Option("--tail", "-n", help="Only the last N lines (then follow, with -f).")
     ] = None,
+    raw: RawOpt = False,
 ) -> None:
     """Print a run's output (the session's current run, or a run id); -f follows it."""
     run, text, spec, transport = read_logs(name, host)
     with transport:
         skip = len(text) - len(last_lines(text, tail)) if tail is not None else 0
         if follow and run.active:
-            raise typer.Exit(follow_runs(transport, spec, [run.run_id], run.session, skip=skip))
-        sys.stdout.buffer.write(text[skip:])
-        sys.stdout.buffer.flush()
+            raise typer.Exit(follow_runs(transport, spec, [run.run_id], run.session, skip=skip, raw=raw))
+        out = HostOutput(raw)
+        out.write(text[skip:])
+        out.close()
     if follow:  # the run had already ended: -f still exits with its code, as when following it
         raise typer.Exit(exit_for([run.exit_code]))
 

@@ -106,6 +106,12 @@ def pull_cmd(
             "--wandb-sync", help="First upload the run's offline W&B runs (`wandb sync` on the host)."
         ),
     ] = False,
+    max_bytes: Annotated[
+        int | None,
+        typer.Option("--max-bytes", min=1, show_default=False,
+                     help="The most one run's pull may bring (default 100 GiB); a host announcing "
+                          "more is refused."),
+    ] = None,
     runs_dir: RunsDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -132,7 +138,8 @@ def pull_cmd(
                 bar = _Bar(f"{h} {run_id}", enabled=not as_json and sys.stderr.isatty())
                 try:
                     synced = sync_wandb(transport, spec, run_id) if wandb_sync else []
-                    result = pull_run(transport, spec, run_id, root, checkpoint=which, progress=bar)
+                    cap = {} if max_bytes is None else {"max_bytes": max_bytes}
+                    result = pull_run(transport, spec, run_id, root, checkpoint=which, progress=bar, **cap)
                 except PippaError as e:
                     failed.append(e)
                     _note(str(e))

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from pippa_contract.rundir import CHECKPOINTS, RUNS
-from pippa_ops.cli.common import HOST_HELP, FollowOpt, HostOpt, JsonOpt, SetOpt, emit_json, note
+from pippa_ops.cli.common import HOST_HELP, FollowOpt, HostOpt, JsonOpt, RawOpt, SetOpt, emit_json, note
 from pippa_ops.cli.follow_out import follow_runs
 from pippa_ops.errors import BadSetting, ExitCode
 from pippa_ops.hosts.connect import connect
@@ -88,6 +88,7 @@ def run_cmd(
         typer.Option("--hosts", help="One run over several hosts, e.g. h100-a,h100-b (first: rendezvous)."),
     ] = None,
     follow: FollowOpt = False,
+    raw: RawOpt = False,
     notify: Annotated[
         bool,
         typer.Option("--notify", help="When the runs end: terminal bell, a line, a desktop notification."),
@@ -159,7 +160,7 @@ def run_cmd(
                 log = watcher_log(result.run_ids[0])
                 typer.echo(f"  notify:  when it ends (watcher pid {pid}; its log: {log})")
         if follow:
-            code = follow_runs(transport, spec, list(result.run_ids), result.session)
+            code = follow_runs(transport, spec, list(result.run_ids), result.session, raw=raw)
             if notify:
                 from pippa_ops.runs.watcher import notify_ended
 

@@ -137,8 +137,11 @@ def _root(
 
 
 def fail(message: str, code: ExitCode) -> None:
-    """Print one line for people and exit with ``code``."""
-    typer.echo(f"pippa: {message}", err=True)
+    """Print one line for people and exit with ``code``. An error may quote a host (its stderr):
+    escape sequences never reach the terminal (``termsafe``)."""
+    from pippa_contract.termsafe import terminal_text
+
+    typer.echo(f"pippa: {terminal_text(message.encode('utf-8', 'replace'), keep_sgr=False)}", err=True)
     raise SystemExit(int(code))
 
 
