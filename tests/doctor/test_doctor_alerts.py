@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from conftest import PIPPA
 from doctor_fixtures import BUS_IDS, host_env, install_fakes, make_case, xid_line
+from projects import make_project
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
 import webhook
@@ -51,10 +52,8 @@ def wait_until(pred: Any, timeout: float = 60.0) -> None:
 
 def test_a_new_xid_during_a_run_is_one_alert(client_env, ssh_hosts, hook, tmp_path) -> None:
     h = ssh_hosts[2]
-    repo = tmp_path / "repo"
-    repo.mkdir()
+    repo = make_project(tmp_path / "repo")
     (repo / ".gitignore").write_text(".env\n")
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (repo / ".env").write_text(f"PIPPA_NOTIFY={hook.url(TOKEN)}\n")
     case = make_case("clean")
     fake = install_fakes(h, case)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from conftest import PIPPA
 from doctor_fixtures import BUS_IDS, KERNEL_BOOT, host_env, install_fakes, make_case, xid_line
+from projects import make_project
 
 pytestmark = pytest.mark.ssh
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
@@ -38,10 +39,7 @@ def _inline(d: dict[str, str]) -> str:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    r = tmp_path / "repo"
-    r.mkdir()
-    subprocess.run(["git", "init", "-q", str(r)], check=True)
-    return r
+    return make_project(tmp_path / "repo")
 
 
 def test_doctor_prints_a_table_per_host_and_one_line_for_each_odd_host(client_env, ssh_hosts, repo) -> None:
