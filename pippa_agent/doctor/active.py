@@ -32,10 +32,13 @@ ALLREDUCE_SHARE = 0.8  # fail below 0.8 x the topology's expected all-reduce bus
 # https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md), failing below 0.8 x of it.
 FLOORS: dict[str, dict[str, Any]] = {
     "H100 SXM": {
-        # 0.85 x 794.5 TFLOPS, the best measured of the 989 peak in the "Maximum Achievable Matmul
-        # FLOPS" table of Stas Bekman's ML Engineering (github.com/stas00/ml-engineering,
-        # compute/accelerator/README.md)
-        "gemm_tflops": 675.0,
+        # 0.85 x ~683 TFLOPS: what this check's one 8192^3 bf16 shape measured on healthy H100 SXM
+        # boxes (700 W), 686 and 679 on two lent machines on 2026-11-26 (bench/gpu_acceptance.sh; the
+        # same figure as a bare torch matmul loop). The best public figure, 794.5 TFLOPS of the 989
+        # peak ("Maximum Achievable Matmul FLOPS", Stas Bekman's ML Engineering,
+        # github.com/stas00/ml-engineering, compute/accelerator/README.md), is a maximum over many
+        # shapes that one shape does not reach: 0.85 x it (675) warned within 1% of a healthy box.
+        "gemm_tflops": 580.0,
         "copy_tbs": 2.8,  # ~0.85 x HBM3's 3.35 TB/s peak (NVIDIA H100 datasheet)
         # 8 x H100 SXM on NVSwitch: ~460 GB/s busbw for large all-reduces (nccl-tests on DGX H100);
         # PCIe-only: an estimate (half of Gen5 x16's ~64 GB/s), no published figure

@@ -42,6 +42,29 @@ def test_the_real_v13_capture_reads_tlimit_and_an_idle_link_trained_down_is_no_a
     assert _not_ok(gpu_checks.per_gpu(g)) == [("ecc", "warn", 0)]  # ECC off on this workstation card
 
 
+def test_the_real_h100_capture_from_a_lent_box_is_a_healthy_gpu() -> None:
+    """bench/gpu_acceptance.sh's own capture (one H100 SXM, driver 580, DTD v13): every fact the
+    checks read is there, and a sound GPU raises nothing."""
+    (g,) = _facts("h100_sxm_q_x_v13_lent.xml")
+    assert (g["name"], g["ecc_mode"], g["mig"], g["persistence"]) == (
+        "NVIDIA H100 80GB HBM3", "Enabled", "Disabled", "Enabled")  # fmt: skip
+    assert (g["pcie_gen"], g["pcie_gen_max"], g["pcie_width"], g["pcie_width_max"]) == (5.0, 5.0, 16.0, 16.0)
+    assert (g["ecc_uncorrected_volatile"], g["remap_pending"], g["remap_failure"]) == (0, "No", "No")
+    assert set(g["reasons"].values()) == {"Not Active"} and g["mem_total_mib"] == 81559.0
+    assert active.model_key(g["name"]) == "H100 SXM"
+    assert _not_ok(gpu_checks.per_gpu(g)) == []
+    drv, cuda = smi.driver(ET.parse(CAPTURES / "h100_sxm_q_x_v13_lent.xml").getroot())
+    assert (drv, cuda) == ("580.159.04", "13.0")
+
+
+def test_the_h100_floor_passes_the_figures_measured_on_healthy_lent_h100s() -> None:
+    """The two real GEMM figures (2026-11-26) judged by the floor table: no warning on a sound box."""
+    gpus = [{"index": 0, "uuid": "u0"}]
+    for tflops in (686.0, 679.3):
+        rows = [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "gemm_tflops": tflops, "copy_tbs": 3.0}]
+        assert _not_ok(active.judge({"gpus": rows}, gpus, nvswitch=False)[0]) == []
+
+
 def test_older_drivers_throttle_names_and_double_bit_totals_are_read() -> None:
     g = ET.fromstring(
         "<gpu><clocks_throttle_reasons><clocks_throttle_reason_hw_slowdown>Active</clocks_throttle_reason_hw_slowdown>"
@@ -84,7 +107,7 @@ def test_floors_judge_the_slow_gpu_and_unknown_models_only_relatively() -> None:
     unknown = [dict(r, name="Some Future GPU", gemm_tflops=100.0) for r in rows]
     checks, _ = active.judge({"gpus": unknown}, gpus, nvswitch=False)
     assert _not_ok(checks) == []
-    low = [dict(r, gemm_tflops=600.0) for r in rows]  # all alike, all below the H100 floor 675
+    low = [dict(r, gemm_tflops=560.0) for r in rows]  # all alike, all below the H100 floor 580
     assert _not_ok(active.judge({"gpus": low}, gpus, nvswitch=False)[0]) == [
         ("gemm", "warn", i) for i in range(3)
     ]
