@@ -1,7 +1,8 @@
-"""The idle-GPU watcher (``alerts watch``, one per host user, under a lock) and the low-disk check:
-alert once when every GPU idles with no pippa run, once when busy again; and while a run is active,
-once per GPU fault it did not start with (a new Xid in the kernel log, new uncorrectable ECC errors,
-a failed row remap: pippa_agent.doctor.watch)."""
+"""The host's watcher (``alerts watch``, one per host user, under a lock) and the low-disk check. While
+alerts are configured (config.json's ``fault_watch``) and a run is active: once per GPU fault it did not
+start with (a new Xid in the kernel log, new uncorrectable ECC errors, a failed row remap:
+pippa_agent.doctor.watch). With ``idle_alert``: once when every GPU idles with no pippa run, once when
+busy again."""
 
 from __future__ import annotations
 
@@ -91,12 +92,13 @@ def active_run(remote_dir: str) -> str | None:
     return next((name for ident, name in candidates if ident in alive), None)
 
 
-def health_interval(idle_s: float) -> float:
+def health_interval(idle_s: float | None, fault_poll_s: float | None = None) -> float:
     """How often the GPU fault watch reads the kernel log (and, during a run, nvidia-smi -q -x): every
-    fourth idle poll, at most every 30 s."""
+    fourth idle poll, at most every ``fault_poll_s`` (config.json; default 30 s)."""
     from pippa_agent.doctor.watch import POLL_S
 
-    return min(POLL_S, 4 * poll_interval(idle_s))
+    most = fault_poll_s if fault_poll_s and fault_poll_s > 0 else POLL_S
+    return most if idle_s is None else min(most, 4 * poll_interval(idle_s))
 
 
 def check_gpu_faults(health: Any, remote_dir: str, run: str | None) -> int:
@@ -190,7 +192,8 @@ def is_watcher(pid: object) -> bool:
 
 
 def watch_main() -> int:
-    """``watch``: sample the GPUs until stopped; alert once when idle, once when busy again."""
+    """``watch``: until stopped (or config.json asks for neither watch), alert each new GPU fault during a
+    run and, with ``idle_alert``, once when the GPUs idle and once when busy again."""
     import fcntl
 
     fd = lock_file()
@@ -209,6 +212,7 @@ def watch_main() -> int:
     write_json(here(WATCH_STATE), {"pid": os.getpid(), "started": started})  # before the first, slow sample
     cfg_mtime = None
     watch = IdleWatch(1200.0, DEFAULT_IDLE_THRESHOLD)
+    idle_on, faults_on, fault_poll = False, False, None
     from pippa_agent.doctor.watch import GpuHealthWatch
 
     health, next_health = GpuHealthWatch(), 0.0
@@ -221,14 +225,18 @@ def watch_main() -> int:
             m = None
         if m != cfg_mtime:
             cfg_mtime, cfg = m, load_config()
-            if not cfg.get("idle_alert_s"):
-                break  # the setting was removed: `pippa up` stops us too, this is the belt
-            watch.idle_s = float(cfg["idle_alert_s"])
+            idle_on, faults_on = bool(cfg.get("idle_alert_s")), bool(cfg.get("fault_watch"))
+            if not (idle_on or faults_on):
+                break  # alerts and idle_alert were removed: `pippa up` stops us too, this is the belt
+            poll = cfg.get("fault_poll_s")
+            fault_poll = float(poll) if isinstance(poll, (int, float)) else None
+            watch.idle_s = float(cfg["idle_alert_s"]) if idle_on else 1200.0
             watch.threshold = float(cfg.get("idle_threshold", DEFAULT_IDLE_THRESHOLD))
+            next_health = 0.0
         now = time.time()
-        utils = gpu_utilization()
+        utils = gpu_utilization() if idle_on else None
         run = active_run(str(cfg.get("remote_dir") or "~/pippa"))
-        due = watch.sample(now, utils, run)
+        due = watch.sample(now, utils, run) if idle_on else None
         if due == "idle":
             idle_for = now - (watch.idle_since or now)
             why = f"every GPU under {watch.threshold:g}% for {format_elapsed(idle_for)}, no pippa run active"
@@ -236,13 +244,14 @@ def watch_main() -> int:
         elif due == "busy":
             emit(host_event("busy", "GPUs", "the idle period ended (GPUs in use or a run started)"))
         check_disk(str(cfg.get("remote_dir") or "~"), disk)
-        if now >= next_health:
+        health_every = health_interval(watch.idle_s if idle_on else None, fault_poll)
+        if faults_on and now >= next_health:
             check_gpu_faults(health, str(cfg.get("remote_dir") or "~/pippa"), run)
-            next_health = now + health_interval(watch.idle_s)
+            next_health = now + health_every
         state = {"pid": os.getpid(), "started": started, "sample_time": now, "utilization": utils,
                  "active_run": run, "idle_since": watch.idle_since, "alerted": watch.alerted}  # fmt: skip
         write_json(here(WATCH_STATE), state)
-        deadline = time.time() + poll_interval(watch.idle_s)
+        deadline = time.time() + (poll_interval(watch.idle_s) if idle_on else health_every)
         while not stopping and time.time() < deadline:
             time.sleep(min(0.5, max(0.0, deadline - time.time())))
     with contextlib.suppress(OSError):

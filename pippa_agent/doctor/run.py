@@ -86,6 +86,7 @@ def doctor(req: DoctorRequest) -> DoctorResult:
     if gpus:
         links = facts["links"] if isinstance(facts["links"], dict) else {}
         checks += gpu_checks.nvlink(gpus, links)
+        checks += gpu_checks.passing(gpus, checks, links)
         log = facts["kernel"]
         lines, source = (None, str(log)) if isinstance(log, Exception) else log
         if lines is None:

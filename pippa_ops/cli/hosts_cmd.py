@@ -150,7 +150,7 @@ def render_up(r: UpReport) -> None:
         rows.append(("not in .env", ", ".join(r.secrets.missing)))
     if r.alerts is not None:
         rows.append(("alerts", r.alerts.summary()))
-        rows.append(("idle watch", r.alerts.watch_summary()))
+        rows.append(("watcher", r.alerts.watch_summary()))
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()

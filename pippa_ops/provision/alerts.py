@@ -1,5 +1,6 @@
 """The laptop's side of the host's alerts: link the host program and write its config (`pippa up`), start or
-stop the idle-GPU watcher, send the test message (`pippa notify-test`), read the status (`pippa hosts`).
+stop the host's watcher (GPU faults during runs, idle GPUs), send the test message (`pippa notify-test`),
+read the status (`pippa hosts`).
 
 Every command line here is built by a pure function from fixed words and quoted once; the target
 (PIPPA_NOTIFY) never passes through: it reaches the host in the secrets file (provision.envfile), and only
@@ -28,8 +29,11 @@ from pippa_ops.transport.shell import sh_path
 SEND_TIMEOUT_S = 30.0  # the host's delivery limit (pippa_agent.alerts.deliver)
 
 
-def host_config(spec: HostSpec, remote_dir: str, gpus: int, python: str) -> dict[str, Any]:
-    """config.json beside the program: what messages say about the host, and the watcher's settings."""
+def host_config(
+    spec: HostSpec, remote_dir: str, gpus: int, python: str, configured: bool = False
+) -> dict[str, Any]:
+    """config.json beside the program: what messages say about the host, and the watcher's settings
+    (``fault_watch``: alerts are configured, so GPU faults during a run are watched for)."""
     words = shlex.split(python)
     return {
         "host": spec.name,
@@ -40,6 +44,7 @@ def host_config(spec: HostSpec, remote_dir: str, gpus: int, python: str) -> dict
         "cost_per_gpu_hour": spec.cost_per_gpu_hour,
         "idle_alert_s": spec.idle_alert_s,
         "idle_threshold": spec.idle_threshold,
+        "fault_watch": configured,
     }
 
 
@@ -48,7 +53,7 @@ class AlertsSetup:
     """What `pippa up` reports about alerts (never the target itself)."""
 
     configured: bool  # PIPPA_NOTIFY went to the host's secrets file
-    watcher: int | None  # the idle watcher's pid, None when idle_alert is not set
+    watcher: int | None  # the watcher's pid, None when neither alerts nor idle_alert are set
     watcher_error: str | None = None
     idle_alert: str | None = None  # the entry's setting, e.g. "20m"
     idle_threshold: float = DEFAULT_IDLE_THRESHOLD
@@ -63,27 +68,31 @@ class AlertsSetup:
         if self.watcher_error:
             return f"not running: {self.watcher_error}"
         if self.watcher is None:
-            return "off (idle_alert not set)"
-        return (
-            f"pid {self.watcher}: alerts after {self.idle_alert} under {self.idle_threshold:g}% utilization"
-        )
+            return "off (neither PIPPA_NOTIFY nor idle_alert set)"
+        faults = "GPU faults during runs" if self.configured else ""
+        if self.idle_alert is None:
+            return f"pid {self.watcher}: {faults}"
+        idle = f"idle after {self.idle_alert} under {self.idle_threshold:g}% utilization"
+        return f"pid {self.watcher}: {', '.join(w for w in (faults, idle) if w)}"
 
 
 def install(
     transport: Transport, spec: HostSpec, *, remote_dir: str, gpus: int, python: str, configured: bool
 ) -> AlertsSetup:
     """Link the host program and write its config, retire an earlier version's alerts program (its
-    watcher stopped, a forwarder in its place), then start or stop the watcher as the entry says."""
+    watcher stopped, a forwarder in its place), then start the watcher (one per host user) when alerts
+    are configured (GPU faults during runs) or the entry has ``idle_alert``, else stop it."""
     base = ALERTS_DIR
     with agent_client.Session(transport) as agent:
-        config = host_config(spec, remote_dir, gpus, python)
+        config = host_config(spec, remote_dir, gpus, python, configured)
         verbs.write_file(agent, f"{base}/{ALERTS_CONFIG}", json.dumps(config), 0o600)
         verbs.link_program(agent, ALERTS_PROGRAM, agent_client.digest(), "alerts")
     transport.run(f"chmod 700 {sh_path(base)}", timeout=30)
     transport.run(program_command("retire-legacy"), timeout=60)
-    verb = "watch-ensure" if spec.idle_alert_s else "watch-stop"
+    wanted = configured or bool(spec.idle_alert_s)
+    verb = "watch-ensure" if wanted else "watch-stop"
     answer = _answer(transport.run(program_command(verb), timeout=60).stdout)
-    if not spec.idle_alert_s:
+    if not wanted:
         return AlertsSetup(configured=configured, watcher=None)
     pid = answer.get("watcher")
     ok = isinstance(pid, int)
@@ -149,7 +158,8 @@ def status_line(status: dict[str, Any]) -> str:
     if status.get("watcher"):
         idle = status.get("idle_s")
         since = f", GPUs idle {format_elapsed(idle)}" if isinstance(idle, int | float) else ""
-        parts.append(f"idle watch pid {status['watcher']}{since}")
+        what = "idle watch" if status.get("idle_alert_s") else "GPU watch"
+        parts.append(f"{what} pid {status['watcher']}{since}")
     failures = status.get("failures") or 0
     last = status.get("last_failure")
     if failures and isinstance(last, dict):

@@ -6,6 +6,7 @@ server on loopback (tests/ops/webhook.py)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -50,7 +51,24 @@ def wait_until(pred: Any, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def test_a_new_xid_during_a_run_is_one_alert(client_env, ssh_hosts, hook, tmp_path) -> None:
+def fast_fault_polls(h: Any, seconds: float) -> None:
+    """Set config.json's ``fault_poll_s`` on the host, as its user would (tmp + rename: the watcher
+    re-reads the file when it changes and must never see half of it)."""
+    path = h.home / ".config" / "pippa" / "alerts" / "config.json"
+    cfg = json.loads(path.read_text())
+    tmp = path.with_name("config.json.test-tmp")
+    tmp.write_text(json.dumps({**cfg, "fault_poll_s": seconds}))
+    os.chown(tmp, h.uid, -1)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def test_a_new_xid_during_a_run_is_one_alert_without_idle_alert(
+    client_env, ssh_hosts, hook, tmp_path
+) -> None:
+    """Alerts configured (PIPPA_NOTIFY), no ``idle_alert``: `pippa up` still starts the watcher (one per
+    host user, kept by a second `up`), a new Xid during a run is exactly one alert, and removing
+    PIPPA_NOTIFY then `pippa up` stops the watcher."""
     h = ssh_hosts[2]
     repo = make_project(tmp_path / "repo")
     (repo / ".gitignore").write_text(".env\n")
@@ -59,13 +77,15 @@ def test_a_new_xid_during_a_run_is_one_alert(client_env, ssh_hosts, hook, tmp_pa
     fake = install_fakes(h, case)
     env_line = ", ".join(f"{k} = {json.dumps(v)}" for k, v in host_env(fake, case).items())
     inv = client_env.personal_inventory
-    extra = f'setup = []\nsecrets = []\nidle_alert = "2s"\nenv = {{ {env_line} }}\n'
+    extra = f"setup = []\nsecrets = []\nenv = {{ {env_line} }}\n"
     inv.write_text(inv.read_text().replace(f"[hosts.{h.name}]\n", f"[hosts.{h.name}]\n{extra}"))
     env = client_env.env
     try:
         up = pippa(env, repo, "up", h.name, "--json")
         assert up.returncode == 0, up.stderr
-        assert json.loads(up.stdout)["alerts"]["watcher"]
+        pid = json.loads(up.stdout)["alerts"]["watcher"]
+        assert isinstance(pid, int), up.stdout
+        fast_fault_polls(h, 1.0)
         run = pippa(env, repo, "run", "--host", h.name, "--name", "xidrun", "--cmd", "sleep 120")
         assert run.returncode == 0, run.stderr
         run_id = next(line.split()[1] for line in run.stdout.splitlines() if line.startswith("started "))
@@ -79,8 +99,21 @@ def test_a_new_xid_during_a_run_is_one_alert(client_env, ssh_hosts, hook, tmp_pa
         assert post.fields["reason"].endswith(f" during run {run_id}")
 
         seen = watch_state(h).get("sample_time", 0.0)  # several more polls: still one alert
-        wait_until(lambda: watch_state(h).get("sample_time", 0.0) > seen + 6)
+        wait_until(lambda: watch_state(h).get("sample_time", 0.0) > seen + 4)
         assert sum(1 for p in hook.posts if p.fields.get("state") == "gpu fault") == 1
+        assert not [p for p in hook.posts if p.fields.get("state") in ("idle", "busy")], "no idle_alert"
+
+        again = pippa(env, repo, "up", h.name, "--json")
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["alerts"]["watcher"] == pid, "one watcher per host user, kept"
+
+        (repo / ".env").write_text("")  # alerts no longer configured: the next `up` stops the watcher
+        off = pippa(env, repo, "up", h.name, "--json")
+        assert off.returncode == 0, off.stderr
+        alerts = json.loads(off.stdout)["alerts"]
+        assert alerts == {"configured": False, "watcher": None, "watcher_error": None}
+        wait_until(lambda: not Path(f"/proc/{pid}").exists())
+        assert TOKEN not in up.stdout + again.stdout + off.stdout
     finally:
         pippa(env, repo, "stop", "xidrun", "--host", h.name)
         if (h.home / PROG).exists():

@@ -35,6 +35,7 @@ from doctor_fixtures import (
     xml_text,
 )
 
+from pippa_agent.doctor.gpu_checks import PER_GPU
 from pippa_ops import doctor
 from pippa_ops.hosts.inventory import HostSpec
 
@@ -220,6 +221,10 @@ def test_a_clean_box_of_eight_h100s_is_ok_with_no_warning(box: Any) -> None:
     } <= checks
     assert len([c for c in res["checks"] if c["check"] == "gemm"]) == 8
     assert res["measured"]["gpus"]["5"]["gemm_tflops"] == CLEAN_GEMM[5]
+    # every per-GPU check kind shows as one ok row for the box, not only as faults
+    summary = [(c["check"], c["status"]) for c in res["checks"] if c["check"] in PER_GPU]
+    assert summary == [(kind, "ok") for kind in PER_GPU], summary
+    assert "ECC on, no uncorrectable error since boot on 8 GPUs" in [c["detail"] for c in res["checks"]]
 
 
 @pytest.mark.parametrize(

@@ -57,6 +57,29 @@ def test_the_real_h100_capture_from_a_lent_box_is_a_healthy_gpu() -> None:
     assert (drv, cuda) == ("580.159.04", "13.0")
 
 
+def test_each_per_gpu_check_shows_one_row_when_every_gpu_passes_it_and_none_beside_a_fault() -> None:
+    (h100,) = _facts("h100_sxm_q_x_v13_lent.xml")
+    gpus = [dict(h100, index=i) for i in range(8)]
+    links = {i: [(n, True) for n in range(18)] for i in range(8)}
+    rows = gpu_checks.passing(gpus, [], links)
+    assert [(c["check"], c["status"], c["gpu"]) for c in rows] == [
+        (kind, "ok", None) for kind in gpu_checks.PER_GPU
+    ]
+    details = {c["check"]: c["detail"] for c in rows}
+    assert details["ecc"] == "ECC on, no uncorrectable error since boot on 8 GPUs"
+    assert details["nvlink"] == "all 144 NVLinks up on 8 GPUs"
+    assert details["pcie"] == "PCIe links at full width and speed on 8 GPUs: Gen5 x16"
+
+    gpus[3] = dict(gpus[3], ecc_uncorrected_volatile=2)  # a fault: its row, and no ecc summary beside it
+    faults = [c for g in gpus for c in gpu_checks.per_gpu(g)]
+    assert _not_ok(faults) == [("ecc", "fail", 3)]
+    assert "ecc" not in {c["check"] for c in gpu_checks.passing(gpus, faults, links)}
+    (rtx,) = _facts("rtx4000_sff_ada_q_x_v13.xml")  # no NVLink, ECC off: a skip with its reason, a warn
+    rows = gpu_checks.passing([rtx], gpu_checks.per_gpu(rtx), {})
+    assert [(c["check"], c["status"]) for c in rows if c["status"] != "ok"] == [("nvlink", "skipped")]
+    assert "ecc" not in {c["check"] for c in rows}
+
+
 def test_the_h100_floor_passes_the_figures_measured_on_healthy_lent_h100s() -> None:
     """The two real GEMM figures (2026-11-26) judged by the floor table: no warning on a sound box."""
     gpus = [{"index": 0, "uuid": "u0"}]

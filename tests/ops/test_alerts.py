@@ -277,10 +277,15 @@ def test_idle_gpus_alert_once_and_again_when_busy_and_the_watcher_follows_the_se
 
     inv = client_env.personal_inventory
     inv.write_text(inv.read_text().replace('idle_alert = "2s"\n', ""))
+    kept = pippa(env, repo, "up", h.name, "--json")  # alerts still configured: it watches GPU faults
+    assert json.loads(kept.stdout)["alerts"]["watcher"] == pid
+    hosts = json.loads(pippa(env, repo, "hosts", "--json").stdout)
+    assert next(r for r in hosts if r["name"] == h.name)["alerts"]["idle_alert_s"] is None
+    (repo / ".env").write_text("")  # neither alerts nor idle_alert: the next `up` stops it
     stop = pippa(env, repo, "up", h.name, "--json")
     assert json.loads(stop.stdout)["alerts"]["watcher"] is None
     wait_until(lambda: not Path(f"/proc/{pid}").exists())
-    assert TOKEN not in up.stdout + again.stdout + stop.stdout
+    assert TOKEN not in up.stdout + again.stdout + kept.stdout + stop.stdout
 
 
 def test_ps_shows_cost_so_far_by_the_hosts_rate_and_the_runs_share_of_gpus(
