@@ -75,12 +75,13 @@ def doctor(req: DoctorRequest) -> DoctorResult:
     smi_timeout = float(req.get("smi_timeout") or smi.SMI_TIMEOUT_S)
     env = system.merged_env(req.get("env") or {})
     python = [str(w) for w in req.get("python") or ["python3"]]
+    jobs: dict[str, Callable[[], Any]] = {} if quick else {"dcgm": system.dcgm_check}
     facts = _parallel({
+        **jobs,
         "xml": lambda: smi.read_xml(smi_timeout),
         "links": lambda: smi.nvlinks(smi_timeout),
         "kernel": lambda: kernel.read_log(),
         "torch": lambda: system.torch_facts(python, env, full=not quick),
-        "dcgm": lambda: None if quick else system.dcgm_check(),
     })  # fmt: skip
     checks, gpus, cuda = gpu_part(facts["xml"], expected)
     if gpus:
@@ -100,14 +101,14 @@ def doctor(req: DoctorRequest) -> DoctorResult:
     checks += system.disk_checks(remote_dir, env)
     checks.append(system.shm_check(str(req.get("shm_dir") or system.SHM_DIR)))
     checks.append(system.nofile_check())
-    dcgm = facts["dcgm"]
+    dcgm = facts.get("dcgm")
     if isinstance(dcgm, Exception):
         checks.append(check("dcgm", FAIL, f"dcgmi diag could not run: {dcgm}"))
     elif dcgm is not None:
         checks.append(dcgm)
     measured: dict[str, Any] = {}
-    previous = history.load(remote_dir, HISTORY_LIMIT * 5)
-    if not quick:
+    if not quick:  # --quick measures nothing to compare with the history
+        previous = history.load(remote_dir, HISTORY_LIMIT * 5)
         links = facts["links"] if isinstance(facts["links"], dict) else {}
         seconds = float(req.get("seconds") or ACTIVE_SECONDS)
         checks_a, measured = active_part(gpus, python, remote_dir, env, seconds, links)

@@ -9,7 +9,7 @@ import os
 import re
 
 from pippa_agent.doctor.proc import bounded as run
-from pippa_agent.host import host_path, which
+from pippa_agent.host import host_path, which, write_atomic
 from pippa_contract.doctor import FAIL, OK, SKIPPED, WARN, check
 
 TYPE_CHECKING = False
@@ -49,8 +49,11 @@ if spec is not None and spec.submodule_search_locations:
             out["count"] = torch.cuda.device_count() if out["available"] else 0
         except Exception as e:
             out["error"] = (type(e).__name__ + ": " + str(e)).splitlines()[0][:200]
+out["files"] = [sys.executable] + ([path] if spec is not None and spec.submodule_search_locations else [])
+out["files"] += [d for d in sys.path if d and os.path.isdir(d)]  # a package added or removed: a new mtime
 print(json.dumps(out))
 """
+TORCH_CACHE = "~/.cache/pippa/doctor-torch.json"  # the version facts, per python and what it imports
 
 
 def merged_env(extra: dict[str, str]) -> dict[str, str]:
@@ -159,21 +162,69 @@ def nofile_check() -> Check:
     return check("ulimit", OK, what)
 
 
-def torch_facts(python: list[str], env: dict[str, str], full: bool) -> dict[str, Any]:
-    """The training python's torch (``TORCH_PROBE``); ``{"error": ...}`` when the python does not run."""
+def _stamps(files: list[str]) -> dict[str, list[int]]:
+    out = {}
+    for f in files:
+        try:
+            st = os.stat(f)
+            out[f] = [st.st_mtime_ns, st.st_size]
+        except OSError:
+            out[f] = []
+    return out
+
+
+def torch_facts(
+    python: list[str], env: dict[str, str], full: bool, cache: str | None = None
+) -> dict[str, Any]:
+    """The training python's torch (``TORCH_PROBE``); ``{"error": ...}`` when the python does not run.
+
+    Without ``full`` (--quick, `pippa up`) the version facts come from ``cache`` while the python, torch's
+    version.py and every directory on the python's sys.path keep their mtime and size (installing or
+    removing a package changes its directory's): one python start saved per doctor."""
     exe = python[0]
     path = host_path(exe) if exe.startswith(("~", "/")) else which(exe)
     if path is None or not os.path.isfile(path):
         return {"error": f"the training python {exe} is not there (run pippa up)", "missing": True}
+    cache = host_path(cache or TORCH_CACHE)
+    key = json.dumps([path, python[1:], env.get("PYTHONPATH"), env.get("PYTHONHOME")])
+    if not full:
+        try:
+            with open(cache) as f:
+                hit = json.load(f).get(key)
+            if hit and _stamps(list(hit["stamps"])) == hit["stamps"]:
+                return dict(hit["facts"])
+        except (OSError, ValueError, AttributeError, KeyError, TypeError):
+            pass
     p = run([path, *python[1:], "-c", TORCH_PROBE, "import" if full else "version"], timeout=TORCH_TIMEOUT_S,
             env=env)  # fmt: skip
     if p.returncode == 124:
         return {"error": f"the training python did not answer in {TORCH_TIMEOUT_S:.0f}s"}
     try:
-        return json.loads(p.stdout.decode(errors="replace").strip().splitlines()[-1])  # type: ignore[no-any-return]
+        facts: dict[str, Any] = json.loads(p.stdout.decode(errors="replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
         last = (p.stderr.decode(errors="replace").strip().splitlines() or [f"exit {p.returncode}"])[-1]
         return {"error": f"the training python failed: {last[:200]}"}
+    files = facts.pop("files", None)
+    if not full and isinstance(files, list) and not facts.get("error"):
+        _remember(cache, key, {"stamps": _stamps([str(f) for f in files]), "facts": facts})
+    return facts
+
+
+def _remember(cache: str, key: str, entry: dict[str, Any]) -> None:
+    """Add ``entry`` to the cache file (tmp + rename; a lost race only costs the next doctor a probe)."""
+    try:
+        with open(cache) as f:
+            known = json.load(f)
+        known = known if isinstance(known, dict) else {}
+    except (OSError, ValueError):
+        known = {}
+    known = dict(list(known.items())[-15:])  # a few pythons per host user at most
+    known[key] = entry
+    try:
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        write_atomic(cache, json.dumps(known).encode(), 0o600)
+    except OSError:
+        pass
 
 
 def _major_minor(v: str | None) -> tuple[int, int] | None:

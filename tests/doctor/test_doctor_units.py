@@ -3,6 +3,9 @@ write it, the kernel log's Xid lines, the verdict, the floors, the history's nam
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -179,3 +182,27 @@ def test_the_health_watch_alerts_once_per_new_xid_or_ecc_error_during_a_run() ->
     worse = [dict(gpus[0], ecc_uncorrected_volatile=2)]
     (ecc,) = w.sample(["boot", old, new, later], worse, "tiny-a3f9")
     assert ecc[1].startswith("GPU 5: 2 new uncorrectable ECC error(s) at ")
+
+
+def test_quick_torch_facts_are_cached_per_python_until_what_it_imports_changes(tmp_path: Path) -> None:
+    from doctor_fixtures import torch_package
+
+    from pippa_agent.doctor import system
+
+    def install(cuda: str | None) -> None:
+        (tmp_path / "site" / "torch").mkdir(parents=True, exist_ok=True)
+        for name, text in torch_package(cuda).items():
+            (tmp_path / "site" / "torch" / name).write_text(text)
+
+    install("12.4")
+    env, cache = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}, str(tmp_path / "torch.json")
+    first = system.torch_facts([sys.executable], env, full=False, cache=cache)
+    assert (first["cuda"], first["error"]) == ("12.4", None) and "files" not in first
+    stored = json.loads(Path(cache).read_text())
+    (entry,) = stored.values()
+    entry["facts"]["torch"] = "from-the-cache"  # while nothing changed, the cache answers (no python start)
+    Path(cache).write_text(json.dumps(stored))
+    assert system.torch_facts([sys.executable], env, full=False, cache=cache)["torch"] == "from-the-cache"
+    assert system.torch_facts([sys.executable], env, full=True, cache=cache)["torch"] != "from-the-cache"
+    install(None)  # a CPU-only torch installed over it: its version.py changed, so the python is asked
+    assert system.torch_facts([sys.executable], env, full=False, cache=cache)["cuda"] is None
