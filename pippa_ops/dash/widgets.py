@@ -110,8 +110,28 @@ def gpu_lines(h: HostState, *, collapse: bool, now: float | None = None) -> Text
     return Text.assemble(text, Text(f"\n(last readings{age})", style="dim italic"))
 
 
-def status_line(h: HostState) -> Text:
-    """Reachable or not, and why; plainly."""
+VERDICT_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+
+
+def doctor_text(h: HostState, now: float | None = None) -> Text:
+    """`` · doctor fail 3h ago``: the host's last `pippa doctor` verdict and its age; empty without one."""
+    if h.doctor is None:
+        return Text("")
+    from pippa_ops.doctor import age
+
+    verdict, when = h.doctor
+    ago = age(max(0.0, (now if now is not None else time.time()) - when))
+    style = VERDICT_STYLE.get(verdict, "")
+    return Text.assemble((" · doctor ", "dim"), (escape(verdict), style), (f" {ago} ago", "dim"))
+
+
+def status_line(h: HostState, now: float | None = None) -> Text:
+    """Reachable or not, and why; plainly; then the last doctor verdict."""
+    line = _link_line(h)
+    return line if h.doctor is None else Text.assemble(line, doctor_text(h, now))
+
+
+def _link_line(h: HostState) -> Text:
     if h.link == "down":
         retry = f", retrying in {h.retry_in_s:.0f}s" if h.retry_in_s is not None else ""
         return Text(f"✗ unreachable ({escape(h.reason or 'unknown')}){retry}", style="bold red")

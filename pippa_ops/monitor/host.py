@@ -30,6 +30,7 @@ from pippa_ops.gpu import Gpu, GpuStream
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.monitor.state import (
+    DoctorSeen,
     GpuSampled,
     GpuState,
     HostEvent,
@@ -61,6 +62,7 @@ __all__ = [
 Emit = Callable[[HostEvent | RunUpdated], None]
 Sink = Callable[[bytes], None]
 RUNS_EVERY_S = 3.0  # the run list is refreshed this often (after the previous poll finished)
+DOCTOR_EVERY_S = 300.0  # the last doctor verdict: it changes only when `pippa doctor` or `up` runs
 LOST = (HostUnreachable, AuthFailed, HostKeyRejected, OSError, EOFError, TimeoutError, paramiko.SSHException)
 
 
@@ -122,6 +124,7 @@ class HostMonitor:
         self._gpu_stream: GpuStream | None = None
         self._shown = threading.Event()
         self._shown.set()
+        self._doctor_due = 0.0  # monotonic time of the next look at the last doctor verdict
 
     # ---------------------------------------------------------------------------------- connection
     def _connect(self) -> Transport:
@@ -224,7 +227,22 @@ class HostMonitor:
                 self._records = {r.run_id: r for r in listing.runs}
                 rows = tuple(run_row(r, listing.now) for r in reversed(listing.runs))
                 emit(RunsListed(self.name, rows))
+            if time.monotonic() >= self._doctor_due:
+                self._doctor_due = time.monotonic() + DOCTOR_EVERY_S
+                try:
+                    self._last_doctor(t, emit)
+                except LOST as e:
+                    self.lose(e)
+                    continue
             self._closed.wait(self.runs_every_s)
+
+    def _last_doctor(self, t: Transport, emit: Emit) -> None:
+        """The host's newest doctor verdict and its time (the ``doctor_history`` verb), when it has one."""
+        from pippa_ops.doctor import last_summary
+
+        found = last_summary(self.spec, t)
+        if found and isinstance(found.get("verdict"), str) and isinstance(found.get("time"), int | float):
+            emit(DoctorSeen(self.name, str(found["verdict"]), float(found["time"])))  # type: ignore[arg-type]
 
     def select(self, run_id: str | None) -> None:
         """Follow ``run_id`` from now on; stop following the previous run (its stream closes)."""

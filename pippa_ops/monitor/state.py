@@ -69,6 +69,7 @@ class HostState:
     gpu_note: str | None = None  # e.g. "no GPU (nvidia-smi not found)"
     sample_time: float | None = None  # host-side timestamp of the latest GPU sample (unix s)
     runs: tuple[RunRow, ...] = ()
+    doctor: tuple[str, float] | None = None  # the host's last `pippa doctor` (verdict, unix s), if any
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,16 @@ class RunUpdated:
     detail: RunDetail
 
 
-HostEvent = LinkChanged | GpuSampled | RunsListed
+@dataclass(frozen=True)
+class DoctorSeen:
+    """The host's newest stored `pippa doctor` result (pippa_ops.doctor.last_summary)."""
+
+    host: str
+    verdict: str
+    time: float
+
+
+HostEvent = LinkChanged | GpuSampled | RunsListed | DoctorSeen
 
 
 def ended_runs(before: tuple[RunRow, ...], after: tuple[RunRow, ...]) -> list[RunRow]:
@@ -150,6 +160,8 @@ def apply(state: HostState, event: HostEvent) -> HostState:
             gpu_note=event.note,
             sample_time=event.time,
         )
+    if isinstance(event, DoctorSeen):
+        return replace(state, doctor=(event.verdict, event.time))
     return replace(state, runs=event.runs)
 
 

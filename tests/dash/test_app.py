@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import dash_state as S
 import pytest
 from textual.widgets import Log
@@ -10,6 +12,7 @@ from pippa_ops.dash import create_app
 from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen
 from pippa_ops.dash.widgets import HostPanel, MetricPlot, RunsTable, sparkline
 from pippa_ops.monitor.host import Gpu, GpuSampled, LinkChanged, RunDetail, RunUpdated
+from pippa_ops.monitor.state import DoctorSeen
 
 pytestmark = pytest.mark.anyio
 
@@ -39,6 +42,19 @@ async def test_each_host_has_a_panel_with_status_gpus_and_runs() -> None:
             app.query_one("#host-1 .status").render()
         )
         assert "no GPU" in str(app.query_one("#host-2 .status").render())
+
+
+async def test_the_host_line_shows_the_last_doctor_verdict_and_its_age() -> None:
+    app = create_app(S.HOSTS, states=S.states())
+    async with app.run_test(size=(160, 48)) as pilot:
+        assert "doctor" not in _text(app, "#host-0 .status"), "no verdict stored: nothing said"
+        app._emit(DoctorSeen(S.HOSTS[0], "fail", time.time() - 3 * 3600))
+        await pilot.pause()
+        assert _text(app, "#host-0 .status") == "● up, 2 GPUs · doctor fail 3h ago"
+        app._emit(DoctorSeen(S.HOSTS[0], "ok", time.time() - 20))
+        await pilot.pause()
+        assert _text(app, "#host-0 .status").endswith(" · doctor ok 20s ago")
+        assert "doctor" not in _text(app, "#host-1 .status")
 
 
 async def test_gpu_samples_from_a_worker_update_the_panel_and_history() -> None:
