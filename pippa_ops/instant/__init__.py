@@ -8,9 +8,10 @@ child runs the same typer app, on the same terminal, as a cold command does.
 from __future__ import annotations
 
 # The verbs a warm process serves: the ones people type all day (sync's progress line is drawn on the
-# client's terminal by the child, as any output). Others (attach, ssh and forward need a controlling
-# terminal or hold one; dash; ...) always run in the command's own process.
-HOT = frozenset({"ps", "logs", "gpus", "run", "stop", "wait", "sync"})
+# client's terminal by the child, as any output), and doctor (a quick look before each run). Others
+# (attach, ssh and forward need a controlling terminal or hold one; dash; ...) always run in the
+# command's own process.
+HOT = frozenset({"ps", "logs", "gpus", "run", "stop", "wait", "sync", "doctor"})
 
 
 def hot_verb(argv: list[str]) -> str | None:

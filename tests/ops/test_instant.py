@@ -93,6 +93,7 @@ def test_hot_verbs_import_no_heavy_module_when_warm(warm, ssh_hosts):
         ["stop", "budget", "--host", h, "--grace", "1"],
         ["wait", run_id, "--host", h],
         ["sync", h, "--dry-run"],
+        ["doctor", h, "--quick", "--json"],
         ["ps", "--help"],
         ["--version"],
     ]
@@ -112,6 +113,7 @@ def test_hot_verbs_import_no_heavy_module_when_warm(warm, ssh_hosts):
         ["stop", "nosuchrun", "--host", "{h}"],
         ["gpus", "{h}"],
         ["sync", "nosuch"],
+        ["doctor", "nosuch", "--quick"],
         ["ps", "--help"],
         ["ps", "--last", "x"],
         ["ps", "--no-such-flag"],
