@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from pippa_contract import states
 from pippa_ops.cli.table import Column, layout, natural_width, terminal_width
 from pippa_ops.errors import ExitCode, PippaError
 from pippa_ops.runs.cost import cost_text
@@ -131,7 +132,7 @@ def render_ps(
     for line in lines:
         typer.echo(line)
     for r in records:
-        if r.state in ("failed", "diverged") and r.error:
+        if r.state in (states.FAILED, states.DIVERGED) and r.error:
             rid = shown.get(r.run_id, r.run_id)
             typer.secho(f"{r.host} {rid}: {r.state_text}: {r.error}{failure_hint(r.error, r.host)}", fg="red")
     for h, e in errors.items():
