@@ -1,6 +1,7 @@
 """Instant commands: warm hot verbs on loopback, this checkout's pippa against another's, side by side.
 
-One loopback sshd host (tests/sshd.py) with a fake nvidia-smi and one finished run; each command is
+One loopback sshd host (tests/sshd.py) with a fake nvidia-smi and one finished run; the commands are
+ps, logs, gpus, two with no network, a launch (``run --no-wait --cmd true``) and a no-change sync; each is
 run once by each pippa to warm its connection keeper (and this checkout's warm process), then both are
 timed alternately ``--repeat`` times, medians of wall and CPU seconds (the command's own user + system,
 which a loaded machine disturbs less) printed with ``python -c pass`` for the interpreter's own start.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,6 +32,8 @@ COMMANDS = (
     ["gpus", "H", "--json"],
     ["ps", "--help"],
     ["--version"],
+    ["run", "--no-wait", "--host", "H", "--cmd", "true"],  # a new run each time (the repo: no change)
+    ["sync", "H"],  # no change
 )
 
 
@@ -87,6 +91,7 @@ def main() -> None:
         print(json.dumps({"load": os.getloadavg()[0]}))
     finally:
         world.close()
+        shutil.rmtree(tmp, ignore_errors=True)  # the keepers and warm processes leave with their sockets
 
 
 if __name__ == "__main__":
