@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from pippa_ops.alerts.settings import FIELDS as ALERT_FIELDS
 from pippa_ops.alerts.settings import alert_settings
 from pippa_ops.errors import UnknownHost, UsageError, did_you_mean
-from pippa_ops.hosts.scheduler import SCHEDULERS, SlurmSpec, slurm_spec
-from pippa_ops.repo import repo_root, team_inventory_path
+from pippa_ops.hosts.scheduler import SlurmSpec, scheduler_setting
+from pippa_ops.repo import fallback_root, team_inventory_path
 from pippa_ops.transport.shell import NAME_RE, validate_env_key
 from pippa_ops.transport.sshconfig import known_hosts_path as known_hosts_path  # re-exported
 from pippa_ops.transport.sshconfig import read_ssh_config, ssh_aliases, ssh_config_path
@@ -66,6 +66,7 @@ class HostSpec:
     idle_threshold: float = 5.0
     cost_per_hour: float | None = None
     cost_per_gpu_hour: float | None = None
+    gpus: int | None = None  # how many GPUs the box should have (`pippa doctor` fails it with fewer)
 
     @property
     def idle_alert_s(self) -> float | None:
@@ -83,7 +84,7 @@ _IPV6_RE = re.compile(r"^[0-9A-Fa-f:.]{2,45}$")
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _STR_FIELDS = ("address", "user", "identity_file", "proxy_jump", "remote_dir", "python")
 _FIELDS = (*_STR_FIELDS, "port", "setup", "env", "secrets", "scheduler", "slurm", *ALERT_FIELDS,
-           "recover_on_boot")
+           "recover_on_boot", "gpus")
 # How to reach a host. For these, the user's own files win over the team's: personal hosts.toml >
 # ~/.ssh/config > team pippa.toml (a team entry never overrides the user's ssh alias of that name).
 # The other fields (remote_dir, python, setup, env, secrets): hosts.toml > pippa.toml.
@@ -167,15 +168,13 @@ def _spec_from_entry(name: str, entry: Mapping[str, Any]) -> HostSpec:
     user = text("user")
     if user is not None and not _USER_RE.fullmatch(user):
         raise UsageError(f"{where}.user: invalid user name {user!r}")
-    scheduler = entry.get("scheduler", "tmux")
-    if scheduler not in SCHEDULERS:
-        raise UsageError(f"{where}.scheduler must be one of {', '.join(SCHEDULERS)}, not {scheduler!r}")
-    if "slurm" in entry and scheduler != "slurm":
-        raise UsageError(f'{where} has a slurm table but scheduler is not "slurm"')
-    slurm = slurm_spec(entry.get("slurm", {}), where) if scheduler == "slurm" else None
+    scheduler, slurm = scheduler_setting(entry, where)
     recover_on_boot = entry.get("recover_on_boot", False)
     if not isinstance(recover_on_boot, bool):
         raise UsageError(f"{where}.recover_on_boot must be true or false")
+    gpus = entry.get("gpus")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 64):
+        raise UsageError(f"{where}.gpus must be a number of GPUs (0 to 64)")
     return HostSpec(
         name=name,
         address=address,
@@ -191,6 +190,7 @@ def _spec_from_entry(name: str, entry: Mapping[str, Any]) -> HostSpec:
         env=dict(env),
         secrets=tuple(secrets),
         recover_on_boot=recover_on_boot,
+        gpus=gpus,
         source=f"inventory:{entry['_file']}",
         **alert_settings(entry, where),
     )
@@ -268,8 +268,8 @@ def default_host() -> str:
 
 
 def local_spec(repo: Path | None = None) -> HostSpec:
-    """The host ``local``: this machine, the repo root itself as remote_dir (no copy)."""
-    return HostSpec(name=LOCAL, remote_dir=str(repo or repo_root()), source="local")
+    """The host ``local``: this machine, the project root itself as remote_dir (no copy)."""
+    return HostSpec(name=LOCAL, remote_dir=str(repo or fallback_root()), source="local")
 
 
 def alias_spec(config: paramiko.SSHConfig, name: str) -> HostSpec:

@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pippa_contract import verbs
+from pippa_contract import cgroupdeleg, verbs
+from pippa_ops.doctor import check_host, last_summary
 from pippa_ops.errors import HostUnreachable, PippaError, RemoteCommandFailed, ToolMissing
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.inventory import HostSpec
@@ -56,7 +57,8 @@ class Sandbox:
     userns: bool | None  # unprivileged user namespaces allowed (None: unknown)
     apt: bool
     seccomp: bool = False  # libseccomp2 is installed (the sandbox's seccomp filter needs it)
-    cgroups: bool = False  # root gets memory and pids cgroups (caps on a run's processes together)
+    cgroups: bool = False  # memory and pids cgroups for a run's processes together (root's or delegated)
+    cgroups_why: str = ""  # which cgroups (root's, a delegated subtree) or why none
     level: str = "unsafe"  # the strongest sandbox.isolation a recipe can ask for here
 
     @classmethod
@@ -72,6 +74,7 @@ class Sandbox:
             apt=bool(d.get("apt")),
             seccomp=bool(d.get("seccomp")),
             cgroups=bool(d.get("cgroups")),
+            cgroups_why=str(d.get("cgroups_why") or ""),
             level=str(d.get("level") or "unsafe"),
         )
 
@@ -82,9 +85,10 @@ class Sandbox:
     def summary(self) -> str:
         if self.works:
             if self.level == "strict":
-                return f"ok ({self.bwrap}), isolation strict"
+                return f"ok ({self.bwrap}), isolation strict: {self.cgroups_why or 'cgroup caps per run'}"
             why = ("libseccomp2 is missing (apt-get install libseccomp2)" if not self.seccomp else
-                   "no usable memory and pids cgroup controllers: memory is capped per process")
+                   f"memory is capped per process "
+                   f"({self.cgroups_why or 'no usable memory and pids cgroups'}; {cgroupdeleg.HOW_TO})")
             return f"ok ({self.bwrap}), isolation {self.level} at best: {why}"
         if self.bwrap is None:
             how = "" if self.can_install else " (Debian's bubblewrap; installing needs root or sudo)"
@@ -120,6 +124,7 @@ class UpReport:
     bwrap_installed: bool = False  # bubblewrap installed by this `up`
     alerts: AlertsSetup | None = None  # alerts from the host (pippa_ops.alerts), the idle watcher
     boot: str | None = None  # recovery at boot (provision.boot): installed|kept|removed|absent|unavailable
+    health: dict[str, object] | None = None  # the passive `pippa doctor` result (pippa_contract.doctor)
 
     def to_json(self) -> dict[str, object]:
         p = self.probe
@@ -144,6 +149,7 @@ class UpReport:
             "elapsed_s": round(self.elapsed_s, 2),
             "alerts": None if self.alerts is None else self.alerts.to_json(),
             "recover_on_boot": self.boot,
+            "doctor": self.health,
         }
 
 
@@ -271,6 +277,7 @@ def up(
     if boot.message:
         emit(boot.message)
     remote_dir = str(repo) if spec.is_local else transport.expand(spec.remote_dir)
+    health = dict(check_host(spec, transport, quick=True))  # the passive checks, stored on the host too
     alerts_setup = alerts.install(transport, spec, remote_dir=remote_dir, gpus=len(facts.gpus), python=python,
                                   configured=alerts.TARGET in secrets.pushed)  # fmt: skip
     return UpReport(
@@ -286,6 +293,7 @@ def up(
         bwrap_installed=bwrap_installed,
         alerts=alerts_setup,
         boot=boot.state,
+        health=health,
     )
 
 
@@ -312,7 +320,8 @@ class HostRow:
     error: str | None
     origins: dict[str, str] = field(default_factory=dict)  # field -> hosts.toml | ssh_config | pippa.toml
     python_missing: str | None = None  # the host's python setting, when the host has no such program
-    alerts: dict[str, object] | None = None  # the host's alerts status (pippa_ops.alerts.hostalerts.status)
+    alerts: dict[str, object] | None = None  # the host's alerts status (pippa_agent.alerts status)
+    doctor: dict[str, object] | None = None  # its last `pippa doctor` verdict (pippa_ops.doctor.last_summary)
 
     def to_json(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -327,11 +336,11 @@ def survey(
 
     missing: set[str] = set()
 
-    def check(name: str) -> tuple[float, dict[str, object] | None]:
+    def check(name: str) -> tuple[float, dict[str, object] | None, dict[str, object] | None]:
         t0 = time.monotonic()
         spec = by_name[name]
         if spec.is_local and spec.python is None:
-            return 0.0, None
+            return 0.0, None, None
         with open_transport(spec) as t:
             try:
                 r = t.run(python_probe_line(spec.python), timeout=timeout, check=True)
@@ -340,7 +349,8 @@ def survey(
             if r.stdout.strip() == "missing":
                 missing.add(name)
             latency = (time.monotonic() - t0) * 1000
-            return latency, None if spec.is_local else alerts.status_or_none(t, timeout)
+            status = None if spec.is_local else alerts.status_or_none(t, timeout)
+            return latency, status, last_summary(spec, t)
 
     results = fan_out(list(by_name), check)
     rows = []
@@ -361,6 +371,7 @@ def survey(
                 origins=dict(spec.origins),
                 python_missing=spec.python if spec.name in missing else None,
                 alerts=None if isinstance(res, PippaError) else alerts.with_rate(res[1], spec),
+                doctor=None if isinstance(res, PippaError) else res[2],
             )
         )
     return rows

@@ -10,6 +10,7 @@ orders the steps. It imports no typer/rich/textual: the dashboard reuses it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -20,7 +21,7 @@ from pippa_contract import states
 from pippa_contract.names import new_run_id
 from pippa_contract.rundir import RunDir
 from pippa_ops.errors import BadSetting, NotResumable, RunStillActive
-from pippa_ops.hosts.connect import open_transport
+from pippa_ops.hosts.connect import connect, open_transport
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.follow import follow_to_end, read_all
 from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs
@@ -76,6 +77,18 @@ def attach_argv(spec: HostSpec, session: str, *, switch_client: bool = False) ->
     return [*ssh_argv(spec), join(tmux_attach_argv(session))]
 
 
+def launch_sets(gpus: str | None, processes: int | None, strategy: str | None) -> list[str]:
+    """``--gpus/--processes/--strategy`` as the recipe settings they stand for (the trainer checks them)."""
+    out = []
+    if gpus is not None:
+        out.append(f"launch.gpus={json.dumps(gpus)}")
+    if processes is not None:
+        out.append(f"launch.processes={processes}")
+    if strategy is not None:
+        out.append(f"launch.strategy={json.dumps(strategy)}")
+    return out
+
+
 def plan_jobs(
     spec: HostSpec,
     remote_dir: str,
@@ -113,15 +126,19 @@ def launch(
     sync: bool = True,
     nodes: int | None = None,
     restart: RestartFlags | None = None,
+    preflight: Callable[[agent_client.Session], None] | None = None,
 ) -> LaunchResult:
     """Start ``recipes`` (one after another) or ``command`` in tmux ``session`` on the host.
     ``sync=False`` launches what the host already has (the run records no commit); ``restart``: the
-    retry and stall flags over each recipe's ``[restart]`` table (runs.restart)."""
+    retry and stall flags over each recipe's ``[restart]`` table (runs.restart); ``preflight`` runs
+    first on the launch's own agent (runs.health: refuse an unhealthy host, warn of busy GPUs)."""
     validate_session(session)
     now = time.time()
     remote_dir = spec.remote_dir
     jobs = plan_jobs(spec, remote_dir, recipes, command, sets, now)
     with agent_client.Session(transport) as agent:
+        if preflight is not None:
+            preflight(agent)
         plan = Submission(spec, transport, agent, jobs, session, replace, gap_s, sync, now, restart, nodes)
         return scheduler_for(spec).submit(plan)
 
@@ -227,6 +244,17 @@ def _stop(
     killed = scheduler_of(run).stop(spec, agent, run, host_runs, grace_s)
     after = _find(list_runs(transport, spec.remote_dir, agent=agent), run.run_id)
     return StopResult(spec.name, run.session, run, after, killed)
+
+
+def launch_on_hosts(hosts: Sequence[str], recipe: str, *, session: str, sets: Sequence[str]) -> LaunchResult:
+    """``pippa run --hosts a,b``: connect to each named host once, in order, and ``launch_group``."""
+    connected = [connect(n) for n in dict.fromkeys(hosts)]
+    try:
+        return launch_group([c[0] for c in connected], [c[1] for c in connected], recipe, session=session,
+                            sets=sets)  # fmt: skip
+    finally:
+        for _, transport in connected:
+            transport.close()
 
 
 def _find(host_runs: HostRuns, run_id: str) -> RunRecord | None:

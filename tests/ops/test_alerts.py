@@ -18,6 +18,7 @@ import webhook
 from argv_scan import watching_argv
 from conftest import PIPPA
 from hostprogram import install
+from projects import make_project
 
 pytestmark = pytest.mark.ssh
 
@@ -27,6 +28,7 @@ FAKE_SMI = """#!/bin/sh
 # two GPUs whose utilization is the number in ~/gpu-util
 case "$1" in
   -L) echo "GPU 0: Fake GPU (UUID: GPU-0)"; echo "GPU 1: Fake GPU (UUID: GPU-1)";;
+  -q) echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."; exit 9;;
   *) u=$(cat "$HOME/gpu-util" 2>/dev/null || echo 0); echo "$u"; echo "$u";;
 esac
 """
@@ -37,7 +39,7 @@ def repo(tmp_path: Path) -> Path:
     r = tmp_path / "repo"
     r.mkdir()
     (r / ".gitignore").write_text(".env\n")
-    subprocess.run(["git", "init", "-q", str(r)], check=True)
+    make_project(r)
     return r
 
 
