@@ -290,11 +290,8 @@ RUN_FILE_NAMES = ("run.json", "cmd.sh", "output.log", "metrics.jsonl", "metrics.
 # part (``d / "exit_code"``, ``os.path.join(d, "exit_code")``, ``"x/exit_code"``).
 RUN_FILE_WORDS = ("exit_code", "exit_code.tmp", "stop_requested", "started", "tmux_session", "slurm_job",
                   "checkpoints", ".staging")  # fmt: skip
-# Files being moved or split right now by other work (issue 31, items 1 and 3); each leaves this list
-# when its new home reads the names from pippa_contract.
-RUN_FILE_LITERALS_ALLOWED = {
-    "pippa_ops/provision/boot.py",  # the @reboot line's supervisor path; becomes the bundle's zipapp
-}
+# Files allowed a run-file literal while other work moves them (none left: issue 31's moves are done).
+RUN_FILE_LITERALS_ALLOWED: set[str] = set()
 
 
 def run_file_literals(source: str) -> list[tuple[int, str]]:

@@ -10,6 +10,7 @@ import time
 
 from pippa_agent.alerts.files import first_line, load_config, read_json, read_text, tail_lines
 from pippa_contract import rundir as rd
+from pippa_contract import states
 from pippa_contract.alerts import cost_so_far, run_gpus
 from pippa_contract.runfacts import reason_line
 
@@ -31,11 +32,11 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
     exit_text = read_text(os.path.join(run_dir, rd.EXIT_CODE), 16)
     if state is None:
         if exit_text is None:
-            state = "running"
+            state = states.RUNNING
         elif read_text(os.path.join(run_dir, rd.STOP_REQUESTED), 32) is not None:
-            state = "stopped"
+            state = states.STOPPED
         else:
-            state = "finished" if exit_text == "0" else "failed"
+            state = states.FINISHED if exit_text == "0" else states.FAILED
     step = end = None
     for line in tail_lines(os.path.join(run_dir, rd.METRICS)):
         try:
@@ -58,7 +59,7 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
         total = train["max_steps"]
     if isinstance(end, dict) and isinstance(end.get("step"), int):
         step = end["step"]
-    if reason is None and state == "failed":
+    if reason is None and state == states.FAILED:
         reason = (end or {}).get("error") or reason_line(tail_lines(os.path.join(run_dir, rd.OUTPUT_LOG)))
     started = read_text(os.path.join(run_dir, rd.STARTED), 32)
     t0 = float(started) if started and re.match(r"^\d+(\.\d+)?$", started) else meta.get("started")

@@ -14,6 +14,7 @@ from pippa_agent.alerts.deliver import detach, emit
 from pippa_agent.alerts.events import host_event, run_event
 from pippa_agent.alerts.files import here, load_config, read_json, secret_target, tail_lines
 from pippa_agent.alerts.watch import check_disk, watch_ensure, watch_main, watch_stop, watcher_running
+from pippa_contract import states
 from pippa_contract.hostdirs import DELIVERIES, WATCH_STATE
 
 TYPE_CHECKING = False
@@ -74,7 +75,7 @@ def main(argv: list[str]) -> int:
         if args.detach and not detach():
             return 0
         event = run_event(args.run_dir, args.state, args.reason)
-        if event["state"] in ("running", "stopped") and args.state is None:
+        if event["state"] in (states.RUNNING, states.STOPPED) and args.state is None:
             return 0  # a stop is the user's own doing; nothing to tell
         check_disk(os.path.dirname(os.path.abspath(os.path.expanduser(args.run_dir))), {})
         result = emit(event)

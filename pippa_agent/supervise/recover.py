@@ -12,10 +12,7 @@ from pippa_agent.supervise.files import read_json, write_json
 from pippa_contract import rundir as rd
 from pippa_contract.attempts import policy_of, summarize
 from pippa_contract.names import SESSION_RE
-
-IDENTITY_FORMAT = (
-    "#{session_id}@#{session_created}"  # what tmux prints of a new session (pippa_ops.runs.tmux)
-)
+from pippa_contract.sessions import IDENTITY_FORMAT
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

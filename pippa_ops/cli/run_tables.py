@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from pippa_contract import states
 from pippa_contract.termsafe import escape
 from pippa_ops.cli.table import Column, layout, natural_width, terminal_width
 from pippa_ops.errors import ExitCode, PippaError
@@ -132,7 +133,7 @@ def render_ps(
     for line in lines:
         typer.echo(line)
     for r in records:
-        if r.state in ("failed", "diverged") and r.error:
+        if r.state in (states.FAILED, states.DIVERGED) and r.error:
             rid = shown.get(r.run_id, r.run_id)
             line = f"{r.host} {rid}: {r.state_text}: {r.error}{failure_hint(r.error, r.host)}"
             typer.secho(escape(line), fg="red")

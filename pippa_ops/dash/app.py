@@ -22,6 +22,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Header
 
+from pippa_contract import states
 from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen, MainHidden
 from pippa_ops.dash.widgets import HostPanel, RunsTable, RunView
 from pippa_ops.monitor.host import (
@@ -167,7 +168,7 @@ class DashApp(App[None]):
 
         line = f"{host}: run {row.run_id} ({row.what[:40]}) {row.state}"
         self.bell()
-        self.notify(line, title="run ended", severity="information" if row.state.startswith("finished")
+        self.notify(line, title="run ended", severity="information" if row.state.startswith(states.FINISHED)
                     else "warning", timeout=15)  # fmt: skip
         self.run_worker(partial(notify.desktop, line), thread=True, group="desktop-notice", name="notice")
 
@@ -236,7 +237,7 @@ class DashApp(App[None]):
         if self.selected is None or row is None:
             self.notify("select a run first", severity="warning")
             return
-        if not row.session or row.state.partition(" ")[0] != "running":  # "running (attempt 2/4)"
+        if not row.session or row.state.partition(" ")[0] != states.RUNNING:  # "running (attempt 2/4)"
             self.notify(f"{row.run_id} has no live tmux session", severity="warning")
             return
         if self._attacher is None:

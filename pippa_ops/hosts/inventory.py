@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pippa_contract.secrets import SECRETS_PATH as SECRETS_PATH  # outside the synced tree
 from pippa_ops.alerts.settings import FIELDS as ALERT_FIELDS
 from pippa_ops.alerts.settings import alert_settings
 from pippa_ops.errors import UnknownHost, UsageError, did_you_mean

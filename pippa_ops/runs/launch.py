@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pippa_contract import states
 from pippa_contract.names import new_run_id
 from pippa_contract.rundir import RunDir
 from pippa_ops.errors import BadSetting, NotResumable, RunStillActive
@@ -201,7 +202,7 @@ def resume(
                 f"{spec.name}: run {run.run_id} is still {run.state} in session {run.session}; "
                 f"nothing to resume (pippa stop {run.run_id} first to restart it)"
             )
-        if run.state == "finished":
+        if run.state == states.FINISHED:
             raise NotResumable(f"{spec.name}: run {run.run_id} finished (exit 0): nothing to resume")
         if run.recipe is None:
             raise NotResumable(

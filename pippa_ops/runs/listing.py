@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pippa_contract import attempts as attempts_json
-from pippa_contract import runpick, verbs
+from pippa_contract import runpick, states, verbs
 from pippa_contract.states import ACTIVE
 from pippa_contract.states import derive_state as derive_state  # the states, as tests and callers read them
 from pippa_contract.states import slurm_state as slurm_state
@@ -70,15 +70,16 @@ class RunRecord:
     @property
     def state_text(self) -> str:
         if self.attempt is not None and self.max_attempts is not None and self.max_attempts > 1:
-            if self.state == "running" and self.retry_in_s is not None:
+            if self.state == states.RUNNING and self.retry_in_s is not None:
                 return f"running (attempt {self.attempt + 1}/{self.max_attempts} in {self.retry_in_s:.0f}s)"
-            if self.state == "running":
+            if self.state == states.RUNNING:
                 return f"running (attempt {self.attempt}/{self.max_attempts})"
-            if self.state in ("failed", "diverged") and self.attempt > 1 and self.exit_code is not None:
+            ended_badly = self.state in (states.FAILED, states.DIVERGED)
+            if ended_badly and self.attempt > 1 and self.exit_code is not None:
                 return f"{self.state} after {self.attempt} attempts (exit {self.exit_code})"
-        if self.state == "diverged":
+        if self.state == states.DIVERGED:
             return self.state
-        if self.state in ("finished", "failed", "stopped") and self.exit_code is not None:
+        if self.state in (states.FINISHED, states.FAILED, states.STOPPED) and self.exit_code is not None:
             return f"{self.state} (exit {self.exit_code})"
         if self.slurm_state and self.exit_code is None:
             return f"{self.state} ({self.slurm_state})"  # e.g. "queued (PENDING (Resources))"
@@ -133,7 +134,7 @@ def _record(
         sstate = str(job.get("state") or "")
         reason = str(job.get("reason") or "")
         job_state = f"{sstate} ({reason})" if reason and reason != "None" else sstate or None
-    if ended is None and state in ("killed", "lost"):
+    if ended is None and state in (states.KILLED, states.LOST):
         ended = _num(raw.get("log_time"))
     duration = None
     if started_host is not None:
@@ -145,7 +146,7 @@ def _record(
         from_metrics = end.get("error") if isinstance(end, dict) else None
         from_attempt = attempts["reason"] if attempts and attempts["attempt"] > 1 else None
         error = str(from_attempt or from_metrics or raw.get("error") or "") or None
-    elif state == "failed" and job_state:
+    elif state == states.FAILED and job_state:
         error = f"SLURM job {job_state}"  # the job ended before its script could record why
     raw_sync = meta.get("sync")
     sync: dict[str, Any] = raw_sync if isinstance(raw_sync, dict) else {}
@@ -174,7 +175,7 @@ def _record(
         slurm_state=job_state,
         attempt=attempts["attempt"] if attempts else None,
         max_attempts=attempts["max_attempts"] if attempts else None,
-        retry_in_s=_retry_in(attempts, now) if attempts and state == "running" else None,
+        retry_in_s=_retry_in(attempts, now) if attempts and state == states.RUNNING else None,
         recording=_recording(raw.get("metrics_size"), end),
         last_line=str(raw["last_line"]) if raw.get("last_line") else None,
     )
@@ -258,11 +259,6 @@ def current_run(host_runs: HostRuns, name: str) -> RunRecord:
     return run
 
 
-# A multi-host run's state from its hosts' states: a rank that died (failed, lost) fails the run, then
-# any rank still going keeps it going, then the way the ranks ended.
-_GROUP_ORDER = (
-    "failed", "diverged", "lost", "running", "queued", "killed", "stopped", "cancelled", "finished",
-)  # fmt: skip
 
 
 def merge_group(records: list[RunRecord]) -> RunRecord:
@@ -270,8 +266,8 @@ def merge_group(records: list[RunRecord]) -> RunRecord:
     state the ranks add up to, the hosts joined with "+" (``ps``, the dashboard)."""
     records = sorted(records, key=lambda r: r.machine_rank if r.machine_rank is not None else 0)
     head = records[0]
-    state = min((r.state for r in records), key=_GROUP_ORDER.index)
-    bad = next((r for r in records if r.state == state and r.state != "finished"), head)
+    state = min((r.state for r in records), key=states.ALL.index)  # worst first
+    bad = next((r for r in records if r.state == state and r.state != states.FINISHED), head)
     return replace(
         head,
         host="+".join(r.host for r in records),

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pippa_contract import verbs
+from pippa_contract import states, verbs
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.listing import RunRecord, list_runs
 from pippa_ops.runs.schedulers import launch_request
@@ -62,7 +62,7 @@ def recover(spec: HostSpec, transport: Transport) -> RecoverResult:
         host_runs = list_runs(transport, spec.remote_dir, agent=agent)
         live = set(host_runs.sessions)
         for run in host_runs.runs:
-            if run.state != "lost" or run.job_id is not None:
+            if run.state != states.LOST or run.job_id is not None:
                 continue
             why = why_not(run, live)
             if why is not None:
