@@ -19,12 +19,17 @@ Stdlib only, python3 >= 3.8 (the host agent's probe imports it too).
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
+from typing import Callable
 
 ROOT = "/sys/fs/cgroup"
 TRAINER_LEAF = "pippa-trainer"  # v2, delegated: where the trainer moves itself
 HOW_TO = ("run the trainer as root, or in a delegated cgroup: on cgroup v2 start it under "
-          "'systemd-run --user --scope -p Delegate=yes', on v1 chown its memory and pids cgroups to the user")
+          "'systemd-run --user --scope -p Delegate=yes' (pippa run does where the user's systemd manager "
+          "delegates), on v1 chown its memory and pids cgroups to the user")
 
 
 @dataclass(frozen=True)
@@ -106,3 +111,41 @@ def plan(root: str = ROOT, own: dict[str, str] | None = None, euid: int | None =
             return f"cgroup v2: the delegated cgroup {own['']} lacks the {' and '.join(missing)} controller"
         return Plan("cgroup v2", base, base, True, os.path.join(base, TRAINER_LEAF))
     return "no memory and pids cgroup controllers are mounted"
+
+
+def scope_argv(systemd_run: str = "systemd-run") -> list[str]:
+    """The prefix that starts a command in a transient scope of the user's systemd manager, delegated to
+    the user (memory and pids, systemd's default for a user manager). No MemoryMax/TasksMax: the trainer
+    lives in the scope too, and each sandbox run gets its own capped cgroup below it (as under root)."""
+    return [systemd_run, "--user", "--scope", "--quiet", "--collect", "-p", "Delegate=yes", "--"]
+
+
+def wants_scope(where: Plan | str, euid: int) -> bool:
+    """Whether a delegated scope could give this process what ``plan`` found missing: an ordinary user on
+    a cgroup v2 host whose own cgroup is not delegated (a login session's scope is root's)."""
+    return euid != 0 and isinstance(where, str) and where.startswith("cgroup v2: this process's cgroup")
+
+
+# run inside a trial scope: does the plan there give a delegated subtree? ("ok", or the plan's why)
+_CHECK = ("import sys; sys.path.insert(0, sys.argv[1]); from pippa_contract import cgroupdeleg as d; "
+          "w = d.plan(); print('ok' if isinstance(w, d.Plan) and w.delegated else w)")
+
+
+def user_scope(run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> str:
+    """"" when ``scope_argv`` gives this user a delegated cgroup with memory and pids (tried: a python
+    started in a trial scope runs ``plan``), else one line saying why not. ``pippa up``'s probe reports
+    it; the launcher (training_core.launch) decides with it."""
+    found = shutil.which("systemd-run")
+    if found is None:
+        return "no systemd-run (no systemd user manager)"
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the dir or zip holding this package
+    argv = [*scope_argv(found), sys.executable, "-S", "-I", "-c", _CHECK, here]
+    try:
+        p = run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"systemd-run --user --scope failed ({type(e).__name__}: {e})"
+    out = (p.stdout.strip().splitlines() or [""])[-1]
+    if p.returncode == 0 and out == "ok":
+        return ""
+    why = out or (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+    return f"systemd-run --user --scope -p Delegate=yes: {why}"

@@ -87,7 +87,12 @@ class CgroupSlots:
             if where.move_self_to is not None:  # v2 delegated: only leaves hold processes
                 leaf = Path(where.move_self_to)
                 leaf.mkdir(exist_ok=True)
-                (leaf / "cgroup.procs").write_text(str(os.getpid()))
+                # every process of the scope (accelerate's launcher, other ranks), this one first: the
+                # scope may enable controllers below only once it holds no process itself
+                others = (mem_parent / "cgroup.procs").read_text().split()
+                for pid in dict.fromkeys([str(os.getpid()), *others]):
+                    with contextlib.suppress(ProcessLookupError):
+                        (leaf / "cgroup.procs").write_text(pid)
                 (mem_parent / "cgroup.subtree_control").write_text("+memory +pids")
             _remove_stale(mem_parent)
             _remove_stale(pids_parent)
