@@ -116,16 +116,17 @@ class CgroupSlots:
         remove_tree(self._mem_base, self._pids_base, wait_s=wait_s)
 
     def acquire(self, memory_bytes: int, max_pids: int) -> int:
-        with self._lock:
-            ready = [s for s in self._free if self._emptied(s)]
-            if ready:
-                slot = ready[0]
+        with self._lock:  # the first empty slot (oldest first), not a read of every free one
+            ready = next((s for s in self._free if self._emptied(s)), None)
+            if ready is not None:
+                slot = ready
                 self._free.remove(slot)
             else:
                 slot, self._next = self._next, self._next + 1
         mem, pids = self._mem_base / str(slot), self._pids_base / str(slot)
-        mem.mkdir(exist_ok=True)
-        pids.mkdir(exist_ok=True)
+        if slot not in self._limits:  # made once; a reused slot exists
+            mem.mkdir(exist_ok=True)
+            pids.mkdir(exist_ok=True)
         if self._limits.get(slot) != (memory_bytes, max_pids):
             if self.kind.startswith("cgroup v1"):
                 sw = mem / "memory.memsw.limit_in_bytes"
