@@ -75,3 +75,14 @@ def test_on_this_v1_host_the_launcher_execs_the_trainer_without_a_scope(tmp_path
                        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "training_core.train code_game" in r.stdout and "systemd-run" not in r.stdout
+
+
+def test_an_ordinary_user_on_this_v1_host_gets_no_scope_and_no_trial() -> None:
+    """This machine's real cgroup tree (v1), read as an ordinary user would: v1 has nothing a systemd
+    scope would add (its delegation is a chown), so the trainer's own refusal line stands."""
+    if not os.path.isdir(os.path.join(cgroupdeleg.ROOT, "memory")):
+        pytest.skip("not a cgroup v1 host")
+    where = cgroupdeleg.plan(euid=4242)
+    assert isinstance(where, str) and where.startswith("cgroup v1:"), where
+    never = lambda: pytest.fail("the user manager was asked")  # noqa: E731
+    assert sandbox_scope(_cfg("code_game"), euid=4242, check=never) == ([], "")
