@@ -18,12 +18,13 @@ Stdlib only, python3 >= 3.8 (the host agent's probe imports it too).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Callable
 
 ROOT = "/sys/fs/cgroup"
 TRAINER_LEAF = "pippa-trainer"  # v2, delegated: where the trainer moves itself
@@ -126,26 +127,46 @@ def wants_scope(where: Plan | str, euid: int) -> bool:
     return euid != 0 and isinstance(where, str) and where.startswith("cgroup v2: this process's cgroup")
 
 
-# run inside a trial scope: does the plan there give a delegated subtree? ("ok", or the plan's why)
-_CHECK = ("import sys; sys.path.insert(0, sys.argv[1]); from pippa_contract import cgroupdeleg as d; "
-          "w = d.plan(); print('ok' if isinstance(w, d.Plan) and w.delegated else w)")
+# run inside a trial scope: name its cgroup, then hold the scope open until stdin closes
+_HOLD = ("import sys; print(open('/proc/self/cgroup').read().replace('\\n', ';'), flush=True); "
+         "sys.stdin.read()")
 
 
-def user_scope(run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> str:
-    """"" when ``scope_argv`` gives this user a delegated cgroup with memory and pids (tried: a python
-    started in a trial scope runs ``plan``), else one line saying why not. ``pippa up``'s probe reports
-    it; the launcher (training_core.launch) decides with it."""
+def user_scope(timeout: float = 30.0) -> str:
+    """"" when ``scope_argv`` gives this user a delegated cgroup with memory and pids, else one line saying
+    why not. Tried: a python started in a trial scope names its cgroup and waits while ``plan`` judges
+    that cgroup (the same rule the trainer follows there). ``pippa up``'s probe reports it; the launcher
+    (training_core.launch) decides with it."""
     found = shutil.which("systemd-run")
     if found is None:
         return "no systemd-run (no systemd user manager)"
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the dir or zip holding this package
-    argv = [*scope_argv(found), sys.executable, "-S", "-I", "-c", _CHECK, here]
+    head = "systemd-run --user --scope -p Delegate=yes"
     try:
-        p = run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"systemd-run --user --scope failed ({type(e).__name__}: {e})"
-    out = (p.stdout.strip().splitlines() or [""])[-1]
-    if p.returncode == 0 and out == "ok":
-        return ""
-    why = out or (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
-    return f"systemd-run --user --scope -p Delegate=yes: {why}"
+        p = subprocess.Popen([*scope_argv(found), sys.executable, "-S", "-I", "-c", _HOLD],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError as e:
+        return f"{head}: {e.strerror or e}"
+    assert p.stdin is not None and p.stdout is not None and p.stderr is not None
+    try:
+        ready = select.select([p.stdout], [], [], timeout)[0]
+        line = p.stdout.readline().strip() if ready else ""
+        if line:
+            where = plan(own=own_paths(line.replace(";", "\n")))  # while the scope still holds the python
+            if isinstance(where, Plan) and where.delegated and where.kind == "cgroup v2":
+                return ""
+            return f"{head}: {where if isinstance(where, str) else 'the scope is not delegated to this user'}"
+        if not ready:
+            return f"{head}: no answer in {timeout:g} s"
+        p.stdin.close()
+        p.wait(timeout)
+        return f"{head}: {(p.stderr.read().strip().splitlines() or [f'exit status {p.returncode}'])[-1]}"
+    finally:
+        with contextlib.suppress(OSError):
+            p.stdin.close()
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
