@@ -24,6 +24,7 @@ import select
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 ROOT = "/sys/fs/cgroup"
@@ -121,6 +122,16 @@ def scope_argv(systemd_run: str = "systemd-run") -> list[str]:
     return [systemd_run, "--user", "--scope", "--quiet", "--collect", "-p", "Delegate=yes", "--"]
 
 
+def scope_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What ``systemd-run --user`` needs of the environment beyond ``environ``: the user's runtime
+    directory (its manager's bus), which a process started outside a login session (tmux's server, an
+    agent) may lack; ``{}`` when it is there or there is none."""
+    run_dir = f"/run/user/{os.geteuid()}"
+    if environ.get("XDG_RUNTIME_DIR") or not os.path.isdir(run_dir):
+        return {}
+    return {"XDG_RUNTIME_DIR": run_dir}
+
+
 def wants_scope(where: Plan | str, euid: int) -> bool:
     """Whether a delegated scope could give this process what ``plan`` found missing: an ordinary user on
     a cgroup v2 host whose own cgroup is not delegated (a login session's scope is root's)."""
@@ -143,7 +154,8 @@ def user_scope(timeout: float = 30.0) -> str:
     head = "systemd-run --user --scope -p Delegate=yes"
     try:
         p = subprocess.Popen([*scope_argv(found), sys.executable, "-S", "-I", "-c", _HOLD],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, **scope_env(os.environ)})
     except OSError as e:
         return f"{head}: {e.strerror or e}"
     assert p.stdin is not None and p.stdout is not None and p.stderr is not None

@@ -204,11 +204,14 @@ def sandbox_scope(
     euid: int | None = None,
     where: cgroupdeleg.Plan | str | None = None,
     check: Callable[[], str] = cgroupdeleg.user_scope,
+    env: dict[str, str] | None = None,
 ) -> tuple[list[str], str]:
     """(prefix, line): an ordinary user's strict code run on a cgroup v2 host whose own cgroup is not
     delegated starts in a delegated systemd user scope (``cgroupdeleg.scope_argv``), where the user's
     manager gives one (``check``); otherwise no prefix, and the trainer's sandbox refuses at strict with
-    its one line (``line`` says why the scope was not used). Any other run: ([], "")."""
+    its one line (``line`` says why the scope was not used). Never under SLURM: a scope of the user's
+    manager would take the trainer out of the job's cgroup (its limits, GPUs and kill on cancel). Any
+    other run: ([], "")."""
     from training_core.methods.trl_run import runs_model_code
 
     if cfg.sandbox.isolation != "strict" or not runs_model_code(cfg):
@@ -217,7 +220,8 @@ def sandbox_scope(
     where = cgroupdeleg.plan(euid=euid) if where is None else where
     if not cgroupdeleg.wants_scope(where, euid):
         return [], ""
-    why = check()
+    slurm = "SLURM_JOB_ID" in (os.environ if env is None else env)
+    why = "a SLURM job keeps its cgroup" if slurm else check()
     if why:
         return [], f"sandbox: no delegated cgroup for isolation = strict ({where}; {why})"
     return cgroupdeleg.scope_argv(), "sandbox: the trainer starts in a delegated systemd user scope (v2)"
@@ -275,7 +279,9 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
         train = server[0] if server is not None else cfg.launch  # server mode: the GPUs left to train
         p = plan(args.recipe, sets, run_dir, args.resume, train, cfg.model.precision, facts, rdv)
         scope, scope_line = sandbox_scope(cfg)
-        p = dataclasses.replace(p, argv=[*scope, *p.argv])
+        if scope:
+            env = {**p.env, **cgroupdeleg.scope_env(os.environ)}  # the user manager's bus
+            p = dataclasses.replace(p, argv=[*scope, *p.argv], env=env)
     except TrainingError as e:
         if args.debug:
             traceback.print_exception(e)

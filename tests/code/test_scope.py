@@ -27,13 +27,14 @@ def _cfg(recipe: str, *sets: str):  # type: ignore[no-untyped-def]
 
 
 def test_a_strict_code_run_of_a_user_on_v2_starts_in_a_delegated_scope() -> None:
-    prefix, line = sandbox_scope(_cfg("code_game"), euid=1000, where=NOT_DELEGATED, check=lambda: "")
+    prefix, line = sandbox_scope(_cfg("code_game"), euid=1000, where=NOT_DELEGATED, check=lambda: "", env={})
     assert prefix == SCOPE and "delegated systemd user scope" in line
 
 
 def test_without_a_user_manager_the_run_is_not_wrapped_and_says_why() -> None:
     why = "systemd-run --user --scope -p Delegate=yes: Failed to connect"
-    prefix, line = sandbox_scope(_cfg("code_tests"), euid=1000, where=NOT_DELEGATED, check=lambda: why)
+    prefix, line = sandbox_scope(_cfg("code_tests"), euid=1000, where=NOT_DELEGATED, check=lambda: why,
+                                 env={})
     assert prefix == [] and "is not ours" in line and "Failed to connect" in line
 
 
@@ -46,6 +47,8 @@ def test_only_runs_that_need_the_scope_get_it() -> None:
     assert sandbox_scope(code, euid=0, where=NOT_DELEGATED, check=never) == ([], "")
     delegated = cgroupdeleg.Plan("cgroup v2", "/s", "/s", True, "/s/pippa-trainer")
     assert sandbox_scope(code, euid=1000, where=delegated, check=never) == ([], "")  # already in one
+    slurm = sandbox_scope(code, euid=1000, where=NOT_DELEGATED, check=never, env={"SLURM_JOB_ID": "7"})
+    assert slurm[0] == [] and "a SLURM job keeps its cgroup" in slurm[1]
     v1 = "cgroup v1: this user's memory and pids cgroups (/u, /u) are not its own to write"
     assert sandbox_scope(code, euid=1000, where=v1, check=never) == ([], "")  # v1: nothing to ask systemd
 
@@ -86,3 +89,10 @@ def test_an_ordinary_user_on_this_v1_host_gets_no_scope_and_no_trial() -> None:
     assert isinstance(where, str) and where.startswith("cgroup v1:"), where
     never = lambda: pytest.fail("the user manager was asked")  # noqa: E731
     assert sandbox_scope(_cfg("code_game"), euid=4242, check=never) == ([], "")
+
+
+def test_the_scope_finds_the_user_managers_bus_outside_a_login_session() -> None:
+    """tmux's server or the agent may lack XDG_RUNTIME_DIR; systemd-run --user needs it for the bus."""
+    assert cgroupdeleg.scope_env({"XDG_RUNTIME_DIR": "/run/user/1000"}) == {}
+    run_dir = f"/run/user/{os.geteuid()}"
+    assert cgroupdeleg.scope_env({}) == ({"XDG_RUNTIME_DIR": run_dir} if os.path.isdir(run_dir) else {})
