@@ -64,6 +64,7 @@ def test_up_prepares_host_pushes_secrets_0600_and_is_fast_the_second_time(client
     assert "setting-up-now" in p.stderr, "setup output is streamed"
     assert "none (this host has no NVIDIA GPU)" in p.stdout
     assert "uv 0.0.0-test" in p.stdout and str(h.home / "pippa") in p.stdout
+    assert f"{h.name}: verdict ok (0 failed, 0 warning(s); passive checks only (--quick))" in p.stdout
     secrets = h.home / ".config" / "pippa" / "secrets.env"
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o600 and secrets.stat().st_uid == h.uid
     sourced = h.run_as_user(
@@ -76,6 +77,7 @@ def test_up_prepares_host_pushes_secrets_0600_and_is_fast_the_second_time(client
     again = _pippa(client_env, repo, "up", h.name, "--json")
     report = json.loads(again.stdout)
     assert (report["setup_ran"], report["synced_files"], report["gpus"]) == (False, 0, [])
+    assert report["doctor"]["verdict"] == "ok" and report["doctor"]["quick"] is True
     assert report["secrets_missing"] == ["WANDB_ENTITY"]
     assert (h.home / "setup-count").read_text() == "run\n", "setup not rerun when nothing changed"
 
