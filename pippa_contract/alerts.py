@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 import shlex
 
+from pippa_contract.termsafe import escape
+
 TARGET = "PIPPA_NOTIFY"  # the secrets file's key holding the Apprise URLs
 DEFAULT_IDLE_THRESHOLD = 5.0  # % utilization under which a GPU counts as idle
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?$")
@@ -89,7 +91,10 @@ def format_elapsed(seconds: float | None) -> str:
 
 
 def message(event: dict[str, Any]) -> tuple[str, str, str]:
-    """(title, body, Apprise notify type) of an event: one ``field: value`` line per known fact."""
+    """(title, body, Apprise notify type) of an event: one ``field: value`` line per known fact. The
+    host's words (its name, the run's recipe or command, the reason, a line of the run's log) reach a
+    phone, a mail reader or a terminal: their control characters show escaped (``termsafe.escape``)."""
+    event = {k: escape(v) if isinstance(v, str) else v for k, v in event.items()}
     state = str(event.get("state") or "event")
     host = str(event.get("host") or "?")
     what = event.get("run_id") or event.get("subject") or ""

@@ -92,6 +92,18 @@ def test_message_lists_every_known_field_one_per_line() -> None:
     ]  # fmt: skip
 
 
+def test_a_messages_host_strings_carry_no_escape_sequence_or_extra_line() -> None:
+    """A log line holding OSC 52 (clipboard), OSC 0 (title) and CSI 2J, or a newline that would forge a
+    field, arrives in the message escaped, one field a line."""
+    reason = "boom \x1b]52;c;aGk=\x07\x1b]0;owned\x07\x1b[2J\nstate: finished"
+    title, body, _ = alerts.message({"state": "failed", "host": "h\x1b[31m1", "run_id": "r-1",
+                                     "recipe": "x\ry", "reason": reason})
+    assert "\x1b" not in title + body and "\r" not in body and "\x07" not in body
+    assert title == "pippa: failed r-1 on h\\x1b[31m1"
+    shown = "reason: boom \\x1b]52;c;aGk=\\x07\\x1b]0;owned\\x07\\x1b[2J\\nstate: finished"
+    assert body.splitlines() == ["host: h\\x1b[31m1", "run: r-1", "recipe: x\\ry", "state: failed", shown]
+
+
 def test_errors_are_redacted_of_every_part_of_the_target() -> None:
     target = "slack://TokenA1/TokenB2/TokenC3 json://user:pw-9f8e@10.0.0.1:8080/hook/abcdef"
     line = "Failed to send to slack://TokenA1/TokenB2/TokenC3 (TokenB2) and hook/abcdef at 10.0.0.1: pw-9f8e"

@@ -153,8 +153,9 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
               flush=True)  # fmt: skip
     if runs_model_code(cfg):
         # found now, not at the first reward: a sandbox that cannot keep its promises stops the run here,
-        # with one line, and the header shows what every program will run under (mode, caps, seccomp)
-        print(sandbox.detect().isolation.header(), flush=True)
+        # with one line, and the header shows what every program will run under (mode, caps, seccomp,
+        # which /usr: the resident copy every code reward's pool makes once, or why the host's)
+        print(sandbox.default_pool().launcher.isolation.header(), flush=True)
     rctx = registry.RewardContext(model=model, tokenizer=tokenizer, run_dir=str(run_dir), config=cfg)
     reward_funcs = method.reward_funcs(cfg, rctx)
     n_params = sum(p.numel() for p in model.parameters())
