@@ -15,6 +15,9 @@ STARTED = "started"
 TMUX_SESSION = "tmux_session"
 METRICS = "metrics.jsonl"
 SUPERSEDED = "metrics.superseded.jsonl"
+SAMPLES = "samples.jsonl"  # pippa_contract.samples
+SAMPLES_SUPERSEDED = "samples.superseded.jsonl"
+ALARMS_JSON = "alarms.json"  # pippa_contract.alarms
 JOB_SBATCH = "job.sbatch"
 SLURM_JOB = "slurm_job"
 SUPERVISE_PY = "supervise.py"
@@ -73,6 +76,14 @@ class RunDir:
     @property
     def metrics(self) -> str:
         return self.file(METRICS)
+
+    @property
+    def samples(self) -> str:
+        return self.file(SAMPLES)
+
+    @property
+    def alarms(self) -> str:
+        return self.file(ALARMS_JSON)
 
     @property
     def checkpoints(self) -> str:
