@@ -259,3 +259,28 @@ def newest(path: str) -> Row | None:
     for row in rows_backward(path):
         return row
     return None
+
+
+def answer(run_id: str, run_dir: str, req: Row) -> Row:
+    """The ``samples`` verb's answer for a run directory (the agent's, and a pulled copy's on the
+    laptop): ``select``'s answer, or with ``diff: [A, B]`` ``{"pairs": [[row at A, row at B], ...],
+    "diff": [A, B], "size"}``; both with ``run_id`` and the run's ``alarms`` (alarms.json)."""
+    from pippa_contract.alarms import read_alarms
+    from pippa_contract.rundir import ALARMS_JSON
+
+    path = os.path.join(run_dir, SAMPLES)
+    n = max(1, int(req.get("n") or 8))
+    kind = req.get("kind")
+    diff = req.get("diff")
+    if diff:
+        a = select(path, step=int(diff[0]), n=10_000, kind=kind)
+        b = select(path, step=int(diff[1]), n=10_000, kind=kind)
+        out: Row = {"pairs": [list(p) for p in diff_rows(a["rows"], b["rows"])[:n]],
+                    "diff": [int(diff[0]), int(diff[1])], "size": a["size"]}  # fmt: skip
+    else:
+        step = req.get("step")
+        out = select(path, step=None if step is None else int(step), n=n, best=bool(req.get("best")),
+                     worst=bool(req.get("worst")), grep=req.get("grep") or None, kind=kind)  # fmt: skip
+    out["run_id"] = run_id
+    out["alarms"] = read_alarms(os.path.join(run_dir, ALARMS_JSON))
+    return out

@@ -25,6 +25,7 @@ from pippa_contract.wire import (
     READ_RUN,
     REMOVE_RUNS,
     RUN_CHECKPOINTS,
+    SAMPLES,
     SLURM_STOP,
     SLURM_SUBMIT,
     STOP,
@@ -236,6 +237,35 @@ class GpuReportAnswer(TypedDict, total=False):
 def gpu_report(agent: Caller, query: Sequence[str], apps: Sequence[str]) -> GpuReportAnswer:
     """Run nvidia-smi's two queries (argument lists, no shell) in one request."""
     return agent.call(GPU_REPORT, {"query": list(query), "apps": list(apps)})  # type: ignore[return-value]
+
+
+class SamplesRequest(TypedDict, total=False):
+    remote_dir: str
+    name: str | None  # run id, session or short id (pippa_contract.runpick); None: the newest run
+    step: int | None  # None: the newest sampled step
+    n: int
+    best: bool
+    worst: bool
+    grep: str | None
+    kind: str | None  # "train", "eval" or "selfplay"
+    diff: list[int] | None  # [A, B]: the same prompts' rows at two steps
+
+
+class SamplesAnswer(TypedDict, total=False):
+    run_id: str
+    rows: list[dict[str, Any]]  # pippa_contract.samples.sample_row
+    step: int | None
+    prev: int | None  # the sampled step before ``step``
+    next: int | None  # the sampled step after it
+    size: int  # samples.jsonl's bytes
+    pairs: list[list[dict[str, Any]]]  # with diff: [row at A, row at B] per shared prompt
+    diff: list[int]
+    alarms: list[dict[str, Any]]  # alarms.json's (pippa_contract.alarms)
+
+
+def samples(agent: Caller, request: SamplesRequest) -> SamplesAnswer:
+    """Rows of a run's samples.jsonl, read from its end on the host (``pippa samples``, the dashboard)."""
+    return agent.call(SAMPLES, dict(request))  # type: ignore[return-value]
 
 
 # -- streaming verbs: the caller owns the process ---------------------------------------------------
