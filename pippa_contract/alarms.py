@@ -84,8 +84,8 @@ def length_collapse(steps: list[Record], ratio: float, window: int) -> Record | 
         early = sum(v for _, v in lengths[:window]) / window
         for i in range(window, len(lengths) - window + 1):
             mean = sum(v for _, v in lengths[i : i + window]) / window
-            if early > 0 and mean < ratio * early:
-                since = lengths[i][0]
+            if early > 0 and mean < ratio * early:  # it began at the window's first short step
+                since = next(s for s, v in lengths[i : i + window] if v < ratio * early)
                 return _alarm(LENGTH_COLLAPSE, since, f"mean completion length {mean:.1f} over {window} "
                               f"steps from step {since}, under {ratio:g}x its early {early:.1f}")  # fmt: skip
     clipped = _series(steps, "completions/clipped_ratio")

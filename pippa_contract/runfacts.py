@@ -95,6 +95,10 @@ def run_facts(d: str, summary: bool = False) -> dict[str, Any] | None:
                 run["attempts"] = json.loads(f.read())
         except (OSError, ValueError):
             pass
+    if os.path.exists(os.path.join(d, rd.ALARMS_JSON)):  # what the trainer's alarm watch raised
+        from pippa_contract.alarms import read_alarms
+
+        run["alarms"] = read_alarms(os.path.join(d, rd.ALARMS_JSON))
     if exit_text not in (None, "0"):
         run["error"] = error_line(os.path.join(d, rd.OUTPUT_LOG))
     if summary:

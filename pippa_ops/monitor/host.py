@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
+from pippa_contract import verbs
 from pippa_contract.rundir import RunDir
 from pippa_ops.errors import (
     AuthFailed,
@@ -46,6 +47,7 @@ from pippa_ops.runs.cost import Prices
 from pippa_ops.runs.follow import Follower
 from pippa_ops.runs.launch import stop
 from pippa_ops.runs.listing import RunRecord, list_runs
+from pippa_ops.transport import agent_client
 from pippa_ops.transport._paramiko import paramiko
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.retry import retry_delay
@@ -73,6 +75,7 @@ class Monitor(Protocol):
     def follow(self, run_id: str, emit: Emit) -> None: ...
     def select(self, run_id: str | None) -> None: ...
     def follow_log(self, run_id: str, sink: Sink, cancelled: Callable[[], bool]) -> None: ...
+    def samples(self, run_id: str, request: verbs.SamplesRequest) -> verbs.SamplesAnswer: ...
     def stop_run(self, run_id: str) -> str: ...
     def reconnect_now(self) -> None: ...
     def set_shown(self, shown: bool) -> None: ...
@@ -307,6 +310,15 @@ class HostMonitor:
                 sink(chunk)
         except LOST:
             sink(b"\n(connection lost)\n")
+
+    def samples(self, run_id: str, request: verbs.SamplesRequest) -> verbs.SamplesAnswer:
+        """What the model wrote in run ``run_id`` (``verbs.samples``: one request, read from the file's
+        end on the host); raises HostUnreachable while the host is down."""
+        t = self._live()
+        if t is None:
+            raise HostUnreachable(f"{self.name} is unreachable")
+        req: verbs.SamplesRequest = {**request, "remote_dir": self.spec.remote_dir, "name": run_id}
+        return verbs.samples(agent_client.Once(t), req)
 
     def stop_run(self, run_id: str) -> str:
         t = self._live()

@@ -55,6 +55,8 @@ class RunRecord:
     attempt: int | None = None  # a supervised run (--retry, --stall-timeout): its attempt now (1-based)
     max_attempts: int | None = None
     retry_in_s: float | None = None  # waiting before the next attempt: seconds left
+    warning: str | None = None  # the alarms the trainer raised (pippa_contract.alarms.warning)
+    samples_step: int | None = None  # the sampled step to read for the first alarm
 
     @property
     def label(self) -> str:
@@ -172,7 +174,19 @@ def _record(
         attempt=attempts["attempt"] if attempts else None,
         max_attempts=attempts["max_attempts"] if attempts else None,
         retry_in_s=_retry_in(attempts, now) if attempts and state == "running" else None,
+        **_alarm_fields(raw.get("alarms")),
     )
+
+
+def _alarm_fields(alarms: Any) -> dict[str, Any]:
+    """``warning`` and ``samples_step`` of a run's alarms (runfacts' ``alarms``), if it has any."""
+    from pippa_contract.alarms import warning
+
+    listed = [a for a in alarms if isinstance(a, dict)] if isinstance(alarms, list) else []
+    if not listed:
+        return {}
+    step = listed[0].get("samples_step")
+    return {"warning": warning(listed), "samples_step": step if isinstance(step, int) else None}
 
 
 def _retry_in(attempts: dict[str, Any], now: float) -> float | None:
