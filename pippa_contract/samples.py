@@ -111,24 +111,22 @@ def redone(raw: bytes, resumed_from_step: int) -> bool:
 
 
 def thin_plan(step_bytes: list[tuple[int, int]], budget: int) -> set[int]:
-    """The steps to drop so the rest fit ``budget`` bytes: from the older half of the steps, every
-    other one, oldest first, pass after pass (a long run keeps an even spread of its past); never the
-    newest step. ``step_bytes``: each step and its rows' bytes, oldest first."""
+    """The steps to drop so the rest fit ``budget`` bytes: keep the steps that are multiples of a
+    stride (twice the smallest gap between sampled steps, doubled until they fit), plus the first and
+    the newest. What stays is an even spread over the whole run; the steps written since the last
+    thinning stay dense until the next one, so the older a step, the thinner its neighbourhood.
+    ``step_bytes``: each step and its rows' bytes, oldest first."""
     size = dict(step_bytes)
     order = [s for s, _ in step_bytes]
-    total = sum(size.values())
-    drop: set[int] = set()
-    while total > budget:
-        cands = [s for s in order if s not in drop][:-1]
-        if not cands:
-            break
-        half = cands[: max(1, (len(cands) + 1) // 2)]
-        for victim in half[1::2] or half[:1]:
-            drop.add(victim)
-            total -= size[victim]
-            if total <= budget:
-                break
-    return drop
+    if sum(size.values()) <= budget or len(order) < 3:
+        return set()
+    gaps = [b - a for a, b in zip(order, order[1:]) if b > a]
+    stride = 2 * max(1, min(gaps)) if gaps else 2
+    while True:
+        keep = {s for s in order if s % stride == 0} | {order[0], order[-1]}
+        if sum(size[s] for s in keep) <= budget or len(keep) <= 2:
+            return set(order) - keep
+        stride *= 2
 
 
 # -- reading from the end ------------------------------------------------------------------------
