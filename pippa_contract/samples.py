@@ -11,8 +11,10 @@ newest one.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 
 from pippa_contract.rundir import SAMPLES as SAMPLES
 from pippa_contract.rundir import SAMPLES_SUPERSEDED as SAMPLES_SUPERSEDED
@@ -132,13 +134,13 @@ def thin_plan(step_bytes: list[tuple[int, int]], budget: int) -> set[int]:
 # -- reading from the end ------------------------------------------------------------------------
 
 
-def lines_backward(path: str) -> Iterator[bytes]:
+def lines_backward(path: str, end: int | None = None) -> Iterator[bytes]:
     """The file's complete lines, last first, read in blocks from the end (a last line without its
-    newline is not yet a line)."""
+    newline is not yet a line); from byte ``end`` (a line start) when given."""
     with open(path, "rb") as f:
-        pos = f.seek(0, os.SEEK_END)
+        pos = f.seek(0, os.SEEK_END) if end is None else end
         carry = b""
-        first = True
+        first = end is None
         while pos > 0:
             n = min(BLOCK, pos)
             pos -= n
@@ -155,6 +157,58 @@ def lines_backward(path: str) -> Iterator[bytes]:
             yield from reversed(rest)
         if carry and not first:
             yield carry
+
+
+_STEP = re.compile(rb'"step": (-?\d+)')
+
+
+def _step_at(f: Any, offset: int) -> tuple[int, int | None]:
+    """The first whole line at or after ``offset``: its start and its step (None: no row there)."""
+    f.seek(offset)
+    if offset:
+        f.readline()  # the rest of the line ``offset`` fell in
+    while True:
+        start = f.tell()
+        raw = f.readline()
+        if not raw.endswith(b"\n"):
+            return start, None
+        m = _STEP.search(raw, 0, 64)
+        if m is not None:
+            return start, int(m.group(1))
+
+
+def end_of_step(path: str, step: int) -> int:
+    """The byte offset where the rows after ``step`` begin (rows are in step order): a bisection of
+    the file, so ``--step`` on a large file reads a few blocks, not everything after it."""
+    with open(path, "rb") as f:
+        lo, hi = 0, f.seek(0, os.SEEK_END)
+        while hi - lo > BLOCK:
+            mid = (lo + hi) // 2
+            start, s = _step_at(f, mid)
+            if s is None or s > step:
+                hi = mid
+            else:
+                lo = mid
+        start, s = _step_at(f, lo)
+        while s is not None and s <= step:
+            start, s = _step_at(f, f.tell())
+        return start
+
+
+def _rows(path: str, offset: int | None, forward: bool = False) -> Iterator[Row]:
+    """Rows backward from ``offset`` (None: the end), or, ``forward``, the rows from ``offset`` on."""
+    if not forward:
+        for raw in lines_backward(path, offset):
+            row = parse(raw)
+            if row is not None:
+                yield row
+        return
+    with open(path, "rb") as f:
+        f.seek(offset or 0)
+        for raw in f:
+            row = parse(raw) if raw.endswith(b"\n") else None
+            if row is not None:
+                yield row
 
 
 def rows_backward(path: str, needle: str | None = None) -> Iterator[Row]:
@@ -206,7 +260,13 @@ def select(
         out["rows"] = _order(rows, best, worst)[:n] if (best or worst) else rows
         return out
     target = step
-    for row in rows_backward(path):
+    end = None
+    if step is not None:  # start right after the step's rows; the row there is the next step
+        end = end_of_step(path, step)
+        later = itertools.islice(_rows(path, end, forward=True), 1000)
+        after = next((r for r in later if kind is None or r.get("kind") == kind), None)
+        out["next"] = after["step"] if after is not None else None
+    for row in _rows(path, end):
         if kind is not None and row.get("kind") != kind:
             continue
         s = row["step"]

@@ -145,3 +145,20 @@ def test_alarms_from_a_metrics_file_follow_the_resume_rule(tmp_path: Path) -> No
     alarms.write_alarms(record, [{"kind": alarms.NO_LEARNING_SIGNAL, "since": 1}])
     assert alarms.read_alarms(record)[0]["since"] == 1
     assert "no learning signal (step 1)" in str(alarms.warning(alarms.read_alarms(record)))
+
+
+@pytest.mark.parametrize("block", [64, 1 << 16])
+def test_a_step_is_found_by_bisection_with_its_neighbours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    monkeypatch.setattr(sm, "BLOCK", block)
+    steps = {s: [0.1 * i for i in range(3)] for s in range(0, 300, 7)}
+    path = _file(tmp_path, _rows(steps) + _rows({300: [1.0]}, kind="eval"))
+    order = [*steps, 300]
+    for target in range(-3, 305):
+        got = sm.select(path, step=target, n=10)
+        want = [s for s in order if s == target]
+        assert {r["step"] for r in got["rows"]} == set(want), target
+        assert got["prev"] == max((s for s in order if s < target), default=None), target
+        assert got["next"] == min((s for s in order if s > target), default=None), target
+    assert sm.select(path, step=294, kind="train")["next"] is None  # step 300 has eval rows only
