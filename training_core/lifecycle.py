@@ -187,13 +187,14 @@ class RunLifecycle:
         self._open_samples()
 
     def _open_samples(self) -> None:
-        """samples.jsonl (methods that sample: grpo, selfplay) and the alarm watch on the metrics."""
+        """samples.jsonl (created at the first row: only methods that sample write one) and the alarm
+        watch on the metrics."""
         from training_core.alarm_watch import AlarmWatch
         from training_core.samples import SamplesWriter, interval
 
         cfg = self.res.config
         every = interval(cfg)
-        if every > 0 and cfg.method in ("grpo", "selfplay"):
+        if every > 0:
             self.samples = SamplesWriter(self.run_dir, cfg)
 
         def sampled(step: int) -> int | None:

@@ -42,7 +42,7 @@ class SamplesWriter:
         self.per_step = max(1, cfg.samples.per_step)
         self.cap = int(cfg.samples.cap_mb * 1_000_000)
         self.secrets = read_secret_values(env_keys=SECRET_ENV) if secrets is None else secrets
-        self._f: IO[bytes] = self.path.open("ab")
+        self._f: IO[bytes] | None = None  # opened at the first row: SFT and DPO runs write no file
         self._size = self._on_disk()
 
     def due(self, step: int) -> bool:
@@ -57,6 +57,8 @@ class SamplesWriter:
         data = b"".join(contract.encode(r) for r in rows)
         if not data:
             return
+        if self._f is None:
+            self._f = self.path.open("ab")
         self._f.write(data)
         self._f.flush()
         self._size += len(data)
@@ -78,7 +80,8 @@ class SamplesWriter:
         drop = contract.thin_plan(contract.steps_of(str(self.path)), budget)
         if not drop:
             return
-        self._f.close()
+        if self._f is not None:
+            self._f.close()
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         with self.path.open("rb") as src, tmp.open("wb") as dst:
             for raw in src:
@@ -92,7 +95,9 @@ class SamplesWriter:
         self._size = self._on_disk()
 
     def close(self) -> None:
-        self._f.close()
+        if self._f is not None:
+            self._f.close()
+            self._f = None
 
 
 class NullSamples(SamplesWriter):

@@ -21,6 +21,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Header
+from textual.worker import get_current_worker
 
 from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen, MainHidden
 from pippa_ops.dash.widgets import HostPanel, RunsTable, RunView
@@ -206,8 +207,8 @@ class DashApp(App[None]):
             return
         fetch = partial(mon.samples, run_id)
 
-        def still() -> bool:
-            return self.selected == (host, run_id) and self.is_running
+        def still() -> bool:  # cancelled: another run was selected, or the app is closing
+            return self.selected == (host, run_id) and not get_current_worker().is_cancelled
 
         def draw(line: str) -> None:
             for view in self.query(RunView):
