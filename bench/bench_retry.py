@@ -2,9 +2,10 @@
 
 Both arms are real ``pippa run tiny`` launches on one loopback OpenSSH host (tests/sshd.py), run one at
 a time and alternately (ABBA order per round, so drift in the shared machine's load cancels out). The
-``--retry`` arm runs under the host supervisor (pippa_ops/runs/supervise.py); the other starts exactly
-as before. Per run: training time (first step line to the end line of metrics.jsonl, as bench_tiny
-measures it) and wall time (launch until exit_code exists). Goal (issue 23): training time within 1.05x.
+``--retry`` arm runs under the host supervisor (pippa_agent/supervise/, run from the host program);
+the other starts exactly as before. Per run: training time (first step line to the end line of
+metrics.jsonl, as bench_tiny measures it) and wall time (launch until exit_code exists). Goal (issue
+23): training time within 1.05x.
 On a shared machine the load of other jobs moves a run's time by far more than 5%, so it also reads the
 supervisor's own CPU time from /proc while the run goes (its whole cost, independent of that load).
 
@@ -55,7 +56,7 @@ def one_run(
     run_dir = home / "pippa" / "runs" / run_id
     supervisor_cpu = None
     while not (run_dir / "exit_code").exists():
-        seen = cpu_seconds(str(run_dir / "supervise.py")) if retry else None
+        seen = cpu_seconds(str(run_dir / "agent.pyz")) if retry else None  # agent.pyz supervise RUN_DIR
         supervisor_cpu = seen if seen is not None else supervisor_cpu
         time.sleep(0.05)
     wall = time.perf_counter() - t0

@@ -11,10 +11,10 @@ from pippa_contract.samples import answer
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pippa_agent.host import Answer, Req
+    from pippa_contract.messages import SamplesAnswer, SamplesRequest
 
 
-def run_dir_of(req: Req) -> tuple[str, str]:
+def run_dir_of(req: SamplesRequest) -> tuple[str, str]:
     """The run ``name`` means (a run id names its directory; a session or short id goes through
     ``pippa_contract.runpick``, as ``read_run``) and its directory."""
     base = runs_dir(req["remote_dir"])
@@ -30,6 +30,6 @@ def run_dir_of(req: Req) -> tuple[str, str]:
     return chosen, os.path.join(base, chosen)
 
 
-def samples(req: Req) -> Answer:
+def samples(req: SamplesRequest) -> SamplesAnswer:
     run_id, d = run_dir_of(req)
-    return answer(run_id, d, req)
+    return answer(run_id, d, dict(req))  # type: ignore[return-value]

@@ -5,6 +5,8 @@ Paths are host paths (POSIX) kept as strings: ``root`` may start with ``~/``, wh
 
 from __future__ import annotations
 
+import re
+
 RUNS = "runs"
 RUN_JSON = "run.json"
 CMD_SH = "cmd.sh"
@@ -18,13 +20,35 @@ SUPERSEDED = "metrics.superseded.jsonl"
 SAMPLES = "samples.jsonl"  # pippa_contract.samples
 SAMPLES_SUPERSEDED = "samples.superseded.jsonl"
 ALARMS_JSON = "alarms.json"  # pippa_contract.alarms
+ALARMS_SENT = "alarms.sent"  # the alarms the host's alerts told (pippa_agent.alerts.alarms)
 JOB_SBATCH = "job.sbatch"
 SLURM_JOB = "slurm_job"
 SUPERVISE_PY = "supervise.py"
 ATTEMPTS_JSON = "attempts.json"
 CHECKPOINTS = "checkpoints"
+STAGING = ".staging"  # inside checkpoints/: where a checkpoint is written before its rename into place
+ACCELERATE_YAML = "accelerate.yaml"  # the launcher's accelerate config (--processes, --hosts, SLURM)
+VLLM_LOG = "vllm.log"  # the vLLM server's output when generation runs on its own GPU
+# A checkpoint directory in checkpoints/: ``checkpoint-<step>``, the name TRL/transformers give it.
+CHECKPOINT_PREFIX = "checkpoint-"
+CHECKPOINT_RE = re.compile(r"^checkpoint-([0-9]+)$")
 # What a resumed run's directory loses (the next attempt writes them again).
 RUN_STATE_FILES = (EXIT_CODE, EXIT_CODE + ".tmp", STARTED, STOP_REQUESTED, TMUX_SESSION)
+
+
+def checkpoint_name(step: int) -> str:
+    return f"{CHECKPOINT_PREFIX}{step}"
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step of a ``checkpoint-<step>`` name; None for any other name (``.staging`` included)."""
+    m = CHECKPOINT_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def checkpoint_names(names: list[str]) -> list[str]:
+    """The checkpoint names among ``names``, oldest (lowest step) first."""
+    return sorted((n for n in names if CHECKPOINT_RE.match(n)), key=lambda n: int(n[len(CHECKPOINT_PREFIX):]))
 
 
 def runs_dir(root: str) -> str:
@@ -88,3 +112,7 @@ class RunDir:
     @property
     def checkpoints(self) -> str:
         return self.file(CHECKPOINTS)
+
+    def checkpoint(self, name: str) -> str:
+        """A checkpoint's directory: ``checkpoints/<name>``."""
+        return f"{self.checkpoints}/{name}"

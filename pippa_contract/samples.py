@@ -18,11 +18,10 @@ import re
 
 from pippa_contract.rundir import SAMPLES as SAMPLES
 from pippa_contract.rundir import SAMPLES_SUPERSEDED as SAMPLES_SUPERSEDED
-from pippa_contract.secrets import redact
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: the agent imports this module on the host
-    from typing import Any, Dict, Iterable, Iterator
+    from typing import Any, Callable, Dict, Iterable, Iterator
 
     Row = Dict[str, Any]
 
@@ -48,20 +47,20 @@ def sample_row(
     step: int, kind: str, prompt: str, completion: str, *, index: int = 0,
     rewards: dict[str, Any] | None = None, reward: Any = None, advantage: Any = None,
     length: int | None = None, truncated: bool | None = None, answer: Any = None,
-    passed: bool | None = None, transcript: Iterable[str] | None = None, secrets: Iterable[str] = (),
-    time: float | None = None,
+    passed: bool | None = None, transcript: Iterable[str] | None = None,
+    redact: Callable[[str], str] | None = None, time: float | None = None,
 ) -> Row:  # fmt: skip
     """One row: ``{"type": "sample", "step", "time", "kind", "index", "prompt", "completion",
     "rewards": {function: value}, "reward": weighted total, "advantage", "length": completion tokens,
     "truncated"}``, plus ``"answer"``/``"passed"`` for an evaluation and ``"transcript"`` for a game.
-    Text is clipped (``MAX_TEXT``) and redacted of every value in ``secrets``; a non-finite number is
-    null."""
+    Text goes through ``redact`` (the writer's: the host's secrets taken out with
+    ``pippa_contract.alerts.redact_secrets``, as alerts are) and is clipped (``MAX_TEXT``); a
+    non-finite number is null."""
     import time as _time
 
-    secrets = list(secrets)
-
     def text(value: Any) -> str:
-        return clip(redact(value if isinstance(value, str) else str(value), secrets))
+        raw = value if isinstance(value, str) else str(value)
+        return clip(redact(raw) if redact is not None else raw)
 
     row: Row = {
         "type": SAMPLE, "step": int(step), "time": _time.time() if time is None else time, "kind": kind,

@@ -38,24 +38,15 @@ def parse_secrets(text: str) -> dict[str, str]:
     return out
 
 
-def redact(text: str, values: Iterable[str]) -> str:
-    """``text`` with every secret value (4 characters or more, longest first) replaced by ``***``:
-    what leaves a host as text a person reads (a completion the model wrote, an alert's reason line)
-    never carries a token the job had in its environment."""
-    for value in sorted({v for v in values if len(v.strip()) >= 4}, key=len, reverse=True):
-        text = text.replace(value, "***")
-    return text
-
-
-def read_secret_values(path: str = SECRETS_PATH, env_keys: Iterable[str] = ()) -> list[str]:
-    """The values of the host's secrets file (missing or unreadable: none) and of the environment
-    variables ``env_keys`` that are set: what ``redact`` takes out."""
+def read_secret_values(path: str = SECRETS_PATH, env_keys: Iterable[str] = ()) -> dict[str, str]:
+    """The host's secrets file (missing or unreadable: empty) and the environment variables
+    ``env_keys`` that are set: what ``pippa_contract.alerts.redact_secrets`` takes out of text."""
     import os
 
-    values = []
+    values: dict[str, str] = {k: os.environ[k] for k in env_keys if os.environ.get(k)}
     try:
         with open(os.path.expanduser(path), encoding="utf-8") as f:
-            values = list(parse_secrets(f.read()).values())
+            values.update(parse_secrets(f.read()))
     except OSError:
         pass
-    return values + [os.environ[k] for k in env_keys if os.environ.get(k)]
+    return values

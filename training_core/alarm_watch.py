@@ -2,9 +2,10 @@
 over the run so far and, when an alarm is new, rewrites ``alarms.json`` in the run directory (the
 record ``ps``, the dashboard and the host's alert program read) and prints one line to the log.
 
-An alarm, once raised, stays (with the step where it began); a resume starts from the records the
-resumed metrics file keeps. Long runs re-check less often (every ``len(steps) // CHECKS`` records), so
-the watch costs the same few hundred checks whatever the run's length.
+A new alarm is also handed to the host's alerts (``alerts alarms``, pippa_agent.alerts.alarms), which
+tell it once. An alarm, once raised, stays (with the step where it began); a resume starts from the
+records the resumed metrics file keeps. Long runs re-check less often (every ``len(steps) // CHECKS``
+records), so the watch costs the same few hundred checks whatever the run's length.
 """
 
 from __future__ import annotations
@@ -76,4 +77,27 @@ class AlarmWatch:
                   + (f" (samples: step {step})" if step is not None else ""), flush=True)  # fmt: skip
         self.raised += new
         alarms.write_alarms(str(self.path), self.raised)
+        tell_host(self.path.parent)
         return new
+
+
+def tell_host(run_dir: Path) -> None:
+    """Have the host's alerts tell the new alarms, once each, in the background (a slow or failing
+    service never slows the run): through the run's own host program (``$RUN_DIR/agent.pyz``, what
+    cmd.sh tells the run's end with), where `pippa up` set alerts up; otherwise nothing."""
+    import contextlib
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR, RUN_PROGRAM
+
+    program = run_dir / RUN_PROGRAM
+    if not program.is_file() or not Path(os.path.expanduser(f"{ALERTS_DIR}/{ALERTS_CONFIG}")).is_file():
+        return
+    argv = [shutil.which("python3") or sys.executable, "-S", "-I", str(program), "alerts", "alarms",
+            "--run-dir", str(run_dir), "--detach"]  # fmt: skip
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # --detach: it returns once forked
+        subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=30, check=False)  # fmt: skip

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pippa_contract import samples as contract
+from pippa_contract.alerts import redact_secrets
 from pippa_contract.secrets import read_secret_values
 from training_core.config import RunConfig
 
@@ -35,7 +36,7 @@ def interval(cfg: RunConfig) -> int:
 class SamplesWriter:
     active = True
 
-    def __init__(self, run_dir: Path, cfg: RunConfig, secrets: list[str] | None = None) -> None:
+    def __init__(self, run_dir: Path, cfg: RunConfig, secrets: dict[str, str] | None = None) -> None:
         self.path = run_dir / contract.SAMPLES
         self.old = run_dir / contract.SAMPLES_SUPERSEDED
         self.every = interval(cfg)
@@ -51,7 +52,10 @@ class SamplesWriter:
 
     def row(self, step: int, kind: str, prompt: str, completion: str, **fields: Any) -> dict[str, Any]:
         """A contract row with this run's secrets redacted."""
-        return contract.sample_row(step, kind, prompt, completion, secrets=self.secrets, **fields)
+        return contract.sample_row(step, kind, prompt, completion, redact=self.redact, **fields)
+
+    def redact(self, text: str) -> str:
+        return redact_secrets(text, self.secrets)
 
     def write(self, rows: list[dict[str, Any]]) -> None:
         data = b"".join(contract.encode(r) for r in rows)
@@ -108,7 +112,7 @@ class NullSamples(SamplesWriter):
     def __init__(self) -> None:
         self.every = 0
         self.per_step = 0
-        self.secrets = []
+        self.secrets = {}
 
     def due(self, step: int) -> bool:
         return False

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from pippa_ops.cli.common import HostOpt, JsonOpt, RunsDirOpt, console, emit_json
 from pippa_ops.errors import UsageError
+
+if TYPE_CHECKING:
+    from pippa_contract.messages import SamplesRequest
 
 STYLES = {"head": "bold", "prompt": "dim", "text": "", "meta": "cyan", "warn": "bold yellow"}
 
@@ -32,7 +35,6 @@ def samples_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """What the model wrote at a step: prompt, completion, rewards per function, length; alarms."""
-    from pippa_contract import verbs
     from pippa_ops.runs import samples
 
     if step is not None and last:
@@ -43,7 +45,7 @@ def samples_cmd(
         raise UsageError("--diff A B compares two steps: leave out --step and --grep")
     if kind is not None and kind not in ("train", "eval", "selfplay"):
         raise UsageError(f"--kind must be train, eval or selfplay, not {kind!r}")
-    request: verbs.SamplesRequest = {"step": step, "n": n, "best": best, "worst": worst, "grep": grep,
+    request: SamplesRequest = {"step": step, "n": n, "best": best, "worst": worst, "grep": grep,
                                      "kind": kind, "diff": list(diff) if diff else None}  # fmt: skip
     from pippa_ops.transport.shell import validate_name
 

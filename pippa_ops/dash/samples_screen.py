@@ -10,7 +10,7 @@ touch the network. ``newest_line`` is the run pane's one line under the curves.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import work
@@ -20,10 +20,12 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 
-from pippa_contract import verbs
 from pippa_ops.runs import samples
 
-Fetch = Callable[[verbs.SamplesRequest], verbs.SamplesAnswer]
+if TYPE_CHECKING:
+    from pippa_contract.messages import SamplesAnswer, SamplesRequest
+
+    Fetch = Callable[[SamplesRequest], SamplesAnswer]
 STYLES = {"head": "bold", "prompt": "dim", "text": "", "meta": "cyan", "warn": "bold yellow"}
 ROWS = 16  # rows fetched per step (the screen scrolls)
 
@@ -50,7 +52,7 @@ class SamplesScreen(Screen[None]):
         self.host, self.run_id, self._fetch = host, run_id, fetch
         self.step: int | None = None  # None: the newest sampled step
         self.order = "batch"
-        self.answer: verbs.SamplesAnswer | None = None
+        self.answer: SamplesAnswer | None = None
 
     def compose(self) -> ComposeResult:
         title = f"{self.run_id} on {self.host}: what the model wrote (esc to go back)"
@@ -78,7 +80,7 @@ class SamplesScreen(Screen[None]):
         self.order = order
         self._load()
 
-    def request(self) -> verbs.SamplesRequest:
+    def request(self) -> SamplesRequest:
         return {"step": self.step, "n": ROWS, "best": self.order == "best", "worst": self.order == "worst"}
 
     @work(thread=True, exclusive=True, group="samples")
@@ -91,7 +93,7 @@ class SamplesScreen(Screen[None]):
             return
         self.app.call_from_thread(self.show, answer)
 
-    def show(self, answer: verbs.SamplesAnswer) -> None:
+    def show(self, answer: SamplesAnswer) -> None:
         self.answer = answer
         if self.step is None:
             self.step = answer.get("step")

@@ -14,8 +14,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from pippa_contract import rundir as rd
 from pippa_contract import verbs
 from pippa_contract.rundir import RunDir
 from pippa_ops.errors import (
@@ -53,6 +54,9 @@ from pippa_ops.transport.base import Transport
 from pippa_ops.transport.retry import retry_delay
 from pippa_ops.transport.shell import validate_name
 
+if TYPE_CHECKING:
+    from pippa_contract.messages import SamplesAnswer, SamplesRequest
+
 __all__ = [
     "Gpu", "GpuSampled", "GpuState", "HostEvent", "HostMonitor", "HostState", "LinkChanged",
     "Monitor", "RunDetail", "RunRow", "RunUpdated", "RunsListed", "apply",
@@ -75,7 +79,7 @@ class Monitor(Protocol):
     def follow(self, run_id: str, emit: Emit) -> None: ...
     def select(self, run_id: str | None) -> None: ...
     def follow_log(self, run_id: str, sink: Sink, cancelled: Callable[[], bool]) -> None: ...
-    def samples(self, run_id: str, request: verbs.SamplesRequest) -> verbs.SamplesAnswer: ...
+    def samples(self, run_id: str, request: SamplesRequest) -> SamplesAnswer: ...
     def stop_run(self, run_id: str) -> str: ...
     def reconnect_now(self) -> None: ...
     def set_shown(self, shown: bool) -> None: ...
@@ -236,8 +240,8 @@ class HostMonitor:
         for f in followers:
             f.close()
 
-    def _run_dir(self, run_id: str) -> str:
-        return RunDir(self.spec.remote_dir, validate_name("run", run_id)).path
+    def _run_dir(self, run_id: str) -> RunDir:
+        return RunDir(self.spec.remote_dir, validate_name("run", run_id))
 
     def follow(self, run_id: str, emit: Emit) -> None:
         """Stream the run's metrics.jsonl and output.log (two channels) until it is deselected."""
@@ -249,13 +253,13 @@ class HostMonitor:
                 if chunk is None:  # metrics.jsonl is about to be read again from byte 0
                     parser.restart()
                     return
-                (parser if which == "metrics.jsonl" else tail).feed(chunk)
+                (parser if which == rd.METRICS else tail).feed(chunk)
                 detail = parser.detail(self.name, run_id, tail.tail())
             emit(RunUpdated(detail))
 
-        log = threading.Thread(target=self._follow_file, args=(run_id, "output.log", on_chunk), daemon=True)
+        log = threading.Thread(target=self._follow_file, args=(run_id, rd.OUTPUT_LOG, on_chunk), daemon=True)
         log.start()
-        self._follow_file(run_id, "metrics.jsonl", on_chunk)
+        self._follow_file(run_id, rd.METRICS, on_chunk)
         log.join()
 
     def _follow_file(self, run_id: str, name: str, on_chunk: Callable[[str, bytes | None], None]) -> None:
@@ -267,7 +271,7 @@ class HostMonitor:
                 self._up.wait(1.0)
                 continue
             rec = self._records.get(run_id)
-            f = Follower(t, f"{base}/{name}", offset, end_file=f"{base}/exit_code",
+            f = Follower(t, base.file(name), offset, end_file=base.exit_code,
                          session=rec.session if rec and rec.active else None)  # fmt: skip
             with self._lock:
                 if self._selected != run_id:
@@ -285,7 +289,7 @@ class HostMonitor:
             # Resume here after a reconnect. metrics.jsonl is read again from 0 instead: a resumed run
             # replaces it (docs/CONTRACTS.md), so a byte offset into it may point into another file;
             # the parser drops its partial line and rebuilds its curves from the first header.
-            if name == "metrics.jsonl":
+            if name == rd.METRICS:
                 on_chunk(name, None)
             else:
                 offset = f.offset
@@ -297,7 +301,7 @@ class HostMonitor:
         if t is None:
             sink(b"(host unreachable)\n")
             return
-        f = Follower(t, f"{self._run_dir(run_id)}/output.log", 0)
+        f = Follower(t, self._run_dir(run_id).output_log, 0)
 
         def stop_when_cancelled() -> None:
             while not cancelled() and not self._closed.wait(0.2):
@@ -311,13 +315,13 @@ class HostMonitor:
         except LOST:
             sink(b"\n(connection lost)\n")
 
-    def samples(self, run_id: str, request: verbs.SamplesRequest) -> verbs.SamplesAnswer:
+    def samples(self, run_id: str, request: SamplesRequest) -> SamplesAnswer:
         """What the model wrote in run ``run_id`` (``verbs.samples``: one request, read from the file's
         end on the host); raises HostUnreachable while the host is down."""
         t = self._live()
         if t is None:
             raise HostUnreachable(f"{self.name} is unreachable")
-        req: verbs.SamplesRequest = {**request, "remote_dir": self.spec.remote_dir, "name": run_id}
+        req: SamplesRequest = {**request, "remote_dir": self.spec.remote_dir, "name": run_id}
         return verbs.samples(agent_client.Once(t), req)
 
     def stop_run(self, run_id: str) -> str:

@@ -8,16 +8,17 @@ agent's ``time.time()`` in the same answer), so a skewed laptop clock does not m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from pippa_contract import attempts as attempts_json
 from pippa_contract import runpick, verbs
 from pippa_contract.states import ACTIVE
 from pippa_contract.states import derive_state as derive_state  # the states, as tests and callers read them
 from pippa_contract.states import slurm_state as slurm_state
 from pippa_contract.wire import READ_RUN
 from pippa_ops.errors import AmbiguousSession, RunNotFound
-from pippa_ops.runs import supervise
 from pippa_ops.runs.tmux import parse_sessions
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport, read_to_end
@@ -125,7 +126,7 @@ def _record(
     ended = _num(raw.get("ended")) if exit_code is not None else None
     started_host = _num(raw.get("started"))
     end = raw.get("end")
-    attempts = supervise.summarize(raw.get("attempts"))
+    attempts = attempts_json.summarize(raw.get("attempts"))
     job = raw.get("slurm") if isinstance(raw.get("slurm"), dict) else None
     job_state = None
     if job is not None:
@@ -195,7 +196,7 @@ def _retry_in(attempts: dict[str, Any], now: float) -> float | None:
     return max(0.0, at - now) if at is not None else None
 
 
-def host_runs(host: str, answer: dict[str, Any]) -> HostRuns:
+def host_runs(host: str, answer: Mapping[str, Any]) -> HostRuns:
     """The agent's ``list_runs`` answer as records with their states (pure; unit-tested)."""
     now = _num(answer.get("now")) or 0.0
     sessions: dict[str, float] = {}

@@ -12,27 +12,30 @@ from __future__ import annotations
 import textwrap
 import unicodedata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pippa_contract import samples as sm
 from pippa_contract import verbs
+
+if TYPE_CHECKING:
+    from pippa_contract.messages import SamplesAnswer, SamplesRequest
 
 Line = tuple[str, str]  # (style name: "head", "prompt", "text", "meta", "warn"; the text)
 MAX_PROMPT_LINES = 4
 
 
-def fetch(host: str, name: str, request: verbs.SamplesRequest) -> verbs.SamplesAnswer:
+def fetch(host: str, name: str, request: SamplesRequest) -> SamplesAnswer:
     """``verbs.samples`` on ``host``: one agent request, the host reads the file from its end."""
     from pippa_ops.hosts.connect import connect
     from pippa_ops.transport import agent_client
 
     spec, transport = connect(host)
     with transport:
-        req: verbs.SamplesRequest = {**request, "remote_dir": spec.remote_dir, "name": name}
+        req: SamplesRequest = {**request, "remote_dir": spec.remote_dir, "name": name}
         return verbs.samples(agent_client.Once(transport), req)
 
 
-def local_answer(run_dir: Path, request: verbs.SamplesRequest) -> verbs.SamplesAnswer:
+def local_answer(run_dir: Path, request: SamplesRequest) -> SamplesAnswer:
     """The ``samples`` verb's answer from a run directory on this machine (a pulled copy)."""
     return sm.answer(run_dir.name, str(run_dir), dict(request))  # type: ignore[return-value]
 
@@ -99,7 +102,7 @@ def block(row: dict[str, Any], width: int = 80) -> list[Line]:
     return lines
 
 
-def blocks(answer: verbs.SamplesAnswer, width: int = 80) -> list[Line]:
+def blocks(answer: SamplesAnswer, width: int = 80) -> list[Line]:
     """Every row of an answer, then where to go next (the sampled steps around it) and the alarms."""
     lines: list[Line] = []
     for row in answer.get("rows") or []:
@@ -115,7 +118,7 @@ def blocks(answer: verbs.SamplesAnswer, width: int = 80) -> list[Line]:
     return lines
 
 
-def side_by_side(answer: verbs.SamplesAnswer, width: int = 80) -> list[Line]:
+def side_by_side(answer: SamplesAnswer, width: int = 80) -> list[Line]:
     """``--diff A B``: per prompt that recurs, its completion at A and at B in two columns."""
     steps: list[Any] = [*(answer.get("diff") or []), None, None]
     a_step, b_step = steps[0], steps[1]

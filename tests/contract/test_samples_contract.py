@@ -10,7 +10,7 @@ import pytest
 
 from pippa_contract import alarms
 from pippa_contract import samples as sm
-from pippa_contract.secrets import redact
+from pippa_contract.alerts import redact_secrets
 from pippa_ops.runs import samples as view
 
 
@@ -58,11 +58,14 @@ def test_reading_from_the_end_ignores_a_partial_last_line_whatever_the_block(
 
 def test_rows_are_redacted_clipped_and_kept_as_ascii_json() -> None:
     secret = "hf_abcdefSECRET123"
-    row = sm.sample_row(3, "train", "p", f"token {secret}\x1b[2J" + "x" * 3000, secrets=[secret, "ab"])
+    values = {"HF_TOKEN": secret, "SHORT": "ab", "B": "abcd"}
+    row = sm.sample_row(3, "train", "p", f"token {secret}\x1b[2J" + "x" * 3000,
+                        redact=lambda t: redact_secrets(t, values))  # fmt: skip
     assert secret not in json.dumps(row) and "***" in row["completion"]
     assert row["completion"].endswith("chars]") and len(row["completion"]) < 2100
     assert b"\x1b" not in sm.encode(row) and sm.parse(sm.encode(row)) == row
-    assert redact("ab and abcd", ["ab", "abcd"]) == "ab and ***"  # values under 4 characters stay
+    short = sm.sample_row(3, "train", "p", "ab and abcd", redact=lambda t: redact_secrets(t, values))
+    assert short["completion"] == "ab and ***"  # values under 4 characters stay
 
 
 def test_thinning_drops_old_steps_every_other_first_and_never_the_newest() -> None:

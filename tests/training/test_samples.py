@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -23,12 +24,15 @@ SETS = ("train.max_steps=4", "samples.every=1", "samples.per_step=6", "eval.inte
         "checkpoint.every=2")  # fmt: skip
 
 
-def train(run_dir: Path, recipe: str, *sets: str, resume: bool = False) -> subprocess.CompletedProcess[str]:
+def train(
+    run_dir: Path, recipe: str, *sets: str, resume: bool = False, home: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "training_core.train", recipe, "--run-dir", str(run_dir)]
     for s in ("logging.progress=false", *sets):
         argv += ["--set", s]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home or run_dir.parent)}
     p = subprocess.run([*argv, *(["--resume"] if resume else [])], cwd=REPO, capture_output=True, text=True,
-                       timeout=600, env={"PATH": "/usr/bin:/bin", "HOME": str(run_dir.parent)})  # fmt: skip
+                       timeout=600, env=env)  # fmt: skip
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     return p
 
@@ -66,15 +70,38 @@ def test_a_tiny_run_samples_its_batches_and_evals_and_a_resume_keeps_one_row_eac
     assert not (run_dir / alarms.ALARMS_JSON).exists()  # 4 healthy steps raise nothing
 
 
-def test_a_constant_reward_raises_the_no_learning_signal_alarm_once(tmp_path: Path) -> None:
+def test_a_constant_reward_raises_the_no_learning_signal_alarm_and_one_alert(tmp_path: Path) -> None:
+    """The host as `pippa up` leaves it with alerts on (the host program, config.json, PIPPA_NOTIFY in
+    the secrets file, a real HTTP webhook), and the run directory as a launch leaves it (agent.pyz)."""
+    from hostprogram import install
+    from ops import webhook
+
+    home = tmp_path / "home"
+    alerts_dir = home / ".config" / "pippa" / "alerts"
+    alerts_dir.mkdir(parents=True)
+    prog = install(home)
+    (alerts_dir / "config.json").write_text(json.dumps({"host": "hx", "python": [sys.executable]}))
     run_dir = tmp_path / "runs" / RUN_ID
-    p = train(run_dir, str(HERE / "constant.toml"), "samples.every=2")
-    (alarm,) = alarms.read_alarms(str(run_dir / alarms.ALARMS_JSON))
-    assert alarm["kind"] == alarms.NO_LEARNING_SIGNAL and alarm["since"] == 1  # within its 3-step window
-    assert alarm["samples_step"] == 1 and sm.select(str(run_dir / sm.SAMPLES), step=1)["rows"]
-    assert p.stdout.count("alarm: no learning signal") == 1
-    zero = [json.loads(line).get("reward/frac_zero_std") for line in (run_dir / "metrics.jsonl").open()]
-    assert [z for z in zero if z is not None] == [1.0] * 6
+    run_dir.mkdir(parents=True)
+    (run_dir / "agent.pyz").symlink_to(prog)
+    with webhook.serve() as hook:
+        (home / ".config" / "pippa" / "secrets.env").write_text(f"PIPPA_NOTIFY='{hook.url('tok-a1a2')}'\n")
+        p = train(run_dir, str(HERE / "constant.toml"), "samples.every=2", home=home)
+        (alarm,) = alarms.read_alarms(str(run_dir / alarms.ALARMS_JSON))
+        assert alarm["kind"] == alarms.NO_LEARNING_SIGNAL and alarm["since"] == 1  # within its 3-step window
+        assert alarm["samples_step"] == 1 and sm.select(str(run_dir / sm.SAMPLES), step=1)["rows"]
+        assert p.stdout.count("alarm: no learning signal") == 1
+        zero = [json.loads(line).get("reward/frac_zero_std") for line in (run_dir / "metrics.jsonl").open()]
+        assert [z for z in zero if z is not None] == [1.0] * 6
+        told = hook.wait_for(lambda x: x.fields.get("state") == "alarm", timeout=60)
+        assert told.json["title"] == f"pippa: alarm {RUN_ID} on hx"
+        assert told.fields["reason"].startswith("no learning signal since step 1: ")
+        assert told.fields["look"] == f"pippa samples {RUN_ID} --step 1 --host hx"
+        argv = ["python3", "-S", "-I", str(prog), "alerts", "alarms", "--run-dir", str(run_dir)]
+        again = subprocess.run(argv, env={**os.environ, "HOME": str(home)}, capture_output=True, text=True,
+                               timeout=60)  # fmt: skip
+        assert again.returncode == 0 and json.loads(again.stdout) == {"told": []}, again.stderr
+        assert [x.fields.get("state") for x in hook.posts] == ["alarm"]  # exactly one alert
 
 
 def test_healthy_tiny_runs_raise_no_alarm() -> None:
@@ -92,7 +119,7 @@ def test_healthy_tiny_runs_raise_no_alarm() -> None:
 
 def test_the_samples_of_a_long_run_stay_under_their_cap(tmp_path: Path) -> None:
     cfg = RunConfig(samples=SamplesConfig(every=1, per_step=8, cap_mb=0.2))
-    writer = SamplesWriter(tmp_path, cfg, secrets=[])
+    writer = SamplesWriter(tmp_path, cfg, secrets={})
     for step in range(1, 3001):
         writer.write([writer.row(step, "train", "1+2=", "x" * 40, index=i, reward=0.5) for i in range(8)])
         assert (tmp_path / sm.SAMPLES).stat().st_size <= 200_000
