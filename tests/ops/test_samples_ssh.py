@@ -108,6 +108,9 @@ def test_a_completion_with_control_sequences_is_printed_escaped(sampled: Sampled
     assert p.returncode == 0, p.stderr
     assert "\x1b" not in p.stdout and "\x07" not in p.stdout
     assert "\\x1b[2J" in p.stdout and "\\x1b]0;owned\\x07" in p.stdout
+    unknown = pippa(sampled.env, "samples", "no-such-run", "--host", sampled.host.name)
+    line = f"pippa: {sampled.host.name}: no run named 'no-such-run' on this host\n"
+    assert (unknown.returncode, unknown.stderr) == (2, line)
 
 
 def test_pull_brings_samples_and_ps_shows_an_alarm(sampled: Sampled, tmp_path: Path) -> None:
