@@ -52,14 +52,15 @@ def batch_rows(
     writer: SamplesWriter = trainer.samples
     tok = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
     ends = {*trainer.eos_token_ids, tok.pad_token_id}
-    ids = out["completion_ids"].tolist()  # (B, T) padded
-    adv = out["advantages"].tolist()  # (B,)
+    picked = spread(len(inputs), writer.per_step)
+    ids = out["completion_ids"][picked].tolist()  # (K, T) padded: only the kept rows leave the device
+    adv = out["advantages"][picked].tolist()  # (K,)
     rewards = trainer._pippa_rewards  # (B_all, F), gathered: on rank 0 this process's rows come first
     names = list(trainer.reward_func_names)
     weights = trainer.reward_weights.tolist()
     rows = []
-    for i in spread(len(inputs), writer.per_step):
-        toks = ids[i]
+    for k, i in enumerate(picked):
+        toks = ids[k]
         end = next((j for j, t in enumerate(toks) if t in ends), None)
         per_fn = rewards[i].tolist() if rewards is not None else []
         values = {n: (None if math.isnan(v) else v) for n, v in zip(names, per_fn, strict=False)}
@@ -67,7 +68,7 @@ def batch_rows(
         row = writer.row(
             step, "train", prompt_text(inputs[i].get("prompt")),
             tok.decode(toks[: end if end is not None else len(toks)], skip_special_tokens=True),
-            index=i, rewards=values, reward=sum(scored) if scored else None, advantage=adv[i],
+            index=i, rewards=values, reward=sum(scored) if scored else None, advantage=adv[k],
             length=end + 1 if end is not None else len(toks), truncated=end is None,
             answer=inputs[i].get("answer"),
         )  # fmt: skip
