@@ -83,6 +83,51 @@ def bench_training(steps: int, repeats: int) -> None:
               f"cpu {mc:.2f} s ({mc / med['off'][1]:.3f}x)")  # fmt: skip
 
 
+def bench_in_run(steps: int) -> None:
+    """The same cost measured inside one run, where other load hits both sides alike: the tiny recipe
+    in this process, with the code that samples (the batch's rows, the eval's rows, the writes) and
+    the alarm watch timed by wrappers; ratio = training time / (training time - that time)."""
+    import functools
+
+    from training_core import alarm_watch, samples, samples_trl, train
+    from training_core.eval import greedy
+
+    spent = [0.0]
+
+    def timed(fn):  # type: ignore[no-untyped-def]
+        @functools.wraps(fn)
+        def wrapper(*a, **k):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[0] += time.perf_counter() - t0
+
+        return wrapper
+
+    samples_trl.batch_rows = timed(samples_trl.batch_rows)
+    greedy.eval_rows = timed(greedy.eval_rows)
+    samples.SamplesWriter.write = timed(samples.SamplesWriter.write)  # type: ignore[method-assign]
+    alarm_watch.AlarmWatch.__call__ = timed(alarm_watch.AlarmWatch.__call__)  # type: ignore[method-assign]
+    print(f"3. in one run (this process), tiny, {steps} steps, load {os.getloadavg()[0]:.1f}")
+    for setting in ("default", "every"):
+        spent[0] = 0.0
+        with tempfile.TemporaryDirectory(prefix="bench-samples-in-") as tmp:
+            run_dir = Path(tmp) / "20261126-000000-tiny-cafe"
+            argv = ["tiny", "--run-dir", str(run_dir)]
+            for s in (f"train.max_steps={steps}", "checkpoint.every=0", "logging.progress=false",
+                      f"eval.interval={max(1, steps // 2)}", SETTINGS[setting]):  # fmt: skip
+                argv += ["--set", s]
+            if train.main(argv) != 0:
+                raise SystemExit(f"bench_samples: the in-process {setting} run failed")
+            recs = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+            st = [r for r in recs if r["type"] == "step"]
+            total = recs[-1]["time"] - st[0]["time"] + st[0]["perf/step_time_s"]
+            rows = sum(1 for _ in (run_dir / sm.SAMPLES).open())
+        print(f"   {setting:>7}: training {total:.2f} s, sampling and alarms {spent[0] * 1000:.1f} ms "
+              f"({rows} rows): {total / (total - spent[0]):.4f}x")  # fmt: skip
+
+
 def big_file(path: Path, mb: float) -> int:
     """Rows until the file holds ``mb`` MB: 8 rows per step, 500-character completions."""
     text = ("the model wrote this line; " * 20)[:500]
@@ -140,7 +185,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--mb", type=float, default=100.0)
-    p.add_argument("--only", choices=("train", "read"), default=None)
+    p.add_argument("--only", choices=("train", "read", "in-run"), default=None)
     p.add_argument("--record-seeds", nargs="+", metavar="RUN_DIR")
     args = p.parse_args()
     if args.record_seeds:
@@ -148,6 +193,8 @@ def main() -> None:
         return
     if args.only in (None, "read"):
         bench_reading(args.mb)
+    if args.only in (None, "in-run"):
+        bench_in_run(args.steps)
     if args.only in (None, "train"):
         bench_training(args.steps, args.repeats)
 
