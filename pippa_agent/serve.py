@@ -42,6 +42,7 @@ VERBS = {
     v.LINK_PROGRAM: ("pins", "link_program", JSON),
     v.DOCTOR: ("doctor.run", "doctor", JSON),
     v.DOCTOR_HISTORY: ("doctor.run", "doctor_history", JSON),
+    v.SAMPLES: ("samples", "samples", JSON),
     v.READ: ("streams", "read", STREAM),
     v.READ_RUN: ("streams", "read_run", STREAM),
     v.FOLLOW: ("streams", "follow", STREAM),
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from pippa_agent.probe import check_python, install_bwrap, install_uv, probe
     from pippa_agent.pull import pull
     from pippa_agent.runs import launch, list_runs, remove_runs, run_checkpoints, stop
+    from pippa_agent.samples import samples
     from pippa_agent.slurm import slurm_stop, slurm_submit
     from pippa_agent.streams import follow, read, read_run
     from pippa_agent.sync import sync_apply, sync_list, sync_marker, write_file
@@ -62,7 +64,7 @@ if TYPE_CHECKING:
     HANDLERS = (
         probe, install_bwrap, install_uv, check_python, list_runs, launch, stop, run_checkpoints,
         remove_runs, slurm_submit, slurm_stop, sync_list, sync_apply, sync_marker, write_file, wandb_sync,
-        gpu_report, link_program, doctor, doctor_history, read, read_run, follow, pull,
+        gpu_report, link_program, doctor, doctor_history, samples, read, read_run, follow, pull,
     )  # fmt: skip
 
 

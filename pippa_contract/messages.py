@@ -25,6 +25,7 @@ from pippa_contract.wire import (
     READ_RUN,
     REMOVE_RUNS,
     RUN_CHECKPOINTS,
+    SAMPLES,
     SLURM_STOP,
     SLURM_SUBMIT,
     STOP,
@@ -339,6 +340,31 @@ class DoctorHistoryRequest(TypedDict):
 
 class DoctorHistoryAnswer(TypedDict):
     results: list[DoctorResult]  # newest first
+# -- what the model wrote (`pippa samples`, the dashboard) ---------------------------------------------
+class SamplesRequest(TypedDict, total=False):
+    """The ``samples`` verb (pippa_agent.samples; pippa_contract.samples.answer)."""
+
+    remote_dir: str
+    name: str | None  # run id, session or short id (pippa_contract.runpick); None: the newest run
+    step: int | None  # None: the newest sampled step
+    n: int
+    best: bool
+    worst: bool
+    grep: str | None
+    kind: str | None  # "train", "eval" or "selfplay"
+    diff: list[int] | None  # [A, B]: the same prompts' rows at two steps
+
+
+class SamplesAnswer(TypedDict, total=False):
+    run_id: str
+    rows: list[dict[str, Any]]  # pippa_contract.samples.sample_row
+    step: int | None
+    prev: int | None  # the sampled step before ``step``
+    next: int | None  # the sampled step after it
+    size: int  # samples.jsonl's bytes
+    pairs: list[list[dict[str, Any]]]  # with diff: [row at A, row at B] per shared prompt
+    diff: list[int]
+    alarms: list[dict[str, Any]]  # alarms.json's (pippa_contract.alarms)
 
 
 VERB_TYPES: dict[str, tuple[object, object]] = {
@@ -362,6 +388,7 @@ VERB_TYPES: dict[str, tuple[object, object]] = {
     GPU_REPORT: (GpuReportRequest, GpuReportAnswer),
     DOCTOR: (DoctorRequest, DoctorResult),
     DOCTOR_HISTORY: (DoctorHistoryRequest, DoctorHistoryAnswer),
+    SAMPLES: (SamplesRequest, SamplesAnswer),
     READ: (ReadRequest, None),
     READ_RUN: (ReadRunRequest, ReadRunHead),
     FOLLOW: (FollowRequest, None),

@@ -17,6 +17,10 @@ STARTED = "started"
 TMUX_SESSION = "tmux_session"
 METRICS = "metrics.jsonl"
 SUPERSEDED = "metrics.superseded.jsonl"
+SAMPLES = "samples.jsonl"  # pippa_contract.samples
+SAMPLES_SUPERSEDED = "samples.superseded.jsonl"
+ALARMS_JSON = "alarms.json"  # pippa_contract.alarms
+ALARMS_SENT = "alarms.sent"  # the alarms the host's alerts told (pippa_agent.alerts.alarms)
 JOB_SBATCH = "job.sbatch"
 SLURM_JOB = "slurm_job"
 SUPERVISE_PY = "supervise.py"
@@ -96,6 +100,14 @@ class RunDir:
     @property
     def metrics(self) -> str:
         return self.file(METRICS)
+
+    @property
+    def samples(self) -> str:
+        return self.file(SAMPLES)
+
+    @property
+    def alarms(self) -> str:
+        return self.file(ALARMS_JSON)
 
     @property
     def checkpoints(self) -> str:

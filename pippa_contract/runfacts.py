@@ -120,6 +120,10 @@ def run_facts(d: str, summary: bool = False) -> dict[str, Any] | None:
         run["metrics_size"] = _size(os.path.join(d, rd.METRICS))
         if not run["metrics_size"]:
             run["last_line"] = last_line(os.path.join(d, rd.OUTPUT_LOG))
+    if os.path.exists(os.path.join(d, rd.ALARMS_JSON)):  # what the trainer's alarm watch raised
+        from pippa_contract.alarms import read_alarms
+
+        run["alarms"] = read_alarms(os.path.join(d, rd.ALARMS_JSON))
     if exit_text not in (None, "0"):
         run["error"] = error_line(os.path.join(d, rd.OUTPUT_LOG))
     if summary:

@@ -8,6 +8,10 @@ import shlex
 
 from pippa_contract.names import ENV_KEY_RE
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterable
+
 SECRETS_PATH = "~/.config/pippa/secrets.env"
 
 
@@ -32,3 +36,17 @@ def parse_secrets(text: str) -> dict[str, str]:
                 continue
             out[key] = words[0] if words else ""
     return out
+
+
+def read_secret_values(path: str = SECRETS_PATH, env_keys: Iterable[str] = ()) -> dict[str, str]:
+    """The host's secrets file (missing or unreadable: empty) and the environment variables
+    ``env_keys`` that are set: what ``pippa_contract.alerts.redact_secrets`` takes out of text."""
+    import os
+
+    values: dict[str, str] = {k: os.environ[k] for k in env_keys if os.environ.get(k)}
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as f:
+            values.update(parse_secrets(f.read()))
+    except OSError:
+        pass
+    return values

@@ -31,6 +31,7 @@ from pippa_contract.wire import (
     READ_RUN,
     REMOVE_RUNS,
     RUN_CHECKPOINTS,
+    SAMPLES,
     SLURM_STOP,
     SLURM_SUBMIT,
     STOP,
@@ -70,6 +71,8 @@ if TYPE_CHECKING:  # annotations and casts only: the TypedDicts cost a cold comm
         RemoveRunsRequest,
         RunCheckpointsAnswer,
         RunRequest,
+        SamplesAnswer,
+        SamplesRequest,
         SlurmStopAnswer,
         SlurmStopRequest,
         SlurmSubmitAnswer,
@@ -229,6 +232,11 @@ def doctor_history(agent: Caller, remote_dir: str, limit: int = 10) -> DoctorHis
     """The doctor results kept on the host, newest first."""
     request: DoctorHistoryRequest = {"remote_dir": remote_dir, "limit": limit}
     return cast("DoctorHistoryAnswer", _ask(agent, DOCTOR_HISTORY, request))
+
+
+def samples(agent: Caller, request: SamplesRequest) -> SamplesAnswer:
+    """Rows of a run's samples.jsonl, read from its end on the host (``pippa samples``, the dashboard)."""
+    return cast("SamplesAnswer", _ask(agent, SAMPLES, request))
 
 
 # -- streaming verbs: the caller owns the process ---------------------------------------------------

@@ -11,6 +11,7 @@ CHECK_PYTHON, RUN_CHECKPOINTS, REMOVE_RUNS = "check_python", "run_checkpoints", 
 WANDB_SYNC, GPU_REPORT = "wandb_sync", "gpu_report"
 DOCTOR, DOCTOR_HISTORY = "doctor", "doctor_history"  # `pippa doctor`; the results kept on the host
 LINK_PROGRAM = "link_program"  # a stable link to the host program of one version, pinned
+SAMPLES = "samples"  # what the model wrote: rows of a run's samples.jsonl, read from its end
 # Verbs that stream their answer (the caller owns the process; the last request of its process).
 READ, FOLLOW, PULL = "read", "follow", "pull"
 READ_RUN = "read_run"  # the listing, the run a name means there, then its output.log

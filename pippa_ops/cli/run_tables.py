@@ -112,6 +112,12 @@ PS_COLUMNS = [
 ]
 
 
+def samples_hint(r: RunRecord) -> str:
+    """Where to read what the model wrote when an alarm began."""
+    step = f" --step {r.samples_step}" if r.samples_step is not None else ""
+    return f"; read `pippa samples {r.run_id}{step} --host {r.host}`"
+
+
 def render_ps(
     records: Sequence[RunRecord], errors: dict[str, PippaError], empty_hosts: Sequence[str], hidden: int,
     *, verbose: bool = False, all_ids: Sequence[str] = (),
@@ -137,6 +143,10 @@ def render_ps(
             rid = shown.get(r.run_id, r.run_id)
             line = f"{r.host} {rid}: {r.state_text}: {r.error}{failure_hint(r.error, r.host)}"
             typer.secho(escape(line), fg="red")
+    for r in records:
+        if r.warning:
+            line = f"{r.host} {shown.get(r.run_id, r.run_id)}: warning: {r.warning}{samples_hint(r)}"
+            typer.secho(escape(line), fg="yellow")
     for h, e in errors.items():
         typer.secho(_host_error(h, e), fg="red")
     if hidden:

@@ -21,6 +21,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Header
+from textual.worker import get_current_worker
 
 from pippa_contract import states
 from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen, MainHidden
@@ -70,6 +71,7 @@ class DashApp(App[None]):
         Binding("s", "stop", "stop"),
         Binding("r", "reconnect", "reconnect"),
         Binding("e", "smooth", "smooth"),
+        Binding("w", "samples", "samples", show=False),  # what the model wrote (dash.samples_screen)
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
     ]
@@ -195,6 +197,29 @@ class DashApp(App[None]):
                 partial(mon.follow, run_id, self._emit), thread=True, exclusive=True, group=f"follow:{host}",
                 name=f"follow:{run_id}",
             )
+            self._follow_sample_line(host, run_id)
+
+    def _follow_sample_line(self, host: str, run_id: str) -> None:
+        """The run pane's newest-sample line, fetched now and every few seconds while the run is selected."""
+        from pippa_ops.dash.samples_screen import follow_newest
+
+        mon = self.monitors[host]
+        if not hasattr(mon, "samples"):  # a monitor without samples (a test's recorder): no line
+            return
+        fetch = partial(mon.samples, run_id)
+
+        def still() -> bool:  # cancelled: another run was selected, or the app is closing
+            return self.selected == (host, run_id) and not get_current_worker().is_cancelled
+
+        def draw(line: str) -> None:
+            for view in self.query(RunView):
+                view.show_sample_line(line)
+
+        def show(line: str) -> None:
+            self.call_from_thread(draw, line)
+
+        self.run_worker(partial(follow_newest, fetch, still, show), thread=True, exclusive=True,
+                        group="sample-line", name=f"sample-line:{run_id}")  # fmt: skip
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:
@@ -255,6 +280,17 @@ class DashApp(App[None]):
         mon = self.monitors.get(host)
         follow = partial(mon.follow_log, run_id) if mon else None
         self.push_screen(LogScreen(host, run_id, follow))
+
+    def action_samples(self) -> None:
+        if self.selected is None:
+            self.notify("select a run first", severity="warning")
+            return
+        from pippa_ops.dash.samples_screen import SamplesScreen
+
+        host, run_id = self.selected
+        mon = self.monitors.get(host)
+        fetch = partial(mon.samples, run_id) if mon is not None and hasattr(mon, "samples") else None
+        self.push_screen(SamplesScreen(host, run_id, fetch))
 
     def action_stop(self) -> None:
         row = self.selected_row()

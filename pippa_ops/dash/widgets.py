@@ -277,7 +277,13 @@ class RunView(Vertical):
         with Grid(id="plots"):
             for key in PLOTTED:
                 yield MetricPlot(key)
+        yield Static("", id="run-sample", markup=False)  # the newest sample's first line (key w: all)
         yield LogTailView(id="log-tail")
+
+    def show_sample_line(self, line: str) -> None:
+        sample = self.query_one("#run-sample", Static)
+        sample.update(line)
+        sample.display = bool(line)
 
     def show(self, detail: RunDetail | None, row: RunRow | None, smoothing: float = 0.0) -> None:
         title = self.query_one("#run-title", Static)
@@ -286,6 +292,7 @@ class RunView(Vertical):
         if detail is None:
             title.update("No run selected: move to a run with ↑/↓ and press enter.")
             plots.display = False
+            self.show_sample_line("")
             log.lines = ()
             return
         head = Text()

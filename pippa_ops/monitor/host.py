@@ -14,9 +14,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pippa_contract import rundir as rd
+from pippa_contract import verbs
 from pippa_contract.rundir import RunDir
 from pippa_ops.errors import (
     AuthFailed,
@@ -47,10 +48,14 @@ from pippa_ops.runs.cost import Prices
 from pippa_ops.runs.follow import Follower
 from pippa_ops.runs.launch import stop
 from pippa_ops.runs.listing import RunRecord, list_runs
+from pippa_ops.transport import agent_client
 from pippa_ops.transport._paramiko import paramiko
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.retry import retry_delay
 from pippa_ops.transport.shell import validate_name
+
+if TYPE_CHECKING:
+    from pippa_contract.messages import SamplesAnswer, SamplesRequest
 
 __all__ = [
     "Gpu", "GpuSampled", "GpuState", "HostEvent", "HostMonitor", "HostState", "LinkChanged",
@@ -74,6 +79,7 @@ class Monitor(Protocol):
     def follow(self, run_id: str, emit: Emit) -> None: ...
     def select(self, run_id: str | None) -> None: ...
     def follow_log(self, run_id: str, sink: Sink, cancelled: Callable[[], bool]) -> None: ...
+    def samples(self, run_id: str, request: SamplesRequest) -> SamplesAnswer: ...
     def stop_run(self, run_id: str) -> str: ...
     def reconnect_now(self) -> None: ...
     def set_shown(self, shown: bool) -> None: ...
@@ -308,6 +314,15 @@ class HostMonitor:
                 sink(chunk)
         except LOST:
             sink(b"\n(connection lost)\n")
+
+    def samples(self, run_id: str, request: SamplesRequest) -> SamplesAnswer:
+        """What the model wrote in run ``run_id`` (``verbs.samples``: one request, read from the file's
+        end on the host); raises HostUnreachable while the host is down."""
+        t = self._live()
+        if t is None:
+            raise HostUnreachable(f"{self.name} is unreachable")
+        req: SamplesRequest = {**request, "remote_dir": self.spec.remote_dir, "name": run_id}
+        return verbs.samples(agent_client.Once(t), req)
 
     def stop_run(self, run_id: str) -> str:
         t = self._live()

@@ -58,6 +58,8 @@ class RunRecord:
     retry_in_s: float | None = None  # waiting before the next attempt: seconds left
     recording: bool = False  # going on, and its trainer wrote its metrics header: start-up is over
     last_line: str | None = None  # going on with no metrics yet: its output's last line (start-up)
+    warning: str | None = None  # the alarms the trainer raised (pippa_contract.alarms.warning)
+    samples_step: int | None = None  # the sampled step to read for the first alarm
 
     @property
     def label(self) -> str:
@@ -178,12 +180,24 @@ def _record(
         retry_in_s=_retry_in(attempts, now) if attempts and state == states.RUNNING else None,
         recording=_recording(raw.get("metrics_size"), end),
         last_line=str(raw["last_line"]) if raw.get("last_line") else None,
+        **_alarm_fields(raw.get("alarms")),
     )
 
 
 def _recording(metrics_size: object, end: object) -> bool:
     """A run's metrics.jsonl has begun (its header or a step) and has not ended."""
     return isinstance(metrics_size, int) and metrics_size > 0 and not isinstance(end, dict)
+
+
+def _alarm_fields(alarms: Any) -> dict[str, Any]:
+    """``warning`` and ``samples_step`` of a run's alarms (runfacts' ``alarms``), if it has any."""
+    from pippa_contract.alarms import warning
+
+    listed = [a for a in alarms if isinstance(a, dict)] if isinstance(alarms, list) else []
+    if not listed:
+        return {}
+    step = listed[0].get("samples_step")
+    return {"warning": warning(listed), "samples_step": step if isinstance(step, int) else None}
 
 
 def _retry_in(attempts: dict[str, Any], now: float) -> float | None:

@@ -26,6 +26,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from training_core.config import RunConfig
 from training_core.run.layout import STAGING, checkpoint_name, checkpoints, checkpoints_dir
+from training_core.samples_trl import RecordSamples
 
 # TRL 1.16 itself still calls transformers' pre-v6 checkpointing names; the FutureWarning is about
 # library internals a user cannot act on, and it lands in every run's log. Anything else warns as usual.
@@ -156,8 +157,8 @@ def publish(staging: Path, step: int, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-class PippaGRPOTrainer(AtomicCheckpoints, GRPOTrainer):  # type: ignore[misc]
-    pass
+class PippaGRPOTrainer(AtomicCheckpoints, RecordSamples, GRPOTrainer):  # type: ignore[misc]
+    """Atomic checkpoints, and a sample of some steps' batches in samples.jsonl (``samples``)."""
 
 
 def stop_callback(

@@ -165,7 +165,8 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
         task = EVAL_TASKS.get(cfg.eval.task, cfg.plugins)
         eval_rows = task.load(cfg.eval.n, cfg.seed, data=cfg.data, **cfg.eval.params)
         max_new = cfg.eval.max_new_tokens or cfg.train.max_completion_length
-        cbs.append(greedy.make_callback(task, eval_rows, cfg.eval, cfg.data, max_new, tokenizer, writer))
+        cbs.append(greedy.make_callback(task, eval_rows, cfg.eval, cfg.data, max_new, tokenizer, writer,
+                                        life.samples))  # fmt: skip
     cctx = cb_registry.CallbackContext(tokenizer=tokenizer, writer=writer, run_dir=str(run_dir), config=cfg)
     for spec in cfg.callbacks:
         cbs.append(cb_registry.CALLBACKS.get(spec.name, cfg.plugins)(cctx, **spec.params))
@@ -182,6 +183,8 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
         )
     trainer = method.build_trainer(cfg, run_dir, model, tokenizer, train_ds, cbs, peft_config, reward_funcs)
     trainer.keep_checkpoints = cfg.checkpoint.keep
+    if hasattr(trainer, "samples"):  # GRPO: a sample of some steps' batches (training_core.samples_trl)
+        trainer.samples = life.samples
     trainer.remove_callback(PrinterCallback)  # our progress line replaces its raw dict dump
     return trainer, len(train_rows), n_params
 
