@@ -318,7 +318,8 @@ class Relays:
         """The client had every answer and lends its agent back: kept only with nothing unread."""
         chan = r.chan
         unread = chan.recv_ready() or chan.recv_stderr_ready() or bool(r.err) or bool(r.out)
-        ended = r.stdout_ended or bool(r.kills) or chan.closed or chan.eof_received or chan.exit_status_ready()
+        ended = r.stdout_ended or bool(r.kills) or chan.closed or chan.eof_received
+        ended = ended or chan.exit_status_ready()
         clean = r.tally is not None and r.tally.at_boundary() and not unread and not ended
         self._end(r, lent=clean)
 
