@@ -187,9 +187,11 @@ class DashApp(App[None]):
         self.run_worker(partial(notify.desktop, line), thread=True, group="desktop-notice", name="notice")
 
     # ------------------------------------------------------------------------------------ fleet view
-    def show_fleet(self, on: bool) -> None:
-        """The fleet view (one line per host) or the host panels."""
+    def show_fleet(self, on: bool, *, only: str | None = None) -> None:
+        """The fleet view (one line per host), or the host panels (``only``: that host's)."""
         was, self.fleet = self.fleet, on
+        for i, panel in enumerate(self.query(HostPanel)):
+            panel.display = only is None or self.hosts[i] == only
         fleet = self.query_one(FleetView)
         fleet.display = on
         self.query_one("#main").display = not on
@@ -220,12 +222,10 @@ class DashApp(App[None]):
         self.open_host(message.host)
 
     def open_host(self, host: str) -> None:
-        """The host's panel, scrolled into view, its runs focused."""
-        self.show_fleet(False)
-        for panel in self.query(f"#host-{self.hosts.index(host)}").results(HostPanel):
-            panel.scroll_visible(animate=False, top=True)
-            for table in panel.query(RunsTable):
-                table.focus()
+        """That host's panel alone (``f`` goes back to the fleet), its runs focused."""
+        self.show_fleet(False, only=host)
+        for table in self.query(f"#host-{self.hosts.index(host)} RunsTable").results(RunsTable):
+            table.focus()
 
     def action_fleet(self) -> None:
         self.show_fleet(not self.fleet)

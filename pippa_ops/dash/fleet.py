@@ -1,6 +1,7 @@
 """The fleet view of ``pippa dash``: one line per host, for when the host panels do not fit.
 
-A line: name, state (up / down / key: its host key is unknown or changed), the last doctor verdict,
+A line: name, state (up / down / key: its host key is unknown or changed), the last doctor verdict
+(``HostState.doctor``, from a ``DoctorRead`` event; ``-`` while none is known),
 a bar pair per GPU (utilization then memory, one block each: 8 GPUs in 16 columns), busy/idle GPUs,
 the running runs (name, step, reward, attempt) and the newest problem. ``/`` filters by name (type
 part of it; Enter opens the highlighted host, Esc clears), ``i`` ``p`` ``n`` sort by idle GPUs,
@@ -10,6 +11,7 @@ which hosts are on screen (``Visible``), so the app samples the others slowly.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -22,6 +24,7 @@ from textual.widget import Widget
 from pippa_ops.monitor.state import GpuState, HostState, RunRow
 
 BARS = " ▁▂▃▄▅▆▇█"
+STAMP = re.compile(r"^\d{8}-\d{6}-")
 BUSY_PCT = 5.0  # a GPU with this much utilization or memory in use is busy
 PROBLEMS = ("failed", "lost", "stalled", "killed", "diverged", "crashed", "unknown")
 SORTS = {"i": "idle GPUs", "p": "problems", "n": "name"}
@@ -78,9 +81,14 @@ def idle_gpus(h: HostState) -> int:
     return sum(1 for g in h.gpus or () if not busy(g))
 
 
+def run_name(run_id: str) -> str:
+    """A run id without its start time (``20261126-185651-gsm8k-ab12`` -> ``gsm8k-ab12``): the name."""
+    return STAMP.sub("", run_id)[:18]
+
+
 def run_text(r: RunRow) -> str:
     attempt = r.state.partition("attempt ")[2].split("/")[0] if "attempt" in r.state else ""
-    parts = [r.run_id[:16]]
+    parts = [run_name(r.run_id)]
     if r.step is not None:
         parts.append(f"s{r.step}")
     if r.last_reward is not None:
@@ -90,13 +98,15 @@ def run_text(r: RunRow) -> str:
     return " ".join(parts)
 
 
-def fleet_row(h: HostState, width: int, doctor: str | None = None) -> Text:
+def fleet_row(h: HostState, width: int) -> Text:
     """One host in one line of ``width`` cells."""
+    doctor = h.doctor
     word, style = state_word(h)
     line = Text(no_wrap=True, overflow="ellipsis")
     line.append(f"{h.name[:NAME_W]:<{NAME_W}} ", style="bold")
     line.append(f"{word:<{STATE_W}} ", style=style)
-    line.append(f"{(doctor or '-')[:DOCTOR_W]:<{DOCTOR_W}} ", style="dim" if not doctor else "")
+    doctor_style = {"fail": "bold red", "warn": "yellow", "ok": "green"}.get(doctor or "", "dim")
+    line.append(f"{(doctor or '-')[:DOCTOR_W]:<{DOCTOR_W}} ", style=doctor_style)
     gpus = h.gpus or ()
     dim = "dim" if h.link == "down" else ""
     cells = Text()
@@ -176,7 +186,6 @@ class FleetView(Widget, can_focus=True):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.states: list[HostState] = []
-        self.doctor: dict[str, str] = {}
         self.sort = "n"
         self.needle = ""
         self.filtering = False
@@ -186,9 +195,8 @@ class FleetView(Widget, can_focus=True):
         self._visible: frozenset[str] | None = None
 
     # ------------------------------------------------------------------------------------- state
-    def show(self, states: Sequence[HostState], doctor: dict[str, str] | None = None) -> None:
+    def show(self, states: Sequence[HostState]) -> None:
         self.states = list(states)
-        self.doctor = doctor or {}
         self._layout_rows()
         self.refresh()
 
@@ -221,7 +229,7 @@ class FleetView(Widget, can_focus=True):
         room = self._room()
         lines = [header(width)]
         for i, h in enumerate(self._rows[self.top : self.top + room], start=self.top):
-            row = fleet_row(h, width, self.doctor.get(h.name))
+            row = fleet_row(h, width)
             if i == self.cursor:
                 row.stylize("reverse" if self.has_focus else "underline")
             lines.append(row)
@@ -256,15 +264,18 @@ class FleetView(Widget, can_focus=True):
         self.refresh()
 
     def on_key(self, event: events.Key) -> None:
-        """While filtering, printable keys edit the filter (the sort keys type letters then)."""
+        """``/`` and what follows it, handled here as the keys arrive: a binding's action would run
+        after the keys typed right behind it (a fast typist, a paste), which would be lost."""
         if not self.filtering:
-            if event.key == "escape" and self.needle:
+            if event.key == "slash":
+                self.filtering = True
+            elif event.key == "escape" and self.needle:
                 self._set_needle("")
-                event.stop()
-            return
-        if event.key == "enter":
-            return  # action_open: ends filtering and opens the highlighted host
-        if event.key == "escape":
+            else:
+                return
+        elif event.key == "enter":
+            self.action_open()
+        elif event.key == "escape":
             self.filtering = False
             self._set_needle("")
         elif event.key == "backspace":
@@ -275,6 +286,7 @@ class FleetView(Widget, can_focus=True):
             return
         event.stop()
         event.prevent_default()
+        self.refresh()
 
     def _set_needle(self, needle: str) -> None:
         self.needle = needle

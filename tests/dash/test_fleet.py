@@ -10,6 +10,7 @@ from pippa_ops.dash import create_app
 from pippa_ops.dash.fleet import FleetView, fleet_row
 from pippa_ops.dash.widgets import HostPanel, RunsTable
 from pippa_ops.monitor.host import Gpu, GpuSampled, HostState, LinkChanged, RunRow, RunsListed, apply
+from pippa_ops.monitor.state import DoctorRead
 
 pytestmark = pytest.mark.anyio
 
@@ -64,6 +65,8 @@ def test_a_line_has_state_gpus_counts_runs_and_the_newest_problem() -> None:
     assert "down" in fleet_row(down, 120).plain and "connection refused" in fleet_row(down, 120).plain
     key = apply(HOSTS[5], LinkChanged("node05", "down", "host key for node05 changed", 4.0))
     assert " key " in fleet_row(key, 120).plain
+    assert " - " in line  # no doctor verdict known yet
+    assert " fail " in fleet_row(apply(HOSTS[3], DoctorRead("node03", "fail")), 120).plain
 
 
 @pytest.mark.parametrize(("size", "least"), [((80, 24), 18), ((160, 48), 40)])
@@ -88,7 +91,7 @@ async def test_typing_part_of_a_name_then_enter_opens_that_host() -> None:
         await pilot.pause()
         assert not app.fleet
         panel = app.query_one("#host-27", HostPanel)
-        assert panel.region.y < 24  # scrolled into view
+        assert panel.display and not app.query_one("#host-3", HostPanel).display  # that host alone
         assert isinstance(app.focused, RunsTable) and app.focused.host == "node27"
         await pilot.press("f")
         assert app.fleet
