@@ -191,7 +191,9 @@ class DashApp(App[None]):
         """The fleet view (one line per host), or the host panels (``only``: that host's)."""
         was, self.fleet = self.fleet, on
         for i, panel in enumerate(self.query(HostPanel)):
-            panel.display = only is None or self.hosts[i] == only
+            shown = only is None or self.hosts[i] == only
+            if panel.display != shown:
+                panel.display = shown
         fleet = self.query_one(FleetView)
         fleet.display = on
         self.query_one("#main").display = not on
