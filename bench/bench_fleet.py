@@ -29,6 +29,7 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -320,6 +321,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--before", help="another checkout's pippa, measured beside this one")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the hosts and users go (finally) on a kill too
     if shutil.which("pdsh") is None:
         raise SystemExit("bench_fleet: pdsh missing (apt-get install pdsh)")
     sizes = [int(x) for x in args.sizes.split(",") if x]

@@ -100,6 +100,7 @@ class Relay:
     lend: bool = False
     kills: int = 0
     next_kill: float = 0.0
+    chan_fd: int = -1  # the channel's pipe as registered (paramiko closes it with the channel)
     events: int = 0  # the client socket's registered events
 
 
@@ -168,7 +169,8 @@ class Relays:
         self._relays.add(r)
         r.events = selectors.EVENT_READ
         self._sel.register(r.conn, r.events, (r, "client"))
-        self._sel.register(r.chan.fileno(), selectors.EVENT_READ, (r, "chan"))
+        r.chan_fd = r.chan.fileno()
+        self._sel.register(r.chan_fd, selectors.EVENT_READ, (r, "chan"))
         self._send(r, wire.frame(wire.STARTED) + (wire.frame(wire.STDOUT, r.first) if r.first else b""))
         # frames the client sent right behind its request (stdin), already read by the handler
         self._frames(r)
@@ -189,11 +191,18 @@ class Relays:
             r.events = want
 
     def _watch_chan(self, r: Relay, on: bool) -> None:
-        key = self._sel.get_map().get(r.chan.fileno())
-        if on and key is None:
-            self._sel.register(r.chan.fileno(), selectors.EVENT_READ, (r, "chan"))
+        key = self._sel.get_map().get(r.chan_fd)
+        if on and key is None and not r.chan.closed:
+            self._sel.register(r.chan_fd, selectors.EVENT_READ, (r, "chan"))
         elif not on and key is not None:
-            self._sel.unregister(r.chan.fileno())
+            self._sel.unregister(r.chan_fd)
+
+    def _close_chan(self, r: Relay) -> None:
+        """Close the channel, its pipe unregistered first (a new pipe may get the same number)."""
+        with contextlib.suppress(KeyError, ValueError):
+            self._watch_chan(r, False)
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            r.chan.close()
 
     # ------------------------------------------------------------------------------------- client
     def _from_client(self, r: Relay) -> None:
@@ -292,7 +301,13 @@ class Relays:
         if r.kills and time.monotonic() >= r.next_kill:
             if chan.closed or chan.exit_status_ready() or not send_signal(chan, "KILL") or r.kills == 1:
                 r.kills = 0
-                chan.close()
+                self._close_chan(r)
+                if not r.stdout_ended:  # the channel is gone: its output ends here
+                    r.stdout_ended = True
+                    r.out += wire.frame(wire.STDOUT)
+                    self._flush(r)
+                    if r not in self._relays:
+                        return
             else:
                 r.kills -= 1
                 r.next_kill = time.monotonic() + KILL_EVERY_S
@@ -335,7 +350,6 @@ class Relays:
         with contextlib.suppress(OSError):
             r.conn.close()
         if not lent:
-            with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
-                r.chan.close()
+            self._close_chan(r)
         with contextlib.suppress(Exception):  # the pool's bookkeeping must never end the loop
             r.done(r.chan if lent else None)
