@@ -18,7 +18,9 @@ first four a running run. For each N, side by side in one run (medians of ``--re
 - ``pippa dash`` in a real terminal (tmux, 160x48) at each of ``--dash-sizes``: seconds until every
   host reads up, then over ``--seconds`` the CPU (% of one core), RSS and threads of the dashboard and
   of the keeper, and the hosts' side CPU.
-``--before PIPPA``: the same pippa rows with another checkout's ``pippa`` (the previous commit).
+``--before PIPPA``: the same pippa rows with another checkout's ``pippa``, installed in a virtual
+environment of its own (a PYTHONPATH wrapper is not enough: the warm process and the keeper it starts
+import the environment's own checkout).
 Figures and the machine's load go to stdout; docs/fleet.md keeps the dated ones.
 """
 
