@@ -25,6 +25,7 @@ KEYS = (
     ("s", "stop the selected run (asks first)"),
     ("r", "reconnect unreachable hosts now"),
     ("e", "smooth the curves (EMA 0.6) or show them raw"),
+    ("f", "fleet view: a line per host (/ filter, i p n sort, enter opens)"),
     ("?", "this help"),
     ("q", "quit"),
 )

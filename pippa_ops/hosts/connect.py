@@ -35,7 +35,7 @@ def open_transport(spec: HostSpec, *, accept_new: bool = False) -> Transport:
         from pippa_ops.transport import keeper_client
 
         if keeper_client.reuse_enabled():
-            return keeper_client.KeeperTransport(endpoint(spec), accept_new=accept_new)
+            return reuse.keeper().transport(endpoint(spec), accept_new=accept_new)
     return direct_transport(spec, accept_new=accept_new)
 
 

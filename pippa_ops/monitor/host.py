@@ -66,6 +66,9 @@ __all__ = [
 Emit = Callable[[HostEvent | RunUpdated], None]
 Sink = Callable[[bytes], None]
 RUNS_EVERY_S = 3.0  # the run list is refreshed this often (after the previous poll finished)
+# A host off screen (the fleet view scrolled past it, or filtered out) is sampled slowly: what is not
+# drawn is not worth a core; it comes back to the full rate as soon as it is visible again.
+OFFSCREEN_GPU_S, OFFSCREEN_RUNS_S = 8.0, 15.0
 LOST = (HostUnreachable, AuthFailed, HostKeyRejected, OSError, EOFError, TimeoutError, paramiko.SSHException)
 
 
@@ -83,6 +86,7 @@ class Monitor(Protocol):
     def stop_run(self, run_id: str) -> str: ...
     def reconnect_now(self) -> None: ...
     def set_shown(self, shown: bool) -> None: ...
+    def set_visible(self, visible: bool) -> None: ...
     def close(self) -> None: ...
 
 
@@ -120,6 +124,8 @@ class HostMonitor:
         self._opener = opener or open_transport
         self._transport: Transport | None = None
         self._up, self._closed, self._wake, self._lost = (threading.Event() for _ in range(4))
+        self._restart, self._poll_now = threading.Event(), threading.Event()
+        self._rates = (interval_s, runs_every_s)  # on screen; off screen: OFFSCREEN_*
         self._lock = threading.Lock()
         self._selected: str | None = None
         self._followers: list[Follower] = []
@@ -188,6 +194,9 @@ class HostMonitor:
                     self.lose(e)
             if self._closed.is_set():
                 return
+            if self._restart.is_set() and not self._lost.is_set():
+                self._restart.clear()  # the rate changed: the same connection, a new stream
+                continue
             self._wait_retry(emit, getattr(self, "_lost_reason", "connection lost"), retry_delay(0))
 
     def _gpu_samples(self, t: Transport, emit: Emit) -> None:
@@ -204,7 +213,7 @@ class HostMonitor:
                 emit(GpuSampled(self.name, readings, time.time()))
         except ToolMissing as e:
             self._no_gpu = f"no GPU ({reason_of(e).removeprefix('no NVIDIA GPU (').rstrip(')')})"
-        if self._lost.is_set() or self._closed.is_set():
+        if self._lost.is_set() or self._closed.is_set() or self._restart.is_set():
             return
         if not got:  # no GPU here: keep the connection; the pollers notice if it dies
             emit(GpuSampled(self.name, (), None, self._no_gpu or "no GPU (nvidia-smi gave no sample)"))
@@ -230,7 +239,8 @@ class HostMonitor:
                 self._records = {r.run_id: r for r in listing.runs}
                 rows = tuple(run_row(r, listing.now) for r in reversed(listing.runs))
                 emit(RunsListed(self.name, rows))
-            self._closed.wait(self.runs_every_s)
+            self._poll_now.wait(self.runs_every_s)
+            self._poll_now.clear()
 
     def select(self, run_id: str | None) -> None:
         """Follow ``run_id`` from now on; stop following the previous run (its stream closes)."""
@@ -342,7 +352,24 @@ class HostMonitor:
         """Whether the run list is on screen; while it is not, it is not polled."""
         (self._shown.set if shown else self._shown.clear)()
 
+    def set_visible(self, visible: bool) -> None:
+        """On screen: the full rate; off screen: GPU every OFFSCREEN_GPU_S, runs every OFFSCREEN_RUNS_S.
+        The GPU stream restarts at the new rate on the same connection; a host that comes into view
+        is polled at once."""
+        gpu_s, runs_s = self._rates if visible else (OFFSCREEN_GPU_S, OFFSCREEN_RUNS_S)
+        if (gpu_s, runs_s) == (self.interval_s, self.runs_every_s):
+            return
+        self.interval_s, self.runs_every_s = gpu_s, runs_s
+        with self._lock:
+            stream = self._gpu_stream
+        if stream is not None:
+            self._restart.set()
+            stream.close()
+        if visible:
+            self._poll_now.set()
+
     def close(self) -> None:
+        self._poll_now.set()
         self._closed.set()
         self._wake.set()
         self._lost.set()

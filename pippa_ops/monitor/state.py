@@ -69,6 +69,7 @@ class HostState:
     gpu_note: str | None = None  # e.g. "no GPU (nvidia-smi not found)"
     sample_time: float | None = None  # host-side timestamp of the latest GPU sample (unix s)
     runs: tuple[RunRow, ...] = ()
+    doctor: str | None = None  # the last `pippa doctor` verdict (ok / warn / fail); None: none known
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,15 @@ class RunUpdated:
     detail: RunDetail
 
 
-HostEvent = LinkChanged | GpuSampled | RunsListed
+@dataclass(frozen=True)
+class DoctorRead:
+    """The host's last doctor verdict, read from its doctor results (None: it has none)."""
+
+    host: str
+    verdict: str | None
+
+
+HostEvent = LinkChanged | GpuSampled | RunsListed | DoctorRead
 
 
 def ended_runs(before: tuple[RunRow, ...], after: tuple[RunRow, ...]) -> list[RunRow]:
@@ -133,6 +142,8 @@ def apply(state: HostState, event: HostEvent) -> HostState:
     """Fold one event into a host's state (pure: the same inputs always draw the same screen)."""
     if isinstance(event, LinkChanged):
         return replace(state, link=event.link, reason=event.reason, retry_in_s=event.retry_in_s)
+    if isinstance(event, DoctorRead):
+        return replace(state, doctor=event.verdict)
     if isinstance(event, GpuSampled):
         old = {g.reading.index: g for g in state.gpus or ()}
         gpus = []
