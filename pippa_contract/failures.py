@@ -123,10 +123,12 @@ def _short(text: str) -> str:
 
 
 def _first(pattern: re.Pattern[str], lines: Sequence[str]) -> str | None:
-    for line in lines:
-        if pattern.search(line):
-            return line
-    return None
+    """The first line ``pattern`` finds, preferring one that is not indented: a traceback quotes its
+    source lines indented (``    raise torch.OutOfMemoryError(``), while the error itself starts the line."""
+    hits = [ln for ln in lines if pattern.search(ln)]
+    flush = [ln for ln in hits if not strip_rank(ln)[:1].isspace()]
+    best = flush or hits
+    return best[0] if best else None
 
 
 def _relative(path: str, root: str) -> str:
@@ -258,7 +260,7 @@ def classify(f: AttemptFacts) -> Verdict:
     if oom is not None:
         text = strip_rank(oom).strip()
         return Verdict(OOM, _short(text), (text,))
-    nccl = [strip_rank(x).strip() for x in log if _NCCL.search(x)]
+    nccl = [strip_rank(x).strip() for x in log if _NCCL.search(x) and not strip_rank(x)[:1].isspace()]
     if nccl:
         return Verdict(NCCL, _short(nccl[0]), tuple(nccl[:3]))
     crash = last_traceback(log, f.root)

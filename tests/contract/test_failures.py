@@ -117,6 +117,18 @@ def test_a_cuda_oom_traceback_is_oom_in_both_torch_formats() -> None:
     assert fc.classify(facts(1, OLD_CUDA_OOM)).cls == "oom"
 
 
+def test_the_error_line_wins_over_the_source_line_a_traceback_quotes() -> None:
+    # what training_core.testhooks prints: the raise statement is quoted above the error itself
+    log = (
+        'Traceback (most recent call last):\n  File "/p/training_core/testhooks.py", line 49, in on_step_begin\n'
+        "    raise torch.OutOfMemoryError(\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    )
+    assert (
+        fc.classify(facts(1, log)).reason
+        == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    )
+
+
 def test_the_nccl_watchdog_and_an_nccl_error_are_nccl() -> None:
     v = fc.classify(facts(134, NCCL_WATCHDOG))
     assert v.cls == "nccl" and v.reason.startswith("[Rank 0] Watchdog caught collective operation timeout")
