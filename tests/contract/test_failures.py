@@ -119,14 +119,13 @@ def test_a_cuda_oom_traceback_is_oom_in_both_torch_formats() -> None:
 
 def test_the_error_line_wins_over_the_source_line_a_traceback_quotes() -> None:
     # what training_core.testhooks prints: the raise statement is quoted above the error itself
+    error = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
     log = (
-        'Traceback (most recent call last):\n  File "/p/training_core/testhooks.py", line 49, in on_step_begin\n'
-        "    raise torch.OutOfMemoryError(\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/p/training_core/testhooks.py", line 49, in on_step_begin\n'
+        f"    raise torch.OutOfMemoryError(\n{error}\n"
     )
-    assert (
-        fc.classify(facts(1, log)).reason
-        == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
-    )
+    assert fc.classify(facts(1, log)).reason == error
 
 
 def test_the_nccl_watchdog_and_an_nccl_error_are_nccl() -> None:
