@@ -55,6 +55,7 @@ class RunRecord:
     attempt: int | None = None  # a supervised run (--retry, --stall-timeout): its attempt now (1-based)
     max_attempts: int | None = None
     retry_in_s: float | None = None  # waiting before the next attempt: seconds left
+    attempts_doc: dict[str, Any] | None = None  # attempts.json as the supervisor wrote it (pippa why)
 
     @property
     def label(self) -> str:
@@ -172,6 +173,7 @@ def _record(
         attempt=attempts["attempt"] if attempts else None,
         max_attempts=attempts["max_attempts"] if attempts else None,
         retry_in_s=_retry_in(attempts, now) if attempts and state == "running" else None,
+        attempts_doc=raw["attempts"] if isinstance(raw.get("attempts"), dict) else None,
     )
 
 
