@@ -13,7 +13,7 @@ STACKS = {
 STALLED = {
     "attempt": 1, "exit_code": 137, "outcome": "stalled", "class": "stalled",
     "reason": "no new metrics line for 15s", "lines": [],
-    "decision": {"retry": True, "spends": "infra", "why": "infrastructure retry 1/3 (not counted in --retry)"},
+    "decision": {"retry": True, "spends": "infra", "why": "infrastructure retry 1/3 (not in --retry)"},
     "forensics": {"dir": "forensics/attempt-1", "suspect": {"kind": "rank", "rank": 1, "text": SUSPECT},
                   "stacks": STACKS},
 }  # fmt: skip
