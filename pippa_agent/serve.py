@@ -36,6 +36,7 @@ JSON_VERBS = {
     v.WRITE_FILE: ("sync", "write_file"),
     v.WANDB_SYNC: ("wandb_sync", "wandb_sync"),
     v.GPU_REPORT: ("gpus", "gpu_report"),
+    v.RECEIVE_RUN: ("receive", "receive_run"),
 }
 STREAM_VERBS = {
     v.READ: ("streams", "read"),

@@ -20,6 +20,8 @@ SLURM_JOB = "slurm_job"
 SUPERVISE_PY = "supervise.py"
 ATTEMPTS_JSON = "attempts.json"
 CHECKPOINTS = "checkpoints"
+MOVED_TO = "moved_to"  # the host a run moved to (pippa resume RUN --on HOST): it goes on there
+FORENSICS = "forensics"  # forensics/attempt-N/: what a stalled attempt was doing (pippa_agent.forensics)
 # What a resumed run's directory loses (the next attempt writes them again).
 RUN_STATE_FILES = (EXIT_CODE, EXIT_CODE + ".tmp", STARTED, STOP_REQUESTED, TMUX_SESSION)
 

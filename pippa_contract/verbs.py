@@ -23,6 +23,7 @@ from pippa_contract.wire import (
     PULL,
     READ,
     READ_RUN,
+    RECEIVE_RUN,
     REMOVE_RUNS,
     RUN_CHECKPOINTS,
     SLURM_STOP,
@@ -82,8 +83,6 @@ class ListRunsAnswer(TypedDict, total=False):
     now: float
     sessions: str  # tmux list-sessions text
     runs: list[dict[str, Any]]  # run facts (pippa_contract.runfacts)
-
-
 
 
 class LaunchAnswer(TypedDict):
@@ -261,6 +260,16 @@ def follow(agent: Streamer[P], path: str, offset: int, end_file: str | None, ses
 
 def pull(agent: Streamer[P], run_dir: str, have: dict[str, list[Any]], checkpoint: str | None) -> P:
     return agent.stream(PULL, {"run_dir": run_dir, "have": have, "checkpoint": checkpoint})
+
+
+def receive_run(
+    agent: Streamer[P], remote_dir: str, run_id: str, files: list[list[Any]], meta: dict[str, Any]
+) -> P:
+    """A run directory from another host: ``files`` (``[rel, size, mtime]``) follow the request on
+    stdin, each as frames ending ``0\n`` then its sha256 line; answers ``{"run_dir", "files", "bytes"}``."""
+    return agent.stream(
+        RECEIVE_RUN, {"remote_dir": remote_dir, "run_id": run_id, "files": files, "meta": meta}
+    )
 
 
 def sync_apply(agent: Streamer[P], args: dict[str, Any]) -> P:

@@ -181,23 +181,37 @@ def run_cmd(
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Return as soon as the run is started.")] = False,
     retry: Annotated[
         int | None,
-        typer.Option("--retry", help="Rerun a crashed run up to N times on the host, with --resume "
-                     "(over the recipe's [restart] max_attempts).", show_default=False),
+        typer.Option(
+            "--retry",
+            help="Rerun a crashed run up to N times on the host, with --resume "
+            "(over the recipe's [restart] max_attempts).",
+            show_default=False,
+        ),
     ] = None,
     stall_timeout: Annotated[
         str | None,
-        typer.Option("--stall-timeout", help="No new metrics line (--cmd: output) for this long after a "
-                     "step, e.g. 20m: stop the attempt (it saves) and retry it.", show_default=False),
+        typer.Option(
+            "--stall-timeout",
+            help="No new metrics line (--cmd: output) for this long after a "
+            "step, e.g. 20m: stop the attempt (it saves) and retry it.",
+            show_default=False,
+        ),
     ] = None,
     retry_diverged: Annotated[
         bool | None,
-        typer.Option("--retry-diverged", help="Retry a run whose loss or reward became NaN/inf too.",
-                     show_default=False),
+        typer.Option(
+            "--retry-diverged",
+            help="Retry a run whose loss or reward became NaN/inf too.",
+            show_default=False,
+        ),
     ] = None,
     backoff: Annotated[
         str | None,
-        typer.Option("--backoff", help="First wait before a retry (doubles, capped at 10m). Default 30s.",
-                     show_default=False),
+        typer.Option(
+            "--backoff",
+            help="First wait before a retry (doubles, capped at 10m). Default 30s.",
+            show_default=False,
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -326,8 +340,21 @@ def resume_cmd(
         list[str] | None,
         typer.Option("--set", help="Change a recipe value for the rest of the run: key=value."),
     ] = None,
+    on: Annotated[
+        str | None,
+        typer.Option(
+            "--on",
+            help="Move the run to this host (its newest checkpoint and records) and "
+            "continue it there; from the pulled copy when its host is unreachable.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory."""
+    if on is not None:
+        from pippa_ops.cli.move_cmd import move_and_resume
+
+        return move_and_resume(name, on, host, set_ or [], follow)
     from pippa_ops.runs.tidy import checkpoints
     from pippa_ops.transport import agent_client
 
@@ -413,8 +440,9 @@ def _kept(rec: RunRecord, keep: set[tuple[str, str]]) -> bool:
 def logs_cmd(
     name: Annotated[
         str | None,
-        typer.Argument(help="Session name or run id (short ids too); default: the newest run.",
-                       show_default=False),
+        typer.Argument(
+            help="Session name or run id (short ids too); default: the newest run.", show_default=False
+        ),
     ] = None,
     host: HostOpt = None,
     follow: Annotated[

@@ -56,6 +56,7 @@ class RunRecord:
     max_attempts: int | None = None
     retry_in_s: float | None = None  # waiting before the next attempt: seconds left
     attempts_doc: dict[str, Any] | None = None  # attempts.json as the supervisor wrote it (pippa why)
+    moved_to: str | None = None  # the host it moved to (pippa resume --on): it goes on there
 
     @property
     def label(self) -> str:
@@ -67,6 +68,8 @@ class RunRecord:
 
     @property
     def state_text(self) -> str:
+        if self.state == "moved" and self.moved_to:
+            return f"moved to {self.moved_to}"
         if self.attempt is not None and self.max_attempts is not None and self.max_attempts > 1:
             if self.state == "running" and self.retry_in_s is not None:
                 return f"running (attempt {self.attempt + 1}/{self.max_attempts} in {self.retry_in_s:.0f}s)"
@@ -174,6 +177,7 @@ def _record(
         max_attempts=attempts["max_attempts"] if attempts else None,
         retry_in_s=_retry_in(attempts, now) if attempts and state == "running" else None,
         attempts_doc=raw["attempts"] if isinstance(raw.get("attempts"), dict) else None,
+        moved_to=str(raw["moved_to"]) if raw.get("moved_to") else None,
     )
 
 
