@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json, goes_on_line
+from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, RunsDirOpt, emit_json, goes_on_line
 from pippa_ops.errors import (
     BadSetting,
     ExitCode,
@@ -349,12 +349,13 @@ def resume_cmd(
             show_default=False,
         ),
     ] = None,
+    runs_dir: RunsDirOpt = None,
 ) -> None:
     """Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory."""
     if on is not None:
         from pippa_ops.cli.move_cmd import move_and_resume
 
-        return move_and_resume(name, on, host, set_ or [], follow)
+        return move_and_resume(name, on, host, set_ or [], follow, runs_dir)
     from pippa_ops.runs.tidy import checkpoints
     from pippa_ops.transport import agent_client
 
