@@ -151,3 +151,56 @@ def decide(
         on_oom=str(policy.get("on_oom") or "halve"),
         batch=batch,
     )
+
+
+def diverged_error(metrics_path: str) -> str | None:
+    """The metrics end line's error when the run ended diverged (training_core writes it)."""
+    tail = log_tail(metrics_path, 0, 8192)
+    for raw in reversed(tail):
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("type") == "end":
+            if rec.get("status") == "diverged":
+                return str(rec.get("error") or "a loss or reward became NaN or infinite")
+            return None
+        if isinstance(rec, dict) and rec.get("type") == "header":
+            return None
+    return None
+
+
+def verdict(
+    run_dir: str,
+    attempt: dict[str, object],
+    code: int | None,
+    *,
+    stopped: bool = False,
+    lost: bool = False,
+    stalled_reason: str | None = None,
+    oom_kills_before: int | None = None,
+    pids: list[int] | None = None,
+) -> fc.Verdict:
+    """The class of the attempt that just ended, from everything this host can tell about it."""
+    start = attempt.get("start")
+    since = float(start) if isinstance(start, (int, float)) else time.time()
+    offset = attempt.get("log_offset")
+    after = cgroup_oom_kills()
+    rose = after - oom_kills_before if after is not None and oom_kills_before is not None else 0
+    kernel = kernel_lines(since) if code is not None and code != 0 and not stopped else []
+    return fc.classify(
+        fc.AttemptFacts(
+            exit_code=code,
+            log_tail=log_tail(
+                os.path.join(run_dir, "output.log"), int(offset) if isinstance(offset, int) else 0
+            ),
+            stopped=stopped,
+            lost=lost,
+            stalled_reason=stalled_reason,
+            diverged_error=diverged_error(os.path.join(run_dir, "metrics.jsonl")),
+            kernel_lines=kernel,
+            cgroup_oom_kills=max(0, rose),
+            pids=pids or [],
+            root=os.path.dirname(os.path.dirname(run_dir.rstrip("/"))),
+        )
+    )

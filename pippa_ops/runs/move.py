@@ -6,7 +6,7 @@ newest) streams from the old host's agent (``pull``) through the laptop into the
 stages it and renames it into place only when all of it arrived whole. run.json then names the new host
 and its own command line (its python, its ``remote_dir``), the old host's directory gets ``moved_to``
 (``ps`` there says ``moved to HOST``), and the run resumes on the new host with ``--resume``.
-When the old host cannot be reached, the run moves from the copy ``pippa pull RUN --checkpoint`` left
+When the old host cannot be reached, the run moves from the copy ``pippa pull RUN --checkpoints`` left
 on the laptop (``runs/<host>/<run-id>/``).
 """
 
@@ -185,7 +185,7 @@ def move_run(name: str, to_host: str, *, host: str | None, runs_root: Path) -> M
         copy = _copy_dir(runs_root, name)
         if copy is None:
             raise type(e)(
-                f"{e}; no pulled copy of {name} here either (pippa pull {name} --checkpoint)"
+                f"{e}; no pulled copy of {name} here either (pippa pull {name} --checkpoints)"
             ) from e
     spec2, tr2 = connect(to_host)
     with tr2:
@@ -231,7 +231,7 @@ def _move_copy(
     if not recipe:
         raise NotResumable(f"run {run_id} ran a command (--cmd): it has no checkpoint to move")
     if not (copy / rd.CHECKPOINTS).is_dir():
-        raise NotResumable(f"the copy {copy} has no checkpoint: pippa pull {run_id} --checkpoint first")
+        raise NotResumable(f"the copy {copy} has no checkpoint: pippa pull {run_id} --checkpoints first")
     files = _copy_files(copy)
     sent = _receive_into(transport, spec, run_id, files, _meta(str(meta.get("command") or ""), recipe, run_id,
                          copy.parent.name, spec), lambda rel: _chunks_of_file(copy / rel))  # fmt: skip

@@ -80,7 +80,7 @@ def test_a_run_moves_from_the_pulled_copy_when_its_host_is_down(
     run_id = started(pippa(env, "run", "tiny", "--host", a.name, "--name", "mcopy", *SETS))
     old_dir, new_dir = a.home / "pippa" / "runs" / run_id, b.home / "pippa" / "runs" / run_id
     _stop_after_a_checkpoint(env, a.name, "mcopy", old_dir)
-    pulled = pippa(env, "pull", run_id, "--host", a.name, "--checkpoint", "--runs-dir", str(tmp_path))
+    pulled = pippa(env, "pull", run_id, "--host", a.name, "--checkpoints", "--runs-dir", str(tmp_path))
     assert pulled.returncode == 0, pulled.stderr
     a.stop()
     try:

@@ -45,3 +45,12 @@ def test_a_run_without_a_supervisor_record_is_classed_from_its_listing() -> None
     assert explain(_rec(state="lost")).next == "pippa recover h100-a"
     gpu = {"attempt": 1, "class": "gpu-fault", "reason": "Xid 79 on GPU PCI:0000:3b:00", "exit_code": 134}
     assert "--on" in explain(_rec(state="failed", exit_code=134, attempts_doc={"attempts": [gpu]})).next
+
+
+def test_a_run_that_moved_shows_where_it_went() -> None:
+    from pippa_ops.runs.listing import host_runs
+
+    raw = {"run_id": "20261126-000000-tiny-ab12", "meta": {"session": "s", "recipe": "tiny"}, "ctime": 1.0,
+           "exit_code": "130", "stop_requested": "2", "started": "1", "moved_to": "h100-b"}  # fmt: skip
+    (rec,) = host_runs("h100-a", {"now": 10.0, "sessions": "", "runs": [raw]}).runs
+    assert (rec.state, rec.state_text) == ("moved", "moved to h100-b")
