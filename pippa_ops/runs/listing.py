@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from pippa_contract import failures as fc
 from pippa_contract import runpick, verbs
 from pippa_contract.states import ACTIVE
 from pippa_contract.states import derive_state as derive_state  # the states, as tests and callers read them
@@ -57,6 +58,7 @@ class RunRecord:
     retry_in_s: float | None = None  # waiting before the next attempt: seconds left
     attempts_doc: dict[str, Any] | None = None  # attempts.json as the supervisor wrote it (pippa why)
     moved_to: str | None = None  # the host it moved to (pippa resume --on): it goes on there
+    failure: str | None = None  # its last attempt's failure class and reason, as ps says it (below)
 
     @property
     def label(self) -> str:
@@ -70,6 +72,9 @@ class RunRecord:
     def state_text(self) -> str:
         if self.state == "moved" and self.moved_to:
             return f"moved to {self.moved_to}"
+        if self.failure and not self.active:  # stalled (no new metrics line for 15m), oom (...), lost, ...
+            many = self.attempt is not None and self.attempt > 1
+            return self.failure + (f" after {self.attempt} attempts" if many else "")
         if self.attempt is not None and self.max_attempts is not None and self.max_attempts > 1:
             if self.state == "running" and self.retry_in_s is not None:
                 return f"running (attempt {self.attempt + 1}/{self.max_attempts} in {self.retry_in_s:.0f}s)"
@@ -178,7 +183,20 @@ def _record(
         retry_in_s=_retry_in(attempts, now) if attempts and state == "running" else None,
         attempts_doc=raw["attempts"] if isinstance(raw.get("attempts"), dict) else None,
         moved_to=str(raw["moved_to"]) if raw.get("moved_to") else None,
+        failure=_failure(raw.get("attempts")),
     )
+
+
+def _failure(doc: object) -> str | None:
+    """``stalled (no new metrics line for 15m)``: the last attempt's class where it says more than the
+    state does (a crash, a stop, a divergence and a success are the state's own words)."""
+    attempts = doc.get("attempts") if isinstance(doc, dict) else None
+    last = attempts[-1] if isinstance(attempts, list) and attempts and isinstance(attempts[-1], dict) else {}
+    cls = last.get("class")
+    if not isinstance(cls, str) or cls in (fc.COMPLETED, fc.CRASH, fc.STOPPED, fc.DIVERGED):
+        return None
+    reason = last.get("reason")
+    return fc.label(cls, str(reason) if reason else None)
 
 
 def _retry_in(attempts: dict[str, Any], now: float) -> float | None:

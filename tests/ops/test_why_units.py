@@ -54,3 +54,13 @@ def test_a_run_that_moved_shows_where_it_went() -> None:
            "exit_code": "130", "stop_requested": "2", "started": "1", "moved_to": "h100-b"}  # fmt: skip
     (rec,) = host_runs("h100-a", {"now": 10.0, "sessions": "", "runs": [raw]}).runs
     assert (rec.state, rec.state_text) == ("moved", "moved to h100-b")
+
+
+def test_ps_says_a_stall_in_its_own_words() -> None:
+    from pippa_ops.runs.listing import host_runs
+
+    stalled = {"attempt": 1, "class": "stalled", "reason": "no new metrics line for 15m"}
+    raw = {"run_id": "20261126-000000-tiny-ab12", "meta": {"session": "s", "recipe": "tiny"}, "ctime": 1.0,
+           "exit_code": "130", "started": "1", "attempts": {"max_attempts": 1, "attempts": [stalled]}}  # fmt: skip
+    (rec,) = host_runs("h", {"now": 10.0, "sessions": "", "runs": [raw]}).runs
+    assert rec.state_text == "stalled (no new metrics line for 15m)"
