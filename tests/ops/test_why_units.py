@@ -60,7 +60,8 @@ def test_ps_says_a_stall_in_its_own_words() -> None:
     from pippa_ops.runs.listing import host_runs
 
     stalled = {"attempt": 1, "class": "stalled", "reason": "no new metrics line for 15m"}
+    doc = {"max_attempts": 1, "attempts": [stalled]}
     raw = {"run_id": "20261126-000000-tiny-ab12", "meta": {"session": "s", "recipe": "tiny"}, "ctime": 1.0,
-           "exit_code": "130", "started": "1", "attempts": {"max_attempts": 1, "attempts": [stalled]}}  # fmt: skip
+           "exit_code": "130", "started": "1", "attempts": doc}  # fmt: skip
     (rec,) = host_runs("h", {"now": 10.0, "sessions": "", "runs": [raw]}).runs
     assert rec.state_text == "stalled (no new metrics line for 15m)"
