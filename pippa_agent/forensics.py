@@ -9,8 +9,9 @@
   starts such runs with ``flight_recorder_env`` (a trace buffer, and a named pipe per rank that makes
   the rank dump when written to: ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``, torch/csrc/distributed/c10d/
   ProcessGroupNCCL.cpp's ``DumpPipe``); ``capture`` writes to each pipe it finds;
-- ``summary.json``: ``{"suspect": pippa_contract.stacks.Suspect, "stacks": {rank: [frame, ...]},
-  "elapsed_s"}``, which the supervisor also copies into attempts.json.
+- ``summary.json``: ``{"dir", "captured_at", "suspect": pippa_contract.stacks.Suspect, "stacks":
+  {"rank/pid": [frame, ...]}, "nvidia_smi", "flight_recorder", "elapsed_s"}``, which the supervisor
+  also copies into attempts.json.
 
 The dumps run side by side, each under a time cap, so an 8-process run is captured in seconds.
 Standard library only, python3 >= 3.8.
@@ -163,7 +164,7 @@ def capture(
     run_dir: str, attempt: int, root_pid: int, extra_dirs: list[str] | None = None
 ) -> dict[str, object]:
     """Capture the attempt whose job is ``root_pid`` (see the module's docstring); the summary."""
-    started = time.monotonic()
+    started, captured_at = time.monotonic(), time.time()
     out_dir = attempt_dir(run_dir, attempt)
     os.makedirs(out_dir, exist_ok=True)
     procs = []
@@ -215,6 +216,7 @@ def capture(
         json.dump([asdict(p) for p in procs], f)
     summary = {
         "dir": os.path.relpath(out_dir, run_dir),
+        "captured_at": captured_at,
         "suspect": suspect.to_json(),
         "stacks": by_rank,
         "nvidia_smi": smi is not None,
