@@ -192,8 +192,9 @@ def run_cmd(
         str | None,
         typer.Option(
             "--stall-timeout",
-            help="No new metrics line (--cmd: output) for this long after a "
-            "step, e.g. 20m: stop the attempt (it saves) and retry it.",
+            help="No new metrics line (--cmd: output) for this long after a step, e.g. 20m: "
+            "stop the attempt and retry it. Default for recipes: 5 x the median step time, at least 5m; "
+            "off: no stall watch.",
             show_default=False,
         ),
     ] = None,
@@ -213,10 +214,27 @@ def run_cmd(
             show_default=False,
         ),
     ] = None,
+    infra_retries: Annotated[
+        int | None,
+        typer.Option(
+            "--infra-retries",
+            help="Retries of lost / nccl / stalled attempts that do not count in --retry. Default 3.",
+            show_default=False,
+        ),
+    ] = None,
+    on_oom: Annotated[
+        str | None,
+        typer.Option(
+            "--on-oom",
+            help="halve (default): retry an out-of-memory attempt with half the "
+            "per-device batch and twice the accumulation; fail: a crash like any other.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start recipes (one after another) or a command in a named tmux session on a host."""
-    restart = RestartFlags(retry, stall_timeout, retry_diverged, backoff)
+    restart = RestartFlags(retry, stall_timeout, retry_diverged, backoff, infra_retries, on_oom)
     names = list(recipes or [])
     if not names and cmd is None:
         names = ["tiny"]  # the README's main job
