@@ -132,3 +132,13 @@ def test_the_supervisor_tells_alerts_where_pippa_up_installs_them() -> None:
 
     assert hostalerts.PROGRAM == supervise.ALERTS_PROGRAM
     assert set(supervise.MID_RUN_ALERTS) <= {"retrying", "stalled", "diverged", "gave_up", "lost"}
+
+
+def test_a_lost_attempt_does_not_spend_the_retry_budget_of_recover() -> None:
+    from pippa_ops.runs.recover import infra_left
+
+    doc = {"max_attempts": 1, "infra_retries": 3, "attempts": [{"attempt": 1, "outcome": "running"}]}
+    assert infra_left(doc) is True  # --retry 0, and still recovered
+    lost3 = [{"attempt": i, "class": "lost"} for i in (1, 2, 3)]
+    assert infra_left({**doc, "attempts": [*lost3, {"attempt": 4}]}) is False
+    assert infra_left({"max_attempts": 2, "attempts": [{"attempt": 1}]}) is None  # an older record
