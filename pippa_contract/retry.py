@@ -115,3 +115,18 @@ def decide(
     if left > 0:
         return Decision(True, "budget", f"retry {budget}/{max_attempts - 1}")
     return Decision(False, None, "no attempts left" if max_attempts > 1 else "no retry asked (--retry N)")
+
+
+def may_restart_lost(doc: object) -> bool | None:
+    """Whether a run whose last attempt was lost (its session gone) may start again, by the classes of
+    its earlier attempts in attempts.json ``doc`` (a lost attempt spends ``infra_retries``, not
+    ``--retry``); None for a record without classes (older runs: the caller counts attempts)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("attempts"), list):
+        return None
+    attempts = [a for a in doc["attempts"] if isinstance(a, dict)]
+    earlier = attempts[:-1]
+    if not attempts or any("class" not in a for a in earlier) or "infra_retries" not in doc:
+        return None
+    classes = [str(a["class"]) for a in earlier] + [fc.LOST]
+    return decide(classes, max_attempts=int(doc.get("max_attempts") or 1),
+                  infra_retries=int(doc["infra_retries"])).retry  # fmt: skip

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
-
-from pippa_contract import failures as fc
 from pippa_contract import retry, verbs
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.listing import RunRecord, list_runs
@@ -40,29 +37,13 @@ class RecoverResult:
     skipped: tuple[tuple[str, str], ...]  # (run id, why not) for each lost run left alone
 
 
-def infra_left(doc: dict[str, Any] | None) -> bool | None:
-    """Whether a lost run may start again by the failure classes of its attempts (a lost attempt does
-    not spend ``--retry``, only ``infra_retries``); None for a record without classes (older runs)."""
-    raw = (doc or {}).get("attempts")
-    attempts = [a for a in raw if isinstance(a, dict)] if isinstance(raw, list) else []
-    earlier = attempts[:-1]
-    if not attempts or any("class" not in a for a in earlier) or "infra_retries" not in (doc or {}):
-        return None
-    classes = [str(a["class"]) for a in earlier] + [fc.LOST]
-    return retry.decide(
-        classes,
-        max_attempts=int((doc or {}).get("max_attempts") or 1),
-        infra_retries=int((doc or {})["infra_retries"]),
-    ).retry
-
-
 def why_not(run: RunRecord, live_sessions: set[str]) -> str | None:
     """Why the lost run ``run`` is not started again (None: it is); pure."""
     if run.hosts and len(run.hosts) > 1:
         return f"a run over several hosts: pippa resume {run.run_id} on each"
     if run.attempt is None or run.max_attempts is None:
         return f"no restart policy (--retry): pippa resume {run.run_id} continues it"
-    left = infra_left(run.attempts_doc)
+    left = retry.may_restart_lost(run.attempts_doc)
     if left is not None and not left:
         return f"no attempts left ({run.attempt}/{run.max_attempts}, infrastructure retries used)"
     if left is None and run.attempt >= run.max_attempts:

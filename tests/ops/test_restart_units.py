@@ -135,7 +135,7 @@ def test_the_supervisor_tells_alerts_where_pippa_up_installs_them() -> None:
 
 
 def test_a_lost_attempt_does_not_spend_the_retry_budget_of_recover() -> None:
-    from pippa_ops.runs.recover import infra_left
+    from pippa_contract.retry import may_restart_lost as infra_left
 
     doc = {"max_attempts": 1, "infra_retries": 3, "attempts": [{"attempt": 1, "outcome": "running"}]}
     assert infra_left(doc) is True  # --retry 0, and still recovered
