@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+
 from pippa_contract import retry, verbs
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.listing import RunRecord, list_runs
