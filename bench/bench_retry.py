@@ -4,8 +4,8 @@ times and the classifier at the attempt's end), with ``--retry 3``, vs ``--stall
 supervisor at all: the job line runs directly, as before).
 
 Both arms are real ``pippa run tiny`` launches on one loopback OpenSSH host (tests/sshd.py), run one at
-a time and alternately (ABBA order per round, so drift in the shared machine's load cancels out). Per run: training time (first step line to the end line of metrics.jsonl, as bench_tiny
-measures it) and wall time (launch until exit_code exists). Goals: issue 23, training time within
+a time and alternately (ABBA order per round, so drift in the shared machine's load cancels out).
+Per run: training time (first step line to the end line of metrics.jsonl, as bench_tiny measures it) and wall time (launch until exit_code exists). Goals: issue 23, training time within
 1.05x with --retry; issue 34, within 1.03x with the stall watch and the classifier.
 On a shared machine the load of other jobs moves a run's time by far more than 5%, so it also reads the
 supervisor's own CPU time from /proc while the run goes (its whole cost, independent of that load).
@@ -91,8 +91,8 @@ def main() -> None:
                     runs[retry].append((train, wall))
                     if used is not None:
                         cpu.append(used / wall)
-                    print(f"round {i + 1}: {'watched, --retry 3' if retry else 'stall watch off  '}  training {train:6.2f} s  "
-                          f"wall {wall:6.2f} s", flush=True)  # fmt: skip
+                    arm = "watched, --retry 3" if retry else "stall watch off   "
+                    print(f"round {i + 1}: {arm}  training {train:6.2f} s  wall {wall:6.2f} s", flush=True)
     finally:
         world.close()
     plain = statistics.median(t for t, _ in runs[False])
