@@ -5,8 +5,9 @@ supervisor at all: the job line runs directly, as before).
 
 Both arms are real ``pippa run tiny`` launches on one loopback OpenSSH host (tests/sshd.py), run one at
 a time and alternately (ABBA order per round, so drift in the shared machine's load cancels out).
-Per run: training time (first step line to the end line of metrics.jsonl, as bench_tiny measures it) and wall time (launch until exit_code exists). Goals: issue 23, training time within
-1.05x with --retry; issue 34, within 1.03x with the stall watch and the classifier.
+Per run: training time (first step line to the end line of metrics.jsonl, as bench_tiny measures it)
+and wall time (launch until exit_code exists). Goals: issue 23, training time within 1.05x with
+--retry; issue 34, within 1.03x with the stall watch and the classifier.
 On a shared machine the load of other jobs moves a run's time by far more than 5%, so it also reads the
 supervisor's own CPU time from /proc while the run goes (its whole cost, independent of that load).
 
