@@ -142,8 +142,9 @@ def _record(
     if ended is None and state in ("killed", "lost"):
         ended = _num(raw.get("log_time"))
     duration = None
-    if started_host is not None:
-        duration = max(0.0, (ended if ended is not None else now) - started_host)
+    if started_host is not None:  # this stretch, and the stretches before its resumes (run.json past_s)
+        past = _num(meta.get("past_s")) or 0.0
+        duration = past + max(0.0, (ended if ended is not None else now) - started_host)
     steps = raw.get("steps")
     step, reward = _last_step(steps if isinstance(steps, list) else [])
     error = None

@@ -53,3 +53,24 @@ def test_a_decision_counts_the_earlier_attempts_classes() -> None:
     d = af.decide(doc, fc.Verdict("crash", "x"), policy, None)
     assert not d.retry  # two crashes with --retry 1; the lost one did not count
     assert af.decide({"attempts": [{"class": "lost"}, {}]}, fc.Verdict("crash", "x"), policy, None).retry
+
+
+def test_a_resume_keeps_the_time_the_run_already_ran(tmp_path: Path) -> None:
+    import os
+
+    from pippa_agent.host import reopen_run_dir
+    from pippa_ops.runs.listing import host_runs
+
+    d = tmp_path / "20261126-000000-tiny-ab12"
+    d.mkdir()
+    (d / "run.json").write_text(json.dumps({"session": "s", "recipe": "tiny", "past_s": 50.0}))
+    (d / "started").write_text("1000\n")
+    (d / "exit_code").write_text("1\n")
+    os.utime(d / "exit_code", (1100, 1100))  # this stretch ran 100 s
+    reopen_run_dir(str(d), "s", 2000.0)
+    meta = json.loads((d / "run.json").read_text())
+    assert meta["past_s"] == 150.0 and not (d / "exit_code").exists()
+    raw = {"run_id": d.name, "meta": meta, "ctime": 2000.0, "started": "2000", "exit_code": "0"}
+    raw["ended"] = 2010.0
+    (rec,) = host_runs("h", {"now": 2010.0, "sessions": "", "runs": [raw]}).runs
+    assert rec.duration_s == 160.0  # 150 before the resume, 10 since
