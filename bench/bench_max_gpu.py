@@ -1,6 +1,6 @@
 """The max_gpu recipe's shape on one GPU: peak memory, train and generation tokens/s, train-phase MFU.
 
-The model is Qwen2-0.5B's architecture with random weights built in memory (training_core.shapes), so
+The model is Qwen2-0.5B's architecture with random weights built in memory (training_core.models.shapes), so
 nothing comes from the hub; prompts are synthetic strings of ``--prompt-tokens`` tokens (the character
 tokenizer makes one token per character), rewards are random in [-1, 1] so advantages are non-zero.
 Everything else is recipes/max_gpu.toml as resolved on this machine (platform preset, precision,
@@ -12,7 +12,7 @@ How the numbers are computed (steps after ``--warmup`` only):
   advantages); train phase = the rest of the step (forward + backward over the batch, optimizer step).
 - generation tokens/s = completion tokens generated (completion_mask, padding excluded) / generation time.
 - train tokens/s = tokens the loss trains on (prompt + completion tokens, padding excluded) / train time.
-- MFU = 6 * N * train tokens/s / the card's peak dense bf16 FLOP/s (training_core.metrics.PEAK_FLOPS,
+- MFU = 6 * N * train tokens/s / the card's peak dense bf16 FLOP/s (training_core.run.metrics.PEAK_FLOPS,
   H100 SXM 989e12). N = parameters (494M, tied embeddings counted once). 6N is the model's FLOPs per
   token (forward 2N + backward 4N); attention FLOPs and the recompute of gradient checkpointing are not
   counted, so this is the usual conservative "model FLOPs" utilisation.
@@ -83,11 +83,11 @@ def run(
     import torch
     from transformers import PrinterCallback, TrainerCallback
 
-    from training_core.metrics import peak_flops
+    from training_core.methods.trainer import PippaGRPOTrainer, grpo_args
+    from training_core.models.shapes import QWEN2_0_5B, build_model, build_tokenizer
     from training_core.platform import detect, torch_facts, train_precision
     from training_core.recipes import resolve
-    from training_core.shapes import QWEN2_0_5B, build_model, build_tokenizer
-    from training_core.trainer import PippaGRPOTrainer, grpo_args
+    from training_core.run.metrics import peak_flops
 
     facts = detect(offline_probe=False)
     fixed = [f"train.max_steps={steps}", "checkpoint.every=0", "eval.task=none", "data.prompt_style=plain"]

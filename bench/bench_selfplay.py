@@ -1,4 +1,4 @@
-"""The tictactoe_tiny learning claim over seeds: what the README quotes.
+"""The tictactoe_tiny learning claim over seeds: what docs/training.md quotes.
 
 Runs ``python -m training_core.train tictactoe_tiny`` once per seed, one run at a time, and prints per
 run: training time, the self-play invalid-move rate per move (mean of the first and last 10 steps),

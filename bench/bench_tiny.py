@@ -1,4 +1,4 @@
-"""The main job's learning claim and its time, over seeds and thread counts: what the README quotes.
+"""The main job's learning claim and its time, over seeds and thread counts: what docs/training.md quotes.
 
 Runs ``python -m training_core.train tiny`` once per (seed, thread setting), one run at a time so
 each has the machine to itself, and prints per run: wall time of the whole command, training time

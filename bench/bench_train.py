@@ -53,10 +53,10 @@ def bare(steps: int, tmp: Path, i: int) -> list[float]:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
     from trl import GRPOTrainer
 
-    from training_core import tiny
     from training_core.data.loaders import synthetic_problems
+    from training_core.methods.trainer import grpo_args
+    from training_core.models import tiny
     from training_core.rewards.registry import build
-    from training_core.trainer import grpo_args
 
     cfg = _recipe(steps).config
     set_seed(cfg.seed)

@@ -17,6 +17,7 @@ import time
 
 from pippa_contract import failures as fc
 from pippa_contract import retry as rp
+from pippa_contract import rundir as rd
 from pippa_contract import stall
 
 TAIL_BYTES = 65536
@@ -192,12 +193,12 @@ def verdict(
         fc.AttemptFacts(
             exit_code=code,
             log_tail=log_tail(
-                os.path.join(run_dir, "output.log"), int(offset) if isinstance(offset, int) else 0
+                os.path.join(run_dir, rd.OUTPUT_LOG), int(offset) if isinstance(offset, int) else 0
             ),
             stopped=stopped,
             lost=lost,
             stalled_reason=stalled_reason,
-            diverged_error=diverged_error(os.path.join(run_dir, "metrics.jsonl")),
+            diverged_error=diverged_error(os.path.join(run_dir, rd.METRICS)),
             kernel_lines=kernel,
             cgroup_oom_kills=max(0, rose),
             pids=pids or [],

@@ -7,12 +7,12 @@ from pippa_agent.host import AgentError, ErrorKind, run, which
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pippa_agent.host import Answer, Req
+    from pippa_contract.messages import GpuReportAnswer, GpuReportRequest
 
 NVIDIA_SMI = "nvidia-smi"
 
 
-def gpu_report(req: Req) -> Answer:
+def gpu_report(req: GpuReportRequest) -> GpuReportAnswer:
     """``{"smi": false}`` without nvidia-smi; else each query's output (stdout then stderr)."""
     queries = [[str(w) for w in argv] for argv in (req["query"], req["apps"])]
     if any(not argv or argv[0] != NVIDIA_SMI for argv in queries):

@@ -16,6 +16,7 @@ from pippa_contract.errors import ErrorKind as ErrorKind
 from pippa_contract.rundir import RUN_STATE_FILES
 from pippa_contract.rundir import runs_dir as _runs_dir
 from pippa_contract.runfacts import ERROR_LINE
+from pippa_contract.sessions import LIST_FORMAT as LIST_FORMAT
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing subprocess costs every request ~10 ms, typing ~5 ms
@@ -24,7 +25,6 @@ if TYPE_CHECKING:  # annotations only: importing subprocess costs every request 
 
     Req = Dict[str, Any]
     Answer = Dict[str, Any]
-LIST_FORMAT = "#{session_name}|#{session_created}|#{session_attached}|#{session_windows}|#{session_id}"
 # Non-interactive ssh commands do not read ~/.profile: uv's usual homes are added for lookups.
 EXTRA_PATH = ("~/.local/bin", "~/.cargo/bin")
 

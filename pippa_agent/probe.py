@@ -12,35 +12,44 @@ from pippa_agent.host import AgentError, ErrorKind, host_path, last_line, run, t
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pippa_agent.host import Answer, Req
+    from pippa_contract.messages import (
+        CheckPythonAnswer,
+        CheckPythonRequest,
+        Empty,
+        InstallBwrapAnswer,
+        InstallUvAnswer,
+        ProbeAnswer,
+        ProbeRequest,
+        SandboxFacts,
+    )  # fmt: skip
 
 
-def probe(req: Req) -> Answer:
+def probe(req: ProbeRequest) -> ProbeAnswer:
     """Facts `pippa up` reports: tools, GPUs, python, free disk, and whether the code sandbox runs."""
-    out: Answer = {"python": ".".join(str(v) for v in sys.version_info[:3]), "python_path": sys.executable}
     t = tmux("-V")
-    out["tmux"] = text(t) if t.returncode == 0 else None
     uv = run(["uv", "--version"], timeout=30)
-    out["uv"] = text(uv) if uv.returncode == 0 else None
-    out["curl"] = which("curl") is not None
-    out["gpus"], out["driver"], out["cuda"] = [], None, None
+    gpu_lines: list[str] = []
+    driver = cuda = None
     if which("nvidia-smi"):
         gpus = run(["nvidia-smi", "-L"])
-        out["gpus"] = [g for g in text(gpus).splitlines() if g.strip()] if gpus.returncode == 0 else []
+        gpu_lines = [g for g in text(gpus).splitlines() if g.strip()] if gpus.returncode == 0 else []
         drv = run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
-        out["driver"] = next(iter(text(drv).splitlines()), None) if drv.returncode == 0 else None
+        driver = next(iter(text(drv).splitlines()), None) if drv.returncode == 0 else None
         m = re.search(r"CUDA Version: *([0-9.]+)", text(run(["nvidia-smi"])))
-        out["cuda"] = m.group(1) if m else None
+        cuda = m.group(1) if m else None
     d = host_path(req.get("remote_dir") or "~")
     while not os.path.isdir(d):
         d = os.path.dirname(d)
     st = os.statvfs(d)
-    out["free_disk_gb"] = round(st.f_bavail * st.f_frsize / 1024**3, 1)
-    out["sandbox"] = sandbox_facts()
-    return out
+    return {
+        "python": ".".join(str(v) for v in sys.version_info[:3]), "python_path": sys.executable,
+        "tmux": text(t) if t.returncode == 0 else None, "uv": text(uv) if uv.returncode == 0 else None,
+        "curl": which("curl") is not None, "gpus": gpu_lines, "driver": driver, "cuda": cuda,
+        "free_disk_gb": round(st.f_bavail * st.f_frsize / 1024**3, 1), "sandbox": sandbox_facts(),
+    }  # fmt: skip
 
 
-def sandbox_facts() -> Answer:
+def sandbox_facts() -> SandboxFacts:
     """Can this host run the code sandbox (bubblewrap)? And could `up` install it?"""
     root = os.geteuid() == 0
     sudo = False
@@ -127,7 +136,7 @@ def cgroup_caps(root: str = "/sys/fs/cgroup") -> bool:
                 os.rmdir(d)
 
 
-def install_bwrap(req: Req) -> Answer:
+def install_bwrap(req: Empty) -> InstallBwrapAnswer:
     """``apt-get install bubblewrap`` as root or through passwordless sudo; then the probe again."""
     facts = sandbox_facts()
     if facts["works"]:
@@ -155,7 +164,7 @@ def uv_version() -> str | None:
     return text(p) if p.returncode == 0 else None
 
 
-def install_uv(req: Req) -> Answer:
+def install_uv(req: Empty) -> InstallUvAnswer:
     """uv for the user, in ~/.local/bin: astral's installer through curl, else pip in a private venv
     (PEP 668 forbids ``pip install --user`` into a distribution's python). Each try that failed is
     reported with the line that says why."""
@@ -193,7 +202,7 @@ def install_uv(req: Req) -> Answer:
     return {"uv": uv_version(), "failures": failures}
 
 
-def check_python(req: Req) -> Answer:
+def check_python(req: CheckPythonRequest) -> CheckPythonAnswer:
     """Does the training python exist, run, and (``module``) import the training code from
     ``remote_dir``? Answers ``{"ok", "python", "missing", "line"}``: ``line`` is its last error line."""
     argv = [str(w) for w in req["argv"]]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 
 from pippa_agent.host import AgentError, ErrorKind, host_path, write_frame, write_out
 from pippa_contract import rundir as rd
@@ -14,14 +13,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from pippa_agent.host import Req
+    from pippa_contract.messages import PullManifest, PullRequest
 
 
 
 PULL_CHUNK = 1 << 20
-
-
-CHECKPOINT_RE = re.compile(r"^checkpoint-([0-9]+)$")
 
 
 def run_files(run_dir: str, checkpoint: str | None) -> tuple[list[Any], list[str], str | None]:
@@ -29,16 +25,14 @@ def run_files(run_dir: str, checkpoint: str | None) -> tuple[list[Any], list[str
     only the chosen one (``latest``, or a ``checkpoint-N``/``N`` name). Also every checkpoint's name."""
     ckdir = os.path.join(run_dir, rd.CHECKPOINTS)
     try:
-        names = [n for n in os.listdir(ckdir) if CHECKPOINT_RE.match(n)]
-        names = [n for n in names if os.path.isdir(os.path.join(ckdir, n))]
+        names = rd.checkpoint_names([n for n in os.listdir(ckdir) if os.path.isdir(os.path.join(ckdir, n))])
     except OSError:
         names = []
-    names.sort(key=lambda n: int(n.split("-")[1]))
     chosen = None
     if checkpoint == "latest":
         chosen = names[-1] if names else None
     elif checkpoint:
-        want = checkpoint if checkpoint.startswith("checkpoint-") else "checkpoint-" + checkpoint
+        want = checkpoint if rd.checkpoint_step(checkpoint) is not None else rd.CHECKPOINT_PREFIX + checkpoint
         if want not in names:
             known = ", ".join(names) or "none"
             raise AgentError(ErrorKind.NOT_FOUND, f"no {want} in {run_dir} (checkpoints: {known})")
@@ -58,7 +52,7 @@ def run_files(run_dir: str, checkpoint: str | None) -> tuple[list[Any], list[str
                 if e.is_dir():
                     if name == rd.CHECKPOINTS:
                         if chosen:
-                            walk("checkpoints/" + chosen)
+                            walk(rd.CHECKPOINTS + "/" + chosen)
                     else:
                         walk(name)
                 elif e.is_file() and not e.name.endswith(".tmp"):
@@ -72,7 +66,7 @@ def run_files(run_dir: str, checkpoint: str | None) -> tuple[list[Any], list[str
     return files, names, chosen
 
 
-def pull(req: Req) -> None:
+def pull(req: PullRequest) -> None:
     """What the laptop lacks of a run directory, in one stream: a JSON manifest line
     (``files``: ``[rel, size, offset, mtime]``, ``checkpoints``, ``chosen``, ``send``), then for each
     file with ``offset < size`` its bytes from ``offset`` as frames (``<n>\\n`` + n bytes) ending in
@@ -96,7 +90,7 @@ def pull(req: Req) -> None:
             offset = local[0] if tail_digest(os.path.join(run_dir, rel), local[0]) == local[1] else 0
         plan.append([rel, size, offset, mt])
     send = sum(size - offset for _, size, offset, _ in plan)
-    manifest = {"files": plan, "checkpoints": names, "chosen": chosen, "send": send}
+    manifest: PullManifest = {"files": plan, "checkpoints": names, "chosen": chosen, "send": send}
     write_out((json.dumps(manifest) + "\n").encode())
     for rel, size, offset, _ in plan:
         if offset >= size:

@@ -23,7 +23,7 @@ from pippa_contract.names import NAME_RE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pippa_agent.host import Answer, Req
+    from pippa_contract.messages import ReceiveRunAnswer, ReceiveRunRequest
 
 CHUNK = 1 << 20
 
@@ -58,7 +58,7 @@ def _safe_rel(rel: object) -> str:
     return rel
 
 
-def receive_run(req: Req) -> Answer:
+def receive_run(req: ReceiveRunRequest) -> ReceiveRunAnswer:
     """Receive a run directory (see the module's docstring); ``{"run_dir", "files", "bytes"}``."""
     run_id = str(req.get("run_id") or "")
     if not NAME_RE.match(run_id):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 import time
 
@@ -27,13 +26,25 @@ from pippa_contract.runfacts import run_facts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pippa_agent.host import Answer, Req
+    from pippa_contract.messages import (
+        LaunchAnswer,
+        LaunchRequest,
+        ListRunsAnswer,
+        ListRunsRequest,
+        RemoveRunsAnswer,
+        RemoveRunsRequest,
+        RunCheckpointsAnswer,
+        RunRequest,
+        StopAnswer,
+        StopRequest,
+    )  # fmt: skip
 
 
-def list_runs(req: Req) -> Answer:
+def list_runs(req: ListRunsRequest) -> ListRunsAnswer:
     """Every run directory's files and the tmux sessions, in one answer; the laptop derives states."""
     sessions = tmux("list-sessions", "-F", LIST_FORMAT)
-    out: Answer = {"now": time.time(), "sessions": sessions.stdout.decode(errors="replace"), "runs": []}
+    listing = sessions.stdout.decode(errors="replace")
+    out: ListRunsAnswer = {"now": time.time(), "sessions": listing, "runs": []}
     base = runs_dir(req["remote_dir"])
     try:
         names = sorted(n for n in os.listdir(base) if NAME_RE.match(n))
@@ -54,10 +65,11 @@ def list_runs(req: Req) -> Answer:
     return out
 
 
-def launch(req: Req) -> Answer:
+def launch(req: LaunchRequest) -> LaunchAnswer:
     """Refuse or replace the session, write each run's run.json and cmd.sh, start the session."""
-    if req.get("sync_marker") is not None:
-        write_sync_marker(req["remote_dir"], req["sync_marker"])
+    marker = req.get("sync_marker")
+    if marker is not None:
+        write_sync_marker(req["remote_dir"], marker)
     if which("tmux") is None:
         raise AgentError(ErrorKind.TOOL_MISSING, "tmux is not installed")
     session = req["session"]
@@ -85,8 +97,9 @@ def launch(req: Req) -> Answer:
                 f.write(r["run_json"] + "\n")
         with open(os.path.join(d, rd.CMD_SH), "w") as f:
             f.write(r["cmd_sh"])
-        if r.get("supervisor") is not None:  # a run with a restart policy: its host supervisor
-            write_atomic(os.path.join(d, rd.SUPERVISE_PY), r["supervisor"].encode())
+        supervisor = r.get("supervisor")
+        if supervisor is not None:  # a run with a restart policy: its host supervisor
+            write_atomic(os.path.join(d, rd.SUPERVISE_PY), supervisor.encode())
     p = tmux(*req["tmux_argv"][1:])
     if p.returncode != 0 and b"server exited unexpectedly" in p.stderr:
         # the tmux server was exiting as we connected (its last session had just ended): a new one
@@ -126,7 +139,7 @@ def mark_replaced(base: str, session: str, stamp: int) -> None:
                 f.write(f"{stamp}\n")
 
 
-def stop(req: Req) -> Answer:
+def stop(req: StopRequest) -> StopAnswer:
     """Mark the runs stop_requested, Ctrl-C the session, wait for the exit code up to the grace
     period, then kill the session (ends a sweep's remaining runs; kills a job that ignored Ctrl-C)."""
     base = runs_dir(req["remote_dir"])
@@ -148,7 +161,7 @@ def stop(req: Req) -> Answer:
     return {"killed_session": killed}
 
 
-def run_checkpoints(req: Req) -> Answer:
+def run_checkpoints(req: RunRequest) -> RunCheckpointsAnswer:
     """The checkpoint directories of a run (``checkpoint-N``), oldest first."""
     d = os.path.join(runs_dir(req["remote_dir"]), req["run_id"])
     if not NAME_RE.match(req["run_id"]) or os.path.islink(d):
@@ -157,8 +170,7 @@ def run_checkpoints(req: Req) -> Answer:
         names = os.listdir(os.path.join(d, rd.CHECKPOINTS))
     except OSError:
         names = []
-    found = [n for n in names if re.match(r"^checkpoint-[0-9]+$", n)]
-    return {"checkpoints": sorted(found, key=lambda n: int(n.split("-")[1]))}
+    return {"checkpoints": rd.checkpoint_names(names)}
 
 
 def dir_size(path: str) -> int:
@@ -175,14 +187,14 @@ def dir_size(path: str) -> int:
     return total
 
 
-def remove_runs(req: Req) -> Answer:
+def remove_runs(req: RemoveRunsRequest) -> RemoveRunsAnswer:
     """Delete run directories (``dry_run``: only measure them). The laptop picks ended runs; a run
     without an exit code whose tmux session is alive is refused here too."""
     import shutil
 
     base = runs_dir(req["remote_dir"])
     alive = set(text(tmux("list-sessions", "-F", "#{session_name}")).splitlines())
-    out: Answer = {"removed": [], "refused": {}, "bytes": 0}
+    out: RemoveRunsAnswer = {"removed": [], "refused": {}, "bytes": 0}
     for run_id in req["run_ids"]:
         d = os.path.join(base, str(run_id))
         if not NAME_RE.match(str(run_id)) or os.path.islink(d) or not os.path.isdir(d):

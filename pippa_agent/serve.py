@@ -1,6 +1,7 @@
 """The agent's loop: framed JSON requests on stdin (``<n>\\n`` + n bytes), one JSON answer line
 each (``{"error": kind, "message"}`` for an expected failure), until stdin ends; a stream verb is
-the last of its process. Each verb's module is imported when a request names it."""
+the last of its process. ``VERBS`` is the one table it dispatches from; each verb's module is
+imported when a request names it."""
 
 from __future__ import annotations
 
@@ -15,40 +16,60 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-    from pippa_agent.host import Req
-
-# verb -> (module of pippa_agent, function)
-JSON_VERBS = {
-    v.PROBE: ("probe", "probe"),
-    v.INSTALL_BWRAP: ("probe", "install_bwrap"),
-    v.INSTALL_UV: ("probe", "install_uv"),
-    v.CHECK_PYTHON: ("probe", "check_python"),
-    v.LIST_RUNS: ("runs", "list_runs"),
-    v.LAUNCH: ("runs", "launch"),
-    v.STOP: ("runs", "stop"),
-    v.RUN_CHECKPOINTS: ("runs", "run_checkpoints"),
-    v.REMOVE_RUNS: ("runs", "remove_runs"),
-    v.SLURM_SUBMIT: ("slurm", "slurm_submit"),
-    v.SLURM_STOP: ("slurm", "slurm_stop"),
-    v.SYNC_LIST: ("sync", "sync_list"),
-    v.SYNC_APPLY: ("sync", "sync_apply"),
-    v.SYNC_MARKER: ("sync", "sync_marker"),
-    v.WRITE_FILE: ("sync", "write_file"),
-    v.WANDB_SYNC: ("wandb_sync", "wandb_sync"),
-    v.GPU_REPORT: ("gpus", "gpu_report"),
-    v.RECEIVE_RUN: ("receive", "receive_run"),
+JSON, STREAM = "json", "stream"  # a JSON verb answers one line; a stream verb writes its own output
+# verb -> (module of pippa_agent, handler, JSON or STREAM). Each handler takes the verb's request type
+# and returns its answer type (pippa_contract.messages.VERB_TYPES; tests/contract/test_verbs.py checks
+# every row). The handlers are imported by name on first use, so a request pays only for its own
+# module; the TYPE_CHECKING block below imports each one for a reader, an IDE and mypy.
+VERBS = {
+    v.PROBE: ("probe", "probe", JSON),
+    v.INSTALL_BWRAP: ("probe", "install_bwrap", JSON),
+    v.INSTALL_UV: ("probe", "install_uv", JSON),
+    v.CHECK_PYTHON: ("probe", "check_python", JSON),
+    v.LIST_RUNS: ("runs", "list_runs", JSON),
+    v.LAUNCH: ("runs", "launch", JSON),
+    v.STOP: ("runs", "stop", JSON),
+    v.RUN_CHECKPOINTS: ("runs", "run_checkpoints", JSON),
+    v.REMOVE_RUNS: ("runs", "remove_runs", JSON),
+    v.SLURM_SUBMIT: ("slurm", "slurm_submit", JSON),
+    v.SLURM_STOP: ("slurm", "slurm_stop", JSON),
+    v.SYNC_LIST: ("sync", "sync_list", JSON),
+    v.SYNC_APPLY: ("sync", "sync_apply", JSON),  # reads the tar that follows its request first
+    v.SYNC_MARKER: ("sync", "sync_marker", JSON),
+    v.WRITE_FILE: ("sync", "write_file", JSON),
+    v.WANDB_SYNC: ("wandb_sync", "wandb_sync", JSON),
+    v.GPU_REPORT: ("gpus", "gpu_report", JSON),
+    v.RECEIVE_RUN: ("receive", "receive_run", JSON),  # reads the run's files that follow its request first
+    v.READ: ("streams", "read", STREAM),
+    v.READ_RUN: ("streams", "read_run", STREAM),
+    v.FOLLOW: ("streams", "follow", STREAM),
+    v.PULL: ("pull", "pull", STREAM),
 }
-STREAM_VERBS = {
-    v.READ: ("streams", "read"),
-    v.READ_RUN: ("streams", "read_run"),
-    v.FOLLOW: ("streams", "follow"),
-    v.PULL: ("pull", "pull"),
-}
+if TYPE_CHECKING:
+    from pippa_agent.gpus import gpu_report
+    from pippa_agent.probe import check_python, install_bwrap, install_uv, probe
+    from pippa_agent.pull import pull
+    from pippa_agent.receive import receive_run
+    from pippa_agent.runs import launch, list_runs, remove_runs, run_checkpoints, stop
+    from pippa_agent.slurm import slurm_stop, slurm_submit
+    from pippa_agent.streams import follow, read, read_run
+    from pippa_agent.sync import sync_apply, sync_list, sync_marker, write_file
+    from pippa_agent.wandb_sync import wandb_sync
+
+    HANDLERS = (
+        probe, install_bwrap, install_uv, check_python, list_runs, launch, stop, run_checkpoints,
+        remove_runs, slurm_submit, slurm_stop, sync_list, sync_apply, sync_marker, write_file, wandb_sync,
+        gpu_report, read, read_run, follow, pull, receive_run,
+    )  # fmt: skip
 
 
-def handler(where: tuple[str, str]) -> Callable[..., Any]:
-    module, name = where
-    return getattr(importlib.import_module("pippa_agent." + module), name)  # type: ignore[no-any-return]
+def handler(verb: str) -> Callable[[dict[str, Any]], Any]:
+    """The verb's handler, its module imported now (a request the agent has no row for: exit)."""
+    if verb not in VERBS:
+        raise SystemExit(f"pippa agent: unknown verb {verb!r}")
+    module, name, _kind = VERBS[verb]
+    found: Callable[[dict[str, Any]], Any] = getattr(importlib.import_module("pippa_agent." + module), name)
+    return found
 
 
 def read_exact(n: int) -> bytes:
@@ -76,12 +97,11 @@ def read_frame() -> bytes | None:
     return read_exact(int(head))
 
 
-def answer(verb: str, req: Req) -> None:
+def answer(verb: str, req: dict[str, Any]) -> None:
     """Run one JSON verb and print its answer (or its expected failure) as one line."""
-    if verb not in JSON_VERBS:
-        raise SystemExit(f"pippa agent: unknown verb {verb!r}")
+    run = handler(verb)
     try:
-        result = handler(JSON_VERBS[verb])(req)
+        result = run(req)
     except AgentError as e:
         result = e.answer()
     write_out((json.dumps(result) + "\n").encode())
@@ -94,8 +114,8 @@ def serve(first: bytes | None) -> None:
     while request is not None:
         message = json.loads(request)
         verb, args = message["verb"], message.get("args", {})
-        if verb in STREAM_VERBS:
-            handler(STREAM_VERBS[verb])(args)
+        if verb in VERBS and VERBS[verb][2] == STREAM:
+            handler(verb)(args)
             return
         answer(verb, args)
         request = read_frame()

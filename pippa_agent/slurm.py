@@ -26,15 +26,22 @@ from pippa_contract.states import SLURM_ACTIVE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pippa_agent.host import Answer, Req
+    from pippa_agent.host import Answer
+    from pippa_contract.messages import (
+        SlurmStopAnswer,
+        SlurmStopRequest,
+        SlurmSubmitAnswer,
+        SlurmSubmitRequest,
+    )  # fmt: skip
 
 _JOB_ID_RE = re.compile(r"^[0-9]+(_[0-9]+)?$")
 
 
-def slurm_submit(req: Req) -> Answer:
+def slurm_submit(req: SlurmSubmitRequest) -> SlurmSubmitAnswer:
     """Write run.json and job.sbatch into the run directory, ``sbatch`` it, record the job id."""
-    if req.get("sync_marker") is not None:
-        write_sync_marker(req["remote_dir"], req["sync_marker"])
+    marker = req.get("sync_marker")
+    if marker is not None:
+        write_sync_marker(req["remote_dir"], marker)
     if which("sbatch") is None:
         raise AgentError(ErrorKind.TOOL_MISSING, "sbatch is not installed (is this a SLURM login node?)")
     rid = req["run_id"]
@@ -110,7 +117,7 @@ def sacct_job(job: str) -> Answer:
     return {"state": state, "reason": "", "nodes": rows[0][2], "exit_code": rows[0][1]}
 
 
-def slurm_stop(req: Req) -> Answer:
+def slurm_stop(req: SlurmStopRequest) -> SlurmStopAnswer:
     """Mark the run stop_requested, SIGINT the job's steps (the trainer saves a checkpoint), wait for
     the run's exit code up to the grace period, then cancel the job (a pending job at once)."""
     rid, job = req["run_id"], req["job_id"]

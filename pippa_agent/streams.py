@@ -10,10 +10,16 @@ from pippa_agent.host import host_path, tmux, write_out
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pippa_agent.host import Req
+    from pippa_contract.messages import (
+        FollowRequest,
+        ListRunsRequest,
+        ReadRequest,
+        ReadRunHead,
+        ReadRunRequest,
+    )
 
 
-def read(req: Req) -> None:
+def read(req: ReadRequest) -> None:
     """The file's bytes after ``offset`` (nothing when it does not exist)."""
     try:
         with open(host_path(req["path"]), "rb") as f:
@@ -27,7 +33,7 @@ def read(req: Req) -> None:
         return
 
 
-def read_run(req: Req) -> None:
+def read_run(req: ReadRunRequest) -> None:
     """``list_runs``'s answer as one line, with ``chosen``: the run ``name`` means there (the rule of
     ``pippa_contract.runpick``; no name: the newest run), then that run's output.log (``read``). The
     laptop's ``logs`` in one request instead of a listing and then a read."""
@@ -39,14 +45,17 @@ def read_run(req: Req) -> None:
     from pippa_contract.runpick import choose
 
     try:
-        listing = list_runs(req)
+        asked: ListRunsRequest = {"remote_dir": req["remote_dir"]}
+        if "limit" in req:
+            asked["limit"] = req["limit"]
+        listing = list_runs(asked)
         chosen = choose(listing, req.get("name"))
         path = os.path.join(runs_dir(req["remote_dir"]), chosen, OUTPUT_LOG) if chosen else None
     except AgentError as e:
         write_out((json.dumps(e.answer()) + "\n").encode())
         return
-    listing["chosen"] = chosen
-    write_out((json.dumps(listing) + "\n").encode())
+    head: ReadRunHead = {**listing, "chosen": chosen}
+    write_out((json.dumps(head) + "\n").encode())
     if path is not None:
         read({"path": path})
 
@@ -61,7 +70,7 @@ def _exit_on_stdin_eof() -> None:
     os._exit(0)
 
 
-def follow(req: Req, poll_s: float = 0.1) -> None:
+def follow(req: FollowRequest, poll_s: float = 0.1) -> None:
     """Stream the file from ``offset`` as it grows (waiting for it to appear) until the run is over:
     ``end_file`` exists or ``session`` is gone; then one last read, so nothing written before the
     end is missed. Without an end condition it streams until the client goes away."""
@@ -71,7 +80,8 @@ def follow(req: Req, poll_s: float = 0.1) -> None:
         threading.Thread(target=_exit_on_stdin_eof, daemon=True).start()
     path = host_path(req["path"])
     offset = int(req.get("offset", 0))
-    end_file = host_path(req["end_file"]) if req.get("end_file") else None
+    end = req.get("end_file")
+    end_file = host_path(end) if end else None
     session = req.get("session")
     check_every = max(1, int(float(req.get("check_s", 0.5)) / poll_s))
     f = None

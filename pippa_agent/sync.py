@@ -21,13 +21,21 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from pippa_agent.host import Answer, Req
+    from pippa_contract.messages import (
+        Empty,
+        RemoteDirRequest,
+        SyncApplyAnswer,
+        SyncApplyRequest,
+        SyncListAnswer,
+        SyncMarkerRequest,
+        WriteFileRequest,
+    )  # fmt: skip
 
 PROTECTED_TOP = (".pippa", "runs", ".venv")
 STAGE_MAX_AGE_S = 86400.0
 
 
-def sync_list(req: Req) -> Answer:
+def sync_list(req: RemoteDirRequest) -> SyncListAnswer:
     """Size and whole-second mtime of every file and symlink under remote_dir (protected tops left
     out, symlinks never followed), and whether the host can unpack zstd."""
     root = host_path(req["remote_dir"])
@@ -126,7 +134,7 @@ class Placer:
                 parent = os.path.dirname(parent)
 
 
-def sync_apply(req: Req) -> Answer:
+def sync_apply(req: SyncApplyRequest) -> SyncApplyAnswer:
     """Unpack the compressed tar that follows the request on stdin into a private stage, then move
     each file into place (rename: atomic, so every file is old or new), delete, write the marker.
     The stage is removed whatever happens."""
@@ -185,12 +193,12 @@ def _remove_stale_stages(pippa: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def sync_marker(req: Req) -> Answer:
+def sync_marker(req: SyncMarkerRequest) -> Empty:
     write_sync_marker(req["remote_dir"], req["marker"])
     return {}
 
 
-def write_file(req: Req) -> Answer:
+def write_file(req: WriteFileRequest) -> Empty:
     """Write ``text`` to ``path`` atomically (e.g. .pippa/setup.json), creating its directory: 0700
     when the file's mode is private (the secrets file), so nobody else can even list it."""
     path = host_path(req["path"])

@@ -9,7 +9,7 @@ from pippa_contract.secrets import parse_secrets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pippa_agent.host import Answer, Req
+    from pippa_contract.messages import WandbSyncAnswer, WandbSyncRequest
 
 
 def secrets_env(path: str) -> dict[str, str]:
@@ -21,7 +21,7 @@ def secrets_env(path: str) -> dict[str, str]:
         return {}
 
 
-def wandb_sync(req: Req) -> Answer:
+def wandb_sync(req: WandbSyncRequest) -> WandbSyncAnswer:
     """Upload a run's offline W&B runs with ``wandb sync``, the API key from the secrets file (never
     argv). The host's python runs it (``python`` argv), in ``remote_dir`` (``uv run`` finds its project)."""
     run_dir = host_path(req["run_dir"])

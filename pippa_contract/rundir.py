@@ -5,6 +5,8 @@ Paths are host paths (POSIX) kept as strings: ``root`` may start with ``~/``, wh
 
 from __future__ import annotations
 
+import re
+
 RUNS = "runs"
 RUN_JSON = "run.json"
 CMD_SH = "cmd.sh"
@@ -22,8 +24,31 @@ ATTEMPTS_JSON = "attempts.json"
 CHECKPOINTS = "checkpoints"
 MOVED_TO = "moved_to"  # the host a run moved to (pippa resume RUN --on HOST): it goes on there
 FORENSICS = "forensics"  # forensics/attempt-N/: what a stalled attempt was doing (pippa_agent.forensics)
+STAGING = ".staging"  # inside checkpoints/: where a checkpoint is written before its rename into place
+ACCELERATE_YAML = "accelerate.yaml"  # the launcher's accelerate config (--processes, --hosts, SLURM)
+VLLM_LOG = "vllm.log"  # the vLLM server's output when generation runs on its own GPU
+# A checkpoint directory in checkpoints/: ``checkpoint-<step>``, the name TRL/transformers give it.
+CHECKPOINT_PREFIX = "checkpoint-"
+CHECKPOINT_RE = re.compile(r"^checkpoint-([0-9]+)$")
 # What a resumed run's directory loses (the next attempt writes them again).
 RUN_STATE_FILES = (EXIT_CODE, EXIT_CODE + ".tmp", STARTED, STOP_REQUESTED, TMUX_SESSION)
+
+
+def checkpoint_name(step: int) -> str:
+    return f"{CHECKPOINT_PREFIX}{step}"
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step of a ``checkpoint-<step>`` name; None for any other name (``.staging`` included)."""
+    m = CHECKPOINT_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def checkpoint_names(names: list[str]) -> list[str]:
+    """The checkpoint names among ``names``, oldest (lowest step) first."""
+    return sorted(
+        (n for n in names if CHECKPOINT_RE.match(n)), key=lambda n: int(n[len(CHECKPOINT_PREFIX) :])
+    )
 
 
 def runs_dir(root: str) -> str:
@@ -79,3 +104,7 @@ class RunDir:
     @property
     def checkpoints(self) -> str:
         return self.file(CHECKPOINTS)
+
+    def checkpoint(self, name: str) -> str:
+        """A checkpoint's directory: ``checkpoints/<name>``."""
+        return f"{self.checkpoints}/{name}"

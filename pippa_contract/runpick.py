@@ -11,11 +11,12 @@ Imported by the agent on the host: standard library only, nothing slow.
 from __future__ import annotations
 
 from pippa_contract.names import NAME_RE, SESSION_RE
+from pippa_contract.sessions import identity
 from pippa_contract.states import ACTIVE, DIVERGED, FAILED, MOVED, derive_state, slurm_state
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Protocol, Sequence, TypeVar
+    from typing import Any, Mapping, Protocol, Sequence, TypeVar
 
     class Designated(Protocol):
         @property
@@ -98,7 +99,7 @@ def session_table(text: str) -> tuple[dict[str, float], dict[str, str]]:
     idents: dict[str, str] = {}
     for name, at, _attached, _windows, sid in session_rows(text):
         created[name] = at
-        idents[name] = f"{sid}@{int(at)}"
+        idents[name] = identity(sid, at)
     return created, idents
 
 
@@ -145,7 +146,7 @@ def fact(raw: dict[str, Any], sessions: dict[str, float], idents: dict[str, str]
     return Fact(run_id, session, state, started_at if started_at is not None else ctime)
 
 
-def facts(answer: dict[str, Any]) -> list[Fact]:
+def facts(answer: Mapping[str, Any]) -> list[Fact]:
     """A ``list_runs`` answer's runs as facts, oldest first (the order ``pippa ps`` lists them in)."""
     sessions, idents = session_table(str(answer.get("sessions") or ""))
     out = []
@@ -157,7 +158,7 @@ def facts(answer: dict[str, Any]) -> list[Fact]:
     return out
 
 
-def choose(answer: dict[str, Any], name: str | None) -> str | None:
+def choose(answer: Mapping[str, Any], name: str | None) -> str | None:
     """The run id ``name`` means in a ``list_runs`` answer (None: the newest run); None when it means
     none, or when a short id fits several."""
     runs = facts(answer)

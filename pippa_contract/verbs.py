@@ -1,5 +1,8 @@
 """The host agent's verbs as typed functions: one request type, one answer type and one function per
-verb. The laptop calls these, never ``call("verb", {...})``; the agent dispatches on the same names.
+verb. The laptop calls these, never ``call("verb", {...})``; the agent's handler for each verb takes
+the same request type and returns the same answer type (``pippa_contract.messages``, whose
+``VERB_TYPES`` ties them to the verb; the agent dispatches from ``pippa_agent.serve.VERBS``, and
+tests/contract/test_verbs.py checks the two tables agree).
 
 A ``Caller`` is anything with the agent client's ``call(verb, args, timeout)`` (an agent session, a
 one-shot caller, the connection keeper's fast path); a ``Streamer`` starts a verb that streams and
@@ -9,7 +12,7 @@ paramiko.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Protocol, Sequence, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, TypeVar, cast
 
 from pippa_contract.wire import (
     CHECK_PYTHON,
@@ -36,7 +39,45 @@ from pippa_contract.wire import (
     WRITE_FILE,
 )  # fmt: skip
 
-Answer = Dict[str, Any]
+if TYPE_CHECKING:  # annotations and casts only: the TypedDicts cost a cold command ~1.4 ms to build
+    from pippa_contract.messages import (
+        CheckPythonAnswer,
+        CheckPythonRequest,
+        Empty,
+        FollowRequest,
+        GpuReportAnswer,
+        GpuReportRequest,
+        InstallBwrapAnswer,
+        InstallUvAnswer,
+        LaunchAnswer,
+        LaunchRequest,
+        ListRunsAnswer,
+        ListRunsRequest,
+        ProbeAnswer,
+        ProbeRequest,
+        PullRequest,
+        ReadRequest,
+        ReadRunRequest,
+        ReceiveRunRequest,
+        RemoteDirRequest,
+        RemoveRunsAnswer,
+        RemoveRunsRequest,
+        RunCheckpointsAnswer,
+        RunRequest,
+        SlurmStopAnswer,
+        SlurmStopRequest,
+        SlurmSubmitAnswer,
+        SlurmSubmitRequest,
+        StopAnswer,
+        StopRequest,
+        SyncApplyRequest,
+        SyncListAnswer,
+        SyncMarkerRequest,
+        WandbSyncAnswer,
+        WandbSyncRequest,
+        WriteFileRequest,
+    )  # fmt: skip
+
 P = TypeVar("P")
 P_co = TypeVar("P_co", covariant=True)
 
@@ -49,115 +90,46 @@ class Streamer(Protocol[P_co]):
     def stream(self, verb: str, args: dict[str, Any], timeout: float = ...) -> P_co: ...
 
 
-# -- requests -------------------------------------------------------------------------------------
-class LaunchRun(TypedDict, total=False):
-    run_id: str
-    run_json: str  # run.json's text; absent when resume: the run keeps its run.json
-    cmd_sh: str
-    supervisor: str | None  # supervise.py's source for a run with a restart policy
-    resume: bool
-
-
-class LaunchRequest(TypedDict, total=False):
-    remote_dir: str
-    session: str
-    runs: list[LaunchRun]
-    tmux_argv: list[str]
-    replace: bool
-    stamp: float
-    sync_marker: dict[str, Any] | None
-
-
-class SlurmSubmitRequest(TypedDict, total=False):
-    remote_dir: str
-    run_id: str
-    run_json: str  # run.json's text
-    script: str
-    sync_marker: dict[str, Any] | None
-    resume: bool
-    stamp: float
-
-
-# -- answers --------------------------------------------------------------------------------------
-class ListRunsAnswer(TypedDict, total=False):
-    now: float
-    sessions: str  # tmux list-sessions text
-    runs: list[dict[str, Any]]  # run facts (pippa_contract.runfacts)
-
-
-class LaunchAnswer(TypedDict):
-    identity: list[str]
-
-
-class StopAnswer(TypedDict):
-    killed_session: bool
-
-
-class SlurmSubmitAnswer(TypedDict):
-    job_id: str
-
-
-class SlurmStopAnswer(TypedDict):
-    was: str | None
-    cancelled: bool
-
-
-class CheckPythonAnswer(TypedDict, total=False):
-    ok: bool
-    python: str | None
-    missing: bool
-    line: str | None
-
-
-class RemoveRunsAnswer(TypedDict):
-    removed: list[str]
-    refused: dict[str, str]
-    bytes: int
-
-
-class InstallUvAnswer(TypedDict):
-    uv: str | None
-    failures: list[str]
-
-
-class InstallBwrapAnswer(TypedDict):
-    installed: bool
-    sandbox: dict[str, Any]
-    why: str
-
-
-class WandbSyncAnswer(TypedDict, total=False):
-    synced: list[str]
-    status: int  # wandb sync's exit status
-    why: str | None
+def _ask(
+    agent: Caller, verb: str, request: Mapping[str, Any], timeout: float | None = None
+) -> dict[str, Any]:
+    """One JSON verb: ``request`` (the verb's request type) out, its answer back; each verb's function
+    names the answer's type (a cast: a TypedDict is checked statically, not at run time)."""
+    args: dict[str, Any] = dict(request)
+    return agent.call(verb, args) if timeout is None else agent.call(verb, args, timeout=timeout)
 
 
 # -- the verbs ------------------------------------------------------------------------------------
-def probe(agent: Caller, remote_dir: str) -> Answer:
+def probe(agent: Caller, remote_dir: str) -> ProbeAnswer:
     """Tools, GPUs, python, free disk and the sandbox's facts (`pippa up`)."""
-    return agent.call(PROBE, {"remote_dir": remote_dir})
+    request: ProbeRequest = {"remote_dir": remote_dir}
+    return cast("ProbeAnswer", _ask(agent, PROBE, request))
 
 
 def install_uv(agent: Caller, timeout: float = 900) -> InstallUvAnswer:
-    return agent.call(INSTALL_UV, {}, timeout=timeout)  # type: ignore[return-value]
+    request: Empty = {}
+    return cast("InstallUvAnswer", _ask(agent, INSTALL_UV, request, timeout))
 
 
 def install_bwrap(agent: Caller, timeout: float = 900) -> InstallBwrapAnswer:
-    return agent.call(INSTALL_BWRAP, {}, timeout=timeout)  # type: ignore[return-value]
+    request: Empty = {}
+    return cast("InstallBwrapAnswer", _ask(agent, INSTALL_BWRAP, request, timeout))
 
 
-def list_runs(agent: Caller, remote_dir: str, limit: int | None = None, summary: bool = False) -> Answer:
+def list_runs(
+    agent: Caller, remote_dir: str, limit: int | None = None, summary: bool = False
+) -> ListRunsAnswer:
     """Every run directory's facts and the tmux sessions; ``summary`` adds each run's metrics summary."""
-    args: dict[str, Any] = {"remote_dir": remote_dir}
+    request: ListRunsRequest = {"remote_dir": remote_dir}
     if limit is not None:
-        args["limit"] = limit
+        request["limit"] = limit
     if summary:
-        args["summary"] = True
-    return agent.call(LIST_RUNS, args)
+        request["summary"] = True
+    return cast("ListRunsAnswer", _ask(agent, LIST_RUNS, request))
 
 
 def launch(agent: Caller, request: LaunchRequest) -> LaunchAnswer:
-    return agent.call(LAUNCH, dict(request))  # type: ignore[return-value]
+    return cast("LaunchAnswer", _ask(agent, LAUNCH, request))
 
 
 def stop(
@@ -165,113 +137,113 @@ def stop(
     stamp: float,
 ) -> StopAnswer:  # fmt: skip
     """Mark the runs stop_requested, Ctrl-C the session, kill it once ``watch`` ended or after ``grace_s``."""
-    args = {"remote_dir": remote_dir, "session": session, "run_ids": list(run_ids), "watch": watch,
-            "grace_s": grace_s, "stamp": stamp}  # fmt: skip
-    return agent.call(STOP, args, timeout=grace_s + 60)  # type: ignore[return-value]
+    request: StopRequest = {"remote_dir": remote_dir, "session": session, "run_ids": list(run_ids),
+                            "watch": watch, "grace_s": grace_s, "stamp": stamp}  # fmt: skip
+    return cast("StopAnswer", _ask(agent, STOP, request, grace_s + 60))
 
 
 def slurm_submit(agent: Caller, request: SlurmSubmitRequest) -> SlurmSubmitAnswer:
-    return agent.call(SLURM_SUBMIT, dict(request))  # type: ignore[return-value]
+    return cast("SlurmSubmitAnswer", _ask(agent, SLURM_SUBMIT, request))
 
 
 def slurm_stop(
     agent: Caller, remote_dir: str, run_id: str, job_id: str, grace_s: float, stamp: float
 ) -> SlurmStopAnswer:
-    args = {"remote_dir": remote_dir, "run_id": run_id, "job_id": job_id, "grace_s": grace_s, "stamp": stamp}
-    return agent.call(SLURM_STOP, args, timeout=grace_s + 60)  # type: ignore[return-value]
+    request: SlurmStopRequest = {"remote_dir": remote_dir, "run_id": run_id, "job_id": job_id,
+                                 "grace_s": grace_s, "stamp": stamp}  # fmt: skip
+    return cast("SlurmStopAnswer", _ask(agent, SLURM_STOP, request, grace_s + 60))
 
 
-def sync_list(agent: Caller, remote_dir: str) -> Answer:
+def sync_list(agent: Caller, remote_dir: str) -> SyncListAnswer:
     """``{"zstd": bool, "files": [[path, size, mtime], ...]}``."""
-    return agent.call(SYNC_LIST, {"remote_dir": remote_dir})
+    request: RemoteDirRequest = {"remote_dir": remote_dir}
+    return cast("SyncListAnswer", _ask(agent, SYNC_LIST, request))
 
 
 def sync_marker(agent: Caller, remote_dir: str, marker: dict[str, Any]) -> None:
-    agent.call(SYNC_MARKER, {"remote_dir": remote_dir, "marker": marker})
+    request: SyncMarkerRequest = {"remote_dir": remote_dir, "marker": marker}
+    _ask(agent, SYNC_MARKER, request)
 
 
 def write_file(agent: Caller, path: str, text: str, mode: int | None = None) -> None:
-    args: dict[str, Any] = {"path": path, "text": text}
+    request: WriteFileRequest = {"path": path, "text": text}
     if mode is not None:
-        args["mode"] = mode
-    agent.call(WRITE_FILE, args)
+        request["mode"] = mode
+    _ask(agent, WRITE_FILE, request)
 
 
 def check_python(
     agent: Caller, argv: Sequence[str], remote_dir: str, module: str | None, timeout: float = 150
 ) -> CheckPythonAnswer:
-    args = {"argv": list(argv), "remote_dir": remote_dir, "module": module}
-    return agent.call(CHECK_PYTHON, args, timeout=timeout)  # type: ignore[return-value]
+    request: CheckPythonRequest = {"argv": list(argv), "remote_dir": remote_dir, "module": module}
+    return cast("CheckPythonAnswer", _ask(agent, CHECK_PYTHON, request, timeout))
 
 
 def run_checkpoints(agent: Caller, remote_dir: str, run_id: str) -> list[str]:
     """The run's ``checkpoint-N`` names, oldest first."""
-    answer = agent.call(RUN_CHECKPOINTS, {"remote_dir": remote_dir, "run_id": run_id})
+    request: RunRequest = {"remote_dir": remote_dir, "run_id": run_id}
+    answer = cast("RunCheckpointsAnswer", _ask(agent, RUN_CHECKPOINTS, request))
     return [str(c) for c in answer.get("checkpoints") or []]
 
 
 def remove_runs(
     agent: Caller, remote_dir: str, run_ids: Sequence[str], dry_run: bool, timeout: float = 600
 ) -> RemoveRunsAnswer:
-    args = {"remote_dir": remote_dir, "run_ids": list(run_ids), "dry_run": dry_run}
-    return agent.call(REMOVE_RUNS, args, timeout=timeout)  # type: ignore[return-value]
+    request: RemoveRunsRequest = {"remote_dir": remote_dir, "run_ids": list(run_ids), "dry_run": dry_run}
+    return cast("RemoveRunsAnswer", _ask(agent, REMOVE_RUNS, request, timeout))
 
 
 def wandb_sync(
     agent: Caller, run_dir: str, remote_dir: str, python: Sequence[str], secrets_path: str,
     env: dict[str, str], timeout_s: float,
 ) -> WandbSyncAnswer:  # fmt: skip
-    args = {"run_dir": run_dir, "remote_dir": remote_dir, "python": list(python),
-            "secrets_path": secrets_path, "env": env, "timeout": timeout_s}  # fmt: skip
-    return agent.call(WANDB_SYNC, args, timeout=timeout_s + 30)  # type: ignore[return-value]
-
-
-class GpuReportAnswer(TypedDict, total=False):
-    smi: bool  # False: nvidia-smi is not installed
-    gpus: str  # the GPU query's output (CSV, or the driver's complaint)
-    apps: str  # the compute-process query's output
+    request: WandbSyncRequest = {"run_dir": run_dir, "remote_dir": remote_dir, "python": list(python),
+                                 "secrets_path": secrets_path, "env": env, "timeout": timeout_s}  # fmt: skip
+    return cast("WandbSyncAnswer", _ask(agent, WANDB_SYNC, request, timeout_s + 30))
 
 
 def gpu_report(agent: Caller, query: Sequence[str], apps: Sequence[str]) -> GpuReportAnswer:
     """Run nvidia-smi's two queries (argument lists, no shell) in one request."""
-    return agent.call(GPU_REPORT, {"query": list(query), "apps": list(apps)})  # type: ignore[return-value]
+    request: GpuReportRequest = {"query": list(query), "apps": list(apps)}
+    return cast("GpuReportAnswer", _ask(agent, GPU_REPORT, request))
 
 
 # -- streaming verbs: the caller owns the process ---------------------------------------------------
 def read(agent: Streamer[P], path: str, offset: int = 0) -> P:
     """The file's raw bytes from ``offset``, then the process ends."""
-    return agent.stream(READ, {"path": path, "offset": offset})
+    request: ReadRequest = {"path": path, "offset": offset}
+    return agent.stream(READ, dict(request))
 
 
 def read_run(agent: Streamer[P], remote_dir: str, name: str | None, limit: int | None = None) -> P:
-    """One line: the ``list_runs`` answer plus ``"chosen"``, the run id ``name`` means there
-    (``pippa_contract.runpick``; None: the newest run; null when it means none); then that run's
-    output.log, raw, and the process ends."""
-    args: dict[str, Any] = {"remote_dir": remote_dir, "name": name}
+    """One line (``ReadRunHead``): the ``list_runs`` answer plus ``"chosen"``, the run id ``name``
+    means there (``pippa_contract.runpick``; None: the newest run; null when it means none); then that
+    run's output.log, raw, and the process ends."""
+    request: ReadRunRequest = {"remote_dir": remote_dir, "name": name}
     if limit is not None:
-        args["limit"] = limit
-    return agent.stream(READ_RUN, args)
+        request["limit"] = limit
+    return agent.stream(READ_RUN, dict(request))
 
 
 def follow(agent: Streamer[P], path: str, offset: int, end_file: str | None, session: str | None) -> P:
     """The file's bytes as they come, until ``end_file`` exists or ``session`` is gone."""
-    return agent.stream(FOLLOW, {"path": path, "offset": offset, "end_file": end_file, "session": session})
+    request: FollowRequest = {"path": path, "offset": offset, "end_file": end_file, "session": session}
+    return agent.stream(FOLLOW, dict(request))
 
 
 def pull(agent: Streamer[P], run_dir: str, have: dict[str, list[Any]], checkpoint: str | None) -> P:
-    return agent.stream(PULL, {"run_dir": run_dir, "have": have, "checkpoint": checkpoint})
+    """One line (``PullManifest``), then the files' bytes as frames."""
+    request: PullRequest = {"run_dir": run_dir, "have": have, "checkpoint": checkpoint}
+    return agent.stream(PULL, dict(request))
 
 
-def receive_run(
-    agent: Streamer[P], remote_dir: str, run_id: str, files: list[list[Any]], meta: dict[str, Any]
-) -> P:
-    """A run directory from another host: ``files`` (``[rel, size, mtime]``) follow the request on
-    stdin, each as frames ending ``0\n`` then its sha256 line; answers ``{"run_dir", "files", "bytes"}``."""
-    return agent.stream(
-        RECEIVE_RUN, {"remote_dir": remote_dir, "run_id": run_id, "files": files, "meta": meta}
-    )
+def receive_run(agent: Streamer[P], request: ReceiveRunRequest) -> P:
+    """A run directory from another host: its files (``[rel, size, mtime]``) follow the request on
+    stdin, each as frames ending ``0\n`` then its sha256 line; answers ``ReceiveRunAnswer`` once all
+    arrived (pippa_agent.receive)."""
+    return agent.stream(RECEIVE_RUN, dict(request))
 
 
-def sync_apply(agent: Streamer[P], args: dict[str, Any]) -> P:
-    """Reads a zstd (or gzip) tar after the request; answers ``{"sent", "deleted"}``."""
-    return agent.stream(SYNC_APPLY, args)
+def sync_apply(agent: Streamer[P], request: SyncApplyRequest) -> P:
+    """Reads a zstd (or gzip) tar after the request; answers ``SyncApplyAnswer`` once it has ended."""
+    return agent.stream(SYNC_APPLY, dict(request))

@@ -11,6 +11,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from pippa_contract.rundir import RUNS
+
 _PACKAGE_CHECKOUT = Path(__file__).resolve().parent.parent
 
 
@@ -52,4 +54,4 @@ def team_inventory_path(repo: Path | None = None) -> Path:
 
 def pulled_runs_dir(runs_dir: Path | None = None) -> Path:
     """Where ``pippa pull`` puts runs (``<dir>/<host>/<run-id>``): ``runs_dir``, else ``<repo>/runs``."""
-    return runs_dir if runs_dir is not None else repo_root() / "runs"
+    return runs_dir if runs_dir is not None else repo_root() / RUNS

@@ -23,10 +23,10 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from pippa_contract import verbs
 from pippa_ops.errors import RemoteCommandFailed, UsageError
@@ -34,6 +34,9 @@ from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport, read_to_end
 from pippa_ops.transport.shell import sh_path
+
+if TYPE_CHECKING:  # the verbs' message types, for annotations only
+    from pippa_contract import messages
 
 PROTECTED_TOP = (".pippa", "runs", ".venv")  # never sent, changed or deleted on the host
 IGNORE_FILE = ".pippaignore"
@@ -163,7 +166,7 @@ class Listing:
     zstd: bool  # the host can unpack zstd
 
 
-def parse_listing(answer: dict[str, object]) -> Listing:
+def parse_listing(answer: Mapping[str, object]) -> Listing:
     """The agent's ``sync_list`` answer: ``{"zstd": bool, "files": [[name, size, mtime], ...]}``."""
     rows = answer.get("files")
     files = {str(n): FileStat(int(size), int(mt)) for n, size, mt in (rows if isinstance(rows, list) else [])}
@@ -311,9 +314,11 @@ def sync(
         else:
             verbs.sync_marker(agent, remote_dir, marker)
         return _finish(result, 0, t0)
-    args: dict[str, object] = {"remote_dir": remote_dir, "send": todo.send, "delete": todo.delete}
-    args.update(marker=marker, zstd=zstd)
-    with verbs.sync_apply(agent, args) as proc:
+    request: messages.SyncApplyRequest = {
+        "remote_dir": remote_dir, "send": todo.send, "delete": todo.delete, "marker": marker,
+        "zstd": zstd,
+    }  # fmt: skip
+    with verbs.sync_apply(agent, request) as proc:
         try:
             sent_bytes = _send_stream(repo, todo.send, proc.write, progress, zstd)
         except BaseException:

@@ -176,7 +176,7 @@ def own_home(tmp_path_factory: pytest.TempPathFactory, session_cache: Path) -> I
     # (tests/ops/test_keeper.py): a test sees its own connections come and go.
     mp.setenv("PIPPA_NO_REUSE", "1")
     # `pippa run` returns once the run is started, without its few seconds' watch for an early exit,
-    # unless a test asks for the watch (tests/ops/test_first_hour_ssh.py).
+    # unless a test asks for the watch (tests/ops/test_cli_over_ssh.py).
     mp.setenv("PIPPA_RUN_WAIT_S", "0")
     try:
         yield

@@ -25,7 +25,8 @@ Precision = Literal["auto", "bf16", "bf16_amp", "fp16", "fp32"]
 
 @dataclass(frozen=True)
 class ModelConfig:
-    # HF hub id, local directory, or "tiny" (built in code by training_core.tiny). Default: the team's model.
+    # HF hub id, local directory, or "tiny" (built in code by training_core.models.tiny). Default: the
+    # team's model.
     name: str = "Qwen/Qwen2-0.5B-Instruct"
     # Weights/compute dtype. "auto": bf16 where the GPU supports it (compute capability >= 8.0), fp16 on
     # older GPUs (V100, T4, RTX 20xx), fp32 on CPU. "bf16": weights loaded in bf16 and bf16
@@ -79,7 +80,7 @@ class RewardSpec:
 
 @dataclass(frozen=True)
 class CallbackSpec:
-    # Registered callback name (training_core.callbacks.CALLBACKS), e.g. an extra eval.
+    # Registered callback name (training_core.methods.callbacks.CALLBACKS), e.g. an extra eval.
     name: str = ""
     # Keyword arguments for the callback factory.
     params: dict[str, Any] = field(default_factory=dict)

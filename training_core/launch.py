@@ -25,14 +25,14 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from pippa_contract.rundir import ACCELERATE_YAML, VLLM_LOG
 from training_core.config import LaunchConfig, RunConfig
 from training_core.errors import BadSetting, TrainingError, UsageError
 from training_core.gpu_ids import parse_gpus
 from training_core.platform import PlatformFacts, detect
 from training_core.recipes import resolve
-from training_core.run_layout import ACCELERATE_CONFIG, VLLM_LOG
 
-CONFIG_NAME = ACCELERATE_CONFIG
+CONFIG_NAME = ACCELERATE_YAML
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}$")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import TextIO
+from typing import Any, TextIO
 
 from pippa_contract import verbs
 from pippa_ops.runs.listing import RunRecord, host_runs
@@ -88,9 +88,9 @@ class StatusLine:
             for _, transport in open_.values():
                 transport.close()
 
-    def _update(self, host: str, answer: dict[str, object]) -> None:
+    def _update(self, host: str, answer: Mapping[str, Any]) -> None:
         fresh = {r.run_id: r for r in host_runs(host, answer).runs}
-        for raw in answer.get("runs") or []:  # type: ignore[attr-defined]
+        for raw in answer.get("runs") or []:
             summary = raw.get("summary") if isinstance(raw, dict) else None
             if isinstance(summary, dict) and summary.get("max_steps"):
                 self.totals[str(raw.get("run_id"))] = int(summary["max_steps"])

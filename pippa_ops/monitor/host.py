@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
+from pippa_contract import rundir as rd
 from pippa_contract.rundir import RunDir
 from pippa_ops.errors import (
     AuthFailed,
@@ -233,8 +234,8 @@ class HostMonitor:
         for f in followers:
             f.close()
 
-    def _run_dir(self, run_id: str) -> str:
-        return RunDir(self.spec.remote_dir, validate_name("run", run_id)).path
+    def _run_dir(self, run_id: str) -> RunDir:
+        return RunDir(self.spec.remote_dir, validate_name("run", run_id))
 
     def follow(self, run_id: str, emit: Emit) -> None:
         """Stream the run's metrics.jsonl and output.log (two channels) until it is deselected."""
@@ -246,13 +247,13 @@ class HostMonitor:
                 if chunk is None:  # metrics.jsonl is about to be read again from byte 0
                     parser.restart()
                     return
-                (parser if which == "metrics.jsonl" else tail).feed(chunk)
+                (parser if which == rd.METRICS else tail).feed(chunk)
                 detail = parser.detail(self.name, run_id, tail.tail())
             emit(RunUpdated(detail))
 
-        log = threading.Thread(target=self._follow_file, args=(run_id, "output.log", on_chunk), daemon=True)
+        log = threading.Thread(target=self._follow_file, args=(run_id, rd.OUTPUT_LOG, on_chunk), daemon=True)
         log.start()
-        self._follow_file(run_id, "metrics.jsonl", on_chunk)
+        self._follow_file(run_id, rd.METRICS, on_chunk)
         log.join()
 
     def _follow_file(self, run_id: str, name: str, on_chunk: Callable[[str, bytes | None], None]) -> None:
@@ -264,7 +265,7 @@ class HostMonitor:
                 self._up.wait(1.0)
                 continue
             rec = self._records.get(run_id)
-            f = Follower(t, f"{base}/{name}", offset, end_file=f"{base}/exit_code",
+            f = Follower(t, base.file(name), offset, end_file=base.exit_code,
                          session=rec.session if rec and rec.active else None)  # fmt: skip
             with self._lock:
                 if self._selected != run_id:
@@ -282,7 +283,7 @@ class HostMonitor:
             # Resume here after a reconnect. metrics.jsonl is read again from 0 instead: a resumed run
             # replaces it (docs/CONTRACTS.md), so a byte offset into it may point into another file;
             # the parser drops its partial line and rebuilds its curves from the first header.
-            if name == "metrics.jsonl":
+            if name == rd.METRICS:
                 on_chunk(name, None)
             else:
                 offset = f.offset
@@ -294,7 +295,7 @@ class HostMonitor:
         if t is None:
             sink(b"(host unreachable)\n")
             return
-        f = Follower(t, f"{self._run_dir(run_id)}/output.log", 0)
+        f = Follower(t, self._run_dir(run_id).output_log, 0)
 
         def stop_when_cancelled() -> None:
             while not cancelled() and not self._closed.wait(0.2):

@@ -17,7 +17,7 @@ import json
 import re
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -147,7 +147,7 @@ class UpReport:
         }
 
 
-def parse_probe(answer: dict[str, object]) -> Probe:
+def parse_probe(answer: Mapping[str, object]) -> Probe:
     """The agent's ``probe`` answer as a Probe."""
     gpus = answer.get("gpus")
     free = answer.get("free_disk_gb")

@@ -11,11 +11,12 @@ from __future__ import annotations
 import fnmatch
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pippa_contract import rundir as rd
 from pippa_contract import verbs
 from pippa_contract.runfacts import run_facts
 from pippa_ops.errors import PippaError, UsageError
@@ -73,7 +74,7 @@ def _info(record: RunRecord, summary: Any, pulled: str | None = None) -> RunInfo
     )
 
 
-def infos_from_answer(host: str, answer: dict[str, Any], runs: HostRuns | None = None) -> list[RunInfo]:
+def infos_from_answer(host: str, answer: Mapping[str, Any], runs: HostRuns | None = None) -> list[RunInfo]:
     """The agent's ``list_runs`` answer (with ``summary``) as RunInfos (pure); ``runs``: its records
     already derived (and priced)."""
     summaries = {r.get("run_id"): r.get("summary") for r in answer.get("runs") or [] if isinstance(r, dict)}
@@ -95,7 +96,7 @@ def pulled_infos(root: Path) -> list[RunInfo]:
     if not root.is_dir():
         return out
     for host_dir in sorted(root.iterdir()):
-        if not host_dir.is_dir() or (host_dir / "run.json").exists():
+        if not host_dir.is_dir() or (host_dir / rd.RUN_JSON).exists():
             continue  # a run directory of the host `local` (remote_dir is this repo), not a host's folder
         facts = []
         for run_dir in sorted(host_dir.iterdir()):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pippa_contract import rundir as rd
 from pippa_contract.rundir import RunDir
 from pippa_ops.errors import UsageError
 from pippa_ops.hosts.connect import connect
@@ -50,7 +51,7 @@ def _pulled(root: Path, run_id: str) -> Path | None:
     if not root.is_dir() or not NAME_RE.fullmatch(run_id):
         return None
     for d in sorted(root.glob(f"*/{run_id}")):
-        if (d / "exit_code").is_file() and (d / "metrics.jsonl").is_file():
+        if (d / rd.EXIT_CODE).is_file() and (d / rd.METRICS).is_file():
             return d
     return None
 
@@ -65,7 +66,7 @@ def load_runs(names: Sequence[str], root: Path, host: str | None = None) -> list
     for name in names:
         copy = None if host else _pulled(root, name)
         if copy is not None:
-            curves = parse_metrics((copy / "metrics.jsonl").read_bytes())
+            curves = parse_metrics((copy / rd.METRICS).read_bytes())
             loaded[name] = LoadedRun(name, copy.parent.name, "pulled", str(copy), curves)
     rest = [n for n in names if n not in loaded]
     if rest:

@@ -14,8 +14,8 @@ import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pippa_contract import verbs
 from pippa_contract.names import new_run_id
 from pippa_contract.rundir import RunDir
 from pippa_ops.errors import BadSetting, NotResumable, RunStillActive
@@ -55,6 +55,9 @@ from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import join, validate_session
 
+if TYPE_CHECKING:  # the verbs' message types, for annotations only
+    from pippa_contract import messages
+
 # A trainer finishes its step, then saves (a GRPO step of a 1.5B model plus its checkpoint can take
 # minutes on one GPU); the wait ends as soon as the run has written its exit code.
 DEFAULT_GRACE_S = 180.0
@@ -80,6 +83,7 @@ def plan_jobs(
     sets: Sequence[str],
     now: float,
 ) -> list[Job]:
+
     """Validate everything (names, --set keys, recipes) and build the jobs; nothing touches a host."""
     parsed = parse_sets(sets)
     if command is not None:
@@ -156,7 +160,7 @@ def launch_group(
             info = sync_for_launch(spec, transport, marker, agent) if sync else None
             check_python(spec, host_python(spec), agent)
             sync_info = sync_info or info
-            runs: list[verbs.LaunchRun] = [{
+            runs: list[messages.LaunchRun] = [{
                 "run_id": run_id,
                 "run_json": run_json(job, session=session, host=spec.name, started=now, sync=info,
                                      sweep_index=0, sweep_size=1, hosts=names, machine_rank=rank),

@@ -8,6 +8,7 @@ agent's ``time.time()`` in the same answer), so a skewed laptop clock does not m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -206,7 +207,7 @@ def _retry_in(attempts: dict[str, Any], now: float) -> float | None:
     return max(0.0, at - now) if at is not None else None
 
 
-def host_runs(host: str, answer: dict[str, Any]) -> HostRuns:
+def host_runs(host: str, answer: Mapping[str, Any]) -> HostRuns:
     """The agent's ``list_runs`` answer as records with their states (pure; unit-tested)."""
     now = _num(answer.get("now")) or 0.0
     sessions: dict[str, float] = {}

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pippa_contract import rundir as rd
 from pippa_contract import verbs
@@ -40,6 +40,9 @@ from pippa_ops.runs.script import recipe_job
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Process, Transport, read_to_end
 from pippa_ops.transport.shell import validate_name
+
+if TYPE_CHECKING:
+    from pippa_contract.messages import ReceiveRunRequest
 
 CHUNK = 1 << 20
 SKIP = (rd.MOVED_TO,)  # the old host's own record of a move never travels
@@ -126,7 +129,13 @@ def _receive_into(transport: Transport, spec: HostSpec, run_id: str, files: list
                   meta: dict[str, Any], chunks: Any) -> int:  # fmt: skip
     """Stream ``files`` into the new host's ``receive_run``; the bytes sent. Any failure on the way
     closes the stream short, so the new host drops its stage."""
-    with verbs.receive_run(agent_client.Once(transport), spec.remote_dir, run_id, files, meta) as proc:
+    request: ReceiveRunRequest = {
+        "remote_dir": spec.remote_dir,
+        "run_id": run_id,
+        "files": files,
+        "meta": meta,
+    }
+    with verbs.receive_run(agent_client.Once(transport), request) as proc:
         try:
             sent = _send(proc, files, chunks)
         except BaseException:

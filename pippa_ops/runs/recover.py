@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pippa_contract import retry, verbs
 from pippa_ops.hosts.inventory import HostSpec
@@ -21,6 +22,9 @@ from pippa_ops.runs.schedulers import launch_request
 from pippa_ops.runs.script import Job, render_cmd_sh
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
+
+if TYPE_CHECKING:  # the verbs' message types, for annotations only
+    from pippa_contract import messages
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ def recover(spec: HostSpec, transport: Transport) -> RecoverResult:
                 skipped.append((run.run_id, why))
                 continue
             job = Job(run_id=run.run_id, recipe=run.recipe, command=run.command, argv=None)
-            runs: list[verbs.LaunchRun] = [{
+            runs: list[messages.LaunchRun] = [{
                 "run_id": run.run_id,
                 "resume": True,
                 "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env, supervised=True),

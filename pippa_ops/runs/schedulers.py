@@ -11,7 +11,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pippa_contract import verbs
 from pippa_ops.errors import BadSetting, SessionExists
@@ -29,6 +29,9 @@ from pippa_ops.sync import sync as sync_repo
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import validate_session
+
+if TYPE_CHECKING:  # the verbs' message types, for annotations only
+    from pippa_contract import messages
 
 SyncInfo = dict[str, object]
 
@@ -97,13 +100,13 @@ def sync_for_launch(
 def launch_request(
     remote_dir: str,
     session: str,
-    runs: list[verbs.LaunchRun],
+    runs: list[messages.LaunchRun],
     *,
     stamp: float,
     gap_s: float = 0,
     replace: bool = False,
     marker: list[dict[str, object]] | None = None,
-) -> verbs.LaunchRequest:
+) -> messages.LaunchRequest:
     """The agent's ``launch`` request: write each run's files, start tmux ``session`` running them in turn."""
     argv = new_session_argv(session, session_argv(remote_dir, [r["run_id"] for r in runs], gap_s))
     return {
@@ -117,7 +120,7 @@ def launch_request(
     }
 
 
-def start_session(agent: agent_client.Session, request: verbs.LaunchRequest, host: str, hint: str) -> None:
+def start_session(agent: agent_client.Session, request: messages.LaunchRequest, host: str, hint: str) -> None:
     """Send a launch request; a session of that name already running is refused with ``hint``."""
     try:
         verbs.launch(agent, request)
@@ -163,7 +166,7 @@ class TmuxScheduler:
         sync_info = sync_for_launch(spec, s.transport, marker, s.agent) if s.sync else None
         if any(job.recipe for job in s.jobs):  # nothing starts with a python that cannot run the trainer
             check_python(spec, host_python(spec), s.agent)
-        runs: list[verbs.LaunchRun] = [
+        runs: list[messages.LaunchRun] = [
             {
                 "run_id": job.run_id,
                 "run_json": run_json(
@@ -194,7 +197,7 @@ class TmuxScheduler:
         supervised = run.max_attempts is not None
         cmd_sh = render_cmd_sh(job, spec.remote_dir, spec.env, supervised=supervised)
         supervisor = supervisor_source() if supervised else None
-        runs: list[verbs.LaunchRun] = [
+        runs: list[messages.LaunchRun] = [
             {"run_id": run.run_id, "resume": True, "cmd_sh": cmd_sh, "supervisor": supervisor}
         ]
         request = launch_request(spec.remote_dir, session, runs, stamp=time.time())
@@ -232,7 +235,7 @@ class SlurmScheduler:
         for i, job in enumerate(s.jobs):
             meta = run_json(job, session="slurm", host=spec.name, started=s.now, sync=sync_info,
                             sweep_index=i, sweep_size=len(s.jobs))  # fmt: skip
-            request: verbs.SlurmSubmitRequest = {
+            request: messages.SlurmSubmitRequest = {
                 "remote_dir": spec.remote_dir,
                 "run_id": job.run_id,
                 "run_json": meta,
@@ -248,7 +251,7 @@ class SlurmScheduler:
         self, spec: HostSpec, agent: agent_client.Session, run: RunRecord, job: Job, session: str | None
     ) -> LaunchResult:
         script = render_sbatch(spec.slurm or SlurmSpec(), run.run_id, spec.remote_dir, job.command, spec.env)
-        request: verbs.SlurmSubmitRequest = {
+        request: messages.SlurmSubmitRequest = {
             "remote_dir": spec.remote_dir, "run_id": run.run_id, "resume": True, "stamp": time.time(),
             "script": script,
         }  # fmt: skip

@@ -19,6 +19,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pippa_contract import rundir as rd
 from pippa_contract.rundir import RunDir
 from pippa_ops.alerts import hostalerts
 from pippa_ops.alerts.commands import run_end_line
@@ -77,13 +78,13 @@ def recipe_job(
     line = " ".join([*python_words(python, remote_dir), *(shlex.quote(a) for a in argv), run_dir])
     if tail:
         line += " " + shlex.join(tail)
-    shown = ["python", *argv, f"runs/{run_id}", *tail]
+    shown = ["python", *argv, f"{rd.RUNS}/{run_id}", *tail]
     return Job(run_id=run_id, recipe=recipe, command=line, argv=tuple(shown))
 
 
 def resume_job(run_id: str, recipe: str, command: str) -> Job:
     """The recorded trainer line of a recipe run, with ``--resume``: it continues from the run
-    directory's newest checkpoint into the same metrics file (training_core.lifecycle)."""
+    directory's newest checkpoint into the same metrics file (training_core.run.lifecycle)."""
     return Job(run_id=run_id, recipe=recipe, command=f"{command} --resume", argv=None)
 
 
@@ -108,7 +109,7 @@ def supervisor_line() -> str:
 def render_cmd_sh(job: Job, remote_dir: str, env: dict[str, str], *, supervised: bool = False) -> str:
     """The wrapper the session runs for one job (see the module docstring for its guarantees)."""
     return render(
-        "cmd.sh",
+        rd.CMD_SH,
         run_id=job.run_id,
         run_id_word=shlex.quote(job.run_id),
         secrets_path=SECRETS_PATH,

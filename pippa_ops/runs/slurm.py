@@ -16,6 +16,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from pippa_contract import rundir as rd
 from pippa_contract.rundir import RunDir
 from pippa_ops.hosts.inventory import SECRETS_PATH
 from pippa_ops.hosts.scheduler import SlurmSpec
@@ -76,7 +77,7 @@ def render_sbatch(
         else f"sh -c {shlex.quote(command)}"
     )
     return render(
-        "job.sbatch",
+        rd.JOB_SBATCH,
         directives=head,
         run_id=run_id,
         run_id_word=shlex.quote(run_id),

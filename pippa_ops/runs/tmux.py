@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pippa_contract.runpick import session_rows
+from pippa_contract.sessions import IDENTITY_FORMAT as IDENTITY_FORMAT
+from pippa_contract.sessions import identity
 from pippa_ops.errors import ToolMissing
 from pippa_ops.transport.base import CommandResult
 from pippa_ops.transport.shell import validate_session
@@ -20,10 +22,6 @@ from pippa_ops.transport.shell import validate_session
 TMUX = "tmux"
 # Exit status a shell gives for "command not found"; how we learn tmux is missing on a host.
 NOT_FOUND_STATUS = 127
-# "|"-separated: tmux replaces a tab in -F output with "_" when the client has no UTF-8 terminal (ssh).
-LIST_FORMAT = "#{session_name}|#{session_created}|#{session_attached}|#{session_windows}|#{session_id}"
-# What a launch records in each run dir, so a later session reusing the name is never mistaken for it.
-IDENTITY_FORMAT = "#{session_id}@#{session_created}"
 
 
 @dataclass(frozen=True)
@@ -39,7 +37,7 @@ class SessionInfo:
     @property
     def identity(self) -> str:
         """Same text as IDENTITY_FORMAT renders for this session."""
-        return f"{self.id}@{int(self.created)}"
+        return identity(self.id, self.created)
 
 
 def target(session: str, pane: bool = False) -> str:
@@ -85,7 +83,7 @@ def switch_client_argv(session: str) -> list[str]:
 
 
 def parse_sessions(text: str) -> list[SessionInfo]:
-    """Parse ``list-sessions -F LIST_FORMAT`` output; malformed lines are skipped."""
+    """Parse ``list-sessions -F sessions.LIST_FORMAT`` output; malformed lines are skipped."""
     return [SessionInfo(*row) for row in session_rows(text)]
 
 

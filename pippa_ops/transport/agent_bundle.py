@@ -21,6 +21,9 @@ from pathlib import Path
 PACKAGES = ("pippa_agent", "pippa_contract")
 BOOTSTRAP_FILE = "bootstrap.py"  # in pippa_agent; sent as the command line, not in the bundle
 _SHA_LINE = 'BUNDLE_SHA = ""'
+# Imported by the agent only under TYPE_CHECKING (its handlers' request and answer types): the laptop's
+# module, left out of the bundle so every agent start does not load it.
+ANNOTATION_ONLY = frozenset({"pippa_contract.messages"})
 
 
 def package_dir(name: str) -> Path:
@@ -78,7 +81,7 @@ def modules() -> tuple[tuple[str, bool, str], ...]:
     keep = {"pippa_contract", *todo}
     while todo:
         for name in _imports(found[todo.pop()][1]):
-            if name in found and name not in keep:
+            if name in found and name not in keep and name not in ANNOTATION_ONLY:
                 keep.add(name)
                 todo.append(name)
     return tuple(sorted((n, *found[n]) for n in keep))

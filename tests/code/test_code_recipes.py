@@ -80,7 +80,7 @@ def test_code_tests_recipe_trains_on_cpu(tmp_path: Path, offline: None,
 def test_code_game_opponent_is_a_frozen_copy_and_accuracy_is_logged() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training_core import tiny
+    from training_core.models import tiny
 
     path = tiny.ensure()
     model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)

@@ -179,7 +179,7 @@ def test_code_game_rewards_and_opponent_accuracy() -> None:
 def test_the_two_runs_of_a_program_are_further_apart_than_the_time_limit() -> None:
     """Each program's second run starts after a pause longer than the time limit: a clock read finer
     than that (whole seconds, even the monotonic one) differs between the runs, so printing it is
-    invalid, not a win. A coarse clock (hours) can agree; the README lists that as not isolated."""
+    invalid, not a win. A coarse clock (hours) can agree; docs/code-rl.md lists that as not isolated."""
     import random
 
     from training_core.code.mbpp_game import run_twice

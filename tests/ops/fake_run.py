@@ -1,4 +1,4 @@
-"""A stand-in training job for the daily-loop tests (run on a test host by `pippa run --cmd`).
+"""A stand-in training job for tests/ops/test_wait_pull_runs_compare.py (`pippa run --cmd` on a test host).
 
 Writes ``$PIPPA_RUN_DIR/metrics.jsonl`` in the documented format (docs/CONTRACTS.md): the header of a
 real run (its run id given as argv[1]) with two config values changed, then ``argv[2]`` step lines, an

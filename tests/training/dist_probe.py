@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from training_core.callbacks import CALLBACKS, CallbackContext
+from training_core.methods.callbacks import CALLBACKS, CallbackContext
 
 
 @CALLBACKS.register("dist_probe")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from training_core.run_layout import STAGING, checkpoints, newest_checkpoint
-from training_core.trainer import publish
+from training_core.methods.trainer import publish
+from training_core.run.layout import STAGING, checkpoints, newest_checkpoint
 
 
 def test_publish_renames_the_finished_checkpoint_into_place_and_keeps_the_newest(tmp_path: Path) -> None:

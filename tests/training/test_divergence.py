@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from training_core.divergence import Diverged, non_finite
-from training_core.metrics import MetricsWriter, make_callback
+from training_core.run.divergence import Diverged, non_finite
+from training_core.run.metrics import MetricsWriter, make_callback
 
 
 def test_only_the_loss_and_the_reward_mean_are_watched() -> None:

@@ -18,13 +18,13 @@ import pytest
 from runsignal import signal_frozen
 from test_train_e2e import _wandb_keys_by_step
 
-from training_core import metrics, tiny
 from training_core.config import DataConfig, RunConfig, SFTSettings
 from training_core.data import pairs
 from training_core.errors import BadSetting, UsageError
-from training_core.models import run_checkpoint
+from training_core.models import run_checkpoint, tiny
 from training_core.platform import PlatformFacts
 from training_core.recipes import resolve
+from training_core.run import metrics
 
 REPO = Path(__file__).resolve().parents[2]
 SUMS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(4) for b in range(4)]

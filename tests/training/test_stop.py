@@ -7,8 +7,8 @@ import signal
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from training_core.lifecycle import StopOnSignal
-from training_core.trainer import stop_callback
+from training_core.methods.trainer import stop_callback
+from training_core.run.lifecycle import StopOnSignal
 
 
 def test_first_signal_saves_after_the_step_second_stops_at_once() -> None:

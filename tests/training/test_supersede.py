@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from training_core.metrics import supersede
+from training_core.run.metrics import supersede
 
 
 def _write(path: Path, records: list[dict[str, Any]], torn: str = "") -> None:

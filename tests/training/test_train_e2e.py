@@ -136,9 +136,9 @@ def learning_margin(records: list[dict[str, Any]]) -> float:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("seed", range(5))
 def test_tiny_learning_holds_for_five_seeds(tmp_path: Path, seed: int) -> None:
-    """The README's claim is a distribution, not one lucky run: seeds 0-4 each beat the constant
-    baseline by 0.3 (bench/bench_tiny.py also varies thread counts and MKL's kernel paths). One test
-    per seed, one thread each, so the suite's workers train them side by side."""
+    """The main job's claim (docs/training.md) is a distribution, not one lucky run: seeds 0-4 each beat
+    the constant baseline by 0.3 (bench/bench_tiny.py also varies thread counts and MKL's kernel paths).
+    One test per seed, one thread each, so the suite's workers train them side by side."""
     proc = _start(
         tmp_path / f"seed{seed}",
         f"seed={seed}",

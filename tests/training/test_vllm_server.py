@@ -98,8 +98,8 @@ def test_launch_prints_the_server_on_its_gpus_and_the_trainer_on_the_rest(
 
 
 def test_the_trainer_is_pointed_at_the_server_it_waited_for() -> None:
+    from training_core.methods.trainer import grpo_args
     from training_core.recipes import resolve
-    from training_core.trainer import grpo_args
 
     res = resolve("tiny", ["train.use_vllm=true", 'train.vllm_mode="server"', "launch.vllm_port=8123",
                            "launch.vllm_timeout_s=99"], PlatformFacts())  # fmt: skip

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training_core.callbacks import CALLBACKS, CallbackContext
 from training_core.code.mbpp import MbppProblem, load_mbpp, mbpp_prompt, results_json, score_samples, summary
 from training_core.eval.tasks import EVAL_TASKS, EvalTask
+from training_core.methods.callbacks import CALLBACKS, CallbackContext
 from training_core.sandbox import SandboxLimits, run_python
 
 

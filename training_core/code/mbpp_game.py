@@ -101,7 +101,7 @@ def run_twice(pool: SandboxPool, codes: Sequence[str], limits: SandboxLimits,
     so a clock read finer than that gap (seconds, with a limit of 1 s or more) differs between them,
     and nothing they could share (a lock, a file watch: the seccomp filter denies those too) lets
     them agree. A coarse clock does agree nearly always (``int(time.time()) // 3600`` differs only
-    when an hour starts in the 1-2 limits between the runs): that is not isolated (README)."""
+    when an hour starts in the 1-2 limits between the runs): that is not isolated (docs/code-rl.md)."""
     if not codes:
         return []
     rng = rng or random.SystemRandom()

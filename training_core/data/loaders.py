@@ -212,7 +212,7 @@ def gsm8k(
         for r in ds
     ]
     if template:
-        from training_core.prompts import render
+        from training_core.data.prompts import render
 
         rows = [{**r, "prompt": render(r["prompt"], template)} for r in rows]
     return rows

@@ -1,7 +1,7 @@
 """MATH-style data for the R1-Zero recipes: problems with ``\\boxed{}`` solutions, and a synthetic set.
 
 Rows are ``{"prompt", "answer"}`` like every dataset (``training_core.data.loaders``): the prompt is
-the problem in a template (``"r1_zero"`` = ``training_core.prompts.R1_ZERO_PROMPT``, or any string with
+the problem in a template (``"r1_zero"`` = ``training_core.data.prompts.R1_ZERO_PROMPT``, or any string with
 ``{question}``) and the answer is the last ``\\boxed{...}`` of the solution (Hendrycks et al. 2021's
 convention), graded by ``training_core.rewards.r1_zero``. GSM8K in the same format is the ``gsm8k``
 dataset with ``template = "r1_zero"``. Torch-free; ``datasets`` is imported inside the loaders.
@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from training_core.data.loaders import DATASETS, Row
-from training_core.prompts import render
+from training_core.data.prompts import render
 
 # Hub copy of MATH (Hendrycks et al. 2021) with columns problem/level/type/solution, train 7500, test 5000.
 MATH_HUB_ID = "DigitalLearningGmbH/MATH-lighteval"

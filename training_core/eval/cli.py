@@ -73,7 +73,7 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
     if args.n < 0:
         raise UsageError("-n must be >= 0 (0 = every problem the task has)")
     if args.backend == "vllm":
-        from training_core import vllm_generate
+        from training_core.eval import vllm_generate
 
         vllm_generate.require()
     is_tiny = args.model == "tiny" or "tiny" in Path(args.model).name or _is_tiny_checkpoint(args.model)
@@ -90,8 +90,9 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training_core import tiny, vllm_generate
+    from training_core.eval import vllm_generate
     from training_core.eval.greedy import evaluate
+    from training_core.models import tiny
 
     path = str(tiny.ensure()) if args.model == "tiny" else args.model
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -117,7 +118,7 @@ def _play(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training_core import tiny
+    from training_core.models import tiny
     from training_core.selfplay.evaluate import play_eval
     from training_core.selfplay.rollout import Player, Sampling
 
@@ -139,7 +140,7 @@ def _is_tiny_checkpoint(path: str) -> bool:
     cfg = Path(path) / "config.json"
     if not cfg.is_file():
         return False
-    from training_core.tiny import CHARS, SPECIALS
+    from training_core.models.tiny import CHARS, SPECIALS
 
     return bool(json.loads(cfg.read_text()).get("vocab_size") == len(CHARS) + len(SPECIALS))
 

@@ -14,7 +14,7 @@ from typing import Any
 from training_core.config import DataConfig, EvalConfig
 from training_core.data.loaders import to_prompt
 from training_core.eval.tasks import EvalTask
-from training_core.metrics import MetricsWriter
+from training_core.run.metrics import MetricsWriter
 
 
 def render(prompt: Any, tokenizer: Any) -> str:

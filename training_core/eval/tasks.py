@@ -5,7 +5,7 @@ Extension point: ``EVAL_TASKS.register("name")(EvalTask(load=..., score=...))`` 
 and ``score(completion_text, answer) -> bool`` says whether one greedy completion is right. The interval
 eval (training_core.eval.greedy) and ``python -m training_core.eval`` both use this table. Tasks that
 need more than one greedy completion per prompt (MBPP with pass@k) are better written as a trainer
-callback (training_core.callbacks) that logs its own ``<task>_eval/...`` keys.
+callback (training_core.methods.callbacks) that logs its own ``<task>_eval/...`` keys.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each method module holds its cross-field validation (``validate``, torch-free: ``resolve`` calls it),
 the check that the names it reads are registered (``check_names``, torch-free: ``--check`` calls it),
 its data and its trainer, and ``run(res, run_dir, resume) -> exit code`` inside the shared
-``training_core.lifecycle.RunLifecycle``. GRPO, SFT and DPO share TRL's trainer loop
+``training_core.run.lifecycle.RunLifecycle``. GRPO, SFT and DPO share TRL's trainer loop
 (``training_core.methods.trl_run``); self-play runs pippa's own (``training_core.selfplay``).
 """
 

@@ -1,6 +1,7 @@
 """The ``dpo`` method: TRL's DPOTrainer on chosen/rejected pairs (Rafailov et al. 2023) against the
 starting model: its validation, rows (``training_core.data.pairs``) and trainer
-(``training_core.supervised``). The run itself is the TRL methods' (``training_core.methods.trl_run``).
+(``training_core.methods.supervised``). The run itself is the TRL methods'
+(``training_core.methods.trl_run``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def build_trainer(
     cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, train_ds: Any, callbacks: list[Any],
     peft_config: Any, reward_funcs: Sequence[Any] = (),
 ) -> Any:  # fmt: skip
-    from training_core.supervised import PippaDPOTrainer, dpo_args
+    from training_core.methods.supervised import PippaDPOTrainer, dpo_args
 
     return trl_run.supervised_trainer(
         PippaDPOTrainer, dpo_args, cfg, run_dir, model, tokenizer, train_ds, callbacks, peft_config

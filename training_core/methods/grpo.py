@@ -1,6 +1,7 @@
 """The ``grpo`` method: TRL's GRPOTrainer with the recipe's rewards, Dr GRPO by default (Liu et al. 2025,
 "Understanding R1-Zero-Like Training"): its validation, its rows (prompts only), its rewards and its
-trainer (``training_core.trainer``). The run itself is the TRL methods' (``training_core.methods.trl_run``).
+trainer (``training_core.methods.trainer``). The run itself is the TRL methods'
+(``training_core.methods.trl_run``).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def build_trainer(
     cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, train_ds: Any, callbacks: list[Any],
     peft_config: Any, reward_funcs: Sequence[Any] = (),
 ) -> Any:  # fmt: skip
-    from training_core.trainer import PippaGRPOTrainer, grpo_args
+    from training_core.methods.trainer import PippaGRPOTrainer, grpo_args
 
     return PippaGRPOTrainer(
         model=model,

@@ -100,7 +100,7 @@ def runs_model_code(cfg: RunConfig) -> bool:
 
 def run(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
     """Set up and train one TRL run; the end line, exit code and failed-start record are the lifecycle's."""
-    from training_core.lifecycle import RunLifecycle
+    from training_core.run.lifecycle import RunLifecycle
 
     with RunLifecycle(res, run_dir, resume) as life:
         trainer, n_rows, n_params = _prepare(method, life)
@@ -113,7 +113,7 @@ def run(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
             + (f", resuming from step {life.resumed_step}" if life.resumed_step else ""),
             step=lambda: int(trainer.state.global_step),
         )
-        from training_core.trainer import stop_callback
+        from training_core.methods.trainer import stop_callback
 
         trainer.add_callback(stop_callback(lambda: life.stop.requested, _any_rank(trainer)))
         from training_core import testhooks
@@ -130,13 +130,14 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
     import datasets
     from transformers import PrinterCallback
 
-    from training_core import callbacks as cb_registry
-    from training_core import metrics, sandbox
+    from training_core import sandbox
     from training_core.data.loaders import load_rows
     from training_core.eval import greedy
     from training_core.eval.tasks import EVAL_TASKS
+    from training_core.methods import callbacks as cb_registry
     from training_core.models import load_model
     from training_core.rewards import registry
+    from training_core.run import metrics
 
     cfg, run_dir = life.res.config, life.run_dir
     model, tokenizer = load_model(cfg.model.name, cfg.model.precision)

@@ -114,7 +114,7 @@ def _opponent(ctx: RewardContext, opponent: str, max_new_tokens: int) -> Predict
     if opponent:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from training_core import tiny
+        from training_core.models import tiny
 
         path = str(tiny.ensure()) if opponent == "tiny" else opponent
         model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)

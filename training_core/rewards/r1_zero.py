@@ -1,7 +1,7 @@
 """R1-Zero math rewards (DeepSeek-AI 2025; CS336 spring 2025 assignment 5): a strict answer format and
 mathematical equivalence graded by math-verify, with the format and the answer reported separately.
 
-The prompt (``training_core.prompts.R1_ZERO_PROMPT``) ends inside ``<think>``, so a well-formed
+The prompt (``training_core.data.prompts.R1_ZERO_PROMPT``) ends inside ``<think>``, so a well-formed
 completion is ``reasoning </think> <answer> answer </answer>``: exactly one ``</think>``, then only
 whitespace, then exactly one non-empty ``<answer>`` block; text after ``</answer>`` is ignored (a
 generation may run on to its length limit). A second ``<answer>`` or ``</think>`` anywhere breaks the

@@ -1,8 +1,8 @@
 """Policy-gradient, SFT and DPO building blocks in pure torch, named as in Stanford CS336 (spring 2025)
 assignment 5 so they can be checked against that reference; custom loops (self-play, expert iteration)
-use them, and ``training_core.drgrpo`` states TRL's Dr GRPO loss through them."""
+use them, and ``training_core.methods.drgrpo`` states TRL's Dr GRPO loss through them."""
 
-from training_core.prompts import ALPACA_TEMPLATE, R1_ZERO_PROMPT
+from training_core.data.prompts import ALPACA_TEMPLATE, R1_ZERO_PROMPT
 from training_core.rl.dpo import per_instance_dpo_loss
 from training_core.rl.logprobs import compute_entropy, get_response_log_probs, tokenize_prompt_and_output
 from training_core.rl.masked import masked_mean, masked_normalize

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from training_core.prompts import ALPACA_TEMPLATE
+from training_core.data.prompts import ALPACA_TEMPLATE
 
 
 def _sequence_log_prob(model: Any, ids: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,7 @@
 with role-conditioned advantages and take the policy-gradient step; evaluate against fixed opponents
 every ``eval.interval`` steps; checkpoint every ``checkpoint.every`` steps and on SIGINT/SIGTERM.
 
-The run record is every method's (training_core.lifecycle, docs/CONTRACTS.md): header, step, eval and
+The run record is every method's (training_core.run.lifecycle, docs/CONTRACTS.md): header, step, eval and
 end lines in metrics.jsonl, mirrored to W&B under the same keys; a failure before the first step still
 writes a failed end line; ``--resume`` continues from the newest checkpoint after moving the lines it
 redoes to metrics.superseded.jsonl.
@@ -19,8 +19,8 @@ from typing import Any
 
 from training_core.config import Resolved
 from training_core.errors import UsageError
-from training_core.lifecycle import RunLifecycle
-from training_core.run_layout import checkpoints_dir
+from training_core.run.layout import checkpoints_dir
+from training_core.run.lifecycle import RunLifecycle
 from training_core.selfplay import state
 from training_core.selfplay.evaluate import eval_metrics, play_eval, summary
 from training_core.selfplay.prompts import render
@@ -46,7 +46,7 @@ class _Run:
 
 
 def run(res: Resolved, run_dir: Path, resume: bool = False) -> int:
-    """Set up and train inside the run lifecycle every method shares (training_core.lifecycle)."""
+    """Set up and train inside the run lifecycle every method shares (training_core.run.lifecycle)."""
     with RunLifecycle(res, run_dir, resume) as life:
         r = _prepare(life)
         _train(life, r)

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from training_core.run_layout import STAGING, checkpoint_name, checkpoints
+from training_core.run.layout import STAGING, checkpoint_name, checkpoints
 
 STATE_FILE = "selfplay_state.pt"
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from training_core.drgrpo import (
+from training_core.methods.drgrpo import (
     clipped_token_objective,
     dr_grpo_loss,
     group_advantages,
@@ -52,10 +52,10 @@ def tiny_trainer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, An
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training_core import tiny
+    from training_core.methods.trainer import PippaGRPOTrainer, grpo_args
+    from training_core.models import tiny
     from training_core.platform import PlatformFacts
     from training_core.recipes import resolve
-    from training_core.trainer import PippaGRPOTrainer, grpo_args
 
     cfg = resolve(
         "tiny", ["train.max_completion_length=6", "train.num_generations=4"], PlatformFacts()

@@ -1,5 +1,5 @@
 """training_core.rl with a real model: tokenization boundaries, log-probs and the DPO loss on the tiny
-Qwen2 model (training_core.tiny), checked against transformers' own cross-entropy."""
+Qwen2 model (training_core.models.tiny), checked against transformers' own cross-entropy."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from training_core.prompts import ALPACA_TEMPLATE
+from training_core.data.prompts import ALPACA_TEMPLATE
 from training_core.rl import get_response_log_probs, per_instance_dpo_loss, tokenize_prompt_and_output
 
 
@@ -19,7 +19,7 @@ from training_core.rl import get_response_log_probs, per_instance_dpo_loss, toke
 def tiny_lm() -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training_core import tiny
+    from training_core.models import tiny
 
     path = tiny.ensure()
     return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)

@@ -19,7 +19,7 @@ PROMPT = "012345678o:"
 def tiny_parts() -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training_core import tiny
+    from training_core.models import tiny
 
     path = tiny.ensure()
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)

@@ -31,10 +31,10 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from training_core import run_layout
 from training_core.config import Resolved
-from training_core.divergence import Diverged
 from training_core.errors import StartFailed, TrainingError
+from training_core.run import layout as run_layout
+from training_core.run.divergence import Diverged
 
 
 class StopOnSignal:
@@ -101,7 +101,7 @@ class RunLifecycle:
     header and end line, the SIGINT / SIGTERM handlers, the failed-start record and the final line."""
 
     def __init__(self, res: Resolved, run_dir: Path, resume: bool) -> None:
-        from training_core.metrics import NullWriter
+        from training_core.run.metrics import NullWriter
 
         self.res = res
         self.run_dir = run_dir
@@ -129,9 +129,10 @@ class RunLifecycle:
         return self
 
     def _begin(self) -> None:
-        from training_core import metrics, models
+        from training_core import models
         from training_core.platform import apply_offline_env, detect
-        from training_core.run_layout import checkpoints_dir, newest_checkpoint
+        from training_core.run import metrics
+        from training_core.run.layout import checkpoints_dir, newest_checkpoint
 
         cfg = self.res.config
         self.facts = detect(offline_probe=cfg.model.name != "tiny")
@@ -162,7 +163,7 @@ class RunLifecycle:
 
     def open_record(self) -> None:
         """Start W&B and write the metrics header (rank 0; the other ranks keep a NullWriter)."""
-        from training_core import metrics
+        from training_core.run import metrics
 
         if not self.main:
             return
@@ -222,7 +223,7 @@ class RunLifecycle:
         """A failure before the first step: header (if none yet) and a failed or interrupted end line."""
         interrupted = isinstance(e, KeyboardInterrupt)
         error = str(e) if isinstance(e, TrainingError) else first_line(e)
-        from training_core import metrics
+        from training_core.run import metrics
 
         if metrics.process_rank() == 0:  # rank 0 records the run (setup may fail before self.main is set)
             writer = self.writer

@@ -1,6 +1,6 @@
 """Real model shapes with random weights, built in memory: GPU benchmarks without the hub.
 
-``training_core.tiny`` builds a toy model for CPU tests; this builds the architecture of a real one
+``training_core.models.tiny`` builds a toy model for CPU tests; this builds the architecture of a real one
 (``QWEN2_0_5B`` = Qwen/Qwen2-0.5B's config.json) so memory and FLOP/s match the real model's while
 nothing is downloaded. The tokenizer is tiny's character tokenizer padded with filler tokens to the
 model's vocabulary size, so every id a random policy samples decodes to something.
@@ -30,7 +30,7 @@ def build_tokenizer(vocab_size: int) -> Any:
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from training_core.tiny import CHARS, SPECIALS
+    from training_core.models.tiny import CHARS, SPECIALS
 
     base = SPECIALS + CHARS
     vocab = {tok: i for i, tok in enumerate(base + [f"<f{i}>" for i in range(vocab_size - len(base))])}

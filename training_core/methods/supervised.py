@@ -15,7 +15,7 @@ from pathlib import Path
 from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
 from training_core.config import RunConfig
-from training_core.trainer import AtomicCheckpoints, training_args
+from training_core.methods.trainer import AtomicCheckpoints, training_args
 
 
 class PippaSFTTrainer(AtomicCheckpoints, SFTTrainer):  # type: ignore[misc]

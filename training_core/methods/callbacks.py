@@ -22,7 +22,7 @@ CALLBACKS: Registry[Any] = Registry("callback", ["training_core.code"])
 @dataclass
 class CallbackContext:
     tokenizer: Any
-    writer: Any  # training_core.metrics.MetricsWriter
+    writer: Any  # training_core.run.metrics.MetricsWriter
     run_dir: str
     config: Any  # the resolved RunConfig
     extra: dict[str, Any] = field(default_factory=dict)

@@ -3,7 +3,7 @@
 ``grpo_args`` is the single place where our settings become TRL's (Dr GRPO: ``loss_type="dr_grpo"``,
 ``scale_rewards="none"``, ``beta=0.0``, pinned ``max_completion_length``; Liu et al. 2025).
 ``stop_callback`` turns a stop signal into a checkpoint of the current step.
-``AtomicCheckpoints`` (in every method's trainer: GRPO here, SFT and DPO in training_core.supervised)
+``AtomicCheckpoints`` (in every method's trainer: GRPO here, SFT and DPO in training_core.methods.supervised)
 overrides nothing of the Trainer's: the trainer's ``output_dir`` is ``checkpoints/.staging``, where
 TRL/transformers write the usual ``checkpoint-<step>`` (model, optimizer, scheduler, RNG, trainer
 state) through their own save path, and a callback's ``on_save`` (run right after that save) renames
@@ -25,7 +25,7 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from training_core.config import RunConfig
-from training_core.run_layout import STAGING, checkpoint_name, checkpoints, checkpoints_dir
+from training_core.run.layout import STAGING, checkpoint_name, checkpoints, checkpoints_dir
 
 # TRL 1.16 itself still calls transformers' pre-v6 checkpointing names; the FutureWarning is about
 # library internals a user cannot act on, and it lands in every run's log. Anything else warns as usual.

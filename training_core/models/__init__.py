@@ -33,7 +33,7 @@ def load_model(name: str, precision: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training_core import tiny
+    from training_core.models import tiny
 
     if name != "tiny" and _looks_like_path(name) and not Path(name).expanduser().exists():
         raise UsageError(f"model path not found: {name}")
@@ -51,7 +51,7 @@ def load_model(name: str, precision: str) -> tuple[Any, Any]:
 
 def run_checkpoint(runs_dir: Path, run_id: str) -> Path:
     """The newest checkpoint of run ``run_id`` beside this run (``model.from_run``): SFT, then GRPO."""
-    from training_core.run_layout import checkpoints_dir, newest_checkpoint
+    from training_core.run.layout import checkpoints_dir, newest_checkpoint
 
     ckpt = newest_checkpoint(checkpoints_dir(runs_dir / run_id))
     if ckpt is None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pippa_contract.metrics import redone
-from training_core.run_layout import SUPERSEDED
+from training_core.run.layout import SUPERSEDED
 
 RENAMES = {
     "reward": "reward/mean",
@@ -275,7 +275,7 @@ def make_callback(
                 print(
                     progress_line(state.global_step, state.max_steps, m), file=out or sys.stdout, flush=True
                 )
-            from training_core.divergence import check
+            from training_core.run.divergence import check
 
             check(state.global_step, m)  # NaN/inf loss or reward: the run ends "diverged" (runner)
 

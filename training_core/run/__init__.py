@@ -1,0 +1,2 @@
+"""One run's life on the host, the same for every method: its lifecycle (resume, seed, W&B, signals,
+the failed-start record), its directory's layout, its metrics record and the divergence stop."""
