@@ -195,7 +195,7 @@ def _failure(doc: object) -> str | None:
     attempts = doc.get("attempts") if isinstance(doc, dict) else None
     last = attempts[-1] if isinstance(attempts, list) and attempts and isinstance(attempts[-1], dict) else {}
     cls = last.get("class")
-    if not isinstance(cls, str) or cls in (fc.COMPLETED, fc.CRASH, fc.STOPPED, fc.DIVERGED):
+    if not isinstance(cls, str) or cls in (fc.COMPLETED, fc.CRASH, fc.STOPPED, fc.DIVERGED, fc.LOST):
         return None
     reason = last.get("reason")
     return fc.label(cls, str(reason) if reason else None)

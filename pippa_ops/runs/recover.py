@@ -82,5 +82,6 @@ def recover(spec: HostSpec, transport: Transport) -> RecoverResult:
             verbs.launch(agent, launch_request(spec.remote_dir, run.session, runs, stamp=time.time()))
             live.add(run.session)
             assert run.attempt is not None and run.max_attempts is not None
-            resumed.append(Recovered(run.run_id, run.session, run.attempt + 1, run.max_attempts))
+            n = run.attempt + 1  # a lost attempt may not count in --retry: the count grows with it
+            resumed.append(Recovered(run.run_id, run.session, n, max(n, run.max_attempts)))
     return RecoverResult(spec.name, tuple(resumed), tuple(skipped))
