@@ -128,7 +128,10 @@ def stall_threshold(metrics_path: str, since: float, setting: object) -> float |
 
 def batch_of(metrics_path: str) -> tuple[int, int] | None:
     """(per-device batch, gradient accumulation) of the newest header's resolved config."""
-    _, config = attempt_records(metrics_path, 0.0)
+    _, header = attempt_records(metrics_path, 0.0)
+    config: object = header
+    if isinstance(header, dict) and isinstance(header.get("config"), dict):
+        config = header["config"]  # training_core's header: {"recipe", "platform", ..., "config": resolved}
     train = config.get("train") if isinstance(config, dict) else None
     if not isinstance(train, dict):
         return None

@@ -29,6 +29,10 @@ def test_step_times_are_this_attempts_and_the_batch_is_the_newest_headers(tmp_pa
     assert af.stall_threshold(str(m), 150.0, None) == 300.0  # the floor: 2 s steps
     assert af.stall_threshold(str(m), 1e12, None) is None  # no step yet in this attempt
     assert af.stall_threshold(str(m), 0.0, "off") is None
+    nested = {"type": "header", "config": {"recipe": "tiny", "config": {"train": train}}, "time": 300.0}
+    with m.open("a") as f:
+        f.write(json.dumps(nested) + "\n")
+    assert af.batch_of(str(m)) == (8, 1)  # training_core's header nests the resolved config
 
 
 def test_the_log_tail_starts_at_the_attempts_offset(tmp_path: Path) -> None:

@@ -107,7 +107,7 @@ def test_an_oom_is_retried_with_half_the_batch_and_completes(client_env, ssh_hos
     assert first["decision"]["batch"] == [16, 2] and second["class"] == "completed"
     assert "per-device batch 32 -> 16, gradient accumulation 1 -> 2" in log
     headers = [r for r in records(run_dir) if r.get("type") == "header"]
-    train = headers[-1]["config"]["train"]
+    train = headers[-1]["config"]["config"]["train"]
     assert (train["per_device_train_batch_size"], train["gradient_accumulation_steps"]) == (16, 2)
     assert steps(run_dir) == [1, 2, 3, 4]  # one row per step
     ps = json.loads(pippa(env, "ps", "--host", h.name, "--json").stdout)[h.name]["runs"]
