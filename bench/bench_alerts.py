@@ -3,10 +3,11 @@ HTTP request.
 
     .venv/bin/python bench/bench_alerts.py [--polls 40] [--hooks 30] [--runs 5] [--smi PATH]
 
-1. Watcher CPU. The watcher (pippa_ops/alerts/hostalerts.py ``watch``) runs with a short idle period so
-   it polls every 0.5 s; its CPU (its own and its children's, nvidia-smi included: /proc/PID/stat
-   utime+stime+cutime+cstime) over ``--polls`` polls gives the CPU of one poll, and that over the poll
-   interval a setting uses (idle_alert = "20m": every 60 s) is its share of one core. Also printed: the
+1. Watcher CPU. The watcher (the host program's ``alerts watch``, pippa_agent/alerts/watch.py) runs
+   with a short idle period so it polls every 0.5 s; its CPU (its own and its children's, nvidia-smi
+   included: /proc/PID/stat utime+stime+cutime+cstime) over ``--polls`` polls gives the CPU of one
+   poll, and that over the poll interval a setting uses (idle_alert = "20m": every 60 s) is its share
+   of one core. Also printed: the
    share measured directly at the 0.5 s interval (the worst case). ``--smi`` names the nvidia-smi to
    poll (default: a fake one printing two GPUs at 0%; on a GPU host pass the real one).
 2. Alert latency, on a real loopback sshd host (tests/sshd.py) set up with ``pippa up`` and
@@ -30,9 +31,10 @@ from pathlib import Path
 from _common import PIPPA, ROOT, client_copy, start_world
 
 sys.path.insert(0, str(ROOT / "tests" / "ops"))
+sys.path.insert(0, str(ROOT / "tests"))
 import webhook
+from hostprogram import install
 
-PROG = ROOT / "pippa_ops" / "alerts" / "hostalerts.py"
 FAKE_SMI = "#!/bin/sh\ncase \"$1\" in -L) echo 'GPU 0: Fake'; echo 'GPU 1: Fake';; *) echo 0; echo 0;; esac\n"
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -58,7 +60,9 @@ def watcher_cpu(polls: int, smi: str | None) -> None:
             json.dumps({"host": "bench", "remote_dir": home, "idle_alert_s": 5.0})
         )
         env = {**os.environ, "HOME": home, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-        proc = subprocess.Popen(["python3", "-S", str(PROG), "watch"], env=env, stdout=subprocess.DEVNULL)
+        prog = install(Path(home))  # the host program, as the bootstrap stores it
+        argv = ["python3", "-S", "-I", str(prog), "alerts", "watch"]
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
         state = alerts / "watch.json"
         try:
             deadline = time.monotonic() + 10
@@ -129,8 +133,9 @@ def latency(runs: int, hooks: int) -> None:
             for _ in range(hooks):
                 n = len(hook.posts)
                 t0 = time.time()
-                h.run_as_user(["python3", "-S", str(h.home / ".config/pippa/alerts/hostalerts.py"), "event",
-                               "--run-dir", str(run_dir), "--detach"])  # fmt: skip
+                prog = str(h.home / ".config/pippa/alerts/agent.pyz")
+                h.run_as_user(["python3", "-S", "-I", prog, "alerts", "event", "--run-dir", str(run_dir),
+                               "--detach"])  # fmt: skip
                 post = hook.wait_for(lambda p, n=n: hook.posts.index(p) >= n, timeout=60)
                 hook_lat.append(post.received - t0)
         for name, xs in (

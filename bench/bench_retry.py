@@ -58,7 +58,7 @@ def one_run(
     run_dir = home / "pippa" / "runs" / run_id
     supervisor_cpu = None
     while not (run_dir / "exit_code").exists():
-        seen = cpu_seconds(str(run_dir / "supervise.py")) if retry else None
+        seen = cpu_seconds(str(run_dir / "agent.pyz")) if retry else None  # agent.pyz supervise RUN_DIR
         supervisor_cpu = seen if seen is not None else supervisor_cpu
         time.sleep(0.05)
     wall = time.perf_counter() - t0

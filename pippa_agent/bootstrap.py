@@ -13,8 +13,9 @@ The cache, ``CACHE_DIR/agent-<sha>-<cache tag>.code``: sha256(BUNDLE_SHA + data)
 then data, the marshalled ``{module: (is_package, code)}``. It is used only when the directory is a
 real directory owned by the user with no group/other permission bits and the file a regular file
 owned by the user with none either, and its checksum line matches; anything else is replaced
-(written to a temporary name, mode 0600, then renamed). Storing a version deletes the versions
-unused for KEEP_UNUSED_S (a use touches its file).
+(written to a temporary name, mode 0600, then renamed), by the bundle's own ``pippa_agent.cache``, which
+also stores ``CACHE_DIR/agent-<sha>.pyz``, the host program, and deletes old versions. A cache
+without that file is a cache miss.
 
 Standard library only, python3 >= 3.8, and short: it is compiled on every start.
 """
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 BUNDLE_SHA = ""
 CACHE_DIR = "~/.cache/pippa"
-KEEP_UNUSED_S = 14 * 86400
 
 if sys.version_info < (3, 8):  # noqa: UP036 - the host is told what pippa needs
     sys.exit("pippa needs python3 >= 3.8 on the host, found " + sys.version.split()[0])
@@ -84,8 +84,9 @@ def load(cache_dir: str, path: str) -> Modules | None:
     return None
 
 
-def receive() -> Modules:
-    """The bundle from the laptop: ``[[module, is_package, source], ...]`` as JSON, compiled."""
+def receive() -> tuple[Modules, bytes]:
+    """The bundle from the laptop: ``[[module, is_package, source], ...]`` as JSON, compiled; and the
+    JSON itself."""
     import json
     import zlib
 
@@ -96,30 +97,7 @@ def receive() -> Modules:
     for name, package, source in json.loads(data):
         filename = name.replace(".", "/") + ("/__init__.py" if package else ".py")
         modules[name] = (package, compile(source, filename, "exec", dont_inherit=True))
-    return modules
-
-
-def store(cache_dir: str, path: str, modules: Modules) -> None:
-    try:
-        os.makedirs(cache_dir, 0o700, exist_ok=True)
-        st = os.lstat(cache_dir)
-        if st.st_uid == os.geteuid() and st.st_mode & 0o170000 == 0o40000:
-            os.chmod(cache_dir, 0o700)
-        if not private(os.lstat(cache_dir), 0o40000):
-            return
-        data = marshal.dumps(modules)
-        tmp = f"{path}.{os.getpid()}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-        with open(os.open(tmp, flags, 0o600), "wb") as f:
-            f.write(checksum(data) + data)
-        os.replace(tmp, path)
-        for name in os.listdir(cache_dir):
-            other = cache_dir + "/" + name
-            stale = os.lstat(path).st_mtime - KEEP_UNUSED_S
-            if name[:6] == "agent-" and other != path and os.lstat(other).st_mtime < stale:
-                os.unlink(other)
-    except OSError:
-        pass
+    return modules, data
 
 
 class Bundle:
@@ -146,13 +124,15 @@ class Bundle:
 def main() -> None:
     cache_dir = os.path.expanduser(CACHE_DIR)
     path = f"{cache_dir}/agent-{BUNDLE_SHA}-{sys.implementation.cache_tag}.code"
-    modules = load(cache_dir, path)
+    modules = load(cache_dir, path) if os.path.exists(f"{cache_dir}/agent-{BUNDLE_SHA}.pyz") else None
     if modules is None:
         os.write(1, b"?")
         first = read_frame()  # the laptop sends its first request, then the bundle
-        modules = receive()
-        store(cache_dir, path, modules)
+        modules, data = receive()
         sys.meta_path.insert(0, Bundle(modules))
+        from pippa_agent.cache import store
+
+        store(cache_dir, path, BUNDLE_SHA, modules, data)
     else:
         os.write(1, b"+")
         try:  # noqa: SIM105 - contextlib would cost every start an import

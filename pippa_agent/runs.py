@@ -17,9 +17,9 @@ from pippa_agent.host import (
     text,
     tmux,
     which,
-    write_atomic,
     write_sync_marker,
 )  # fmt: skip
+from pippa_agent.pins import record_program
 from pippa_contract import rundir as rd
 from pippa_contract.names import NAME_RE, SESSION_RE
 from pippa_contract.runfacts import run_facts
@@ -97,9 +97,8 @@ def launch(req: LaunchRequest) -> LaunchAnswer:
                 f.write(r["run_json"] + "\n")
         with open(os.path.join(d, rd.CMD_SH), "w") as f:
             f.write(r["cmd_sh"])
-        supervisor = r.get("supervisor")
-        if supervisor is not None:  # a run with a restart policy: its host supervisor
-            write_atomic(os.path.join(d, rd.SUPERVISE_PY), supervisor.encode())
+        if req.get("program"):  # the host program its cmd.sh runs (supervisor, alert hook)
+            record_program(d, req["program"])
     p = tmux(*req["tmux_argv"][1:])
     if p.returncode != 0 and b"server exited unexpectedly" in p.stderr:
         # the tmux server was exiting as we connected (its last session had just ended): a new one

@@ -40,6 +40,7 @@ VERBS = {
     v.WANDB_SYNC: ("wandb_sync", "wandb_sync", JSON),
     v.GPU_REPORT: ("gpus", "gpu_report", JSON),
     v.RECEIVE_RUN: ("receive", "receive_run", JSON),  # reads the run's files that follow its request first
+    v.LINK_PROGRAM: ("pins", "link_program", JSON),
     v.READ: ("streams", "read", STREAM),
     v.READ_RUN: ("streams", "read_run", STREAM),
     v.FOLLOW: ("streams", "follow", STREAM),
@@ -47,6 +48,7 @@ VERBS = {
 }
 if TYPE_CHECKING:
     from pippa_agent.gpus import gpu_report
+    from pippa_agent.pins import link_program
     from pippa_agent.probe import check_python, install_bwrap, install_uv, probe
     from pippa_agent.pull import pull
     from pippa_agent.receive import receive_run
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
     HANDLERS = (
         probe, install_bwrap, install_uv, check_python, list_runs, launch, stop, run_checkpoints,
         remove_runs, slurm_submit, slurm_stop, sync_list, sync_apply, sync_marker, write_file, wandb_sync,
-        gpu_report, read, read_run, follow, pull, receive_run,
+        gpu_report, link_program, read, read_run, follow, pull, receive_run,
     )  # fmt: skip
 
 

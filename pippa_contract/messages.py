@@ -15,6 +15,7 @@ from pippa_contract.wire import (
     INSTALL_BWRAP,
     INSTALL_UV,
     LAUNCH,
+    LINK_PROGRAM,
     LIST_RUNS,
     PROBE,
     PULL,
@@ -110,7 +111,6 @@ class LaunchRun(TypedDict, total=False):
     run_id: str
     run_json: str  # run.json's text; absent when resume: the run keeps its run.json
     cmd_sh: str
-    supervisor: str | None  # supervise.py's source for a run with a restart policy
     resume: bool
 
 
@@ -122,6 +122,7 @@ class LaunchRequest(TypedDict, total=False):
     replace: bool
     stamp: float
     sync_marker: dict[str, Any] | None
+    program: str  # the bundle's sha: each run links RUN_DIR/agent.pyz to that host program
 
 
 class LaunchAnswer(TypedDict):
@@ -168,6 +169,7 @@ class SlurmSubmitRequest(TypedDict, total=False):
     run_json: str  # run.json's text
     script: str
     sync_marker: dict[str, Any] | None
+    program: str  # the bundle's sha: each run links RUN_DIR/agent.pyz to that host program
     resume: bool
     stamp: float
 
@@ -228,6 +230,12 @@ class ReceiveRunAnswer(TypedDict):
     run_dir: str
     files: int
     bytes: int
+
+
+class LinkProgramRequest(TypedDict):
+    path: str  # the link to make (~ allowed)
+    sha: str  # the bundle whose host program it names
+    pin: str  # the pin that keeps that version in the cache
 
 
 class WriteFileRequest(TypedDict):
@@ -323,6 +331,7 @@ VERB_TYPES: dict[str, tuple[object, object]] = {
     RECEIVE_RUN: (ReceiveRunRequest, ReceiveRunAnswer),
     SYNC_MARKER: (SyncMarkerRequest, Empty),
     WRITE_FILE: (WriteFileRequest, Empty),
+    LINK_PROGRAM: (LinkProgramRequest, Empty),
     WANDB_SYNC: (WandbSyncRequest, WandbSyncAnswer),
     GPU_REPORT: (GpuReportRequest, GpuReportAnswer),
     READ: (ReadRequest, None),

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pippa_contract import attempts
 from pippa_contract import failures as fc
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Sequence
 
-INFRA_RETRIES = 3
+INFRA_RETRIES = attempts.INFRA_RETRIES  # the default, as the host reads it
 ON_OOM = ("halve", "fail")
 BATCH_KEY = "train.per_device_train_batch_size"
 ACCUM_KEY = "train.gradient_accumulation_steps"

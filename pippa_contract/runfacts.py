@@ -55,15 +55,23 @@ def tail_lines(path: str, nbytes: int = TAIL_BYTES) -> list[str]:
     return data.decode(errors="replace").split("\n") if data else []
 
 
-def error_line(log: str) -> str | None:
-    """The last line of the log that reads like an error, else its last non-empty line."""
-    lines = [ln.strip() for ln in tail_lines(log) if ln.strip()]
-    # srun's own "task 0: Exited with exit code N" only repeats the exit status: the job's line says why
-    lines = [ln for ln in lines if not ln.startswith("srun: ")] or lines
+def reason_line(lines: list[str]) -> str | None:
+    """The one rule for why a run or an attempt ended, from its log's lines: the last line that reads
+    like an error, else the last non-empty one; 300 characters at most. pippa's own banner lines
+    (``pippa: ...``) and srun's (``srun: ... Exited with exit code N`` only repeats the exit status)
+    are skipped while the job's own lines say more. ``ps``, the supervisor's attempts and the alerts
+    all use it."""
+    lines = [ln.strip() for ln in lines if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith(("srun: ", "pippa: "))] or lines
     for line in reversed(lines):
         if ERROR_LINE.search(line):
             return line[:300]
     return lines[-1][:300] if lines else None
+
+
+def error_line(log: str) -> str | None:
+    """``reason_line`` of the log's last ``TAIL_BYTES``."""
+    return reason_line(tail_lines(log))
 
 
 def run_facts(d: str, summary: bool = False) -> dict[str, Any] | None:

@@ -21,6 +21,7 @@ from pippa_contract.wire import (
     INSTALL_BWRAP,
     INSTALL_UV,
     LAUNCH,
+    LINK_PROGRAM,
     LIST_RUNS,
     PROBE,
     PULL,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # annotations and casts only: the TypedDicts cost a cold comm
         InstallUvAnswer,
         LaunchAnswer,
         LaunchRequest,
+        LinkProgramRequest,
         ListRunsAnswer,
         ListRunsRequest,
         ProbeAnswer,
@@ -170,6 +172,12 @@ def write_file(agent: Caller, path: str, text: str, mode: int | None = None) -> 
     if mode is not None:
         request["mode"] = mode
     _ask(agent, WRITE_FILE, request)
+
+
+def link_program(agent: Caller, path: str, sha: str, pin: str) -> None:
+    """Make ``path`` a link to the host program of bundle ``sha``, kept by the cache under ``pin``."""
+    request: LinkProgramRequest = {"path": path, "sha": sha, "pin": pin}
+    _ask(agent, LINK_PROGRAM, request)
 
 
 def check_python(

@@ -10,7 +10,7 @@ import logging
 import os
 from pathlib import Path
 
-from pippa_ops.alerts.hostalerts import TARGET, redact
+from pippa_contract.alerts import TARGET, redact
 
 
 def local_target(env_file: Path | None = None) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pippa_ops.alerts.hostalerts import DEFAULT_IDLE_THRESHOLD, parse_duration
+from pippa_contract.alerts import DEFAULT_IDLE_THRESHOLD, parse_duration
 from pippa_ops.errors import UsageError
 
 FIELDS = ("idle_alert", "idle_threshold", "cost_per_hour", "cost_per_gpu_hour")

@@ -70,7 +70,7 @@ class HostSpec:
 
     @property
     def idle_alert_s(self) -> float | None:
-        from pippa_ops.alerts.hostalerts import parse_duration
+        from pippa_contract.alerts import parse_duration
 
         return parse_duration(self.idle_alert) if self.idle_alert else None
 

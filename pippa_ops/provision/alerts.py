@@ -1,4 +1,4 @@
-"""The laptop's side of the host's alerts: install ``hostalerts.py`` and its config (`pippa up`), start or
+"""The laptop's side of the host's alerts: link the host program and write its config (`pippa up`), start or
 stop the idle-GPU watcher, send the test message (`pippa notify-test`), read the status (`pippa hosts`).
 
 Every command line here is built by a pure function from fixed words and quoted once; the target
@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pippa_contract import verbs
-from pippa_ops.alerts import hostalerts
+from pippa_contract.alerts import DEFAULT_IDLE_THRESHOLD, format_elapsed
+from pippa_contract.alerts import TARGET as TARGET
+from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR, ALERTS_PROGRAM
 from pippa_ops.alerts.commands import program_command
 from pippa_ops.errors import PippaError
 from pippa_ops.hosts.inventory import HostSpec
@@ -23,7 +24,7 @@ from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import sh_path
 
-SOURCE = Path(hostalerts.__file__)
+SEND_TIMEOUT_S = 30.0  # the host's delivery limit (pippa_agent.alerts.deliver)
 
 
 def host_config(spec: HostSpec, remote_dir: str, gpus: int, python: str) -> dict[str, Any]:
@@ -49,7 +50,7 @@ class AlertsSetup:
     watcher: int | None  # the idle watcher's pid, None when idle_alert is not set
     watcher_error: str | None = None
     idle_alert: str | None = None  # the entry's setting, e.g. "20m"
-    idle_threshold: float = hostalerts.DEFAULT_IDLE_THRESHOLD
+    idle_threshold: float = DEFAULT_IDLE_THRESHOLD
 
     def to_json(self) -> dict[str, object]:
         return {"configured": self.configured, "watcher": self.watcher, "watcher_error": self.watcher_error}
@@ -70,13 +71,15 @@ class AlertsSetup:
 def install(
     transport: Transport, spec: HostSpec, *, remote_dir: str, gpus: int, python: str, configured: bool
 ) -> AlertsSetup:
-    """Copy the program and its config to the host, then start or stop the watcher as the entry says."""
-    base = hostalerts.ALERTS_DIR
+    """Link the host program and write its config, retire an earlier version's alerts program (its
+    watcher stopped, a forwarder in its place), then start or stop the watcher as the entry says."""
+    base = ALERTS_DIR
     with agent_client.Session(transport) as agent:
-        verbs.write_file(agent, f"{base}/hostalerts.py", SOURCE.read_text(), 0o600)
         config = host_config(spec, remote_dir, gpus, python)
-        verbs.write_file(agent, f"{base}/{hostalerts.CONFIG}", json.dumps(config), 0o600)
+        verbs.write_file(agent, f"{base}/{ALERTS_CONFIG}", json.dumps(config), 0o600)
+        verbs.link_program(agent, ALERTS_PROGRAM, agent_client.digest(), "alerts")
     transport.run(f"chmod 700 {sh_path(base)}", timeout=30)
+    transport.run(program_command("retire-legacy"), timeout=60)
     verb = "watch-ensure" if spec.idle_alert_s else "watch-stop"
     answer = _answer(transport.run(program_command(verb), timeout=60).stdout)
     if not spec.idle_alert_s:
@@ -93,7 +96,7 @@ class TestResult:
     sent: bool
     configured: bool
     error: str | None
-    missing: bool = False  # the host has no hostalerts.py: `pippa up` first
+    missing: bool = False  # the host has no alerts program: `pippa up` first
 
     def to_json(self) -> dict[str, object]:
         return {"sent": self.sent, "configured": self.configured, "error": self.error}
@@ -101,7 +104,7 @@ class TestResult:
 
 def notify_test(transport: Transport) -> TestResult:
     """One test message from the host, synchronously, with the service's error when it fails."""
-    r = transport.run(program_command("test"), timeout=hostalerts.SEND_TIMEOUT_S + 30)
+    r = transport.run(program_command("test"), timeout=SEND_TIMEOUT_S + 30)
     answer = _answer(r.stdout)
     if answer.get("missing"):
         return TestResult(False, False, "alerts are not installed on this host: run pippa up", missing=True)
@@ -111,7 +114,7 @@ def notify_test(transport: Transport) -> TestResult:
 
 
 def host_status(transport: Transport, timeout: float = 10.0) -> dict[str, Any] | None:
-    """The host's alerts status (hostalerts.status), None where alerts were never installed."""
+    """The host's alerts status (pippa_agent.alerts.main.status), None where alerts were never installed."""
     answer = _answer(transport.run(program_command("status"), timeout=timeout).stdout)
     return None if not answer or answer.get("missing") else answer
 
@@ -144,7 +147,7 @@ def status_line(status: dict[str, Any]) -> str:
         parts.append(f"{status['cost_per_gpu_hour']:g}/GPU-h")
     if status.get("watcher"):
         idle = status.get("idle_s")
-        since = f", GPUs idle {hostalerts.format_elapsed(idle)}" if isinstance(idle, int | float) else ""
+        since = f", GPUs idle {format_elapsed(idle)}" if isinstance(idle, int | float) else ""
         parts.append(f"idle watch pid {status['watcher']}{since}")
     failures = status.get("failures") or 0
     last = status.get("last_failure")
@@ -161,5 +164,3 @@ def _answer(stdout: str) -> dict[str, Any]:
         return {}
     return value if isinstance(value, dict) else {}
 
-
-TARGET = hostalerts.TARGET

@@ -1,10 +1,11 @@
 """Recovery at boot: a host entry's ``recover_on_boot = true`` makes ``pippa up`` install ONE ``@reboot``
 line in the host user's crontab; ``pippa up`` removes it when the setting goes.
 
-The line runs the run supervisor's host-side recovery (``runs.supervise --recover REMOTE_DIR``,
-copied to ``~/.local/share/pippa/supervise.py``), which starts again each lost run of that
-directory with attempts left, so a rebooted host continues on its own. The line carries a marker
-naming the directory, so several projects on one host each keep their own and other lines are kept.
+The line runs the host program's recovery (``recover REMOTE_DIR``, pippa_agent.supervise.recover),
+through the link ``~/.local/share/pippa/agent.pyz`` to the version `pippa up` installed; it starts
+again each lost run of that directory with attempts left, so a rebooted host continues on its own.
+The line carries a marker naming the directory, so several projects on one host each keep their own
+and other lines are kept.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import shlex
 from dataclasses import dataclass
 
 from pippa_contract import verbs
+from pippa_contract.hostdirs import BOOT_PROGRAM, LEGACY_SUPERVISOR
 from pippa_ops.errors import BadSetting
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.restart import supervisor_source
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
+from pippa_ops.transport.shell import sh_path
 
-SUPERVISOR_PATH = "~/.local/share/pippa/supervise.py"
 MARK = "# pippa recover_on_boot"
 NO_CRONTAB = 127  # the shell's "command not found"
 
@@ -35,7 +36,7 @@ def boot_line(remote_dir: str) -> str:
     line break (which would start another crontab line) is refused."""
     if any(ord(c) < 32 for c in remote_dir):
         raise BadSetting(f"remote_dir {remote_dir!r} has a control character: no @reboot line for it")
-    return (f"@reboot python3 -S -I {SUPERVISOR_PATH} --recover {shlex.quote(remote_dir)} "
+    return (f"@reboot python3 -S -I {BOOT_PROGRAM} recover {shlex.quote(remote_dir)} "
             f"{MARK} {shlex.quote(remote_dir)}")  # fmt: skip
 
 
@@ -58,7 +59,9 @@ def apply_boot(spec: HostSpec, transport: Transport) -> BootChange:
     current = listed.stdout if listed.ok else ""  # "no crontab for user": exit 1, nothing listed
     wanted = edit_crontab(current, spec.remote_dir, spec.recover_on_boot)
     if spec.recover_on_boot:
-        verbs.write_file(agent_client.Once(transport), SUPERVISOR_PATH, supervisor_source())
+        verbs.link_program(agent_client.Once(transport), BOOT_PROGRAM, agent_client.digest(), "boot")
+        # an earlier version's @reboot program (its line is replaced below: same marker)
+        transport.run(f"rm -f {sh_path(LEGACY_SUPERVISOR)}", timeout=30)
     if wanted == current or (not wanted.strip() and not current.strip()):
         kept = "kept" if spec.recover_on_boot else "absent"
         return BootChange(

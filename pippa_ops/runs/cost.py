@@ -1,6 +1,6 @@
 """What a run has cost so far: its elapsed time x the host's rate x its share of the host's GPUs.
 
-The formula is hostalerts.cost_so_far, the one the host's messages use. A host without
+The formula is pippa_contract.alerts.cost_so_far, the one the host's messages use. A host without
 ``cost_per_hour`` or ``cost_per_gpu_hour`` prices nothing (None, never a made-up zero). The host's GPU
 count, which a share needs, is what `pippa up` recorded there; it is read only when a run needs it.
 """
@@ -11,8 +11,8 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 
-from pippa_ops.alerts import hostalerts
-from pippa_ops.alerts.hostalerts import cost_so_far, run_gpus
+from pippa_contract.alerts import cost_so_far, run_gpus
+from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.follow import read_all
 from pippa_ops.runs.listing import HostRuns, RunRecord
@@ -42,7 +42,7 @@ def run_cost(spec: HostSpec, record: RunRecord, host_gpus: int | None) -> float 
 def host_gpus(transport: Transport) -> int | None:
     """The host's GPU count as `pippa up` recorded it (the cost of a run on some of them needs it)."""
     try:
-        cfg = json.loads(read_all(transport, f"{hostalerts.ALERTS_DIR}/{hostalerts.CONFIG}") or b"null")
+        cfg = json.loads(read_all(transport, f"{ALERTS_DIR}/{ALERTS_CONFIG}") or b"null")
     except ValueError:
         return None
     n = cfg.get("gpus") if isinstance(cfg, dict) else None

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from pippa_contract import attempts as attempts_json
 from pippa_contract import failures as fc
 from pippa_contract import runpick, verbs
 from pippa_contract.states import ACTIVE
@@ -19,7 +20,6 @@ from pippa_contract.states import derive_state as derive_state  # the states, as
 from pippa_contract.states import slurm_state as slurm_state
 from pippa_contract.wire import READ_RUN
 from pippa_ops.errors import AmbiguousSession, RunNotFound
-from pippa_ops.runs import supervise
 from pippa_ops.runs.tmux import parse_sessions
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport, read_to_end
@@ -133,7 +133,7 @@ def _record(
     ended = _num(raw.get("ended")) if exit_code is not None else None
     started_host = _num(raw.get("started"))
     end = raw.get("end")
-    attempts = supervise.summarize(raw.get("attempts"))
+    attempts = attempts_json.summarize(raw.get("attempts"))
     job = raw.get("slurm") if isinstance(raw.get("slurm"), dict) else None
     job_state = None
     if job is not None:

@@ -2,7 +2,7 @@
 
 A run is lost when its tmux session ended with no exit code and nobody asked it to stop (a reboot,
 ``tmux kill-server``, the OOM killer taking the shell; ``runs.listing``). A supervised run (a restart
-policy: ``--retry``, ``--stall-timeout``) records its attempts (``runs.supervise``); its supervisor,
+policy: ``--retry``, ``--stall-timeout``) records its attempts (``pippa_agent.supervise``); its supervisor,
 started again in the same run directory, counts the lost attempt and continues with ``--resume``.
 A run without a policy is left to ``pippa resume`` (the user decides), and so is a run over several
 hosts (its ranks must meet again).
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from pippa_contract import retry, verbs
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.listing import RunRecord, list_runs
-from pippa_ops.runs.restart import supervisor_source
 from pippa_ops.runs.schedulers import launch_request
 from pippa_ops.runs.script import Job, render_cmd_sh
 from pippa_ops.transport import agent_client
@@ -77,7 +76,6 @@ def recover(spec: HostSpec, transport: Transport) -> RecoverResult:
                 "run_id": run.run_id,
                 "resume": True,
                 "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env, supervised=True),
-                "supervisor": supervisor_source(),
             }]  # fmt: skip
             verbs.launch(agent, launch_request(spec.remote_dir, run.session, runs, stamp=time.time()))
             live.add(run.session)

@@ -1,7 +1,8 @@
 """A run's restart policy: ``pippa run --retry N --stall-timeout 20m`` over a recipe's ``[restart]`` table.
 
-The policy travels in run.json (``"restart"``) and is carried out on the host by
-``runs.supervise`` (which reads it with ``supervise.policy_of``), so it holds while the laptop sleeps.
+The policy travels in run.json (``"restart"``) and is carried out on the host by the host supervisor
+(``pippa_agent.supervise``, which reads it with ``attempts.policy_of``), so it holds while the laptop
+sleeps.
 A run without one is started exactly as before (no supervisor process).
 """
 
@@ -13,13 +14,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pippa_contract import attempts
 from pippa_ops.errors import BadSetting
-from pippa_ops.runs import supervise
 
 _DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)?$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 RESTART_KEYS = ("max_attempts", "stall_timeout", "retry_diverged", "backoff", "infra_retries", "on_oom")
-INFRA_RETRIES = 3  # pippa_contract.retry.INFRA_RETRIES
+INFRA_RETRIES = attempts.INFRA_RETRIES
 ON_OOM = ("halve", "fail")
 
 
@@ -39,7 +40,7 @@ def parse_duration(text: str | float | int, what: str = "duration") -> float:
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    """What the host supervisor does when an attempt ends badly (see ``runs.supervise``)."""
+    """What the host supervisor does when an attempt ends badly (see ``pippa_agent.supervise``)."""
 
     max_attempts: int = 1  # the first attempt plus the retries (--retry N: N + 1)
     stall_timeout_s: float | None = None  # no new metrics line for this long after a step: a hang
@@ -48,7 +49,7 @@ class RestartPolicy:
     infra_retries: int = INFRA_RETRIES  # lost / nccl / stalled attempts retried without spending --retry
     on_oom: str = "halve"  # an OOM: retry with half the per-device batch ("fail": a crash like any other)
     retry_diverged: bool = False  # a NaN/inf loss or reward would diverge again from the same checkpoint
-    backoff_s: float = supervise.BACKOFF_S  # the first wait before a retry; doubles, capped
+    backoff_s: float = attempts.BACKOFF_S  # the first wait before a retry; doubles, capped
     grace_s: float = 180.0  # after a stall's SIGINT: the time to save before SIGKILL (pippa stop's grace)
 
     @property
@@ -59,7 +60,7 @@ class RestartPolicy:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """run.json's ``restart``, as ``supervise.policy_of`` reads it."""
+        """run.json's ``restart``, as ``attempts.policy_of`` reads it."""
         return {
             "max_attempts": self.max_attempts,
             "stall_timeout_s": "off" if self.stall_off else self.stall_timeout_s,  # None: derived
@@ -67,7 +68,7 @@ class RestartPolicy:
             "on_oom": self.on_oom,
             "retry_diverged": self.retry_diverged,
             "backoff_s": self.backoff_s,
-            "backoff_cap_s": supervise.BACKOFF_CAP_S,
+            "backoff_cap_s": attempts.BACKOFF_CAP_S,
             "grace_s": self.grace_s,
         }
 
@@ -183,7 +184,3 @@ class RestartFlags:
                               retry_diverged=self.retry_diverged, backoff=self.backoff,
                               infra_retries=self.infra_retries, on_oom=self.on_oom)  # fmt: skip
 
-
-def supervisor_source() -> str:
-    """What a launch writes into a supervised run's directory as ``supervise.py``."""
-    return Path(supervise.__file__).read_text()

@@ -21,7 +21,7 @@ from pippa_ops.repo import repo_root
 from pippa_ops.runs.listing import HostRuns, RunRecord
 from pippa_ops.runs.precheck import check_python
 from pippa_ops.runs.recipes import recipes_dir
-from pippa_ops.runs.restart import RestartFlags, supervisor_source
+from pippa_ops.runs.restart import RestartFlags
 from pippa_ops.runs.script import Job, render_cmd_sh, run_json, session_argv
 from pippa_ops.runs.slurm import render_sbatch
 from pippa_ops.runs.tmux import new_session_argv
@@ -117,6 +117,7 @@ def launch_request(
         "replace": replace,
         "stamp": stamp,
         "sync_marker": marker[0] if marker else None,
+        "program": agent_client.digest(),  # the host program its runs start with (RUN_DIR/agent.pyz)
     }
 
 
@@ -180,7 +181,6 @@ class TmuxScheduler:
                     restart=policy.to_json() if policy.active else None,
                 ),
                 "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env, supervised=policy.active),
-                "supervisor": supervisor_source() if policy.active else None,
             }
             for i, (job, policy) in enumerate(zip(s.jobs, policies, strict=True))
         ]
@@ -196,10 +196,7 @@ class TmuxScheduler:
         # A supervised run (--retry) continues under its supervisor: one more recorded attempt, with --resume.
         supervised = run.max_attempts is not None
         cmd_sh = render_cmd_sh(job, spec.remote_dir, spec.env, supervised=supervised)
-        supervisor = supervisor_source() if supervised else None
-        runs: list[messages.LaunchRun] = [
-            {"run_id": run.run_id, "resume": True, "cmd_sh": cmd_sh, "supervisor": supervisor}
-        ]
+        runs: list[messages.LaunchRun] = [{"run_id": run.run_id, "resume": True, "cmd_sh": cmd_sh}]
         request = launch_request(spec.remote_dir, session, runs, stamp=time.time())
         start_session(agent, request, spec.name, "is in use; resume into another with --name")
         return LaunchResult(spec.name, session, (run.run_id,), None)

@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pippa_contract import rundir as rd
+from pippa_contract.alerts import TARGET
+from pippa_contract.hostdirs import RUN_PROGRAM
 from pippa_contract.rundir import RunDir
-from pippa_ops.alerts import hostalerts
 from pippa_ops.alerts.commands import run_end_line
 from pippa_ops.errors import BadSetting
 from pippa_ops.hosts.inventory import SECRETS_PATH
@@ -97,13 +98,13 @@ def cmd_job(run_id: str, command: str) -> Job:
 def source_secrets_line() -> str:
     """The job's secrets: every variable of the 0600 file exported, except the alerts target."""
     path = sh_path(SECRETS_PATH)
-    return f"if [ -f {path} ]; then set -a; . {path}; set +a; unset {hostalerts.TARGET}; fi"
+    return f"if [ -f {path} ]; then set -a; . {path}; set +a; unset {TARGET}; fi"
 
 
 def supervisor_line() -> str:
-    """The job line of a run with a restart policy: the host supervisor (``runs.supervise``, written
-    into the run directory at launch) runs the recorded command, and retries it, itself."""
-    return '    python3 -S -I "$RUN_DIR/supervise.py" "$RUN_DIR"'
+    """The job line of a run with a restart policy: the host supervisor (``pippa_agent.supervise``, in
+    the host program the run directory links at launch) runs the recorded command, and retries it."""
+    return f'    python3 -S -I "$RUN_DIR/{RUN_PROGRAM}" supervise "$RUN_DIR"'
 
 
 def render_cmd_sh(job: Job, remote_dir: str, env: dict[str, str], *, supervised: bool = False) -> str:
@@ -152,7 +153,7 @@ def run_json(
     if hosts is not None:
         meta.update(hosts=list(hosts), machine_rank=machine_rank)
     if restart is not None:
-        meta["restart"] = restart  # the host supervisor's policy (runs.restart, runs.supervise)
+        meta["restart"] = restart  # the host supervisor's policy (runs.restart, pippa_agent.supervise)
     return json.dumps(meta)
 
 

@@ -62,7 +62,7 @@ def _imports(source: str) -> set[str]:
 def files() -> list[Path]:
     """Every file the bundle and the bootstrap are made from (a warm process that built them checks
     these for changes)."""
-    return sorted(path for package in PACKAGES for path in package_dir(package).glob("*.py"))
+    return sorted(path for package in PACKAGES for path in package_dir(package).rglob("*.py"))
 
 
 @functools.cache
@@ -71,11 +71,12 @@ def modules() -> tuple[tuple[str, bool, str], ...]:
     ``pippa_agent`` and the ``pippa_contract`` modules it imports (``verbs`` is the laptop's)."""
     found: dict[str, tuple[bool, str]] = {}
     for path in files():
-        package = path.parent.name
-        if package == "pippa_agent" and path.name == BOOTSTRAP_FILE:
+        top = next(p for p in PACKAGES if path.is_relative_to(package_dir(p)))
+        parts = [top, *path.relative_to(package_dir(top)).with_suffix("").parts]
+        if parts == ["pippa_agent", BOOTSTRAP_FILE.removesuffix(".py")]:
             continue
-        is_package = path.stem == "__init__"
-        name = package if is_package else f"{package}.{path.stem}"
+        is_package = parts[-1] == "__init__"
+        name = ".".join(parts[:-1] if is_package else parts)
         found[name] = (is_package, path.read_text(encoding="utf-8"))
     todo = [n for n in found if n.split(".")[0] == "pippa_agent"]
     keep = {"pippa_contract", *todo}

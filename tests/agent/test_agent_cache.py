@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,64 @@ def test_a_cached_agent_is_ready_before_its_first_request(tmp_path: Path) -> Non
         assert answer["runs"] == [] and "sessions" in answer
     finally:
         proc.kill()
+
+
+def program_file() -> Path:
+    return cache_file().parent / f"agent-{agent_client.digest()}.pyz"
+
+
+def test_the_cached_bundle_is_also_a_private_zipapp_that_runs_only_as_its_sha_says(tmp_path: Path) -> None:
+    """The host program (supervisor, @reboot line, alerts) is the bundle the bootstrap cached, as a
+    zipapp named by its sha; a copy whose bytes do not match that sha, or that another user could have
+    written, is refused; a cache that lost it is a cache miss that stores it again."""
+    t = LocalTransport()
+    agent_client.call(t, "list_runs", {"remote_dir": str(tmp_path)})
+    pyz = program_file()
+    assert pyz.stat().st_mode & 0o777 == 0o600 and pyz.parent.stat().st_mode & 0o777 == 0o700
+    argv = ["python3", "-S", "-I", str(pyz), "recover", str(tmp_path)]
+    ok = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and json.loads(ok.stdout) == {"resumed": [], "skipped": []}, ok.stderr
+    request = json.dumps({"verb": "list_runs", "args": {"remote_dir": str(tmp_path)}}).encode()
+    framed = b"%d\n" % len(request) + request
+    serve = ["python3", "-S", "-I", str(pyz), "serve"]
+    served = subprocess.run(serve, input=framed, capture_output=True, timeout=60)
+    assert served.returncode == 0 and json.loads(served.stdout)["runs"] == [], served.stderr
+
+    os.chmod(pyz, 0o620)
+    refused = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "another user" in refused.stderr
+    os.chmod(pyz, 0o600)
+    with zipfile.ZipFile(pyz) as z:
+        main = z.read("__main__.py")
+    with zipfile.ZipFile(pyz, "w") as z:  # the same loader, another bundle under the same name
+        z.writestr("__main__.py", main)
+        z.writestr("bundle.json", b"[]")
+    forged = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert forged.returncode != 0 and "does not match its sha256" in forged.stderr
+
+    pyz.unlink()
+    agent_client.call(t, "list_runs", {"remote_dir": str(tmp_path)})  # a miss: the bundle is sent again
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and json.loads(again.stdout) == {"resumed": [], "skipped": []}
+
+
+def test_cache_cleanup_keeps_a_version_a_running_run_names_until_it_ends(tmp_path: Path) -> None:
+    d = cache_file().parent
+    (d / "pins").mkdir(parents=True, mode=0o700, exist_ok=True)
+    os.chmod(d, 0o700)
+    sha = "a" * 64
+    kept = [d / f"agent-{sha}.pyz", d / f"agent-{sha}-cpython-38.code"]
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    (d / "pins" / "run-r1").write_text(json.dumps({"sha": sha, "run_dir": str(run_dir)}))
+    for f in kept:
+        f.write_bytes(b"x")
+        os.utime(f, (f.stat().st_atime, f.stat().st_mtime - 30 * 86400))
+    t = LocalTransport()
+    agent_client.call(t, "list_runs", {"remote_dir": str(tmp_path)})  # stores this version, cleans up
+    assert all(f.exists() for f in kept), "a running run's program stays"
+
+    (run_dir / "exit_code").write_text("0\n")
+    cache_file().unlink()  # the next call stores again (and cleans up again)
+    agent_client.call(t, "list_runs", {"remote_dir": str(tmp_path)})
+    assert not any(f.exists() for f in kept) and not (d / "pins" / "run-r1").exists()

@@ -17,11 +17,12 @@ import pytest
 import webhook
 from argv_scan import watching_argv
 from conftest import PIPPA
+from hostprogram import install
 
 pytestmark = pytest.mark.ssh
 
 TOKEN = "tok-5e1f0c7a9d"  # the secret part of the webhook URL
-PROG = ".config/pippa/alerts/hostalerts.py"
+PROG = ".config/pippa/alerts/agent.pyz"  # the host program, as `pippa up` links it for the alerts
 FAKE_SMI = """#!/bin/sh
 # two GPUs whose utilization is the number in ~/gpu-util
 case "$1" in
@@ -71,7 +72,7 @@ def restore_host() -> Iterator[Any]:
     yield use
     for h, saved in used.values():
         if (h.home / PROG).exists():
-            h.run_as_user(["python3", "-S", str(h.home / PROG), "watch-stop"])
+            h.run_as_user(["python3", "-S", "-I", str(h.home / PROG), "alerts", "watch-stop"])
         subprocess.run(["rm", "-rf", str(h.home / ".config" / "pippa" / "alerts"), str(h.home / "gpu-util")])
         f = h.home / ".config" / "pippa" / "secrets.env"
         if saved is None:
@@ -191,7 +192,9 @@ def test_no_message_at_all_when_alerts_are_not_configured(
     run_dir = h.home / "pippa" / "runs" / started(run.stdout)
     wait_until(lambda: (run_dir / "exit_code").exists())
     # the same call the run's end made, in the foreground: it finds no target and sends nothing
-    event = h.run_as_user(["python3", "-S", str(h.home / PROG), "event", "--run-dir", str(run_dir)])
+    event = h.run_as_user(
+        ["python3", "-S", "-I", str(h.home / PROG), "alerts", "event", "--run-dir", str(run_dir)]
+    )
     assert json.loads(event.stdout) == {"sent": False, "configured": False}
     test = pippa(env, repo, "notify-test", h.name)
     assert test.returncode == 1 and "not configured" in test.stderr
@@ -354,7 +357,7 @@ def test_a_run_ending_on_a_nearly_full_disk_also_says_so(tmp_path, small_fs, hoo
     home = tmp_path / "home"
     alerts = home / ".config" / "pippa" / "alerts"
     alerts.mkdir(parents=True)
-    prog = Path(__file__).parents[2] / "pippa_ops" / "alerts" / "hostalerts.py"
+    prog = install(home)
     (alerts / "config.json").write_text(json.dumps({"host": "hx", "python": [sys.executable]}))
     (home / ".config" / "pippa" / "secrets.env").write_text(f"PIPPA_NOTIFY='{hook.url(TOKEN)}'\n")
     run_dir = small_fs / "runs" / "r-disk"
@@ -363,7 +366,8 @@ def test_a_run_ending_on_a_nearly_full_disk_also_says_so(tmp_path, small_fs, hoo
     (run_dir / "exit_code").write_text("0\n")
     (small_fs / "fill").write_bytes(b"\0" * (4 * 1024 * 1024 - 64 * 1024))  # leaves < 5% of 4 MiB
     env = {**os.environ, "HOME": str(home)}
-    p = subprocess.run(["python3", "-S", str(prog), "event", "--run-dir", str(run_dir)], env=env,
+    argv = ["python3", "-S", "-I", str(prog), "alerts", "event", "--run-dir", str(run_dir)]
+    p = subprocess.run(argv, env=env,
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert p.returncode == 0 and json.loads(p.stdout)["sent"] is True, p.stderr
     low = hook.wait_for(lambda x: x.fields.get("state") == "disk low")
@@ -371,3 +375,54 @@ def test_a_run_ending_on_a_nearly_full_disk_also_says_so(tmp_path, small_fs, hoo
     assert low.fields["reason"].endswith(f"% free on the file system of {small_fs / 'runs'}")
     assert float(low.fields["reason"].split("%")[0]) < 5
     hook.wait_for(lambda x: x.fields.get("run") == "r-disk")
+
+
+PREVIOUS = Path(__file__).parents[1] / "fixtures" / "previous"  # files the previous version put on hosts
+
+
+def test_up_replaces_the_alerts_program_a_previous_up_installed_and_stops_its_watcher(
+    client_env, ssh_hosts, repo, hook, restore_host
+) -> None:
+    """Upgrade in place: the previous `pippa up` copied hostalerts.py to the host and started its idle
+    watcher; the next `pippa up` leaves neither running beside the host program, and a run the previous
+    version started still reaches PIPPA_NOTIFY at its end through the old path."""
+    h = restore_host(ssh_hosts[2])
+    env = client_env.env
+    h.install_bin("nvidia-smi", FAKE_SMI)
+    (h.home / "gpu-util").write_text("80\n")  # busy: the watchers alert nothing
+    alerts = h.home / ".config" / "pippa" / "alerts"
+    legacy = alerts / "hostalerts.py"
+    assert h.run_as_user(["mkdir", "-p", "-m", "700", str(alerts)]).returncode == 0
+    for name, text in (
+        ("hostalerts.py", (PREVIOUS / "hostalerts.py").read_text()),
+        ("config.json", json.dumps({"host": h.name, "idle_alert_s": 3600, "remote_dir": "~/pippa"})),
+    ):
+        (alerts / name).write_text(text)
+        os.chown(alerts / name, h.uid, -1)
+    started = h.run_as_user(["python3", "-S", str(legacy), "watch-ensure"])
+    old = json.loads(started.stdout)["watcher"]
+    assert isinstance(old, int), started
+
+    (repo / ".env").write_text(f"PIPPA_NOTIFY={hook.url(TOKEN)}\n")
+    configure(client_env, h.name, 'secrets = []\nidle_alert = "1h"\n')
+    up = pippa(env, repo, "up", h.name, "--json")
+    assert up.returncode == 0, up.stderr
+    new = json.loads(up.stdout)["alerts"]["watcher"]
+    wait_until(lambda: not Path(f"/proc/{old}").exists())
+    assert isinstance(new, int) and new != old
+    argv = Path(f"/proc/{new}/cmdline").read_bytes().split(b"\0")
+    assert argv[argv.index(b"alerts") - 1].endswith(b".pyz") and b"watch" in argv
+    assert "hostalerts" not in legacy.read_text().split("\n", 1)[1], "the previous program is gone"
+
+    run_dir = h.home / "runs-previous" / "r-previous"
+    run_dir.mkdir(parents=True)
+    try:
+        (run_dir / "run.json").write_text(json.dumps({"host": h.name, "command": "false"}))
+        (run_dir / "exit_code").write_text("1\n")
+        # the previous version's run-end line, as a run it started calls it
+        event = h.run_as_user(["python3", "-S", str(legacy), "event", "--run-dir", str(run_dir)])
+        assert json.loads(event.stdout)["sent"] is True, event
+        msg = hook.wait_for(lambda x: x.fields.get("run") == "r-previous")
+        assert msg.fields["state"] == "failed"
+    finally:
+        subprocess.run(["rm", "-rf", str(run_dir.parent)], check=True)

@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from hostprogram import ROOT, install, source_env
 
-from pippa_ops.alerts import hostalerts as ha
+from pippa_agent.alerts import events, watch
+from pippa_contract import alerts
 from pippa_ops.alerts.commands import program_command, run_end_line
 from pippa_ops.alerts.settings import alert_settings
 from pippa_ops.errors import UsageError
@@ -23,38 +25,38 @@ from pippa_ops.runs.script import Job, render_cmd_sh
 
 
 def test_cost_is_elapsed_times_rate_times_share_and_none_without_a_rate() -> None:
-    assert ha.cost_so_far(3600, 24.0, None, None, None) == pytest.approx(24.0)
-    assert ha.cost_so_far(1800, 24.0, None, 4, 8) == pytest.approx(6.0)  # half the GPUs, half the hour
-    assert ha.cost_so_far(3600, None, 2.5, 3, None) == pytest.approx(7.5)
-    assert ha.cost_so_far(3600, None, 2.5, None, 8) == pytest.approx(20.0)  # all of the host's GPUs
-    assert ha.cost_so_far(3600, None, None, 1, 8) is None, "no rate: no cost, not zero"
-    assert ha.cost_so_far(3600, 24.0, None, 4, None) is None, "a share of an unknown count is unknown"
-    assert ha.cost_so_far(None, 24.0, None, None, None) is None
+    assert alerts.cost_so_far(3600, 24.0, None, None, None) == pytest.approx(24.0)
+    assert alerts.cost_so_far(1800, 24.0, None, 4, 8) == pytest.approx(6.0)  # half the GPUs, half the hour
+    assert alerts.cost_so_far(3600, None, 2.5, 3, None) == pytest.approx(7.5)
+    assert alerts.cost_so_far(3600, None, 2.5, None, 8) == pytest.approx(20.0)  # all of the host's GPUs
+    assert alerts.cost_so_far(3600, None, None, 1, 8) is None, "no rate: no cost, not zero"
+    assert alerts.cost_so_far(3600, 24.0, None, 4, None) is None, "a share of an unknown count is unknown"
+    assert alerts.cost_so_far(None, 24.0, None, None, None) is None
 
 
 def test_run_gpus_reads_the_launch_gpus_setting_of_the_recorded_command() -> None:
-    assert ha.run_gpus("python -m training_core.launch x --run-dir d --set 'launch.gpus=\"0-3\"'") == 4
-    assert ha.run_gpus("python -m x --set launch.gpus=0,2 --set train.max_steps=3") == 2
-    assert ha.run_gpus("python -m x --set train.max_steps=3") is None
-    assert ha.run_gpus("sh -c 'sleep 1' --set launch.gpus=zero") is None
-    assert ha.run_gpus("echo 'unbalanced") is None
+    assert alerts.run_gpus("python -m training_core.launch x --run-dir d --set 'launch.gpus=\"0-3\"'") == 4
+    assert alerts.run_gpus("python -m x --set launch.gpus=0,2 --set train.max_steps=3") == 2
+    assert alerts.run_gpus("python -m x --set train.max_steps=3") is None
+    assert alerts.run_gpus("sh -c 'sleep 1' --set launch.gpus=zero") is None
+    assert alerts.run_gpus("echo 'unbalanced") is None
 
 
 @pytest.mark.parametrize(
     ("text", "seconds"), [("20m", 1200), ("90s", 90), ("1h30m", 5400), ("45", 45), ("2.5s", 2.5)]
 )
 def test_durations(text: str, seconds: float) -> None:
-    assert ha.parse_duration(text) == seconds
+    assert alerts.parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "m", "20 minutes", "-5m", "1d"])
 def test_bad_durations_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
-        ha.parse_duration(text)
+        alerts.parse_duration(text)
 
 
 def test_idle_watch_alerts_once_after_the_period_and_once_when_it_ends() -> None:
-    w = ha.IdleWatch(idle_s=60, threshold=5)
+    w = watch.IdleWatch(idle_s=60, threshold=5)
     assert w.sample(0, [0.0, 3.0], None) is None
     assert w.sample(59, [0.0, 3.0], None) is None
     assert w.sample(60, [0.0, 3.0], None) == "idle"
@@ -64,14 +66,14 @@ def test_idle_watch_alerts_once_after_the_period_and_once_when_it_ends() -> None
 
 
 def test_a_run_or_one_busy_gpu_or_no_gpus_is_not_idle() -> None:
-    w = ha.IdleWatch(idle_s=10, threshold=5)
+    w = watch.IdleWatch(idle_s=10, threshold=5)
     assert w.sample(0, [0.0, 0.0], "run-1") is None and w.idle_since is None
     assert w.sample(100, [0.0, 6.0], None) is None and w.idle_since is None
     assert w.sample(200, None, None) is None and w.idle_since is None  # no nvidia-smi: nothing to say
 
 
 def test_a_failed_gpu_reading_neither_ends_an_idle_period_nor_alerts_again() -> None:
-    w = ha.IdleWatch(idle_s=10, threshold=5)
+    w = watch.IdleWatch(idle_s=10, threshold=5)
     seen = [w.sample(t, u, None) for t, u in ((0, [0.0]), (10, [0.0]), (20, None), (30, [0.0]), (40, [0.0]))]
     assert seen == [None, "idle", None, None, None] and w.idle_since == 0 and w.alerted
     assert w.sample(50, [90.0], None) == "busy"
@@ -81,7 +83,7 @@ def test_message_lists_every_known_field_one_per_line() -> None:
     event = {"state": "failed", "host": "h1", "run_id": "r-1", "recipe": "overfit", "step": 7,
              "total_steps": 10, "reason": "ValueError: x", "elapsed_s": 3725, "cost": 1.234,
              "wandb": "https://wandb.ai/e/p/runs/x", "look": "pippa logs r-1 --host h1"}  # fmt: skip
-    title, body, kind = ha.message(event)
+    title, body, kind = alerts.message(event)
     assert (title, kind) == ("pippa: failed r-1 on h1", "failure")
     assert body.splitlines() == [
         "host: h1", "run: r-1", "recipe: overfit", "state: failed", "step: 7/10", "reason: ValueError: x",
@@ -93,7 +95,7 @@ def test_message_lists_every_known_field_one_per_line() -> None:
 def test_errors_are_redacted_of_every_part_of_the_target() -> None:
     target = "slack://TokenA1/TokenB2/TokenC3 json://user:pw-9f8e@10.0.0.1:8080/hook/abcdef"
     line = "Failed to send to slack://TokenA1/TokenB2/TokenC3 (TokenB2) and hook/abcdef at 10.0.0.1: pw-9f8e"
-    out = ha.redact(line, target)
+    out = alerts.redact(line, target)
     for secret in ("TokenA1", "TokenB2", "TokenC3", "abcdef", "pw-9f8e"):
         assert secret not in out
     assert out.startswith("Failed to send to ***")
@@ -102,7 +104,7 @@ def test_errors_are_redacted_of_every_part_of_the_target() -> None:
 def test_messages_are_redacted_of_every_secret_value_but_keep_addresses_and_numbers() -> None:
     values = {"PIPPA_NOTIFY": "json://10.0.0.1:8080/hook/tok-abc123", "HF_TOKEN": "hf_Zq9", "K": "ab"}
     text = "step 8080/9000 at 10.0.0.1: sent json://10.0.0.1:8080/hook/tok-abc123 (tok-abc123) hf_Zq9 ab"
-    assert ha.redact_secrets(text, values) == "step 8080/9000 at 10.0.0.1: sent *** (***) *** ab"
+    assert alerts.redact_secrets(text, values) == "step 8080/9000 at 10.0.0.1: sent *** (***) *** ab"
 
 
 def test_settings_are_validated_where_the_inventory_is_read() -> None:
@@ -120,9 +122,10 @@ def test_cmd_sh_tells_the_host_in_the_background_after_recording_the_exit_code()
     lines = script.splitlines()
     hook = lines.index(run_end_line())
     assert "exit_code" in lines[hook - 1] and lines[hook + 1] == "exit 0"
-    prog = '"$HOME"/.config/pippa/alerts/hostalerts.py'
+    prog, config = '"$RUN_DIR/agent.pyz"', '"$HOME"/.config/pippa/alerts/config.json'
     assert run_end_line() == (
-        f'[ -f {prog} ] && python3 -S {prog} event --run-dir "$RUN_DIR" --detach >/dev/null 2>&1 || :'
+        f"[ -f {config} ] && [ -f {prog} ] && python3 -S -I {prog} alerts event "
+        '--run-dir "$RUN_DIR" --detach >/dev/null 2>&1 || :'
     )
     assert program_command("watch-stop").endswith("exit 3; fi") and "'" not in program_command("status")[:60]
 
@@ -145,14 +148,18 @@ def test_priced_reads_the_host_gpu_count_only_when_a_share_needs_it() -> None:
     assert priced(HostSpec(name="h"), runs, gpus).runs[0].cost is None
 
 
-def test_the_host_program_is_python38_and_standard_library_only() -> None:
-    source = Path(ha.__file__).read_text()
-    ast.parse(source, feature_version=(3, 8))
+def test_the_host_program_is_python38_and_standard_library_only(tmp_path: Path) -> None:
+    for package in ("alerts", "supervise"):
+        for path in (ROOT / "pippa_agent" / package).glob("*.py"):
+            ast.parse(path.read_text(), feature_version=(3, 8))
     code = (
-        f"import runpy, sys; runpy.run_path({ha.__file__!r}, run_name='x');"
+        "import sys, pippa_agent.alerts.main, pippa_agent.supervise.supervisor;"
         "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in ('pippa_ops', 'apprise'))))"
     )
-    p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True)
+    env = source_env(tmp_path)
+    p = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True, env=env
+    )
     assert p.stdout.strip() == ""
 
 
@@ -174,7 +181,7 @@ def test_run_event_reads_the_run_directory(tmp_path: Path, monkeypatch: pytest.M
     )
     (d / "exit_code").write_text("1\n")
     os.utime(d / "exit_code", (1000 + 1800, 1000 + 1800))
-    ev = ha.run_event(str(d))
+    ev = events.run_event(str(d))
     assert (ev["state"], ev["step"], ev["total_steps"], ev["reason"]) == (
         "failed",
         12,
@@ -208,11 +215,11 @@ def test_watch_ensure_names_the_new_watcher_before_its_first_sample_not_a_stale_
     (bin_dir / "nvidia-smi").write_text(SLOW_SMI)
     (bin_dir / "nvidia-smi").chmod(0o755)
     env = {**os.environ, "HOME": str(home), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    prog = [sys.executable, "-S", ha.__file__]
+    prog = [sys.executable, "-S", "-I", str(install(home)), "alerts"]
     try:
         p = subprocess.run([*prog, "watch-ensure"], env=env, capture_output=True, text=True, timeout=60)
         pid = json.loads(p.stdout)["watcher"]
-        assert pid != gone.pid and ha.is_watcher(pid), p.stdout
+        assert pid != gone.pid and watch.is_watcher(pid), p.stdout
         assert "sample_time" not in json.loads((alerts / "watch.json").read_text()), "no sample yet"
         again = subprocess.run([*prog, "watch-ensure"], env=env, capture_output=True, text=True, timeout=60)
         assert json.loads(again.stdout)["watcher"] == pid, "one watcher per host user"
@@ -227,15 +234,38 @@ def test_deliveries_log_stays_whole_json_lines_when_many_processes_trim_it_at_on
     alerts = tmp_path / ".config" / "pippa" / "alerts"
     alerts.mkdir(parents=True)
     code = (
-        f"import runpy, sys; ha = runpy.run_path({ha.__file__!r}, run_name='x');"
-        "ha['log_delivery'].__globals__['DELIVERIES_MAX_BYTES'] = 3000;"
-        "[ha['log_delivery']({'state': 'failed', 'run_id': f'r-{sys.argv[1]}-{i}'}, False, 'e' * 40)"
+        "import sys; import pippa_agent.alerts.deliver as ha;"
+        "ha.DELIVERIES_MAX_BYTES = 3000;"
+        "[ha.log_delivery({'state': 'failed', 'run_id': f'r-{sys.argv[1]}-{i}'}, False, 'e' * 40)"
         " for i in range(60)]"
     )
-    env = {**os.environ, "HOME": str(tmp_path)}
+    env = source_env(tmp_path)
     procs = [subprocess.Popen([sys.executable, "-S", "-c", code, str(n)], env=env) for n in range(6)]
     assert [p.wait(timeout=60) for p in procs] == [0] * 6
     lines = (alerts / "deliveries.jsonl").read_text().splitlines()
     assert [json.loads(line)["state"] for line in lines] == ["failed"] * len(lines)
     assert len("\n".join(lines)) <= 3000 + 200
     assert not list(alerts.glob("*.tmp"))
+
+
+def test_a_slurm_runs_alert_gives_the_reason_ps_shows_not_sruns_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One reason-line rule (pippa_contract.runfacts.reason_line) for ps, the alerts and the supervisor:
+    srun's closing line only repeats the exit status, the job's own error says why."""
+    from pippa_agent.supervise.files import reason_line as attempt_reason
+    from pippa_contract.runfacts import error_line
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    d = tmp_path / "runs" / "r-slurm"
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps({"host": "cluster", "command": "python -m x"}))
+    (d / "output.log").write_text(
+        "step 1/8\nRuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "srun: error: node7: task 0: Exited with exit code 1\n"
+    )
+    (d / "exit_code").write_text("1\n")
+    job_line = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert error_line(str(d / "output.log")) == job_line  # what ps shows
+    assert events.run_event(str(d))["reason"] == job_line  # what the alert says
+    assert attempt_reason(str(d / "output.log"), 0) == job_line  # what an attempt records

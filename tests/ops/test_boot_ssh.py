@@ -68,10 +68,10 @@ def test_up_installs_keeps_and_removes_the_reboot_line_and_leaves_other_lines(cl
         lines = table.read_text().splitlines()
         assert lines[0] == "0 3 * * * echo mine" and len(lines) == 2
         assert lines[1] == (
-            "@reboot python3 -S -I ~/.local/share/pippa/supervise.py --recover '~/pippa' "
+            "@reboot python3 -S -I ~/.local/share/pippa/agent.pyz recover '~/pippa' "
             "# pippa recover_on_boot '~/pippa'"
         )
-        assert (h.home / ".local" / "share" / "pippa" / "supervise.py").is_file()
+        assert (h.home / ".local" / "share" / "pippa" / "agent.pyz").is_file()
         assert up(client_env, repo, h.name)["recover_on_boot"] == "kept"
         assert table.read_text().splitlines() == lines  # one line, not two
 
@@ -80,5 +80,5 @@ def test_up_installs_keeps_and_removes_the_reboot_line_and_leaves_other_lines(cl
         assert table.read_text() == "0 3 * * * echo mine\n"
     finally:
         h.run_as_user(
-            ["rm", "-f", str(h.home / ".crontab-table"), str(h.home / ".local/share/pippa/supervise.py")]
+            ["rm", "-f", str(h.home / ".crontab-table"), str(h.home / ".local/share/pippa/agent.pyz")]
         )

@@ -7,6 +7,7 @@ in test_restart_ssh.py. Each test has its own checkout, HOME and tmux server (TM
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,6 +16,17 @@ from typing import Any
 
 import pytest
 import test_runs_local
+
+from pippa_ops.alerts.commands import run_end_line
+from pippa_ops.transport import agent_bundle
+
+PREVIOUS = Path(__file__).parents[1] / "fixtures" / "previous"  # files the previous version put on hosts
+PREVIOUS_SUPERVISOR_LINE = '    python3 -S -I "$RUN_DIR/supervise.py" "$RUN_DIR"'
+PREVIOUS_RUN_END = (
+    '[ -f "$HOME"/.config/pippa/alerts/hostalerts.py ] && '
+    'python3 -S "$HOME"/.config/pippa/alerts/hostalerts.py event --run-dir "$RUN_DIR" --detach'
+    " >/dev/null 2>&1 || :"
+)
 
 # A stand-in trainer: prints its argv; ``slow`` waits unless resumed (to be lost), ``diverge`` ends its
 # metrics the way training_core ends a run whose loss became NaN.
@@ -27,6 +39,12 @@ if sys.argv[1] == "diverge":
         f.write(json.dumps(end) + "\\n")
     print("error: diverged at step 3: loss/total is nan", file=sys.stderr)
     sys.exit(1)
+if sys.argv[1] == "thrice":  # waits on its first two starts, ends at once on the third
+    n = int(open("count").read()) + 1 if os.path.exists("count") else 1
+    open("count", "w").write(str(n))
+    if n < 3:
+        time.sleep(120)
+    sys.exit(0)
 if "--resume" not in sys.argv:
     time.sleep(120)
 """
@@ -62,7 +80,6 @@ class Local(test_runs_local.Local):
         return list(json.loads((self.repo / "runs" / run_id / "attempts.json").read_text())["attempts"])
 
 
-
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[Local]:
     repo = tmp_path / "proj"
@@ -72,6 +89,7 @@ def local(tmp_path: Path) -> Iterator[Local]:
     (repo / "training_core" / "launch.py").write_text(FAKE_TRAIN)
     (repo / "recipes" / "slow.toml").write_text('description = "waits unless resumed"\n')
     (repo / "recipes" / "diverge.toml").write_text('description = "diverges at step 3"\n')
+    (repo / "recipes" / "thrice.toml").write_text('description = "ends on its third start"\n')
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     lo = Local(repo, test_runs_local.local_env(tmp_path))
     yield lo
@@ -187,8 +205,8 @@ def test_recovery_at_boot_resumes_a_lost_run_on_the_host_alone(local: Local) -> 
     local.tmux("kill-server")  # the reboot
     wait_for(lambda: local.record(run_id)["state"] == "lost")
     # what the @reboot line runs (pippa_ops.provision.boot), with no laptop involved
-    supervisor = local.repo / "runs" / run_id / "supervise.py"
-    argv = ["python3", "-S", "-I", str(supervisor), "--recover", str(local.repo)]
+    program = local.repo / "runs" / run_id / "agent.pyz"  # the host program the run started with
+    argv = ["python3", "-S", "-I", str(program), "recover", str(local.repo)]
     p = subprocess.run(argv, env=local.env, capture_output=True, text=True, timeout=30)
     assert p.returncode == 0 and json.loads(p.stdout) == {"resumed": [[run_id, "boot"]], "skipped": []}, p
     rec = local.wait_state(run_id, lambda r: r["state"] != "running")
@@ -207,3 +225,61 @@ def test_pippa_resume_of_a_supervised_run_is_one_more_recorded_attempt(local: Lo
     assert rec["state_text"] == "diverged after 2 attempts (exit 1)"
     run_dir = local.repo / "runs" / run_id
     assert f"train diverge --run-dir {run_dir} --resume" in local.log(run_id)
+
+
+def as_previous_version(run_dir: Path) -> None:
+    """Make a run directory what the previous version launched: the supervisor's source copied into it,
+    cmd.sh running that copy and the previous alert hook, no link to a host program."""
+    cmd = (run_dir / "cmd.sh").read_text()
+    new_line = '    python3 -S -I "$RUN_DIR/agent.pyz" supervise "$RUN_DIR"'
+    assert new_line in cmd and run_end_line() in cmd
+    cmd = cmd.replace(new_line, PREVIOUS_SUPERVISOR_LINE).replace(run_end_line(), PREVIOUS_RUN_END)
+    (run_dir / "cmd.sh").write_text(cmd)
+    shutil.copy(PREVIOUS / "supervise.py", run_dir / "supervise.py")
+    (run_dir / "agent.pyz").unlink()
+
+
+def running_argv(needle: str) -> list[list[str]]:
+    """The argv of each process of this machine with ``needle`` among its arguments."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if needle.encode() in argv:
+            found.append([a.decode(errors="replace") for a in argv])
+    return found
+
+
+def test_a_run_the_previous_version_started_is_listed_recovered_stopped_and_resumed(local: Local) -> None:
+    """Upgrade in place: a run whose directory holds the previous version's supervisor copy."""
+    run_id = local.start("thrice", "--name", "old", "--retry", "2", "--backoff", "0.1s")
+    run_dir = local.repo / "runs" / run_id
+    wait_for(lambda: "train thrice" in local.log(run_id))
+    local.tmux("kill-server")  # a reboot
+    wait_for(lambda: local.record(run_id)["state"] == "lost")
+    as_previous_version(run_dir)
+    rec = local.record(run_id)
+    assert (rec["state"], rec["attempt"], rec["max_attempts"]) == ("lost", 1, 3)
+
+    # recovered at boot by the new host program: the run's own cmd.sh runs its own supervisor copy
+    program = Path(local.env["HOME"]) / ".cache" / "pippa" / f"agent-{agent_bundle.digest()}.pyz"
+    argv = ["python3", "-S", "-I", str(program), "recover", str(local.repo)]
+    p = subprocess.run(argv, env=local.env, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and json.loads(p.stdout) == {"resumed": [[run_id, "old"]], "skipped": []}, p
+    wait_for(lambda: local.log(run_id).count("train thrice") == 2)
+    rec = local.record(run_id)
+    assert (rec["state"], rec["attempt"]) == ("running", 2)
+    assert running_argv(str(run_dir / "supervise.py")), "the previous version's supervisor runs it"
+
+    stop = local.pippa("stop", run_id, "--host", "local", "--grace", "10")
+    assert stop.returncode == 0, stop.stderr
+    local.wait_state(run_id, lambda r: r["state"] != "running")
+    assert [a["outcome"] for a in local.attempts(run_id)] == ["lost", "stopped"]
+
+    resumed = local.pippa("resume", run_id, "--host", "local")
+    assert resumed.returncode == 0, resumed.stderr
+    rec = local.wait_state(run_id, lambda r: r["state"] == "finished")
+    assert [a["outcome"] for a in local.attempts(run_id)] == ["lost", "stopped", "completed"]
+    assert (run_dir / "agent.pyz").resolve() == program.resolve(), "the new version carries it on"

@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from pippa_agent.supervise import supervisor
+from pippa_contract import attempts
 from pippa_ops.errors import BadSetting
 from pippa_ops.provision.boot import boot_line, edit_crontab
-from pippa_ops.runs import supervise
 from pippa_ops.runs.listing import RunRecord, host_runs
 from pippa_ops.runs.recover import why_not
 from pippa_ops.runs.restart import RestartFlags, RestartPolicy, parse_duration
 from pippa_ops.runs.script import Job, render_cmd_sh
 
-SUPERVISOR = Path(supervise.__file__)
+SUPERVISOR = Path(supervisor.__file__).parent  # the supervisor's package
 
 
 def test_durations_read_like_people_write_them() -> None:
@@ -61,15 +62,15 @@ def test_every_recipe_run_is_watched_for_stalls_unless_turned_off(tmp_path: Path
 
 
 def test_backoff_doubles_and_is_capped() -> None:
-    policy = supervise.policy_of({"restart": {"max_attempts": 9}})
-    assert [supervise.backoff(n, policy) for n in (1, 2, 3, 5, 9)] == [30, 60, 120, 480, 600]
+    policy = attempts.policy_of({"restart": {"max_attempts": 9}})
+    assert [attempts.backoff(n, policy) for n in (1, 2, 3, 5, 9)] == [30, 60, 120, 480, 600]
 
 
 def test_a_supervised_cmd_sh_runs_the_supervisor_and_not_the_command_itself() -> None:
     job = Job("20260101-000000-tiny-abcd", "tiny", "python -m training_core.launch tiny", None)
     plain, supervised = render_cmd_sh(job, "~/pippa", {}), render_cmd_sh(job, "~/pippa", {}, supervised=True)
-    assert "training_core.launch" in plain and "supervise.py" not in plain
-    assert 'python3 -S -I "$RUN_DIR/supervise.py" "$RUN_DIR"' in supervised
+    assert "training_core.launch" in plain and "supervise" not in plain
+    assert 'python3 -S -I "$RUN_DIR/agent.pyz" supervise "$RUN_DIR"' in supervised
     assert "training_core.launch" not in supervised  # it reads the command from run.json
 
 
@@ -119,19 +120,32 @@ def test_the_reboot_line_is_added_once_removed_cleanly_and_keeps_the_users_lines
 
 
 def test_the_supervisor_is_python_3_8_and_standard_library_only() -> None:
-    tree = ast.parse(SUPERVISOR.read_text(), feature_version=(3, 8))
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported - {"__future__"} <= set(sys.stdlib_module_names)
+    """Standard library and the host bundle's own packages (the contract, the agent) only."""
+    imported: set[str] = set()
+    for path in SUPERVISOR.glob("*.py"):
+        tree = ast.parse(path.read_text(), feature_version=(3, 8))
+        imported |= {
+            a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+        }
+        imported |= {
+            n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+        }
+    assert imported - {"__future__", "pippa_contract", "pippa_agent"} <= set(sys.stdlib_module_names)
 
 
-def test_the_supervisor_tells_alerts_where_pippa_up_installs_them() -> None:
-    """supervise.py travels alone to the host, so it names the alerts program itself: the same file."""
-    from pippa_ops.alerts import hostalerts
-    from pippa_ops.runs import supervise
+def test_the_supervisor_tells_alerts_only_of_the_events_between_start_and_end() -> None:
+    """The supervisor and the alerts are one host program now: it tells the events cmd.sh cannot."""
+    assert set(supervisor.MID_RUN_ALERTS) <= {"retrying", "stalled", "diverged", "gave_up", "lost"}
 
-    assert hostalerts.PROGRAM == supervise.ALERTS_PROGRAM
-    assert set(supervise.MID_RUN_ALERTS) <= {"retrying", "stalled", "diverged", "gave_up", "lost"}
+
+def test_the_previous_versions_reboot_line_is_replaced_not_kept_beside_the_new_one() -> None:
+    previous = (
+        "@reboot python3 -S -I ~/.local/share/pippa/supervise.py --recover '~/pippa' "
+        "# pippa recover_on_boot '~/pippa'\n"
+    )
+    mine = "0 3 * * * echo mine\n"
+    assert edit_crontab(mine + previous, "~/pippa", True) == mine + boot_line("~/pippa") + "\n"
+    assert "agent.pyz recover" in boot_line("~/pippa")
 
 
 def test_a_lost_attempt_does_not_spend_the_retry_budget_of_recover() -> None:

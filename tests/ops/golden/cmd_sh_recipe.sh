@@ -18,5 +18,5 @@ trap : INT
   echo $? > "$RUN_DIR/exit_code.tmp"
 } 2>&1 | tee -a -i "$RUN_DIR/output.log"
 [ -f "$RUN_DIR/exit_code.tmp" ] && mv -f "$RUN_DIR/exit_code.tmp" "$RUN_DIR/exit_code"
-[ -f "$HOME"/.config/pippa/alerts/hostalerts.py ] && python3 -S "$HOME"/.config/pippa/alerts/hostalerts.py event --run-dir "$RUN_DIR" --detach >/dev/null 2>&1 || :
+[ -f "$HOME"/.config/pippa/alerts/config.json ] && [ -f "$RUN_DIR/agent.pyz" ] && python3 -S -I "$RUN_DIR/agent.pyz" alerts event --run-dir "$RUN_DIR" --detach >/dev/null 2>&1 || :
 exit 0

@@ -13,10 +13,10 @@ trap : INT
     export PIPPA_RUN_ID=20260101-120000-tiny-abcd PIPPA_RUN_DIR="$RUN_DIR"
     export HF_HOME='/data/hf cache'
     if [ -f "$HOME"/.config/pippa/secrets.env ]; then set -a; . "$HOME"/.config/pippa/secrets.env; set +a; unset PIPPA_NOTIFY; fi
-    python3 -S -I "$RUN_DIR/supervise.py" "$RUN_DIR"
+    python3 -S -I "$RUN_DIR/agent.pyz" supervise "$RUN_DIR"
   )
   echo $? > "$RUN_DIR/exit_code.tmp"
 } 2>&1 | tee -a -i "$RUN_DIR/output.log"
 [ -f "$RUN_DIR/exit_code.tmp" ] && mv -f "$RUN_DIR/exit_code.tmp" "$RUN_DIR/exit_code"
-[ -f "$HOME"/.config/pippa/alerts/hostalerts.py ] && python3 -S "$HOME"/.config/pippa/alerts/hostalerts.py event --run-dir "$RUN_DIR" --detach >/dev/null 2>&1 || :
+[ -f "$HOME"/.config/pippa/alerts/config.json ] && [ -f "$RUN_DIR/agent.pyz" ] && python3 -S -I "$RUN_DIR/agent.pyz" alerts event --run-dir "$RUN_DIR" --detach >/dev/null 2>&1 || :
 exit 0

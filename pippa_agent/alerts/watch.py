@@ -1,0 +1,249 @@
+"""The idle-GPU watcher (``alerts watch``, one per host user, under a lock) and the low-disk check:
+alert once when every GPU idles with no pippa run, once when busy again."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from pippa_agent.alerts.deliver import emit
+from pippa_agent.alerts.events import host_event
+from pippa_agent.alerts.files import here, load_config, read_json, read_text, write_json
+from pippa_agent.program import program_file
+from pippa_contract import rundir as rd
+from pippa_contract.alerts import DEFAULT_IDLE_THRESHOLD, format_elapsed
+from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR, WATCH_LOCK, WATCH_STATE
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+DISK_MIN_FREE = 0.05  # alert when the run's file system has less than this fraction free
+
+
+def free_fraction(path: str) -> float | None:
+    try:
+        st = os.statvfs(os.path.expanduser(path))
+    except OSError:
+        return None
+    return st.f_bavail / st.f_blocks if st.f_blocks else None
+
+
+def check_disk(path: str, state: dict[str, Any]) -> None:
+    """Alert once when ``path``'s file system drops under DISK_MIN_FREE free, again after it recovers."""
+    frac = free_fraction(path)
+    if frac is None:
+        return
+    low = frac < DISK_MIN_FREE
+    if low and not state.get("disk_low"):
+        emit(host_event("disk low", path, f"{frac * 100:.1f}% free on the file system of {path}"))
+    state["disk_low"] = low
+
+
+# ---- the idle-GPU watcher ------------------------------------------------------------------------
+
+
+def gpu_utilization() -> list[float] | None:
+    """Each GPU's utilization in %, or None where nvidia-smi is missing or fails."""
+    try:
+        p = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=20)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if p.returncode != 0:
+        return None
+    out = []
+    for line in p.stdout.decode("utf-8", "replace").splitlines():
+        try:
+            out.append(float(line.strip()))
+        except ValueError:
+            continue
+    return out or None
+
+
+def active_run(remote_dir: str) -> str | None:
+    """A pippa run under ``remote_dir`` whose job is going: no exit_code and its tmux session alive."""
+    base = os.path.join(os.path.expanduser(remote_dir), "runs")
+    candidates = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return None
+    for entry in entries:
+        if entry.is_dir() and not os.path.exists(os.path.join(entry.path, rd.EXIT_CODE)):
+            ident = read_text(os.path.join(entry.path, rd.TMUX_SESSION), 128)
+            if ident:
+                candidates.append((ident, entry.name))
+    if not candidates:
+        return None
+    try:
+        p = subprocess.run(["tmux", "list-sessions", "-F", "#{session_id}@#{session_created}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    alive = set(p.stdout.decode("utf-8", "replace").split())
+    return next((name for ident, name in candidates if ident in alive), None)
+
+
+def poll_interval(idle_s: float) -> float:
+    """A tenth of the idle period, between 0.5 s and 60 s: the alert comes at most 10% (a minute) late,
+    and a real nvidia-smi (tens of ms of CPU, more with many GPUs) costs well under 0.5% of a core."""
+    return max(0.5, min(60.0, idle_s / 10.0))
+
+
+class IdleWatch:
+    """The state machine: idle since when, alerted or not. ``sample`` is fed one observation."""
+
+    def __init__(self, idle_s: float, threshold: float) -> None:
+        self.idle_s = idle_s
+        self.threshold = threshold
+        self.idle_since: float | None = None
+        self.alerted = False
+
+    def sample(self, now: float, utils: list[float] | None, run: str | None) -> str | None:
+        """``"idle"`` when the alert is due, ``"busy"`` when an alerted idle period ends, else None.
+
+        A sample with no reading (nvidia-smi failed once) and no run says nothing: it neither ends an
+        idle period nor alerts again when the next reading is idle."""
+        if not utils and run is None:
+            return None
+        idle = bool(utils) and run is None and all(u < self.threshold for u in utils or [])
+        if idle:
+            if self.idle_since is None:
+                self.idle_since = now
+            if not self.alerted and now - self.idle_since >= self.idle_s:
+                self.alerted = True
+                return "idle"
+            return None
+        was = self.alerted
+        self.alerted = False
+        self.idle_since = None
+        return "busy" if was else None
+
+
+def lock_file() -> int:
+    os.makedirs(os.path.expanduser(ALERTS_DIR), mode=0o700, exist_ok=True)
+    return os.open(here(WATCH_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+
+
+def watcher_running() -> bool:
+    """Whether a watcher holds the lock, probed with a shared lock that its exclusive one refuses.
+
+    The probe lasts microseconds, and a watcher starting meanwhile retries its own lock (watch_main)."""
+    import fcntl
+
+    fd = lock_file()
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def is_watcher(pid: object) -> bool:
+    """Whether ``pid`` is a live watcher process (watch.json may name a dead one: a watcher killed
+    with SIGKILL leaves its file behind)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return False
+    # this program's (``agent-<sha>.pyz alerts watch``) or an earlier version's (``hostalerts.py watch``)
+    return b"watch" in args and any(a.endswith((b".pyz", b"hostalerts.py")) for a in args)
+
+
+def watch_main() -> int:
+    """``watch``: sample the GPUs until stopped; alert once when idle, once when busy again."""
+    import fcntl
+
+    fd = lock_file()
+    deadline = time.monotonic() + 1.0  # a probe (watcher_running) may hold the lock shared for a moment
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if time.monotonic() >= deadline:
+                return 0  # another watcher of this user holds the lock: one per host user
+            time.sleep(0.02)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    started = time.time()
+    write_json(here(WATCH_STATE), {"pid": os.getpid(), "started": started})  # before the first, slow sample
+    cfg_mtime = None
+    watch = IdleWatch(1200.0, DEFAULT_IDLE_THRESHOLD)
+    disk: dict[str, Any] = {}
+    cfg: dict[str, Any] = {}
+    while not stopping:
+        try:
+            m = os.stat(here(ALERTS_CONFIG)).st_mtime
+        except OSError:
+            m = None
+        if m != cfg_mtime:
+            cfg_mtime, cfg = m, load_config()
+            if not cfg.get("idle_alert_s"):
+                break  # the setting was removed: `pippa up` stops us too, this is the belt
+            watch.idle_s = float(cfg["idle_alert_s"])
+            watch.threshold = float(cfg.get("idle_threshold", DEFAULT_IDLE_THRESHOLD))
+        now = time.time()
+        utils = gpu_utilization()
+        run = active_run(str(cfg.get("remote_dir") or "~/pippa"))
+        due = watch.sample(now, utils, run)
+        if due == "idle":
+            idle_for = now - (watch.idle_since or now)
+            why = f"every GPU under {watch.threshold:g}% for {format_elapsed(idle_for)}, no pippa run active"
+            emit(host_event("idle", "GPUs", why, idle_for))
+        elif due == "busy":
+            emit(host_event("busy", "GPUs", "the idle period ended (GPUs in use or a run started)"))
+        check_disk(str(cfg.get("remote_dir") or "~"), disk)
+        state = {"pid": os.getpid(), "started": started, "sample_time": now, "utilization": utils,
+                 "active_run": run, "idle_since": watch.idle_since, "alerted": watch.alerted}  # fmt: skip
+        write_json(here(WATCH_STATE), state)
+        deadline = time.time() + poll_interval(watch.idle_s)
+        while not stopping and time.time() < deadline:
+            time.sleep(min(0.5, max(0.0, deadline - time.time())))
+    with contextlib.suppress(OSError):
+        os.unlink(here(WATCH_STATE))
+    return 0
+
+
+def watch_ensure() -> dict[str, Any]:
+    """Start the watcher unless one runs (idempotent); its pid."""
+    if not watcher_running():
+        program = program_file()
+        if program is None:
+            return {"watcher": None, "error": "not run from the host program"}
+        subprocess.Popen([sys.executable, "-S", "-I", program, "alerts", "watch"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                         close_fds=True, cwd="/")  # fmt: skip
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        st = read_json(here(WATCH_STATE))
+        pid = st.get("pid") if isinstance(st, dict) else None
+        if is_watcher(pid) and watcher_running():
+            return {"watcher": pid}
+        time.sleep(0.05)
+    return {"watcher": None, "error": "the watcher did not start within 10s"}
+
+
+def watch_stop() -> dict[str, Any]:
+    """Stop this user's watcher (it alerts nothing on the way out)."""
+    st = read_json(here(WATCH_STATE))
+    pid = st.get("pid") if isinstance(st, dict) else None
+    if not watcher_running():
+        return {"stopped": None}
+    if isinstance(pid, int):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.time() + 10
+    while time.time() < deadline and watcher_running():
+        time.sleep(0.05)
+    return {"stopped": pid if not watcher_running() else None}

@@ -1,0 +1,328 @@
+"""The host-side supervisor of a run with a restart policy: retry with resume, hang detection, records.
+
+cmd.sh runs ``python3 -S -I "$RUN_DIR/agent.pyz" supervise "$RUN_DIR"`` (the host program, see
+pippa_contract.hostdirs) in place of the job line when the run has a ``restart`` policy in its
+run.json (``pippa run --retry N`` / ``--stall-timeout``, a recipe's ``[restart]`` table). It runs on
+the host inside the run's tmux session, so a run restarts while the laptop sleeps. It runs the job
+line as a child in its own process group, waits for it, and:
+
+- exit 0: done; exit 2 (a configuration or usage error), a stop the user asked for (Ctrl-C, ``pippa
+  stop``: the ``stop_requested`` file), or a diverged run (metrics end line ``diverged``, unless the
+  policy says ``retry_diverged``): no retry;
+- any other end: after a capped, doubling backoff, the same line with ``--resume`` (a recipe run; a
+  ``--cmd`` run reruns its line) in the same run directory, while attempts remain;
+- no new metrics line for ``stall_timeout_s`` after the attempt's first step (no new output.log bytes
+  for a ``--cmd`` run): SIGINT (the trainer saves), SIGCONT (a stopped process cannot save), up to
+  ``grace_s``, then SIGKILL; the attempt ends ``stalled`` and is retried like a crash.
+
+Every attempt is recorded in ``attempts.json`` (docs/CONTRACTS.md; pippa_contract.attempts) and every
+event goes through one function, ``Supervisor.emit``: a banner line in output.log, the record
+rewritten (tmp + rename). The supervisor exits with the last attempt's exit code, so cmd.sh records
+it as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+from pippa_agent import attempt_facts as af
+from pippa_agent import forensics
+from pippa_agent.program import program_file
+from pippa_agent.supervise.ending import StallWatch, attempt_of, capture, conclude
+from pippa_agent.supervise.files import (
+    POLL_S,
+    child_setup,
+    drain_output,
+    exit_status,
+    file_size,
+    last_metrics,
+    newest_checkpoint,
+    read_json,
+    write_json,
+)
+from pippa_contract import failures as fc
+from pippa_contract import rundir as rd
+from pippa_contract import stall as stl
+from pippa_contract.attempts import (
+    COMPLETED,
+    FAILED,
+    LOST,
+    RUNNING,
+    STALLED,
+    STOPPED,
+    backoff,
+    policy_of,
+)
+from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR
+
+# supervisor events told as they happen (the run's end is told by cmd.sh's run-end line): exactly one
+# per retry ("retrying" carries the attempt, class, reason and backoff), and one when the run is lost
+MID_RUN_ALERTS = {"retrying": "retrying", "lost": "lost"}
+KILL_WAIT_S = 5.0  # after a hang-up: how long the job gets before SIGKILL
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class Supervisor:
+    """One run's attempts. ``run`` returns the exit code cmd.sh records."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+        meta = read_json(os.path.join(run_dir, rd.RUN_JSON))
+        self.meta = meta if isinstance(meta, dict) else {}
+        self.policy = policy_of(self.meta)
+        self.command = str(self.meta.get("command") or "")
+        self.recipe = self.meta.get("recipe")
+        self.path = os.path.join(run_dir, rd.ATTEMPTS_JSON)
+        self.log = os.path.join(run_dir, rd.OUTPUT_LOG)
+        self.metrics = os.path.join(run_dir, rd.METRICS)
+        old = read_json(self.path)
+        kept = isinstance(old, dict) and isinstance(old.get("attempts"), list)
+        self.doc: dict[str, Any] = old if kept and isinstance(old, dict) else {}
+        self.doc["max_attempts"] = self.policy["max_attempts"]
+        self.doc["infra_retries"] = self.policy["infra_retries"]
+        self.doc.setdefault("overrides", [])  # the --set arguments of an OOM retry (half the batch)
+        self.doc.setdefault("attempts", [])
+        self.doc["next_at"] = None
+        self.doc["gave_up"] = False
+        self.child: subprocess.Popen[bytes] | None = None
+        self.stopping = False
+        self.setup = child_setup()
+        self.oom_kills_before: int | None = None
+
+    # -- the one place an event leaves the supervisor ---------------------------------------------
+    def emit(self, event: str, message: str | None = None) -> None:
+        """Record the attempts and tell output.log. ``event``: started, ended, retrying, stalled,
+        diverged, gave_up, finished, stopped, lost. (The place to hook alerts on: the alerts program reads
+        the event's line from attempts.json's ``event``, never from argv.)"""
+        self.doc["event"] = {"event": event, "message": message, "time": time.time()}
+        write_json(self.path, self.doc)
+        if event in MID_RUN_ALERTS:
+            self.alert(MID_RUN_ALERTS[event])
+        if message:
+            try:
+                sys.stdout.write(f"pippa: {message}\n")
+                sys.stdout.flush()
+            except OSError:
+                pass  # the pane and its tee are gone (a hang-up): the record above is what counts
+
+    def alert(self, state: str) -> None:
+        """Tell PIPPA_NOTIFY (when ``pippa up`` set alerts up) in the background, through this same
+        host program's ``alerts``: the run's end is told by cmd.sh; these are the events in between.
+        The reason is read from the run's files by the alerts program (redacted there), never argv."""
+        program = program_file()
+        alerts_on = os.path.isfile(os.path.join(os.path.expanduser(ALERTS_DIR), ALERTS_CONFIG))
+        if program is None or not alerts_on:
+            return
+        argv = [sys.executable or "python3", "-S", "-I", program, "alerts", "event", "--run-dir",
+                self.run_dir, "--state", state, "--detach"]  # fmt: skip
+        with contextlib.suppress(OSError):
+            subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+
+    # -- attempts ----------------------------------------------------------------------------------
+    def stop_requested(self) -> bool:
+        return os.path.exists(os.path.join(self.run_dir, rd.STOP_REQUESTED))
+
+    def close_lost(self) -> None:
+        """An attempt left running by a supervisor that died with its session (reboot, tmux killed)."""
+        for a in self.doc["attempts"]:
+            if a.get("outcome") == RUNNING:
+                log_time = os.path.getmtime(self.log) if os.path.exists(self.log) else time.time()
+                a.update(end=log_time, outcome=LOST, reason="the session ended with no exit code")
+                a.setdefault("class", fc.LOST)
+
+    def run(self) -> int:
+        self.close_lost()
+        code = 0
+        while True:
+            if self.stop_requested():
+                self.emit("stopped", "stop requested: no further attempt")
+                return code or 130
+            n = len(self.doc["attempts"]) + 1
+            attempt = self.start(n)
+            code, outcome = self.watch(attempt)
+            attempt.update(end=time.time(), exit_code=code, outcome=outcome)
+            drain_output(self.log)
+            verdict, decision = conclude(
+                self.run_dir, self.doc, attempt, code, outcome, policy=self.policy,
+                recipe=self.recipe is not None, stopped=outcome == STOPPED or self.stop_requested(),
+                oom_kills_before=self.oom_kills_before, pid=self.child.pid if self.child else None,
+            )  # fmt: skip
+            said, of = fc.label(verdict.cls, verdict.reason), attempt_of(self.doc, self.policy, n)
+            if verdict.cls == fc.COMPLETED:
+                self.emit("finished", f"{of} completed" if n > 1 else None)
+                return 0
+            if verdict.cls == fc.STOPPED:
+                self.emit("stopped", f"{of} stopped (exit {code}): not retried")
+                return code
+            if not decision.retry:
+                final = verdict.cls in (fc.CONFIG, fc.DIVERGED, fc.GPU_FAULT)
+                self.doc["gave_up"] = n > 1 or final
+                quiet = n == 1 and not final and verdict.cls != fc.OOM  # a single attempt, nothing asked
+                self.emit("diverged" if verdict.cls == fc.DIVERGED else "gave_up",
+                          None if quiet else f"{of} {said} (exit {code}): {decision.why}")  # fmt: skip
+                return code
+            if decision.batch is not None:
+                self.doc["overrides"] = decision.set_args()
+            wait = backoff(n, self.policy)
+            self.doc["next_at"] = time.time() + wait
+            resume = ", with --resume" if self.recipe else ""
+            self.emit(
+                "retrying", f"{of} {said} (exit {code}); {decision.why}; attempt {n + 1} in {wait:g}s{resume}"
+            )
+            if not self.sleep(wait):
+                self.doc["next_at"] = None
+                self.emit("stopped", "stopped while waiting: no further attempt")
+                return code
+            self.doc["next_at"] = None
+
+    def start(self, n: int) -> dict[str, Any]:
+        resume = n > 1 and self.recipe is not None
+        line = f"{self.command} --resume" if resume else self.command
+        if self.doc.get("overrides"):  # an OOM retry's smaller batch, for the rest of the run
+            line += " " + " ".join(shlex.quote(str(a)) for a in self.doc["overrides"])
+        attempt = {
+            "attempt": n,
+            "start": time.time(),
+            "end": None,
+            "exit_code": None,
+            "resumed_from_step": newest_checkpoint(self.run_dir) if resume else None,
+            "reason": None,
+            "outcome": RUNNING,
+            "log_offset": file_size(self.log),
+        }
+        self.doc["attempts"].append(attempt)
+        if n > 1:
+            at = attempt["resumed_from_step"]
+            frm = f" from step {at}" if at is not None else ""
+            if at is None and resume:
+                frm = " (no checkpoint yet: from the start)"
+            self.emit("started", f"===== {attempt_of(self.doc, self.policy, n)}{frm} =====")
+        else:
+            self.emit("started")
+        self.oom_kills_before = af.cgroup_oom_kills()
+        # NCCL ranks keep a Flight Recorder trace and dump it when asked (no effect without NCCL)
+        env = {**os.environ, **forensics.flight_recorder_env(self.run_dir, n)} if self.recipe else None
+        self.child = subprocess.Popen(["sh", "-c", line], preexec_fn=self.setup, env=env)
+        if self.stopping:  # Ctrl-C came while it started
+            self.signal_group(signal.SIGINT)
+        return attempt
+
+    def watch(self, attempt: dict[str, Any]) -> tuple[int, str]:
+        """Wait for the attempt's job; end it when it stalls (its forensics captured first). Its exit
+        status and outcome (a divergence is the classifier's to see: pippa_contract.failures)."""
+        child = self.child
+        assert child is not None
+        stall = StallWatch(self.policy["stall_timeout_s"], self.recipe is not None, self.metrics,
+                           attempt["start"])  # fmt: skip
+        stalled = False
+        while True:
+            try:
+                rc = child.wait(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            limit = stall.now()
+            if limit and self.stalled_for(attempt) > limit:
+                stalled = True
+                attempt["stall_threshold_s"] = limit
+                attempt["reason"] = stl.reason(limit, self.recipe is not None)
+                where = capture(self.run_dir, attempt, child.pid)
+                self.emit("stalled", f"attempt {attempt['attempt']} stalled: {attempt['reason']}; ending it "
+                          f"(what it was doing: {where}/)")  # fmt: skip
+                rc = self.end_child(self.policy["grace_s"])
+                break
+        code = exit_status(rc)
+        if stalled:
+            return code, STALLED
+        if self.stopping:
+            return code, STOPPED
+        return code, COMPLETED if code == 0 else FAILED
+
+    def stalled_for(self, attempt: dict[str, Any]) -> float:
+        """Seconds since the attempt's last progress; 0 before its first step (model download and
+        start-up never count). A recipe run's progress is a metrics line, a command's its output."""
+        now = time.time()
+        if self.recipe is not None:
+            newest, _ = last_metrics(self.metrics)
+            if newest is None or newest < attempt["start"]:
+                return 0.0
+            try:
+                return now - max(newest, os.path.getmtime(self.metrics))
+            except OSError:
+                return 0.0
+        if file_size(self.log) <= attempt["log_offset"]:
+            return 0.0
+        try:
+            return now - os.path.getmtime(self.log)
+        except OSError:
+            return 0.0
+
+    def end_child(self, grace_s: float) -> int:
+        """SIGINT the job's group (the trainer saves), SIGCONT (a stopped one cannot), wait ``grace_s``,
+        then SIGKILL what is left."""
+        child = self.child
+        assert child is not None
+        for sig in (signal.SIGINT, signal.SIGCONT):
+            self.signal_group(sig)
+        try:
+            return int(child.wait(timeout=grace_s))
+        except subprocess.TimeoutExpired:
+            self.signal_group(signal.SIGKILL)
+            return int(child.wait())
+
+    def signal_group(self, sig: int) -> None:
+        if self.child is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.child.pid, sig)
+
+    def sleep(self, seconds: float) -> bool:
+        """Wait before a retry; False when a stop arrives meanwhile."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.stopping or self.stop_requested():
+                return False
+            time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+        return not (self.stopping or self.stop_requested())
+
+    # -- signals -------------------------------------------------------------------------------------
+    def on_interrupt(self, signum: int, frame: object) -> None:
+        """Ctrl-C in the pane (``pippa stop``): pass it on to the job (it saves), retry nothing."""
+        self.stopping = True
+        self.signal_group(signum)
+
+    def on_hangup(self, signum: int, frame: object) -> None:
+        """The session is going (``tmux kill-session``: SIGHUP; a shutdown: SIGTERM, and the trainer
+        saves): end the job with it and record the attempt; a run nobody asked to stop is ``lost``
+        and ``pippa recover`` resumes it."""
+        self.signal_group(signum)
+        child = self.child
+        if child is not None:
+            try:
+                child.wait(timeout=KILL_WAIT_S if signum == signal.SIGHUP else self.policy["grace_s"])
+            except subprocess.TimeoutExpired:
+                self.signal_group(signal.SIGKILL)
+        stopped = self.stop_requested()
+        for a in self.doc["attempts"]:
+            if a.get("outcome") == RUNNING:
+                a.update(end=time.time(), outcome=STOPPED if stopped else LOST,
+                         reason=f"the session ended (signal {signum})")  # fmt: skip
+                a["class"] = fc.STOPPED if stopped else fc.LOST
+        self.doc["next_at"] = None
+        if stopped:
+            self.emit("stopped")
+        else:  # one alert: the run needs `pippa recover` (or the @reboot line) to go on
+            n = len(self.doc["attempts"])
+            self.emit(
+                "lost", f"attempt {n} lost: the session ended (signal {signum}); pippa recover resumes it"
+            )
+        os._exit(128 + signum)

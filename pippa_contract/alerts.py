@@ -1,0 +1,145 @@
+"""What an alert says, on both sides: durations, a run's GPU count, cost so far, the message's
+lines, and the redaction of secrets. The host's alerts program (pippa_agent.alerts) builds and sends
+messages with these; the laptop uses the same for ``ps``'s cost and its inventory's durations."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+TARGET = "PIPPA_NOTIFY"  # the secrets file's key holding the Apprise URLs
+DEFAULT_IDLE_THRESHOLD = 5.0  # % utilization under which a GPU counts as idle
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+_ADDRESS = re.compile(r"[0-9.]{1,15}")  # an IPv4 address or a port: parts of a URL that are no secret
+_GPU_IDS = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def parse_duration(text: str) -> float:
+    """``"20m"``, ``"90s"``, ``"1h30m"``, ``"45"`` (seconds) -> seconds; ValueError otherwise."""
+    m = _DURATION.fullmatch(text.strip())
+    if not text.strip() or m is None or not any(m.groups()):
+        raise ValueError(f"a duration like 20m, 90s or 1h30m, not {text!r}")
+    h, mins, s = m.groups()
+    return int(h or 0) * 3600.0 + int(mins or 0) * 60.0 + float(s or 0)
+
+
+def gpu_ids_count(spec: str) -> int | None:
+    """How many GPUs ``launch.gpus`` names (``"0-6"``, ``"0,2"``); None when it is not such a list."""
+    spec = spec.strip().strip("\"'")
+    if not _GPU_IDS.fullmatch(spec):
+        return None
+    n = 0
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        n += (int(hi) - int(lo) + 1) if hi.strip() else 1
+    return n if n > 0 else None
+
+
+def run_gpus(command: str) -> int | None:
+    """The GPUs a run asked for (its ``--set launch.gpus=...``, i.e. ``pippa run --gpus``); None: all."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    found = None
+    for i, word in enumerate(words):
+        item = words[i + 1] if word == "--set" and i + 1 < len(words) else ""
+        if item.startswith("launch.gpus="):
+            found = gpu_ids_count(item.split("=", 1)[1])
+    return found
+
+
+def cost_so_far(
+    elapsed_s: float | None,
+    cost_per_hour: float | None,
+    cost_per_gpu_hour: float | None,
+    run_gpus: int | None,
+    host_gpus: int | None,
+) -> float | None:
+    """elapsed x the host's rate x the run's share of the host's GPUs (all of them without ``--gpus``).
+
+    None where the host has no rate, or where the share needs a GPU count nobody knows: never a
+    made-up zero."""
+    if elapsed_s is None:
+        return None
+    hours = max(0.0, elapsed_s) / 3600.0
+    if cost_per_gpu_hour is not None:
+        n = run_gpus if run_gpus is not None else host_gpus
+        return None if n is None else hours * cost_per_gpu_hour * n
+    if cost_per_hour is not None:
+        if run_gpus is None:
+            return hours * cost_per_hour
+        if not host_gpus:
+            return None
+        return hours * cost_per_hour * min(1.0, run_gpus / host_gpus)
+    return None
+
+
+def format_elapsed(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(seconds)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s"
+
+
+def message(event: dict[str, Any]) -> tuple[str, str, str]:
+    """(title, body, Apprise notify type) of an event: one ``field: value`` line per known fact."""
+    state = str(event.get("state") or "event")
+    host = str(event.get("host") or "?")
+    what = event.get("name") or event.get("run_id") or event.get("subject") or ""
+    title = f"pippa: {state} {what} on {host}" if what else f"pippa: {state} on {host}"
+    lines = [f"host: {host}"]
+    if event.get("run_id"):
+        lines.append(f"run: {event['run_id']}")
+    if event.get("attempt"):
+        lines.append(f"attempt: {event['attempt']}")
+    if event.get("recipe"):
+        lines.append(f"recipe: {event['recipe']}")
+    lines.append(f"state: {state}")
+    if event.get("step") is not None:
+        total = event.get("total_steps")
+        lines.append(f"step: {event['step']}/{total if total is not None else '?'}")
+    if event.get("reason"):
+        lines.append(f"reason: {event['reason']}")
+    if event.get("elapsed_s") is not None:
+        lines.append(f"elapsed: {format_elapsed(event['elapsed_s'])}")
+    if event.get("cost") is not None:
+        lines.append(f"cost so far: {event['cost']:.2f}")
+    if event.get("wandb"):
+        lines.append(f"W&B: {event['wandb']}")
+    if event.get("look"):
+        lines.append(f"look: {event['look']}")
+    kind = {"finished": "success", "recovered": "success", "busy": "info"}.get(state, "failure")
+    if state in ("test", "idle"):
+        kind = "info" if state == "test" else "warning"
+    return title, "\n".join(lines), kind
+
+
+def redact(text: str, target: str) -> str:
+    """Take every part of the Apprise URLs out of a line (tokens live in hosts, paths and queries).
+
+    Bare addresses and ports (digits and dots, IPv4 length at most) stay: they are no secret, and
+    taking them out would mangle the steps, times and costs a message carries."""
+    for url in sorted(re.split(r"[\s,]+", target), key=len, reverse=True):
+        if url:
+            text = text.replace(url, "***")
+    for part in sorted(set(re.split(r"[^A-Za-z0-9_.~%+-]+", target)), key=len, reverse=True):
+        if len(part) >= 4 and part not in ("json", "form", "http", "https") and not _ADDRESS.fullmatch(part):
+            text = text.replace(part, "***")
+    return text
+
+
+def redact_secrets(text: str, values: dict[str, str]) -> str:
+    """``text`` without PIPPA_NOTIFY's URLs and their parts (``redact``) or any other secret's value."""
+    for key, value in sorted(values.items(), key=lambda kv: len(kv[1]), reverse=True):
+        if key == TARGET:
+            text = redact(text, value)
+        elif len(value.strip()) >= 4:
+            text = text.replace(value, "***")
+    return text
