@@ -78,7 +78,7 @@ def test_a_rank_that_leaves_the_collective_is_found_stalled_named_and_retried(
     out = run_dir / first["forensics"]["dir"]
     procs = json.loads((out / "processes.json").read_text())
     assert sorted(p["rank"] for p in procs if p["rank"] is not None) == [0, 1]
-    assert all((out / p["stack"]).is_file() for p in procs if p["rank"] is not None)
+    assert all(p["stack"] and (out / p["stack"]).is_file() for p in procs if p["rank"] is not None), procs
 
     why = pippa(env, "why", "rhang", "--host", h.name, "--json")
     assert why.returncode == 0, why.stderr
@@ -88,7 +88,8 @@ def test_a_rank_that_leaves_the_collective_is_found_stalled_named_and_retried(
 
     _ended(run_dir)
     assert (run_dir / "exit_code").read_text() == "0\n", log.read_text()[-3000:]
-    assert steps(run_dir) == list(range(1, 7))
+    seen = [(r.get("type"), r.get("step"), r.get("resumed_from_step")) for r in records(run_dir)]
+    assert steps(run_dir) == list(range(1, 7)), (seen, attempts(run_dir), log.read_text()[-4000:])
     first, second = attempts(run_dir)
     assert second["class"] == "completed" and first["decision"]["spends"] == "infra"
 
