@@ -48,6 +48,22 @@ class StallWatch:
         return self.threshold
 
 
+def saving(run_dir: str, within_s: float) -> bool:
+    """Whether a checkpoint is being written (a file under checkpoints/ changed within ``within_s``):
+    a long save after a step is progress, not a hang."""
+    now, root = time.time(), os.path.join(run_dir, rd.CHECKPOINTS)
+    for base, dirs, files in os.walk(root):
+        if base[len(root) :].count(os.sep) >= 3:
+            dirs[:] = []
+        for name in files:
+            try:
+                if now - os.stat(os.path.join(base, name)).st_mtime < within_s:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 def capture(run_dir: str, attempt: dict[str, Any], pid: int) -> str:
     """Record the forensics of a stalled attempt in it; the directory, relative to the run's."""
     try:
@@ -87,6 +103,8 @@ def conclude(
     batch = af.batch_of(os.path.join(run_dir, rd.METRICS)) if recipe else None
     decision = af.decide(doc, verdict, policy, batch)
     attempt.update(verdict.to_json())
+    if verdict.cls == fc.COMPLETED:
+        attempt["reason"] = None  # nothing to explain
     attempt["decision"] = {"retry": decision.retry, "spends": decision.spends, "why": decision.why,
                            "batch": list(decision.batch) if decision.batch else None}  # fmt: skip
     return verdict, decision

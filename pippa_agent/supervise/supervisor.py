@@ -34,7 +34,7 @@ import time
 from pippa_agent import attempt_facts as af
 from pippa_agent import forensics
 from pippa_agent.program import program_file
-from pippa_agent.supervise.ending import StallWatch, attempt_of, capture, conclude
+from pippa_agent.supervise.ending import StallWatch, attempt_of, capture, conclude, saving
 from pippa_agent.supervise.files import (
     POLL_S,
     child_setup,
@@ -232,7 +232,7 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 pass
             limit = stall.now()
-            if limit and self.stalled_for(attempt) > limit:
+            if limit and self.stalled_for(attempt) > limit and not saving(self.run_dir, limit):
                 stalled = True
                 attempt["stall_threshold_s"] = limit
                 attempt["reason"] = stl.reason(limit, self.recipe is not None)

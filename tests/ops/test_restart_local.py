@@ -119,7 +119,7 @@ def test_a_job_that_keeps_crashing_ends_after_n_plus_1_attempts_with_its_last_re
         f"Error: boom {i}" for i in (1, 2, 3)
     ]  # each attempt's output stays
     assert "pippa: ===== attempt 2/3 =====" in log and "pippa: ===== attempt 3/3 =====" in log
-    assert "pippa: attempt 3/3 failed (exit 1): Error: boom 3; no attempts left" in log
+    assert "pippa: attempt 3/3 crash: Error: boom 3 (exit 1): no attempts left" in log
     ps = local.pippa("ps", "--host", "local")
     assert f"local {run_id}: failed after 3 attempts (exit 1): Error: boom 3" in ps.stdout.replace("\n", "")
 
@@ -128,10 +128,14 @@ def test_a_configuration_error_exit_2_is_not_retried(local: Local) -> None:
     cmd = f"{COUNT}; echo 'error: unknown setting train.nope' >&2; exit 2"
     run_id = local.start("--cmd", cmd, "--name", "usage", "--retry", "3", "--backoff", "0.1s")
     rec = local.wait_state(run_id, lambda r: r["state"] != "running")
-    assert (rec["state_text"], rec["error"]) == ("failed (exit 2)", "error: unknown setting train.nope")
+    assert (rec["state_text"], rec["error"]) == (
+        "config (error: unknown setting train.nope)",
+        "error: unknown setting train.nope",
+    )
     assert [a["outcome"] for a in local.attempts(run_id)] == ["failed"]
     assert (local.repo / "count").read_text() == "1\n"
-    assert "exit 2 (configuration or usage error): not retried" in local.log(run_id)
+    assert "a configuration or usage error (exit 2): not retried" in local.log(run_id)
+    assert local.attempts(run_id)[0]["class"] == "config"
 
 
 def test_a_run_stopped_with_pippa_stop_is_not_retried(local: Local) -> None:
