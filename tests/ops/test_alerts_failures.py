@@ -41,7 +41,8 @@ def test_one_alert_per_retry_and_one_for_a_lost_run_each_naming_the_run(
     retries = [q for q in hook.posts if q.fields.get("run") == run_id and q.fields.get("state") == "retrying"]
     assert len(retries) == 2  # exactly one per retry
     first = retries[0].fields
-    assert first["attempt"] == "1/3" and first["reason"].startswith("attempt 1/3 crash: ValueError: boom 1 (exit 1)")
+    assert first["attempt"] == "1/3"
+    assert first["reason"].startswith("attempt 1/3 crash: ValueError: boom 1 (exit 1)")
     assert "retry 1/2" in first["reason"] and "attempt 2 in 1s" in first["reason"]
     for q in [*retries, done]:
         assert q.json["title"].startswith(f"pippa: {q.fields['state']} al-retry (cmd, {short}) on {h.name}")
