@@ -190,6 +190,20 @@ def test_a_lost_session_shows_lost_and_recover_resumes_it_with_its_attempts_coun
     assert again.returncode == 0 and again.stdout.strip() == "local: no lost runs"
 
 
+def test_a_lost_attempt_spends_no_retry_a_run_without_retry_is_recovered_too(local: Local) -> None:
+    run_id = local.start("slow", "--name", "bare")  # no --retry: a recipe run is still supervised
+    wait_for(lambda: "train slow" in local.log(run_id))
+    local.tmux("kill-server")
+    rec = local.wait_state(run_id, lambda r: r["state"] != "running")
+    assert rec["state"] == "lost"
+    r = local.pippa("recover", "local")
+    assert r.returncode == 0 and f"local: resumed {run_id} in session bare (attempt 2/2" in r.stdout, r.stdout
+    rec = local.wait_state(run_id, lambda r: r["state"] != "running")
+    assert rec["state_text"] == "finished (exit 0)", local.log(run_id)
+    first, second = local.attempts(run_id)
+    assert (first["class"], second["class"]) == ("lost", "completed")
+
+
 def test_a_diverged_run_is_not_retried_unless_asked(local: Local) -> None:
     run_id = local.start("diverge", "--name", "nan", "--retry", "2", "--backoff", "0.1s")
     rec = local.wait_state(run_id, lambda r: r["state"] != "running")
