@@ -268,9 +268,18 @@ def classify(f: AttemptFacts) -> Verdict:
         return Verdict(CRASH, crash.describe(), crash.lines)
     line = _last_line(log)
     if f.exit_code > 128:
-        sig = f"killed by signal {f.exit_code - 128}"
+        sig = f"killed by {_signal_name(f.exit_code - 128)}"
         return Verdict(CRASH, _short(f"{sig} (last line: {line})" if line else sig), (line,) if line else ())
     return Verdict(CRASH, _short(line or f"exit {f.exit_code}"), (line,) if line else ())
+
+
+def _signal_name(n: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
 
 
 def label(cls: str, reason: str | None) -> str:

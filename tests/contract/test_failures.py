@@ -191,7 +191,7 @@ def test_the_ordering_rules() -> None:
     assert (
         fc.classify(facts(1, "x\n", diverged_error="diverged at step 3: loss/total is nan")).cls == "diverged"
     )
-    assert fc.classify(facts(137, "step 9\n")).reason == "killed by signal 9 (last line: step 9)"
+    assert fc.classify(facts(137, "step 9\n")).reason == "killed by SIGKILL (last line: step 9)"
     assert fc.label("stalled", "no new metrics line for 15m") == "stalled (no new metrics line for 15m)"
 
 
