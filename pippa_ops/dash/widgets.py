@@ -13,6 +13,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
+from pippa_contract.termsafe import escape
 from pippa_ops.monitor.state import PLOTTED, SLOT_KEYS, GpuState, HostState, RunDetail, RunRow
 from pippa_ops.runs.cost import cost_text
 from pippa_ops.runs.curves import smooth, ticks_for_width
@@ -113,7 +114,7 @@ def status_line(h: HostState) -> Text:
     """Reachable or not, and why; plainly."""
     if h.link == "down":
         retry = f", retrying in {h.retry_in_s:.0f}s" if h.retry_in_s is not None else ""
-        return Text(f"✗ unreachable ({h.reason or 'unknown'}){retry}", style="bold red")
+        return Text(f"✗ unreachable ({escape(h.reason or 'unknown')}){retry}", style="bold red")
     if h.link == "connecting":
         return Text("… connecting", style="yellow")
     if h.gpus is None:
@@ -130,7 +131,7 @@ def _fmt_elapsed(s: float | None) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-class RunsTable(DataTable[str]):
+class RunsTable(DataTable[Text]):
     """A host's runs; arrows past the last (first) row move on to the next (previous) host's table."""
 
     def __init__(self, host: str) -> None:
@@ -156,7 +157,7 @@ class RunsTable(DataTable[str]):
             step = "" if r.step is None else str(r.step)
             elapsed = _fmt_elapsed(r.elapsed_s) + cost_text(r.cost)
             row = (r.state, r.session or "-", names[r.run_id], step, reward, elapsed, r.what)
-            self.add_row(*row, key=r.run_id)
+            self.add_row(*(Text(escape(c)) for c in row), key=r.run_id)  # host strings: no markup
         ids = [r.run_id for r in runs]
         if selected in ids:
             self.move_cursor(row=ids.index(selected), animate=False)

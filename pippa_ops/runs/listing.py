@@ -60,6 +60,8 @@ class RunRecord:
     attempts_doc: dict[str, Any] | None = None  # attempts.json as the supervisor wrote it (pippa why)
     moved_to: str | None = None  # the host it moved to (pippa resume --on): it goes on there
     failure: str | None = None  # its last attempt's failure class and reason, as ps says it (below)
+    recording: bool = False  # going on, and its trainer wrote its metrics header: start-up is over
+    last_line: str | None = None  # going on with no metrics yet: its output's last line (start-up)
 
     @property
     def label(self) -> str:
@@ -186,6 +188,8 @@ def _record(
         attempts_doc=raw["attempts"] if isinstance(raw.get("attempts"), dict) else None,
         moved_to=str(raw["moved_to"]) if raw.get("moved_to") else None,
         failure=_failure(raw.get("attempts")),
+        recording=_recording(raw.get("metrics_size"), end),
+        last_line=str(raw["last_line"]) if raw.get("last_line") else None,
     )
 
 
@@ -199,6 +203,11 @@ def _failure(doc: object) -> str | None:
         return None
     reason = last.get("reason")
     return fc.label(cls, str(reason) if reason else None)
+
+
+def _recording(metrics_size: object, end: object) -> bool:
+    """A run's metrics.jsonl has begun (its header or a step) and has not ended."""
+    return isinstance(metrics_size, int) and metrics_size > 0 and not isinstance(end, dict)
 
 
 def _retry_in(attempts: dict[str, Any], now: float) -> float | None:
