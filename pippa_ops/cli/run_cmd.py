@@ -14,7 +14,17 @@ from typing import Annotated
 import typer
 
 from pippa_contract.rundir import CHECKPOINTS, RUNS
-from pippa_ops.cli.common import HOST_HELP, FollowOpt, HostOpt, JsonOpt, RawOpt, RunsDirOpt, SetOpt, emit_json, note
+from pippa_ops.cli.common import (
+    HOST_HELP,
+    FollowOpt,
+    HostOpt,
+    JsonOpt,
+    RawOpt,
+    RunsDirOpt,
+    SetOpt,
+    emit_json,
+    note,
+)
 from pippa_ops.cli.follow_out import follow_runs
 from pippa_ops.errors import BadSetting, ExitCode
 from pippa_ops.hosts.connect import connect
@@ -59,8 +69,12 @@ def run_cmd(
     ] = None,
     host: Annotated[
         str | None,
-        typer.Option("--host", "-H", show_default=False,
-                     help=HOST_HELP + " Default: default_host in ~/.config/pippa/hosts.toml, else local."),
+        typer.Option(
+            "--host",
+            "-H",
+            show_default=False,
+            help=HOST_HELP + " Default: default_host in ~/.config/pippa/hosts.toml, else local.",
+        ),
     ] = None,
     name: Annotated[str, typer.Option("--name", "-n", help="tmux session name.")] = DEFAULT_SESSION,
     cmd: Annotated[
@@ -95,9 +109,12 @@ def run_cmd(
     ] = False,
     wait: Annotated[
         float | None,
-        typer.Option("--wait", show_default=False,
-                     help="Most seconds to watch a start: a recipe until its trainer's first line (default "
-                     "20), a --cmd for an early exit (default 3); or PIPPA_RUN_WAIT_S."),
+        typer.Option(
+            "--wait",
+            show_default=False,
+            help="Most seconds to watch a start: a recipe until its trainer's first line (default "
+            "20), a --cmd for an early exit (default 3); or PIPPA_RUN_WAIT_S.",
+        ),
     ] = None,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Return as soon as the run is started.")] = False,
     retry: Annotated[
@@ -268,8 +285,9 @@ def resume_cmd(
     host: HostOpt = None,
     session: Annotated[
         str | None,
-        typer.Option("--name", "-n", help="tmux session to resume in (default: the run's own).",
-                     show_default=False),
+        typer.Option(
+            "--name", "-n", help="tmux session to resume in (default: the run's own).", show_default=False
+        ),
     ] = None,
     follow: FollowOpt = False,
     set_: SetOpt = None,

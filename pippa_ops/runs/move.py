@@ -35,7 +35,7 @@ from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.launch import LaunchResult, resume
 from pippa_ops.runs.listing import RunRecord
 from pippa_ops.runs.locate import all_hosts, locate
-from pippa_ops.runs.pull import PART, _frame
+from pippa_ops.runs.pull import PART
 from pippa_ops.runs.script import recipe_job
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Process, Transport, read_to_end
@@ -58,6 +58,20 @@ class MoveResult:
     bytes: int
     elapsed_s: float
     launch: LaunchResult
+
+
+def _frame(proc: Process) -> bytes:
+    """One frame of the old host's pull stream (``<n>\n`` + n bytes; empty at a file's end)."""
+    head = proc.readline()
+    if not head.endswith(b"\n") or not head[:-1].isdigit() or int(head) > CHUNK * 16:
+        raise HostUnreachable("the copy broke off: the old host's stream ended early")
+    n, data = int(head), bytearray()
+    while len(data) < n:
+        chunk = proc.read(n - len(data))
+        if not chunk:
+            raise HostUnreachable("the copy broke off: the old host's stream ended early")
+        data += chunk
+    return bytes(data)
 
 
 def moved_command(command: str, recipe: str, run_id: str, spec: HostSpec) -> str:
