@@ -97,11 +97,13 @@ def message(event: dict[str, Any]) -> tuple[str, str, str]:
     event = {k: escape(v) if isinstance(v, str) else v for k, v in event.items()}
     state = str(event.get("state") or "event")
     host = str(event.get("host") or "?")
-    what = event.get("run_id") or event.get("subject") or ""
+    what = event.get("name") or event.get("run_id") or event.get("subject") or ""
     title = f"pippa: {state} {what} on {host}" if what else f"pippa: {state} on {host}"
     lines = [f"host: {host}"]
     if event.get("run_id"):
         lines.append(f"run: {event['run_id']}")
+    if event.get("attempt"):
+        lines.append(f"attempt: {event['attempt']}")
     if event.get("recipe"):
         lines.append(f"recipe: {event['recipe']}")
     lines.append(f"state: {state}")

@@ -26,6 +26,8 @@ SLURM_JOB = "slurm_job"
 SUPERVISE_PY = "supervise.py"
 ATTEMPTS_JSON = "attempts.json"
 CHECKPOINTS = "checkpoints"
+MOVED_TO = "moved_to"  # the host a run moved to (pippa resume RUN --on HOST): it goes on there
+FORENSICS = "forensics"  # forensics/attempt-N/: what a stalled attempt was doing (pippa_agent.forensics)
 STAGING = ".staging"  # inside checkpoints/: where a checkpoint is written before its rename into place
 ACCELERATE_YAML = "accelerate.yaml"  # the launcher's accelerate config (--processes, --hosts, SLURM)
 VLLM_LOG = "vllm.log"  # the vLLM server's output when generation runs on its own GPU
@@ -48,7 +50,9 @@ def checkpoint_step(name: str) -> int | None:
 
 def checkpoint_names(names: list[str]) -> list[str]:
     """The checkpoint names among ``names``, oldest (lowest step) first."""
-    return sorted((n for n in names if CHECKPOINT_RE.match(n)), key=lambda n: int(n[len(CHECKPOINT_PREFIX):]))
+    return sorted(
+        (n for n in names if CHECKPOINT_RE.match(n)), key=lambda n: int(n[len(CHECKPOINT_PREFIX) :])
+    )
 
 
 def runs_dir(root: str) -> str:

@@ -105,6 +105,7 @@ def run_facts(d: str, summary: bool = False) -> dict[str, Any] | None:
         "started": read_text(os.path.join(d, rd.STARTED), 32),
         "stop_requested": read_text(os.path.join(d, rd.STOP_REQUESTED), 32),
         "log_time": mtime(os.path.join(d, rd.OUTPUT_LOG)),
+        "moved_to": read_text(os.path.join(d, rd.MOVED_TO), 200),
     }
     last = LastRecords()
     last.feed(tail_bytes(os.path.join(d, rd.METRICS)))

@@ -29,6 +29,7 @@ from pippa_contract.wire import (
     PULL,
     READ,
     READ_RUN,
+    RECEIVE_RUN,
     REMOVE_RUNS,
     RUN_CHECKPOINTS,
     SAMPLES,
@@ -66,6 +67,7 @@ if TYPE_CHECKING:  # annotations and casts only: the TypedDicts cost a cold comm
         PullRequest,
         ReadRequest,
         ReadRunRequest,
+        ReceiveRunRequest,
         RemoteDirRequest,
         RemoveRunsAnswer,
         RemoveRunsRequest,
@@ -266,6 +268,13 @@ def pull(agent: Streamer[P], run_dir: str, have: dict[str, list[Any]], checkpoin
     """One line (``PullManifest``), then the files' bytes as frames."""
     request: PullRequest = {"run_dir": run_dir, "have": have, "checkpoint": checkpoint}
     return agent.stream(PULL, dict(request))
+
+
+def receive_run(agent: Streamer[P], request: ReceiveRunRequest) -> P:
+    """A run directory from another host: its files (``[rel, size, mtime]``) follow the request on
+    stdin, each as frames ending ``0\n`` then its sha256 line; answers ``ReceiveRunAnswer`` once all
+    arrived (pippa_agent.receive)."""
+    return agent.stream(RECEIVE_RUN, dict(request))
 
 
 def sync_apply(agent: Streamer[P], request: SyncApplyRequest) -> P:

@@ -12,8 +12,10 @@ from pippa_agent.alerts.files import first_line, load_config, read_json, read_te
 from pippa_contract import rundir as rd
 from pippa_contract import states
 from pippa_contract.alerts import cost_so_far, run_gpus
+from pippa_contract.failures import label
 from pippa_contract.runfacts import reason_line
 
+SUPERVISOR_STATES = ("retrying", "lost", "stalled", "gave_up", "diverged")  # told by pippa_agent.supervise
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -54,11 +56,24 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
     header: dict[str, Any] = first if isinstance(first, dict) and first.get("type") == "header" else {}
     total = None
     config = header.get("config")
+    if isinstance(config, dict) and isinstance(config.get("config"), dict):
+        config = config["config"]  # training_core's header: {"recipe", "platform", ..., "config": resolved}
     train = config.get("train") if isinstance(config, dict) else None
     if isinstance(train, dict) and isinstance(train.get("max_steps"), int) and train["max_steps"] > 0:
         total = train["max_steps"]
     if isinstance(end, dict) and isinstance(end.get("step"), int):
         step = end["step"]
+    doc = read_json(os.path.join(run_dir, rd.ATTEMPTS_JSON))
+    doc = doc if isinstance(doc, dict) else {}
+    attempts = [a for a in doc.get("attempts") or [] if isinstance(a, dict)]
+    said: dict[str, Any] = doc["event"] if isinstance(doc.get("event"), dict) else {}
+    if reason is None and state in SUPERVISOR_STATES and said.get("message"):
+        reason = str(said["message"])  # the supervisor's own line: attempt, class, reason, what it does next
+    if reason is None and state == states.FAILED and attempts and attempts[-1].get("class"):
+        last = attempts[-1]  # stalled (no new metrics line for 15m), crash: KeyError 'answer' at ...
+        reason = label(str(last["class"]), last.get("reason")) + (
+            f" after {len(attempts)} attempts" if len(attempts) > 1 else ""
+        )
     if reason is None and state == states.FAILED:
         reason = (end or {}).get("error") or reason_line(tail_lines(os.path.join(run_dir, rd.OUTPUT_LOG)))
     started = read_text(os.path.join(run_dir, rd.STARTED), 32)
@@ -69,15 +84,23 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
     except OSError:
         t1 = time.time()
     elapsed = max(0.0, t1 - float(t0)) if isinstance(t0, (int, float)) else None
+    past = meta.get("past_s")  # the stretches before its resumes and recoveries count too
+    if elapsed is not None and isinstance(past, (int, float)):
+        elapsed += float(past)
     command = str(meta.get("command") or "")
     per_host, per_gpu = cfg.get("cost_per_hour"), cfg.get("cost_per_gpu_hour")
     wandb = header.get("wandb")
     wandb = wandb if isinstance(wandb, dict) else {}
     host = str(meta.get("host") or cfg.get("host") or "?")
+    session, short = str(meta.get("session") or ""), run_id.rsplit("-", 1)[-1]
+    label_ = meta.get("recipe") or "cmd"
     return {
         "state": state,
         "host": host,
         "run_id": run_id,
+        # the run as its user knows it: the session (--name), the recipe (or cmd), the short id
+        "name": f"{session} ({label_}, {short})" if session else None,
+        "attempt": f"{len(attempts)}/{doc.get('max_attempts') or len(attempts)}" if attempts else None,
         "recipe": meta.get("recipe") or (command[:80] if command else None),
         "step": step,
         "total_steps": total,

@@ -68,6 +68,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "pippa_ops.cli.tidy_cmd",
         "Remove ended runs older than an age on every host (or those named); never a running run.",
     ),
+    "why": (
+        "pippa_ops.cli.why_cmd",
+        "Why a run's attempts ended: class, retry, deciding log lines, stuck frames, next command.",
+    ),
     "recover": (
         "pippa_ops.cli.recover_cmd",
         "Resume every lost run (session gone, no exit code) that has attempts left, each in its own session.",

@@ -90,8 +90,11 @@ def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
             why = r.error or "unreachable"
             typer.secho(why if why.startswith(f"{r.name}: ") else f"{r.name}: {why}", fg="red")
         if r.python_missing:
-            typer.secho(f"{r.name}: its python {r.python_missing} is not there: run `pippa up {r.name}`, "
-                        f"or fix python in its entry ({r.origins.get('python', 'the inventory')})", fg="red")
+            typer.secho(
+                f"{r.name}: its python {r.python_missing} is not there: run `pippa up {r.name}`, "
+                f"or fix python in its entry ({r.origins.get('python', 'the inventory')})",
+                fg="red",
+            )
     if explain:
         for r in rows:
             if r.origins:

@@ -14,7 +14,17 @@ from typing import Annotated
 import typer
 
 from pippa_contract.rundir import CHECKPOINTS, RUNS
-from pippa_ops.cli.common import HOST_HELP, FollowOpt, HostOpt, JsonOpt, RawOpt, SetOpt, emit_json, note
+from pippa_ops.cli.common import (
+    HOST_HELP,
+    FollowOpt,
+    HostOpt,
+    JsonOpt,
+    RawOpt,
+    RunsDirOpt,
+    SetOpt,
+    emit_json,
+    note,
+)
 from pippa_ops.cli.follow_out import follow_runs
 from pippa_ops.errors import BadSetting, ExitCode
 from pippa_ops.hosts.connect import connect
@@ -59,8 +69,12 @@ def run_cmd(
     ] = None,
     host: Annotated[
         str | None,
-        typer.Option("--host", "-H", show_default=False,
-                     help=HOST_HELP + " Default: default_host in ~/.config/pippa/hosts.toml, else local."),
+        typer.Option(
+            "--host",
+            "-H",
+            show_default=False,
+            help=HOST_HELP + " Default: default_host in ~/.config/pippa/hosts.toml, else local.",
+        ),
     ] = None,
     name: Annotated[str, typer.Option("--name", "-n", help="tmux session name.")] = DEFAULT_SESSION,
     cmd: Annotated[
@@ -95,30 +109,65 @@ def run_cmd(
     ] = False,
     wait: Annotated[
         float | None,
-        typer.Option("--wait", show_default=False,
-                     help="Most seconds to watch a start: a recipe until its trainer's first line (default "
-                     "20), a --cmd for an early exit (default 3); or PIPPA_RUN_WAIT_S."),
+        typer.Option(
+            "--wait",
+            show_default=False,
+            help="Most seconds to watch a start: a recipe until its trainer's first line (default "
+            "20), a --cmd for an early exit (default 3); or PIPPA_RUN_WAIT_S.",
+        ),
     ] = None,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Return as soon as the run is started.")] = False,
     retry: Annotated[
         int | None,
-        typer.Option("--retry", help="Rerun a crashed run up to N times on the host, with --resume "
-                     "(over the recipe's [restart] max_attempts).", show_default=False),
+        typer.Option(
+            "--retry",
+            help="Rerun a crashed run up to N times on the host, with --resume "
+            "(over the recipe's [restart] max_attempts).",
+            show_default=False,
+        ),
     ] = None,
     stall_timeout: Annotated[
         str | None,
-        typer.Option("--stall-timeout", help="No new metrics line (--cmd: output) for this long after a "
-                     "step, e.g. 20m: stop the attempt (it saves) and retry it.", show_default=False),
+        typer.Option(
+            "--stall-timeout",
+            help="No new metrics line (--cmd: output) for this long after a step, e.g. 20m: "
+            "stop the attempt and retry it. Default for recipes: 5 x the median step time, at least 5m; "
+            "off: no stall watch.",
+            show_default=False,
+        ),
     ] = None,
     retry_diverged: Annotated[
         bool | None,
-        typer.Option("--retry-diverged", help="Retry a run whose loss or reward became NaN/inf too.",
-                     show_default=False),
+        typer.Option(
+            "--retry-diverged",
+            help="Retry a run whose loss or reward became NaN/inf too.",
+            show_default=False,
+        ),
     ] = None,
     backoff: Annotated[
         str | None,
-        typer.Option("--backoff", help="First wait before a retry (doubles, capped at 10m). Default 30s.",
-                     show_default=False),
+        typer.Option(
+            "--backoff",
+            help="First wait before a retry (doubles, capped at 10m). Default 30s.",
+            show_default=False,
+        ),
+    ] = None,
+    infra_retries: Annotated[
+        int | None,
+        typer.Option(
+            "--infra-retries",
+            help="Retries of lost / nccl / stalled attempts that do not count in --retry. Default 3.",
+            show_default=False,
+        ),
+    ] = None,
+    on_oom: Annotated[
+        str | None,
+        typer.Option(
+            "--on-oom",
+            help="halve (default): retry an out-of-memory attempt with half the "
+            "per-device batch and twice the accumulation; fail: a crash like any other.",
+            show_default=False,
+        ),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Start even where the last `pippa doctor` verdict is fail.")
@@ -126,7 +175,7 @@ def run_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Start recipes (one after another) or a command in a named tmux session on a host."""
-    restart = RestartFlags(retry, stall_timeout, retry_diverged, backoff)
+    restart = RestartFlags(retry, stall_timeout, retry_diverged, backoff, infra_retries, on_oom)
     names = list(recipes or [])
     if not names and cmd is None:
         names = ["tiny"]  # the README's main job
@@ -245,13 +294,28 @@ def resume_cmd(
     host: HostOpt = None,
     session: Annotated[
         str | None,
-        typer.Option("--name", "-n", help="tmux session to resume in (default: the run's own).",
-                     show_default=False),
+        typer.Option(
+            "--name", "-n", help="tmux session to resume in (default: the run's own).", show_default=False
+        ),
     ] = None,
     follow: FollowOpt = False,
     set_: SetOpt = None,
+    on: Annotated[
+        str | None,
+        typer.Option(
+            "--on",
+            help="Move the run to this host (its newest checkpoint and records) and "
+            "continue it there; from the pulled copy when its host is unreachable.",
+            show_default=False,
+        ),
+    ] = None,
+    runs_dir: RunsDirOpt = None,
 ) -> None:
     """Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory."""
+    if on is not None:
+        from pippa_ops.cli.move_cmd import move_and_resume
+
+        return move_and_resume(name, on, host, set_ or [], follow, runs_dir)
     from pippa_ops.runs.tidy import checkpoints
     from pippa_ops.transport import agent_client
 

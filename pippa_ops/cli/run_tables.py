@@ -61,13 +61,15 @@ def select_shown(
 ) -> tuple[list[RunRecord], int]:
     """The runs ``ps`` lists (in their order) and how many ended ones it leaves out: those that match
     ``since``/``state``; of the ended, the ``last`` newest (default DEFAULT_LAST, none left out with
-    ``show_all``, or when a filter is given without ``last``)."""
+    ``show_all``, or when a filter is given without ``last``). A lost run is never left out: it needs
+    someone (``pippa recover``)."""
     matching = [r for r in records if (since is None or (r.started or 0.0) >= since)
                 and (state is None or r.state == state)]  # fmt: skip
     if show_all or (last is None and (since is not None or state is not None)):
         return matching, 0
     keep_n = DEFAULT_LAST if last is None else max(0, last)
-    ended = sorted((r for r in matching if not r.active), key=lambda r: r.ended or r.started or 0.0)
+    ended = sorted((r for r in matching if not r.active and r.state != "lost"),
+                   key=lambda r: r.ended or r.started or 0.0)  # fmt: skip
     hidden = {id(r) for r in ended[: max(0, len(ended) - keep_n)]}
     return [r for r in matching if id(r) not in hidden], len(hidden)
 

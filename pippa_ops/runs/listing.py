@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pippa_contract import attempts as attempts_json
+from pippa_contract import failures as fc
 from pippa_contract import runpick, states, verbs
 from pippa_contract.states import ACTIVE
 from pippa_contract.states import derive_state as derive_state  # the states, as tests and callers read them
@@ -56,6 +57,9 @@ class RunRecord:
     attempt: int | None = None  # a supervised run (--retry, --stall-timeout): its attempt now (1-based)
     max_attempts: int | None = None
     retry_in_s: float | None = None  # waiting before the next attempt: seconds left
+    attempts_doc: dict[str, Any] | None = None  # attempts.json as the supervisor wrote it (pippa why)
+    moved_to: str | None = None  # the host it moved to (pippa resume --on): it goes on there
+    failure: str | None = None  # its last attempt's failure class and reason, as ps says it (below)
     recording: bool = False  # going on, and its trainer wrote its metrics header: start-up is over
     last_line: str | None = None  # going on with no metrics yet: its output's last line (start-up)
     warning: str | None = None  # the alarms the trainer raised (pippa_contract.alarms.warning)
@@ -71,6 +75,11 @@ class RunRecord:
 
     @property
     def state_text(self) -> str:
+        if self.state == states.MOVED and self.moved_to:
+            return f"moved to {self.moved_to}"
+        if self.failure and not self.active:  # stalled (no new metrics line for 15m), oom (...), lost, ...
+            many = self.attempt is not None and self.attempt > 1
+            return self.failure + (f" after {self.attempt} attempts" if many else "")
         if self.attempt is not None and self.max_attempts is not None and self.max_attempts > 1:
             if self.state == states.RUNNING and self.retry_in_s is not None:
                 return f"running (attempt {self.attempt + 1}/{self.max_attempts} in {self.retry_in_s:.0f}s)"
@@ -139,8 +148,9 @@ def _record(
     if ended is None and state in (states.KILLED, states.LOST):
         ended = _num(raw.get("log_time"))
     duration = None
-    if started_host is not None:
-        duration = max(0.0, (ended if ended is not None else now) - started_host)
+    if started_host is not None:  # this stretch, and the stretches before its resumes (run.json past_s)
+        past = _num(meta.get("past_s")) or 0.0
+        duration = past + max(0.0, (ended if ended is not None else now) - started_host)
     steps = raw.get("steps")
     step, reward = _last_step(steps if isinstance(steps, list) else [])
     error = None
@@ -178,10 +188,25 @@ def _record(
         attempt=attempts["attempt"] if attempts else None,
         max_attempts=attempts["max_attempts"] if attempts else None,
         retry_in_s=_retry_in(attempts, now) if attempts and state == states.RUNNING else None,
+        attempts_doc=raw["attempts"] if isinstance(raw.get("attempts"), dict) else None,
+        moved_to=str(raw["moved_to"]) if raw.get("moved_to") else None,
+        failure=_failure(raw.get("attempts")),
         recording=_recording(raw.get("metrics_size"), end),
         last_line=str(raw["last_line"]) if raw.get("last_line") else None,
         **_alarm_fields(raw.get("alarms")),
     )
+
+
+def _failure(doc: object) -> str | None:
+    """``stalled (no new metrics line for 15m)``: the last attempt's class where it says more than the
+    state does (a crash, a stop, a divergence and a success are the state's own words)."""
+    attempts = doc.get("attempts") if isinstance(doc, dict) else None
+    last = attempts[-1] if isinstance(attempts, list) and attempts and isinstance(attempts[-1], dict) else {}
+    cls = last.get("class")
+    if not isinstance(cls, str) or cls in (fc.COMPLETED, fc.CRASH, fc.STOPPED, fc.DIVERGED, fc.LOST):
+        return None
+    reason = last.get("reason")
+    return fc.label(cls, str(reason) if reason else None)
 
 
 def _recording(metrics_size: object, end: object) -> bool:

@@ -126,7 +126,9 @@ def test_finished_and_failed_runs_alert_from_the_host_with_every_field_and_no_se
     outputs = [ok.stdout + ok.stderr, bad.stdout + bad.stderr]
     assert done.path == f"/hook/{TOKEN}"  # the secret is the target, so it is in the URL only
     f = done.fields
-    assert done.json["title"] == f"pippa: finished {ok_id} on {h.name}" and done.json["type"] == "success"
+    # the run as its user knows it: session, recipe (here a command), short id
+    ok_name, bad_name = f"al-ok (cmd, {ok_id.rsplit('-', 1)[1]})", f"al-bad (cmd, {bad_id.rsplit('-', 1)[1]})"
+    assert done.json["title"] == f"pippa: finished {ok_name} on {h.name}" and done.json["type"] == "success"
     assert (f["host"], f["state"], f["recipe"]) == (h.name, "finished", "echo all good; sleep 1")
     assert f["look"] == f"pippa logs {ok_id} --host {h.name}"
     assert f["elapsed"].startswith("0m0") and "reason" not in f and "step" not in f
@@ -135,7 +137,7 @@ def test_finished_and_failed_runs_alert_from_the_host_with_every_field_and_no_se
     assert abs(float(f["cost so far"]) - 36 * t / 3600) < 0.011
     g = failed.fields
     assert (g["state"], g["reason"], failed.json["type"]) == ("failed", "ValueError: boom", "failure")
-    assert failed.json["title"] == f"pippa: failed {bad_id} on {h.name}"
+    assert failed.json["title"] == f"pippa: failed {bad_name} on {h.name}"
 
     for p in hook.posts:
         assert TOKEN not in p.body.decode()

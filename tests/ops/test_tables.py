@@ -111,3 +111,9 @@ def test_ps_shows_running_runs_and_the_last_ended_ones() -> None:
     assert select_shown([running, *ended], show_all=True) == ([running, *ended], 0)
     assert select_shown([running, *ended], state="running") == ([running], 0)
     assert select_shown([running, *ended], since=T0 + 12) == (ended[12:], 0)
+
+
+def test_ps_last_0_still_lists_lost_runs() -> None:
+    lost = _rec("20261118-000001-tiny-aaaa", "lost", started=T0 - 20)
+    done = _rec("20261118-000002-tiny-bbbb", "finished", exit_code=0, started=T0, ended=T0)
+    assert select_shown([lost, done], last=0) == ([lost], 1)

@@ -116,6 +116,10 @@ def run(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
         from training_core.methods.trainer import stop_callback
 
         trainer.add_callback(stop_callback(lambda: life.stop.requested, _any_rank(trainer)))
+        from training_core import testhooks
+
+        if testhooks.wanted():
+            trainer.add_callback(testhooks.callback())
         resume_from = life.resume_from
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     return life.code
