@@ -83,6 +83,8 @@ def compare_cmd(
             }
         emit_json(out)
         return
+    from pippa_ops.runs.cost import money
+
     for r in runs:
         s = r.summary()
         ev = ", ".join(
@@ -95,7 +97,7 @@ def compare_cmd(
             f"  best {_fmt(s['best_reward'])}"
             + (f"  {ev}" if ev else "")
             + (f"  {s['end']}" if s["end"] else "")
-            + (f"  cost {s['cost']:.2f}" if s["cost"] is not None else "")
+            + (f"  cost {money(s['cost'], s['currency'])}" if s["cost"] is not None else "")
         )
     typer.echo("")
     if diff:

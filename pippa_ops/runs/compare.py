@@ -32,6 +32,7 @@ class LoadedRun:
     where: str
     curves: Curves
     cost: float | None = None  # so far, at its host's rate (pippa_ops.runs.cost); None: no rate or a copy
+    currency: str | None = None  # the rate's currency (HostSpec.currency)
 
     def summary(self) -> dict[str, Any]:
         reward = self.curves.series("reward/mean")
@@ -43,6 +44,7 @@ class LoadedRun:
             "final_eval": evals or None,
             "end": self.curves.end,
             "cost": self.cost,
+            "currency": self.currency,
         }
 
 
@@ -82,7 +84,8 @@ def load_runs(names: Sequence[str], root: Path, host: str | None = None) -> list
                     path = RunDir(spec.remote_dir, rec.run_id).metrics
                     data = read_all(transport, path)
                     loaded[name] = LoadedRun(
-                        rec.run_id, spec.name, "host", f"{h}:{path}", parse_metrics(data), rec.cost
+                        rec.run_id, spec.name, "host", f"{h}:{path}", parse_metrics(data), rec.cost,
+                        rec.currency,
                     )
     return [loaded[n] for n in names]
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from pippa_contract.alerts import cost_so_far, run_gpus
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR
+from pippa_ops.alerts.settings import DEFAULT_CURRENCY
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.follow import read_all
 from pippa_ops.runs.listing import HostRuns, RunRecord
@@ -55,7 +56,9 @@ def priced(spec: HostSpec, runs: HostRuns, gpu_count: Callable[[], int | None]) 
     if not has_rate(spec) or not runs.runs:
         return runs
     gpus = gpu_count() if any(needs_host_gpus(spec, r) for r in runs.runs) else None
-    return replace(runs, runs=tuple(replace(r, cost=run_cost(spec, r, gpus)) for r in runs.runs))
+    return replace(
+        runs, runs=tuple(replace(r, cost=run_cost(spec, r, gpus), currency=spec.currency) for r in runs.runs)
+    )
 
 
 def priced_on(spec: HostSpec, transport: Transport, runs: HostRuns) -> HostRuns:
@@ -63,10 +66,17 @@ def priced_on(spec: HostSpec, transport: Transport, runs: HostRuns) -> HostRuns:
     return priced(spec, runs, lambda: host_gpus(transport))
 
 
-def cost_text(cost: float | None) -> str:
-    """What a table adds after a run's duration: `` (4.80)`` in the host's currency; nothing without a
-    rate."""
-    return "" if cost is None else f" ({cost:.2f})"
+SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "INR": "₹"}  # codes shown as their symbol
+
+
+def money(cost: float | None, currency: str | None) -> str:
+    """A cost as a COST cell shows it: ``$0.03``, ``€4.80``, ``CHF 0.03`` (a code without a symbol
+    here); ``-`` without a rate."""
+    if cost is None:
+        return "-"
+    unit = currency or DEFAULT_CURRENCY
+    unit = SYMBOLS.get(unit, unit)
+    return f"{unit} {cost:.2f}" if unit.isalpha() else f"{unit}{cost:.2f}"
 
 
 class Prices:

@@ -19,7 +19,7 @@ from pippa_ops.alerts.commands import program_command, run_end_line
 from pippa_ops.alerts.settings import alert_settings
 from pippa_ops.errors import UsageError
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.cost import priced
+from pippa_ops.runs.cost import money, priced
 from pippa_ops.runs.listing import HostRuns, RunRecord
 from pippa_ops.runs.script import Job, render_cmd_sh
 
@@ -109,12 +109,20 @@ def test_messages_are_redacted_of_every_secret_value_but_keep_addresses_and_numb
 
 def test_settings_are_validated_where_the_inventory_is_read() -> None:
     ok = alert_settings({"idle_alert": "20m", "cost_per_gpu_hour": 2}, "f: hosts.a")
-    assert ok == {"idle_alert": "20m", "idle_threshold": 5.0, "cost_per_hour": None, "cost_per_gpu_hour": 2.0}
+    assert ok == {"idle_alert": "20m", "idle_threshold": 5.0, "cost_per_hour": None, "cost_per_gpu_hour": 2.0,
+                  "currency": "$"}  # fmt: skip
     for bad in ({"idle_alert": "soon"}, {"idle_alert": 20}, {"idle_threshold": 120}, {"cost_per_hour": -1},
-                {"cost_per_hour": True}, {"cost_per_hour": 1, "cost_per_gpu_hour": 1}):  # fmt: skip
+                {"cost_per_hour": True}, {"cost_per_hour": 1, "cost_per_gpu_hour": 1},
+                {"currency": "dollars"}, {"currency": 1}):  # fmt: skip
         with pytest.raises(UsageError):
             alert_settings(bad, "f: hosts.a")
     assert HostSpec(name="x", idle_alert="1h30m").idle_alert_s == 5400
+
+
+def test_a_cost_reads_as_money_in_the_hosts_currency() -> None:
+    assert [money(0.031, c) for c in (None, "$", "USD", "EUR", "€", "CHF")] == [
+        "$0.03", "$0.03", "$0.03", "€0.03", "€0.03", "CHF 0.03"]  # fmt: skip
+    assert money(None, "EUR") == "-"
 
 
 def test_cmd_sh_tells_the_host_in_the_background_after_recording_the_exit_code() -> None:

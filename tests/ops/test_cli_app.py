@@ -85,6 +85,16 @@ def test_bad_option_values_are_one_usage_error_like_typers_own(args, option, why
     assert "Traceback" not in p.stderr
 
 
+@pytest.mark.parametrize(("flags", "named"), [(["--gpus", "3"], "--gpus"), (["--set", "a=1"], "--set")])
+def test_a_recipe_option_with_cmd_is_refused_naming_the_option_given(tmp_path, flags, named):
+    """`--gpus 3 --cmd ...` names --gpus (it once blamed a --set nobody gave); nothing starts."""
+    p = subprocess.run([PIPPA, "run", "--host", "local", "--cmd", "true", *flags], capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)  # fmt: skip
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert f"{named} applies to recipes, not to --cmd" in p.stderr, p.stderr
+    assert named == "--set" or "--set" not in p.stderr
+
+
 def test_a_command_loads_no_ssh_tui_or_invoke_it_does_not_need():
     """pydantic too: typer 0.29 coerces every parameter through it, +0.3 s on every command."""
     mods = _loaded("recipes", "--json")
