@@ -7,10 +7,12 @@ from __future__ import annotations
 import re
 import shlex
 
-TARGET = "PIPPA_NOTIFY"  # the secrets file's key holding the Apprise URLs
+from pippa_contract.secrets import TARGET as TARGET  # re-exported: the secrets file's key of the URLs
+from pippa_contract.secrets import redact as redact  # re-exported: the one redaction
+from pippa_contract.secrets import redact_secrets as redact_secrets
+
 DEFAULT_IDLE_THRESHOLD = 5.0  # % utilization under which a GPU counts as idle
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?$")
-_ADDRESS = re.compile(r"[0-9.]{1,15}")  # an IPv4 address or a port: parts of a URL that are no secret
 _GPU_IDS = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
 
 TYPE_CHECKING = False
@@ -117,27 +119,3 @@ def message(event: dict[str, Any]) -> tuple[str, str, str]:
     if state in ("test", "idle"):
         kind = "info" if state == "test" else "warning"
     return title, "\n".join(lines), kind
-
-
-def redact(text: str, target: str) -> str:
-    """Take every part of the Apprise URLs out of a line (tokens live in hosts, paths and queries).
-
-    Bare addresses and ports (digits and dots, IPv4 length at most) stay: they are no secret, and
-    taking them out would mangle the steps, times and costs a message carries."""
-    for url in sorted(re.split(r"[\s,]+", target), key=len, reverse=True):
-        if url:
-            text = text.replace(url, "***")
-    for part in sorted(set(re.split(r"[^A-Za-z0-9_.~%+-]+", target)), key=len, reverse=True):
-        if len(part) >= 4 and part not in ("json", "form", "http", "https") and not _ADDRESS.fullmatch(part):
-            text = text.replace(part, "***")
-    return text
-
-
-def redact_secrets(text: str, values: dict[str, str]) -> str:
-    """``text`` without PIPPA_NOTIFY's URLs and their parts (``redact``) or any other secret's value."""
-    for key, value in sorted(values.items(), key=lambda kv: len(kv[1]), reverse=True):
-        if key == TARGET:
-            text = redact(text, value)
-        elif len(value.strip()) >= 4:
-            text = text.replace(value, "***")
-    return text

@@ -177,6 +177,11 @@ def test_jobs_never_see_pippa_notify_and_a_message_quoting_a_secret_is_redacted(
     failed = hook.wait_for(lambda p: p.fields.get("run") == bad)
     assert failed.fields["reason"] == "ValueError: bad token *** for ***"
     assert hf not in failed.body.decode() and TOKEN not in failed.body.decode()
+    # the same one redaction for the reason lines of `ps` and `run` (where it saw the run end): the agent's
+    ps = pippa({**env, "COLUMNS": "200"}, repo, "ps", "--host", h.name)
+    assert "ValueError: bad token *** for ***" in ps.stdout, ps.stdout
+    for out in (quoted.stdout + quoted.stderr, ps.stdout + ps.stderr):
+        assert hf not in out and TOKEN not in out, out
 
 
 def test_no_message_at_all_when_alerts_are_not_configured(
