@@ -37,7 +37,11 @@ def client_copy(world: sshd.World, dest: Path) -> dict[str, str]:
 
 
 def commit_all(repo: Path) -> None:
-    """Make ``repo`` a git repo with everything in it committed (pippa sync sends what git tracks)."""
+    """Make ``repo`` a pippa project (``tests/projects.py``: empty recipes/ and training_core/, so no
+    file is added) and a git repo with everything in it committed (pippa sync sends what git tracks)."""
+    from projects import make_project
+
+    make_project(repo, git=False)
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
     ident = ["-c", "user.name=b", "-c", "user.email=b@b"]

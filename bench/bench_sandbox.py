@@ -5,8 +5,10 @@ cores): bare ``subprocess.run([trainer python, "-c", code])``; bare ``[sandbox p
 "-c", code]`` (the same interpreter and flags as inside the sandbox: what isolation alone costs);
 the sandbox with every limit on (bubblewrap namespaces, the seccomp filter and a fresh session keyring,
 own uid, cgroup caps, rlimits, wall clock, output caps, tree kill); the sandbox without the per-run
-cgroup (what the cgroup move costs); and without the seccomp filter and keyring (what they cost).
-Goal: sandbox / bare >= 0.8.
+cgroup (what the cgroup move costs); without the seccomp filter and keyring (what they cost); and
+with the filter of the round before issue 35 (no page-cache and futex rules: what those cost); and
+the code game's sandbox, whose /usr is a memory-resident copy (``resident_pool``).
+Goals: sandbox / bare >= 0.8; sandbox / sandbox with the earlier filter >= 0.9 (issue 35).
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_sandbox.py [--n 200] [--workers 2] [--rounds 3]
 """
@@ -20,7 +22,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from training_core.sandbox import SandboxLimits, SandboxPool, detect
+from training_core.sandbox import SandboxLimits, SandboxPool, detect, resident_pool, run_python, seccomp
+from training_core.sandbox.isolation import Launcher
 
 
 def programs(n: int) -> list[str]:
@@ -46,6 +49,44 @@ def sandboxed(codes: list[str], pool: SandboxPool) -> float:
     return len(codes) / (time.perf_counter() - t0)
 
 
+# syscalls a filter sees most: futex (lock hand-offs between threads), madvise (malloc), stat, getppid
+HEAVY = ("import os, threading, time\nt0 = time.process_time()\nlock = threading.Lock()\nn = [0]\n"
+         "def work():\n    for _ in range(20000):\n        with lock:\n            n[0] += 1\n"
+         "        os.getppid()\n        os.stat('/tmp')\n"
+         "ts = [threading.Thread(target=work) for _ in range(4)]\nfor t in ts:\n    t.start()\n"
+         "for t in ts:\n    t.join()\nfor _ in range(200):\n    b = bytearray(1 << 20)\n    del b\n"
+         "print(time.process_time() - t0)")
+
+
+STARTUP = "import time\nprint(time.process_time())"  # the interpreter's CPU time from its start
+
+
+def heavy(launcher: Launcher, earlier: Launcher, resident: Launcher, rounds: int) -> None:
+    """The filters on a syscall-heavy program (160,000 syscalls, lock hand-offs between 4 threads),
+    alternating: the new rules' cost where a filter's cost shows most; and the interpreter's start-up
+    on the host's /usr and on the game's resident copy. The program's own CPU time (user + system,
+    where the filter runs), which a loaded machine disturbs far less than wall time."""
+    best = {"new filter": float("inf"), "earlier filter": float("inf")}
+    start = {"host /usr": float("inf"), "resident /usr": float("inf")}
+    limits = SandboxLimits(timeout_s=60.0, max_processes=32)
+    for _ in range(rounds * 2):
+        for name, lau in (("new filter", launcher), ("earlier filter", earlier)):
+            r = run_python(HEAVY, limits, lau)
+            assert r.ok, r.stderr[-500:]
+            best[name] = min(best[name], float(r.stdout))
+        for name, lau in (("host /usr", launcher), ("resident /usr", resident)):
+            r = run_python(STARTUP, limits, lau)
+            assert r.ok, r.stderr[-500:]
+            start[name] = min(start[name], float(r.stdout))
+    host, res = start["host /usr"] * 1000, start["resident /usr"] * 1000
+    print(f"interpreter start-up, CPU time, best of {rounds * 2}: host /usr {host:.1f} ms, resident /usr "
+          f"{res:.1f} ms")
+    new, old = best["new filter"] * 1000, best["earlier filter"] * 1000
+    print(f"syscall-heavy program, CPU time, best of {rounds * 2}: new filter {new:.0f} ms, earlier filter "
+          f"{old:.0f} ms, ratio of throughput "
+          f"{best['earlier filter'] / best['new filter']:.2f} (goal >= 0.90)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=200, help="programs per round and side")
@@ -55,27 +96,40 @@ def main() -> None:
     launcher = detect()
     plain = dataclasses.replace(launcher, cgroups=None)
     no_filter = dataclasses.replace(launcher, seccomp=None)
+    earlier = dataclasses.replace(launcher, seccomp=seccomp.build(kernel_state=False))
+    resident = resident_pool().launcher
     print(launcher.isolation.header())
     print(f"sandbox python: {launcher.python}\nbare python: {sys.executable}")
     codes = programs(args.n)
-    sides = ("bare", "bare -I -S", "sandbox", "sandbox, no cgroup", "sandbox, no seccomp")
+    sides = ("bare", "bare -I -S", "sandbox", "sandbox, no cgroup", "sandbox, no seccomp",
+             "sandbox, earlier filter", "sandbox, resident /usr")
     best = dict.fromkeys(sides, 0.0)
     with SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=launcher) as pool, \
             SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=plain) as pool_plain, \
-            SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=no_filter) as pool_no_filter:
+            SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=no_filter) as pool_no_filter, \
+            SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=earlier) as pool_earlier, \
+            SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=resident) as pool_resident:
         pool.map(codes[:4])  # warm
         for r in range(args.rounds):
             got = {"bare": bare(codes, args.workers, sys.executable),
                    "sandbox": sandboxed(codes, pool),
                    "bare -I -S": bare(codes, args.workers, launcher.python, ("-I", "-S")),
                    "sandbox, no cgroup": sandboxed(codes, pool_plain),
-                   "sandbox, no seccomp": sandboxed(codes, pool_no_filter)}
+                   "sandbox, no seccomp": sandboxed(codes, pool_no_filter),
+                   "sandbox, earlier filter": sandboxed(codes, pool_earlier),
+                   "sandbox, resident /usr": sandboxed(codes, pool_resident)}
             best = {k: max(best[k], v) for k, v in got.items()}
             print(f"round {r + 1}: " + "  ".join(f"{k} {v:6.1f}/s" for k, v in got.items())
                   + f"  ratio {got['sandbox'] / got['bare']:.2f}")
     print("best: " + ", ".join(f"{k} {v:.1f} prog/s" for k, v in best.items()))
     print(f"sandbox / bare subprocess.run = {best['sandbox'] / best['bare']:.2f} (goal >= 0.80)")
     print(f"sandbox / bare python -I -S = {best['sandbox'] / best['bare -I -S']:.2f} (isolation alone)")
+    vs_earlier = best["sandbox"] / best["sandbox, earlier filter"]
+    print(f"sandbox / sandbox with the earlier filter = {vs_earlier:.2f} (goal >= 0.90: the page-cache and "
+          f"futex rules)")
+    print(f"code game's sandbox (resident /usr) / sandbox = "
+          f"{best['sandbox, resident /usr'] / best['sandbox']:.2f} (goal >= 0.90)")
+    heavy(launcher, earlier, resident, args.rounds)
     per_run = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["bare -I -S"])
     cgroup = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["sandbox, no cgroup"])
     filt = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["sandbox, no seccomp"])

@@ -9,6 +9,7 @@ import re
 import sys
 
 from pippa_agent.host import AgentError, ErrorKind, host_path, last_line, run, text, tmux, which
+from pippa_contract import cgroupdeleg
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def sandbox_facts() -> SandboxFacts:
     import ctypes.util
 
     seccomp = ctypes.util.find_library("seccomp") is not None  # libseccomp2, for the sandbox's filter
-    cgroups = cgroup_caps()
+    cgroups, cgroups_why = cgroup_facts()
     # the strongest sandbox.isolation a code recipe can ask for here (training_core.sandbox.isolation)
     level = "unsafe"
     if works and seccomp:
@@ -84,52 +85,55 @@ def sandbox_facts() -> SandboxFacts:
     return {
         "bwrap": bwrap, "works": works, "why": why, "root": root, "sudo": sudo,
         "userns": userns, "apt": which("apt-get") is not None, "seccomp": seccomp,
-        "cgroups": cgroups, "level": level,
+        "cgroups": cgroups, "cgroups_why": cgroups_why, "level": level,
     }  # fmt: skip
 
 
 def cgroup_caps(root: str = "/sys/fs/cgroup") -> bool:
-    """Whether root can cap a run's processes together here, found as the trainer finds it
-    (training_core.sandbox.cgroups.CgroupSlots.create): a cgroup beside this process's own, with the
-    memory and pids controllers, made and removed again. A writable /sys/fs/cgroup is not enough."""
-    if os.geteuid() != 0:
-        return False
-    own = {}
-    try:
-        with open("/proc/self/cgroup") as f:
-            for line in f.read().splitlines():
-                parts = line.split(":", 2)
-                if len(parts) == 3:
-                    for ctrl in parts[1].split(","):
-                        own[ctrl] = parts[2].lstrip("/")
-    except OSError:
-        return False
+    """Whether a run's processes can be capped together here (``cgroup_facts``'s first half)."""
+    return cgroup_facts(root)[0]
+
+
+def cgroup_facts(root: str = "/sys/fs/cgroup") -> tuple[bool, str]:
+    """Whether a trainer started as this user could cap a run's processes together, and why, found
+    as the trainer finds it (``pippa_contract.cgroupdeleg.plan``, used by
+    training_core.sandbox.cgroups.CgroupSlots.create): root's cgroups, or a subtree delegated to this
+    user; the memory and pids controllers are tried by making a cgroup and removing it again (a
+    writable directory is not enough). A delegated v2 cgroup is only read: the trainer moves itself
+    into a leaf of it, which the probe must not do to the agent."""
+    own = None
+    with contextlib.suppress(OSError), open("/proc/self/cgroup") as f:
+        own = cgroupdeleg.own_paths(f.read())
+    where = cgroupdeleg.plan(root, own) if own is not None else "no /proc/self/cgroup"
+    if isinstance(where, str):
+        return False, where
+    if where.move_self_to is not None:
+        return True, where.describe()
     name = f"pippa-probe-{os.getpid()}"
     made = []
     try:
-        v1 = all(c in own and os.path.isdir(os.path.join(root, c)) for c in ("memory", "pids"))
-        if v1:
-            for ctrl, control in (("memory", "memory.limit_in_bytes"), ("pids", "pids.max")):
-                d = os.path.join(root, ctrl, own[ctrl], name)
+        if where.kind == "cgroup v1":
+            for parent, control in ((where.memory_parent, "memory.limit_in_bytes"),
+                                    (where.pids_parent, "pids.max")):
+                d = os.path.join(parent, name)
                 os.mkdir(d)
                 made.append(d)
                 if not os.path.exists(os.path.join(d, control)):  # the kernel makes it in a real cgroup
-                    return False
-            return True
-        if "" in own and os.path.exists(os.path.join(root, "cgroup.controllers")):
-            base = os.path.normpath(os.path.join(root, own[""]))
-            d = os.path.join(base if base == os.path.normpath(root) else os.path.dirname(base), name)
-            os.mkdir(d)
-            made.append(d)
-            with open(os.path.join(d, "cgroup.subtree_control"), "w") as f:
-                f.write("+memory +pids")
-            slot = os.path.join(d, "0")  # a run's slot: the kernel gives it the controllers' files
-            os.mkdir(slot)
-            made.append(slot)
-            return all(os.path.exists(os.path.join(slot, c)) for c in ("memory.max", "pids.max"))
-        return False
-    except OSError:
-        return False
+                    return False, f"{parent} is not a {where.kind} memory/pids cgroup"
+            return True, where.describe()
+        d = os.path.join(where.memory_parent, name)
+        os.mkdir(d)
+        made.append(d)
+        with open(os.path.join(d, "cgroup.subtree_control"), "w") as f:
+            f.write("+memory +pids")
+        slot = os.path.join(d, "0")  # a run's slot: the kernel gives it the controllers' files
+        os.mkdir(slot)
+        made.append(slot)
+        if all(os.path.exists(os.path.join(slot, c)) for c in ("memory.max", "pids.max")):
+            return True, where.describe()
+        return False, f"{where.memory_parent} gives no memory and pids controllers"
+    except OSError as e:
+        return False, f"{where.describe()}: {e.strerror or e}"
     finally:
         for d in reversed(made):
             with contextlib.suppress(OSError):

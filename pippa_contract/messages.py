@@ -53,6 +53,7 @@ class SandboxFacts(TypedDict):
     apt: bool
     seccomp: bool  # libseccomp2, for the sandbox's filter
     cgroups: bool  # writable cgroups: memory and process caps for a run's processes together
+    cgroups_why: str  # which cgroups (root's, a delegated subtree: cgroupdeleg) or why none
     level: str  # the strongest sandbox.isolation a code recipe can ask for here
 
 

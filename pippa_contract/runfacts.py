@@ -94,6 +94,19 @@ def redact_run(run: dict[str, Any], values: dict[str, str]) -> dict[str, Any]:
     return run
 
 
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def last_line(log: str) -> str | None:
+    """The log's last non-empty line (what a starting run is doing), from its last 2 KB."""
+    lines = [ln.strip() for ln in tail_lines(log, 2048) if ln.strip()]
+    return lines[-1][:300] if lines else None
+
+
 def run_facts(d: str, summary: bool = False) -> dict[str, Any] | None:
     """One run directory's facts (None: not a run); ``summary`` adds the metrics summary."""
     try:
@@ -123,6 +136,10 @@ def run_facts(d: str, summary: bool = False) -> dict[str, Any] | None:
                 run["attempts"] = json.loads(f.read())
         except (OSError, ValueError):
             pass
+    if exit_text is None:  # a run going on: has its trainer written a line yet (``pippa run``'s watch)?
+        run["metrics_size"] = _size(os.path.join(d, rd.METRICS))
+        if not run["metrics_size"]:
+            run["last_line"] = last_line(os.path.join(d, rd.OUTPUT_LOG))
     if exit_text not in (None, "0"):
         run["error"] = error_line(os.path.join(d, rd.OUTPUT_LOG))
     if summary:

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pippa_contract import verbs
+from pippa_contract.termsafe import escape
 from pippa_ops.errors import HostUnreachable, ToolMissing
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Process, Transport
@@ -102,10 +103,11 @@ def apps_argv() -> list[str]:
 
 
 def value(text: str | None) -> str | None:
-    """A cell without padding; None for what nvidia-smi could not report."""
+    """A cell without padding, control characters escaped (the host's words: a GPU or process name
+    reaches tables and the dashboard); None for what nvidia-smi could not report."""
     if text is None:
         return None
-    text = text.strip()
+    text = escape(text.strip())
     if text.lower() in _MISSING or text.startswith("[") or text.lower().startswith("requested functionality"):
         return None
     return text

@@ -43,6 +43,7 @@ IGNORE_FILE = ".pippaignore"
 MARKER = ".pippa/sync.json"
 
 Progress = Callable[[int], None]  # called with the bytes sent so far
+HANDFUL = 5  # deletions up to this many (and no more than the tree holds) need no confirmation
 
 
 @dataclass(frozen=True)
@@ -253,18 +254,21 @@ def sync(
     progress: Progress | None = None,
     defer_marker: list[dict[str, object]] | None = None,
     agent: agent_client.Session | None = None,
+    confirm: Callable[[SyncResult], bool] | None = None,
 ) -> SyncResult:
     """Bring ``spec.remote_dir`` on the host up to date with ``repo``; see the module docstring.
 
     ``defer_marker``: when nothing travels, append the marker (sync.json's content) here instead of
     writing it, for a caller that sends the host a request next anyway (``pippa run`` saves a round
     trip); the caller must have it written. ``agent``: the caller's agent session, to be used again
-    after the sync (``pippa run``); by default the sync has one of its own."""
+    after the sync (``pippa run``); by default the sync has one of its own. ``confirm``: asked
+    before deleting more than a handful of host files, or more than the tree holds (``many_deletions``);
+    False cancels the sync with nothing changed."""
     if agent is None:
         with agent_client.Session(transport) as own:
             return sync(
                 spec, transport, repo, delete=delete, dry_run=dry_run, progress=progress,
-                defer_marker=defer_marker, agent=own,
+                defer_marker=defer_marker, agent=own, confirm=confirm,
             )  # fmt: skip
     t0 = time.monotonic()
     if transport.is_local:
@@ -307,6 +311,8 @@ def sync(
     )  # fmt: skip
     if dry_run:
         return _finish(result, 0, t0)
+    if confirm is not None and many_deletions(result) and not confirm(result):
+        raise SyncCancelled(f"{spec.name}: sync cancelled; nothing was sent or deleted")
     marker: dict[str, object] = {"commit": commit, "dirty": dirty, "time": time.time(), "files": len(local)}
     if not todo.send and not todo.delete:  # nothing travels: only the marker, in one small request
         if defer_marker is not None:
@@ -335,6 +341,16 @@ def sync(
             raise RemoteCommandFailed(f"{spec.name}: sync failed on the host: {proc.stderr_text().strip()}")
         agent_client.parse_answer(transport, "sync", out)
     return _finish(result, sent_bytes, t0)
+
+
+class SyncCancelled(UsageError):
+    """The user declined a sync's deletions."""
+
+
+def many_deletions(result: SyncResult) -> bool:
+    """Whether a sync deletes more than a handful of host files, or more than the tree it sends holds
+    (the mark of the wrong tree). One file removed here and mirrored there asks nothing."""
+    return len(result.deleted) > min(HANDFUL, result.files)
 
 
 def _finish(result: SyncResult, sent_bytes: int, t0: float) -> SyncResult:

@@ -259,7 +259,6 @@ def test_the_known_package_cycle_edges_are_still_there() -> None:
 # Files over the limit that other work is splitting right now (issue 31: items 1, 3 and 4); each leaves
 # this list with the change that splits or moves it.
 OVER_400_ALLOWED = {
-    "pippa_ops/cli/run_cmd.py",  # split: options and rendering only, the rest under runs/
     "pippa_ops/transport/keeper.py",  # split into server, relay and connection pool
     "pippa_ops/transport/keeper_client.py",  # a KeeperClient object instead of module state
 }
@@ -295,7 +294,6 @@ RUN_FILE_WORDS = ("exit_code", "exit_code.tmp", "stop_requested", "started", "tm
 # when its new home reads the names from pippa_contract.
 RUN_FILE_LITERALS_ALLOWED = {
     "pippa_ops/provision/boot.py",  # the @reboot line's supervisor path; becomes the bundle's zipapp
-    "pippa_ops/cli/run_cmd.py",  # split; log location moves under runs/
 }
 
 

@@ -20,9 +20,9 @@ def local_target(env_file: Path | None = None) -> str | None:
         return value
     try:
         from pippa_ops.provision.envfile import read_env
-        from pippa_ops.repo import repo_root
+        from pippa_ops.repo import fallback_root
 
-        return read_env(env_file or repo_root() / ".env").get(TARGET) or None
+        return read_env(env_file or fallback_root() / ".env").get(TARGET) or None
     except Exception:  # outside a repo, an unreadable .env: not set
         return None
 

@@ -4,7 +4,8 @@ A hot verb (``ps``, ``logs``, ``gpus``, ``run``, ``stop``, ``wait`` and their ``
 the warm process (``pippa_ops.instant``) when one is running: it has typer, the command modules and
 the core imported already and forks a child per command, which runs the same code as below on this
 terminal. Everything else, or when there is no warm process, builds the typer app here
-(``cli.typer_app``), which registers each command module from the table below.
+(``cli.typer_app``), which registers each command module from the table below, handed to it
+(it imports nothing from here: no cycle).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "sync": (
         "pippa_ops.cli.hosts_cmd",
-        "Copy the working tree to the host: changed files only, one stream, deletions only with --delete.",
+        "Copy the project's tree to the host: changed files only, one stream, deletions only with --delete.",
     ),
     "run": (
         "pippa_ops.cli.run_cmd",
@@ -39,19 +40,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory.",
     ),
     "ps": (
-        "pippa_ops.cli.run_cmd",
+        "pippa_ops.cli.ps_cmd",
         "Runs on every host (in parallel) or one: state, duration, last step and reward.",
     ),
     "logs": (
-        "pippa_ops.cli.run_cmd",
+        "pippa_ops.cli.logs_cmd",
         "Print a run's output (the session's current run, or a run id); -f follows it.",
     ),
     "attach": (
-        "pippa_ops.cli.run_cmd",
+        "pippa_ops.cli.logs_cmd",
         "Attach this terminal to the run's tmux session (detach with C-b d; the run goes on).",
     ),
     "stop": (
-        "pippa_ops.cli.run_cmd",
+        "pippa_ops.cli.stop_cmd",
         "Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period.",
     ),
     "recipes": ("pippa_ops.cli.run_cmd", "The recipes this repo ships (recipes/*.toml)."),
@@ -99,6 +100,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+
 def main() -> None:
     argv = sys.argv[1:]
     if argv == ["--version"]:  # the installed metadata says the same (a test checks it)
@@ -120,7 +122,7 @@ def main() -> None:
             os._exit(code)
     from pippa_ops.cli.typer_app import main as assembled_main
 
-    assembled_main()
+    assembled_main(COMMANDS)
 
 
 if __name__ == "__main__":

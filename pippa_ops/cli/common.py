@@ -1,4 +1,4 @@
-"""Bits every command group shares: consoles, --json output, the host argument/option, --accept-new.
+"""Bits every command group shares: consoles, --json output, the options several commands take.
 
 Light on purpose: command modules import it at start-up, so rich loads only when a console is used.
 """
@@ -20,10 +20,28 @@ HOST_HELP = "Host: inventory name, ~/.ssh/config alias, [user@]address, or 'loca
 HostArg = Annotated[str, typer.Argument(help=HOST_HELP, show_default=False)]
 HostOpt = Annotated[str | None, typer.Option("--host", "-H", help=HOST_HELP)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+RawOpt = Annotated[
+    bool, typer.Option("--raw", help="The log's bytes as they are, escape sequences included (a pipe gets "
+                                      "them anyway; a terminal otherwise gets only text, tabs and colours).")
+]
 RunsDirOpt = Annotated[
     Path | None,
     typer.Option("--runs-dir", help="Where pulled runs live (<dir>/<host>/<run-id>). Default: <repo>/runs."),
 ]
+HostsOpt = Annotated[
+    list[str] | None, typer.Option("--host", "-H", help=HOST_HELP + " Repeatable; default: every host.")
+]
+SinceOpt = Annotated[
+    str | None, typer.Option("--since", help="Only runs started since: 30m, 12h, 2d, 1w, or 2026-11-20.")
+]
+StateOpt = Annotated[
+    str | None, typer.Option("--state", help="Only runs in this state (running, finished, failed, ...).")
+]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Whole run ids, always.")]
+FollowOpt = Annotated[
+    bool, typer.Option("--follow", "-f", help="Stream the log until the run ends (Ctrl-C stops following).")
+]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a recipe value: key=value.")]
 AcceptNewOpt = Annotated[
     bool,
     typer.Option(
@@ -53,6 +71,11 @@ def err_console() -> Console:
 def emit_json(data: Any) -> None:
     """Machine-readable output on stdout, nothing else on it."""
     typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def note(message: str) -> None:
+    """One ``pippa: ...`` line on stderr (what happened besides the output)."""
+    typer.echo(f"pippa: {message}", err=True)
 
 
 def goes_on_line(verb: str, run_id: str, session: str, host: str) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -104,12 +105,14 @@ def up_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOp
 
     from pippa_ops.hosts.connect import connect
     from pippa_ops.provision.prep import up
-    from pippa_ops.repo import repo_root
+    from pippa_ops.repo import project
 
+    tree = project()
     keys = _KeysWatch(host, accept_new)
     spec, transport = connect(host, accept_new=accept_new)
     with transport:
-        report = up(spec, transport, repo_root(), emit=lambda line: err_console().print(escape(line)))
+        err_console().print(escape(f"pippa: {tree.line('sending')}"))
+        report = up(spec, transport, tree.root, emit=lambda line: err_console().print(escape(line)))
     keys.report()
     if json_out:
         emit_json(report.to_json())
@@ -159,18 +162,26 @@ def sync_command(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would change; change nothing.")
     ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="With --delete: delete without asking, however many.")
+    ] = False,
     accept_new: AcceptNewOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Copy the working tree to the host: changed files only, one stream, deletions only with --delete."""
+    """Copy the project's tree to the host: changed files only, one stream, deletions only with --delete."""
     from pippa_ops.hosts.connect import connect
-    from pippa_ops.repo import repo_root
+    from pippa_ops.repo import project
     from pippa_ops.sync import sync
 
+    tree = project()
+    if not json_out:
+        typer.echo(tree.line("would send" if dry_run else "sending"))
     keys = _KeysWatch(host, accept_new)
     spec, transport = connect(host, accept_new=accept_new)
+    confirm = None if yes else _deletions_check(tree.root)
     with transport, _byte_progress(enabled=sys.stderr.isatty() and not (json_out or dry_run)) as progress:
-        result = sync(spec, transport, repo_root(), delete=delete, dry_run=dry_run, progress=progress)
+        result = sync(spec, transport, tree.root, delete=delete, dry_run=dry_run, progress=progress,
+                      confirm=confirm)  # fmt: skip
     keys.report()
     if json_out:
         emit_json(result.to_json())
@@ -178,18 +189,41 @@ def sync_command(
         render_sync(result)
 
 
+def _deletions_check(root: Path) -> Callable[[SyncResult], bool]:
+    """Before a sync deletes many host files: ask on a terminal; elsewhere refuse in one line."""
+
+    def ask(r: SyncResult) -> bool:
+        what = (f"sync --delete would delete {len(r.deleted)} file(s) in {r.host}:{r.remote_dir} and send "
+                f"{len(r.sent)}, to match {root}")  # fmt: skip
+        if not (sys.stdin.isatty() and sys.stderr.isatty()):
+            from pippa_ops.errors import UsageError
+
+            raise UsageError(f"{what}: nothing changed; `--dry-run` lists them, `--yes` deletes them")
+        return typer.confirm(f"pippa: {what}. Go on?", err=True)
+
+    return ask
+
+
 @contextlib.contextmanager
 def _byte_progress(enabled: bool) -> Iterator[Callable[[int], None] | None]:
-    """On a terminal, a transient line with the bytes sent so far and the rate (rich.progress)."""
+    """On a terminal, a transient line with the bytes sent so far and the rate (rich.progress), drawn
+    from the first bytes sent (a question about deletions may come before)."""
     if not enabled:
         yield None
         return
     from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn, TransferSpeedColumn
 
     columns = (SpinnerColumn(), TextColumn("sending"), DownloadColumn(), TransferSpeedColumn())
-    with Progress(*columns, console=err_console(), transient=True) as bar:
-        task = bar.add_task("sync", total=None)
-        yield lambda sent: bar.update(task, completed=sent)
+    with contextlib.ExitStack() as stack:
+        shown: list[tuple[Progress, Any]] = []
+
+        def update(sent: int) -> None:
+            if not shown:
+                bar = stack.enter_context(Progress(*columns, console=err_console(), transient=True))
+                shown.append((bar, bar.add_task("sync", total=None)))
+            shown[0][0].update(shown[0][1], completed=sent)
+
+        yield update
 
 
 class _KeysWatch:

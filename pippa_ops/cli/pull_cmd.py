@@ -11,9 +11,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, RunsDirOpt, emit_json, human_bytes
+from pippa_ops.cli.common import (
+    HostOpt,
+    HostsOpt,
+    JsonOpt,
+    RunsDirOpt,
+    SinceOpt,
+    StateOpt,
+    VerboseOpt,
+    emit_json,
+    human_bytes,
+)
 from pippa_ops.errors import PippaError
-from pippa_ops.repo import pulled_runs_dir
+from pippa_ops.repo import project, pulled_runs_dir
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -96,6 +106,12 @@ def pull_cmd(
             "--wandb-sync", help="First upload the run's offline W&B runs (`wandb sync` on the host)."
         ),
     ] = False,
+    max_bytes: Annotated[
+        int | None,
+        typer.Option("--max-bytes", min=1, show_default=False,
+                     help="The most one run's pull may bring (default 100 GiB); a host announcing "
+                          "more is refused."),
+    ] = None,
     runs_dir: RunsDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -106,6 +122,8 @@ def pull_cmd(
     from pippa_ops.runs.pull import wandb_sync as sync_wandb
 
     root = pulled_runs_dir(runs_dir)
+    if not as_json:
+        typer.echo(f"writing into {root}" if runs_dir is not None else project().line("writing into", root))
     records = locate(names, host)
     by_host: dict[str, list[str]] = {}
     for rec in records.values():
@@ -120,7 +138,8 @@ def pull_cmd(
                 bar = _Bar(f"{h} {run_id}", enabled=not as_json and sys.stderr.isatty())
                 try:
                     synced = sync_wandb(transport, spec, run_id) if wandb_sync else []
-                    result = pull_run(transport, spec, run_id, root, checkpoint=which, progress=bar)
+                    cap = {} if max_bytes is None else {"max_bytes": max_bytes}
+                    result = pull_run(transport, spec, run_id, root, checkpoint=which, progress=bar, **cap)
                 except PippaError as e:
                     failed.append(e)
                     _note(str(e))
@@ -193,18 +212,12 @@ def render_wandb(project: str, runs: list[WandbRun]) -> None:
 
 
 def runs_cmd(
-    host: Annotated[
-        list[str] | None, typer.Option("--host", "-H", help=HOST_HELP + " Repeatable; default: every host.")
-    ] = None,
+    host: HostsOpt = None,
     recipe: Annotated[
         str | None, typer.Option("--recipe", help="Only runs of this recipe (or command); globs: 'overfit*'.")
     ] = None,
-    since: Annotated[
-        str | None, typer.Option("--since", help="Only runs started since: 30m, 12h, 2d, 1w, or 2026-11-20.")
-    ] = None,
-    state: Annotated[
-        str | None, typer.Option("--state", help="Only runs in this state (finished, failed, ...).")
-    ] = None,
+    since: SinceOpt = None,
+    state: StateOpt = None,
     sort: Annotated[
         str,
         typer.Option("--sort", help="started (oldest first), reward, best, steps, duration (largest first)."),
@@ -219,7 +232,7 @@ def runs_cmd(
         ),
     ] = None,
     runs_dir: RunsDirOpt = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Whole run ids, always.")] = False,
+    verbose: VerboseOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Every run on the hosts and pulled here: recipe, state, steps, final/best reward, eval, W&B link."""

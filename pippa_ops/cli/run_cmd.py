@@ -1,68 +1,32 @@
-"""``pippa run / ps / logs / attach / stop / recipes``: parse options, call the core, render, exit.
+"""``pippa run / resume / recipes``: parse options, call the core, render, exit.
 
-No shell strings or business logic here: launching, listing, following and stopping live in
-``runs.launch`` / ``runs.listing`` / ``runs.follow``; this module only turns their values into lines.
-rich is imported only by ``ps``, which draws a table, so ``run``/``logs``/``stop`` start without it.
+No shell strings or business logic here: launching lives in ``runs.launch``, watching a start in
+``runs.startup``, following in ``runs.logs``; this module only turns their values into lines. rich
+is not imported: ``run`` starts without it.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import shutil
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from pippa_ops.cli.common import HOST_HELP, HostOpt, JsonOpt, emit_json, goes_on_line
-from pippa_ops.errors import (
-    BadSetting,
-    ExitCode,
-    PippaError,
-    RunNotFound,
-)
-from pippa_ops.fanout import fan_out
-from pippa_ops.hosts.connect import connect, open_transport
-from pippa_ops.hosts.inventory import LOCAL, HostSpec, default_host, resolve
-from pippa_ops.runs.attach import attach_session
-from pippa_ops.runs.follow import read_all
-from pippa_ops.runs.launch import (
-    DEFAULT_GRACE_S,
-    LaunchResult,
-    StopResult,
-    attach_argv,
-    follow_run,
-    launch,
-    launch_group,
-    resume,
-    stop,
-)
-from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, merge_groups, read_run
-from pippa_ops.runs.locate import (
-    all_hosts,
-    locate_host,
-    locate_run,
-    locate_run_hosts,
-    run_hosts,
-    runs_of,
-)
-from pippa_ops.runs.recipes import list_recipes
+from pippa_contract.rundir import CHECKPOINTS, RUNS
+from pippa_ops.cli.common import HOST_HELP, FollowOpt, HostOpt, JsonOpt, RawOpt, SetOpt, emit_json, note
+from pippa_ops.cli.follow_out import follow_runs
+from pippa_ops.errors import BadSetting, ExitCode
+from pippa_ops.hosts.connect import connect
+from pippa_ops.hosts.inventory import HostSpec, default_host
+from pippa_ops.runs.launch import LaunchResult, attach_argv, launch, launch_on_hosts, launch_sets, resume
+from pippa_ops.runs.listing import RunRecord, current_run, list_runs
+from pippa_ops.runs.locate import locate_host
 from pippa_ops.runs.restart import RestartFlags
+from pippa_ops.runs.schedulers import scheduler_for
 from pippa_ops.runs.script import DEFAULT_GAP_S, DEFAULT_SESSION
 from pippa_ops.transport.base import Transport
-from pippa_ops.transport.shell import join, validate_name
-
-
-def launch_sets(gpus: str | None, processes: int | None, strategy: str | None) -> list[str]:
-    """``--gpus/--processes/--strategy`` as the recipe settings they stand for (the trainer checks them)."""
-    out = []
-    if gpus is not None:
-        out.append(f"launch.gpus={json.dumps(gpus)}")
-    if processes is not None:
-        out.append(f"launch.processes={processes}")
-    if strategy is not None:
-        out.append(f"launch.strategy={json.dumps(strategy)}")
-    return out
+from pippa_ops.transport.shell import join
 
 
 def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True) -> None:
@@ -80,46 +44,12 @@ def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True) -> 
     typer.echo(f"  logs:    {result.logs_hint()}")
 
 
-def _write_out(chunk: bytes) -> None:
-    sys.stdout.buffer.write(chunk)
-    sys.stdout.buffer.flush()
-
-
-def _note(message: str) -> None:
-    typer.echo(f"pippa: {message}", err=True)
-
-
-def follow_runs(transport: Transport, spec: HostSpec, run_ids: list[str], session: str, skip: int = 0) -> int:
-    """Stream each run's log in turn (riding out dropped connections); pippa's exit code from theirs.
-    ``skip``: bytes of the first log not to print (``logs --tail N -f``)."""
-    codes: list[int | None] = []
-    left = [skip]
-
-    def write(chunk: bytes) -> None:
-        if left[0]:
-            cut = min(left[0], len(chunk))
-            left[0] -= cut
-            chunk = chunk[cut:]
-        if chunk:
-            _write_out(chunk)
-
-    for run_id in run_ids:
-        try:
-            code, transport = follow_run(spec, transport, run_id, session, write, _note)
-        except KeyboardInterrupt:  # Ctrl-C stops the following, never the run: say so
-            typer.echo(goes_on_line("following", run_id, session, spec.name), err=True)
-            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-        codes.append(code)
-    transport.close()
-    return _exit_for(codes)
-
-
-def _exit_for(codes: list[int | None]) -> int:
-    bad = [c for c in codes if c != 0]
-    if not bad:
-        return 0
-    last = bad[-1]
-    return int(ExitCode.FAILURE) if last is None else last
+def render_group(result: LaunchResult) -> None:
+    typer.echo(f"started {result.run_ids[0]}")
+    typer.echo(f"  hosts:   {result.host}   (machine rank 0 first: the rendezvous)")
+    typer.echo(f"  session: {result.session} on each")
+    typer.echo(f"  logs:    pippa logs {result.run_ids[0]} -f   (rank 0's output)")
+    typer.echo(f"  stop:    pippa stop {result.run_ids[0]}   (every host)")
 
 
 def run_cmd(
@@ -129,20 +59,14 @@ def run_cmd(
     ] = None,
     host: Annotated[
         str | None,
-        typer.Option(
-            "--host",
-            "-H",
-            help=HOST_HELP + " Default: default_host in ~/.config/pippa/hosts.toml, else local.",
-            show_default=False,
-        ),
+        typer.Option("--host", "-H", show_default=False,
+                     help=HOST_HELP + " Default: default_host in ~/.config/pippa/hosts.toml, else local."),
     ] = None,
     name: Annotated[str, typer.Option("--name", "-n", help="tmux session name.")] = DEFAULT_SESSION,
     cmd: Annotated[
         str | None, typer.Option("--cmd", help="Run this shell command instead of a recipe.")
     ] = None,
-    set_: Annotated[
-        list[str] | None, typer.Option("--set", help="Override a recipe value: key=value.")
-    ] = None,
+    set_: SetOpt = None,
     replace: Annotated[
         bool, typer.Option("--replace", help="Replace a running session of that name.")
     ] = False,
@@ -163,20 +87,17 @@ def run_cmd(
         str | None,
         typer.Option("--hosts", help="One run over several hosts, e.g. h100-a,h100-b (first: rendezvous)."),
     ] = None,
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Stream the log until the run ends.")
-    ] = False,
+    follow: FollowOpt = False,
+    raw: RawOpt = False,
     notify: Annotated[
         bool,
         typer.Option("--notify", help="When the runs end: terminal bell, a line, a desktop notification."),
     ] = False,
     wait: Annotated[
         float | None,
-        typer.Option(
-            "--wait",
-            help="Seconds to watch for an early exit after starting (default 3, or PIPPA_RUN_WAIT_S).",
-            show_default=False,
-        ),
+        typer.Option("--wait", show_default=False,
+                     help="Most seconds to watch a start: a recipe until its trainer's first line (default "
+                     "20), a --cmd for an early exit (default 3); or PIPPA_RUN_WAIT_S."),
     ] = None,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Return as soon as the run is started.")] = False,
     retry: Annotated[
@@ -207,87 +128,77 @@ def run_cmd(
     if not names and cmd is None:
         names = ["tiny"]  # the README's main job
     sets = [*(set_ or []), *launch_sets(gpus, processes, strategy)]
+    _say_tree()
     if hosts is not None:
         if host is not None or cmd is not None or len(names) != 1:
             raise BadSetting("--hosts runs one recipe over several hosts (no --host, no --cmd, no sweep)")
         if restart.given:
             raise BadSetting("--retry and --stall-timeout are not supported with --hosts yet")
-        result = _run_group([h for h in hosts.split(",") if h], names[0], name, sets)
+        result = launch_on_hosts([h for h in hosts.split(",") if h], names[0], session=name, sets=sets)
         if as_json:
             emit_json({"host": result.host, "session": result.session, "run_ids": list(result.run_ids),
                        "sync": result.sync})  # fmt: skip
         else:
-            typer.echo(f"started {result.run_ids[0]}")
-            typer.echo(f"  hosts:   {result.host}   (machine rank 0 first: the rendezvous)")
-            typer.echo(f"  session: {result.session} on each")
-            typer.echo(f"  logs:    pippa logs {result.run_ids[0]} -f   (rank 0's output)")
-            typer.echo(f"  stop:    pippa stop {result.run_ids[0]}   (every host)")
+            render_group(result)
         return
     spec, transport = connect(host or default_host())
     with transport:
-        result = launch(
-            spec,
-            transport,
-            recipes=names,
-            command=cmd,
-            session=name,
-            sets=sets,
-            replace=replace,
-            gap_s=gap,
-            nodes=nodes,
-            restart=restart,
-        )
+        result = launch(spec, transport, recipes=names, command=cmd, session=name, sets=sets, replace=replace,
+                        gap_s=gap, nodes=nodes, restart=restart)  # fmt: skip
         if as_json:
-            emit_json(
-                {
-                    "host": result.host,
-                    "session": result.session,
-                    "run_ids": list(result.run_ids),
-                    "job_ids": list(result.job_ids),
-                    "sync": result.sync,
-                }
-            )
+            emit_json({"host": result.host, "session": result.session, "run_ids": list(result.run_ids),
+                       "job_ids": list(result.job_ids), "sync": result.sync})  # fmt: skip
         else:
             render_launch(result, spec, chosen=host is not None)
-        wait_s = 0.0 if no_wait or follow else _wait_seconds(wait)
-        if wait_s > 0 and spec.scheduler != "slurm":
-            _report_early_exit(transport, spec, result.run_ids[0], wait_s, quiet=as_json)
+        if not (no_wait or follow) and scheduler_for(spec).starts_at_once:
+            _report_start(transport, spec, result.run_ids[0], wait, recipe=cmd is None, quiet=as_json)
         if notify and not follow:
-            from pippa_ops.runs.watcher import spawn_watcher
+            from pippa_ops.runs.watcher import spawn_watcher, watcher_log
 
             pid = spawn_watcher(spec.name, list(result.run_ids))
             if not as_json:
-                from pippa_ops.runs.watcher import watcher_log
-
                 log = watcher_log(result.run_ids[0])
                 typer.echo(f"  notify:  when it ends (watcher pid {pid}; its log: {log})")
         if follow:
-            code = follow_runs(transport, spec, list(result.run_ids), result.session)
+            code = follow_runs(transport, spec, list(result.run_ids), result.session, raw=raw)
             if notify:
                 from pippa_ops.runs.watcher import notify_ended
 
-                notify_ended(spec.name, list(result.run_ids), _note)
+                notify_ended(spec.name, list(result.run_ids), note)
             raise typer.Exit(code)
 
 
-def _wait_seconds(wait: float | None) -> float:
-    from pippa_ops.runs.precheck import DEFAULT_WAIT_S, WAIT_ENV
+def _say_tree() -> None:
+    """When the working directory's checkout is not a pippa project: which tree runs (one line)."""
+    from pippa_ops.repo import find_project
 
-    if wait is not None:
-        return max(0.0, wait)
-    raw = os.environ.get(WAIT_ENV)
+    tree = find_project()
+    if tree is not None and tree.passed_over is not None:
+        note(tree.line("running from"))
+
+
+def _report_start(
+    transport: Transport, spec: HostSpec, run_id: str, wait: float | None, *, recipe: bool, quiet: bool
+) -> None:
+    """Watch the start (``runs.startup``): a run that ended in the window says its state and reason
+    line, and pippa exits non-zero unless it exited 0; on a terminal, one line of progress meanwhile."""
+    from pippa_ops.runs.precheck import failure_hint
+    from pippa_ops.runs.startup import wait_seconds, watch_start
+
+    wait_s = wait_seconds(wait, recipe)
+    if wait_s <= 0:
+        return
+    line = _ProgressLine(spec.name, enabled=not quiet and sys.stderr.isatty())
     try:
-        return max(0.0, float(raw)) if raw else DEFAULT_WAIT_S
-    except ValueError:
-        raise BadSetting(f"{WAIT_ENV}={raw!r}: give seconds, e.g. 3") from None
-
-
-def _report_early_exit(transport: Transport, spec: HostSpec, run_id: str, wait_s: float, quiet: bool) -> None:
-    """A run that ended within ``wait_s``: its state and reason line; exit non-zero unless it exited 0."""
-    from pippa_ops.runs.precheck import failure_hint, watch_early_exit
-
-    rec = watch_early_exit(transport, spec.remote_dir, run_id, wait_s)
-    if rec is None:
+        watch = watch_start(transport, spec.remote_dir, run_id, wait_s, until_first_line=recipe,
+                            progress=line.show if line.enabled else None)  # fmt: skip
+    finally:
+        line.clear()
+    rec = watch.record
+    if rec is None or not watch.ended:
+        if recipe and not watch.started and not quiet:
+            note(f"{spec.name}: run {run_id} is still starting after {watch.waited_s:.0f}s; it goes on "
+                 f"(`pippa logs {run_id} --host {spec.name} -f` follows it)")  # fmt: skip
         return
     if rec.state == "finished":
         if not quiet:
@@ -295,19 +206,29 @@ def _report_early_exit(transport: Transport, spec: HostSpec, run_id: str, wait_s
         return
     why = f": {rec.error}{failure_hint(rec.error, spec.name)}" if rec.error else ""
     took = f" after {rec.duration_s:.0f}s" if rec.duration_s is not None else ""
-    _note(f"{spec.name}: run {rec.run_id} {rec.state_text}{took}{why}"
-          f" (pippa logs {rec.run_id} --host {spec.name})")  # fmt: skip
+    note(f"{spec.name}: run {rec.run_id} {rec.state_text}{took}{why}"
+         f" (pippa logs {rec.run_id} --host {spec.name})")  # fmt: skip
     raise typer.Exit(int(ExitCode.FAILURE))
 
 
-def _run_group(names: list[str], recipe: str, session: str, sets: list[str]) -> LaunchResult:
-    connected = [connect(n) for n in dict.fromkeys(names)]
-    try:
-        return launch_group([c[0] for c in connected], [c[1] for c in connected], recipe, session=session,
-                            sets=sets)  # fmt: skip
-    finally:
-        for _, transport in connected:
-            transport.close()
+class _ProgressLine:
+    """``starting on h100-a: 6s: <the run's last output line>``, redrawn in place on stderr."""
+
+    def __init__(self, host: str, enabled: bool) -> None:
+        self.host, self.enabled, self.drawn = host, enabled, False
+
+    def show(self, waited: float, rec: RunRecord | None) -> None:
+        text = f"starting on {self.host}: {waited:.0f}s"
+        text += f": {rec.last_line}" if rec is not None and rec.last_line else ""
+        width = shutil.get_terminal_size((80, 24)).columns - 1
+        sys.stderr.write("\r\x1b[2K" + (text if len(text) <= width else text[: width - 1] + "…"))
+        sys.stderr.flush()
+        self.drawn = True
+
+    def clear(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
 
 
 def resume_cmd(
@@ -315,17 +236,11 @@ def resume_cmd(
     host: HostOpt = None,
     session: Annotated[
         str | None,
-        typer.Option(
-            "--name", "-n", help="tmux session to resume in (default: the run's own).", show_default=False
-        ),
+        typer.Option("--name", "-n", help="tmux session to resume in (default: the run's own).",
+                     show_default=False),
     ] = None,
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Stream the log until the run ends.")
-    ] = False,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Change a recipe value for the rest of the run: key=value."),
-    ] = None,
+    follow: FollowOpt = False,
+    set_: SetOpt = None,
 ) -> None:
     """Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory."""
     from pippa_ops.runs.tidy import checkpoints
@@ -339,7 +254,8 @@ def resume_cmd(
             found = checkpoints(agent, spec.remote_dir, run.run_id)
         result = resume(spec, transport, run.run_id, session=session, sets=list(set_ or []))
         if found:
-            typer.echo(f"resumed {result.run_ids[0]} from runs/{result.run_ids[0]}/checkpoints/{found[-1]}")
+            where = f"{RUNS}/{result.run_ids[0]}/{CHECKPOINTS}/{found[-1]}"
+            typer.echo(f"resumed {result.run_ids[0]} from {where}")
         else:
             typer.echo(f"resumed {result.run_ids[0]}: no checkpoint: restarting from step 0")
         typer.echo(f"  host:    {result.host}")
@@ -350,252 +266,15 @@ def resume_cmd(
             raise typer.Exit(follow_runs(transport, spec, list(result.run_ids), result.session))
 
 
-def ps_cmd(
-    host: Annotated[
-        list[str] | None, typer.Option("--host", "-H", help=HOST_HELP + " Repeatable; default: every host.")
-    ] = None,
-    show_all: Annotated[
-        bool, typer.Option("--all", "-a", help="Every run, not only the last 10 ended.")
-    ] = False,
-    last: Annotated[
-        int | None,
-        typer.Option("--last", help="Show the last N ended runs (default 10).", show_default=False),
-    ] = None,
-    since: Annotated[
-        str | None, typer.Option("--since", help="Only runs started since: 30m, 12h, 2d, 1w, or 2026-11-20.")
-    ] = None,
-    state: Annotated[
-        str | None, typer.Option("--state", help="Only runs in this state (running, failed, ...).")
-    ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Whole run ids, always.")] = False,
-    as_json: JsonOpt = False,
-) -> None:
-    """Runs on every host (in parallel) or one: state, duration, last step and reward."""
-    from pippa_ops.cli.run_tables import render_ps, select_shown
-    from pippa_ops.runs.catalog import parse_since
-
-    since_ts = parse_since(since) if since else None
-    hosts = list(dict.fromkeys(host)) if host else all_hosts()
-    results = fan_out(hosts, runs_of)
-    answered = {h: r for h, r in results.items() if not isinstance(r, PippaError)}
-    records = merge_groups(answered)  # a run over several hosts: one record, hosts joined with "+"
-    # --json lists every run unless a filter is given (scripts want them all); the table the last 10 ended.
-    filtered = as_json and not (since or state or last is not None)
-    shown, hidden = select_shown(records, since=since_ts, state=state, last=last,
-                                 show_all=show_all or filtered)  # fmt: skip
-    if as_json:
-        keep = {(r.host, r.run_id) for r in shown}
-        out: dict[str, Any] = {}
-        for h, r in results.items():
-            if isinstance(r, PippaError):
-                out[h] = {"error": str(r), "exit_code": int(r.exit_code)}
-            else:
-                out[h] = {"runs": [x.to_json() for x in r.runs if _kept(x, keep)]}
-        emit_json(out)
-    else:
-        errors = {h: r for h, r in results.items() if isinstance(r, PippaError)}
-        empty = [h for h, r in answered.items() if not r.runs]
-        render_ps(shown, errors, empty, hidden, verbose=verbose, all_ids=[r.run_id for r in records])
-    # A host the user named that failed (unknown, unreachable, changed key) fails the command;
-    # the others were still listed.
-    failed = [r for r in results.values() if isinstance(r, PippaError)]
-    if host and failed:
-        for r in failed:
-            _note(str(r))
-        raise typer.Exit(int(failed[0].exit_code))
-
-
-def _kept(rec: RunRecord, keep: set[tuple[str, str]]) -> bool:
-    """Whether a host's record is among the shown ones (a run over several hosts shows as "a+b")."""
-    return any(rid == rec.run_id and rec.host in host.split("+") for host, rid in keep)
-
-
-def logs_cmd(
-    name: Annotated[
-        str | None,
-        typer.Argument(help="Session name or run id (short ids too); default: the newest run.",
-                       show_default=False),
-    ] = None,
-    host: HostOpt = None,
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Follow until the run ends (Ctrl-C stops).")
-    ] = False,
-    tail: Annotated[
-        int | None, typer.Option("--tail", "-n", help="Only the last N lines (then follow, with -f).")
-    ] = None,
-) -> None:
-    """Print a run's output (the session's current run, or a run id); -f follows it."""
-    run, text, spec, transport = _read_logs(name, host)
-    with transport:
-        skip = len(text) - len(_last_lines(text, tail)) if tail is not None else 0
-        if follow and run.active:
-            raise typer.Exit(follow_runs(transport, spec, [run.run_id], run.session, skip=skip))
-        sys.stdout.buffer.write(text[skip:])
-        sys.stdout.buffer.flush()
-    if follow:  # the run had already ended: -f still exits with its code, as when following it
-        raise typer.Exit(_exit_for([run.exit_code]))
-
-
-def _read_logs(name: str | None, host: str | None) -> tuple[RunRecord, bytes, HostSpec, Transport]:
-    """The run ``name`` means (default: the newest run) and its output, with the transport to its
-    host. ONE agent request (the host's runs, the run the agent chose there by the same rule, its
-    output: ``read_run``) with ``--host``, or without it when there is one host besides ``local``.
-    With several, a listing of every host then a read of the one: asking them all to read would send
-    the output of every host where the name fits (each rank of a run over several hosts, each host's
-    ``training`` session). A listing and then a read also when the agent's choice is not the run
-    (rank 0 elsewhere)."""
-    listings: dict[str, HostRuns | PippaError] | None = None
-    every = all_hosts() if host is None and name is not None else []
-    if name is not None and every and len([h for h in every if h != LOCAL]) <= 1:  # local: no network
-        wanted = validate_name("run or session", name)
-        reads = fan_out(every, lambda h: _read_run_on(h, wanted))
-        listings = {h: r if isinstance(r, PippaError) else r[0] for h, r in reads.items()}
-        hosts, listed = locate_run(name, host, listings)
-        found = reads.get(hosts[0])
-        if found is not None and not isinstance(found, PippaError):
-            run = current_run(found[0], name)
-            if run.run_id == found[1]:
-                spec, transport = connect(hosts[0])  # opens only if -f follows on it
-                return run, found[2], spec, transport
-    elif host is not None:
-        try:
-            spec, transport = connect(host)
-            listed, chosen, text = read_run(transport, spec.remote_dir, name)
-        except PippaError as e:
-            if name is None:  # as when the newest run is looked for on every host: none there
-                raise RunNotFound(f"no runs on {host} (pippa run starts one)") from e
-            raise
-        try:
-            listings = {host: listed}
-            name = name or _newest_in(listings, host)
-            where = run_hosts(name, host, [host], listed)[0]  # a run over several hosts: rank 0's output
-            if where == host:
-                run = current_run(listed, name)
-                if run.run_id != chosen:  # the agent chose otherwise (it cannot, by one rule): read it
-                    text = read_all(transport, _output_log(spec, run.run_id))
-                return run, text, spec, transport
-        except BaseException:
-            transport.close()
-            raise
-        transport.close()
-    elif name is None:
-        listings = fan_out(all_hosts(), runs_of)
-        name = _newest_in(listings, host)
-    hosts, listed = locate_run(name, host, listings)
-    where = hosts[0]
-    spec, transport = connect(where)
-    try:
-        runs = listed if listed.host == where else list_runs(transport, spec.remote_dir)
-        run = current_run(runs, name)
-        return run, read_all(transport, _output_log(spec, run.run_id)), spec, transport
-    except BaseException:
-        transport.close()
-        raise
-
-
-def _read_run_on(host: str, name: str) -> tuple[HostRuns, str | None, bytes]:
-    spec, transport = connect(host)
-    with transport:
-        return read_run(transport, spec.remote_dir, name)
-
-
-def _output_log(spec: HostSpec, run_id: str) -> str:
-    return f"{spec.remote_dir.rstrip('/')}/runs/{run_id}/output.log"
-
-
-def _last_lines(text: bytes, n: int | None) -> bytes:
-    if n is None:
-        return text
-    if n <= 0:
-        return b""
-    lines = text.splitlines(keepends=True)
-    return b"".join(lines[-n:])
-
-
-def _newest_in(listings: dict[str, HostRuns | PippaError], host: str | None) -> str:
-    """The id of the newest run in these listings (``pippa logs`` with no name)."""
-    runs = [r for res in listings.values() if not isinstance(res, PippaError) for r in res.runs]
-    if not runs:
-        raise RunNotFound("no runs on " + (host or "any host") + " (pippa run starts one)")
-    return max(runs, key=lambda r: (r.started or 0.0, r.run_id)).run_id
-
-
-def attach_cmd(
-    name: Annotated[str, typer.Argument(help="Session name (or a run id of a live session).")],
-    host: HostOpt = None,
-) -> None:
-    """Attach this terminal to the run's tmux session (detach with C-b d; the run goes on)."""
-    where = locate_host(name, host, live_session=_wants_live_session(host))
-    spec = resolve(where)
-    with open_transport(spec) as transport:
-        session = attach_session(transport, spec, name)
-    # Already in a client of the local tmux server: switch it, don't nest.
-    argv = attach_argv(spec, session, switch_client=bool(os.environ.get("TMUX")))
-    os.execvp(argv[0], argv)
-
-
-def _wants_live_session(host: str | None) -> bool:
-    """``attach`` looks for a live tmux session, except on a named SLURM host (runs are jobs there)."""
-    return not (host is not None and resolve(host).scheduler == "slurm")
-
-
-def stop_cmd(
-    name: Annotated[str, typer.Argument(help="Session name or run id.")],
-    host: HostOpt = None,
-    grace: Annotated[float, typer.Option("--grace", help="Seconds to wait after Ctrl-C before killing.")] = (
-        DEFAULT_GRACE_S
-    ),
-) -> None:
-    """Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period."""
-    where = locate_run_hosts(name, host)
-    if len(where) > 1:  # a run over several hosts: every rank, in parallel
-        typer.echo(f"{'+'.join(where)}: Ctrl-C to {name} on each; waiting up to {grace:g}s", err=True)
-        results = fan_out(where, lambda h: _stop_one(h, name, grace))
-        for h, r in results.items():
-            if isinstance(r, PippaError):
-                typer.echo(f"{h}: {r}", err=True)
-            else:
-                final = r.after or r.before
-                typer.echo(f"{r.host}: run {final.run_id} (rank {final.machine_rank}): {final.state_text}")
-        if any(isinstance(r, PippaError) for r in results.values()):
-            raise typer.Exit(int(ExitCode.FAILURE))
-        return
-    spec, transport = connect(where[0])
-    with transport:
-        run = current_run(list_runs(transport, spec.remote_dir), name)  # says so first when it has ended
-        if not run.active:
-            typer.echo(f"{spec.name}: run {run.run_id} had already ended: {run.state_text}; nothing to stop")
-            return
-        typer.echo(f"{spec.name}: Ctrl-C to {run.run_id} (session {run.session}); waiting up to {grace:g}s "
-                   "for it to save and exit", err=True)  # fmt: skip
-        result = stop(spec, transport, run.run_id, grace_s=grace)
-        final = result.after or result.before
-        typer.echo(f"{result.host}: run {final.run_id} (session {result.session}): {final.state_text}")
-        if final.recipe is not None:
-            typer.echo(f"  {_checkpoint_line(transport, spec, final.run_id)}")
-
-
-def _checkpoint_line(transport: Transport, spec: HostSpec, run_id: str) -> str:
-    """Where ``pippa resume`` would continue from: the run's newest checkpoint, or step 0."""
-    from pippa_ops.runs.tidy import checkpoints
-    from pippa_ops.transport import agent_client
-
-    with agent_client.Session(transport) as agent:
-        found = checkpoints(agent, spec.remote_dir, run_id)
-    if not found:
-        return f"no checkpoint: `pippa resume {run_id}` would restart from step 0"
-    return f"checkpoint: runs/{run_id}/checkpoints/{found[-1]} (`pippa resume {run_id}` continues from it)"
-
-
-def _stop_one(host: str, name: str, grace: float) -> StopResult:
-    spec, transport = connect(host)
-    with transport:
-        return stop(spec, transport, name, grace_s=grace)
-
-
 def recipes_cmd(as_json: JsonOpt = False) -> None:
     """The recipes this repo ships (recipes/*.toml)."""
-    items = list_recipes()
+    from pippa_ops.repo import project
+    from pippa_ops.runs.recipes import list_recipes
+
+    tree = project()
+    if tree.passed_over is not None:
+        note(tree.line("the recipes of"))
+    items = list_recipes(tree.root)
     if as_json:
         emit_json([{"name": r.name, "description": r.description} for r in items])
         return
@@ -607,8 +286,4 @@ def recipes_cmd(as_json: JsonOpt = False) -> None:
 def register(app: typer.Typer) -> None:
     app.command("run")(run_cmd)
     app.command("resume")(resume_cmd)
-    app.command("ps")(ps_cmd)
-    app.command("logs")(logs_cmd)
-    app.command("attach")(attach_cmd)
-    app.command("stop")(stop_cmd)
     app.command("recipes")(recipes_cmd)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from pippa_contract.termsafe import escape
 from pippa_ops.cli.table import Column, layout, natural_width, terminal_width
 from pippa_ops.errors import ExitCode, PippaError
 from pippa_ops.runs.cost import money
@@ -47,7 +48,7 @@ def commit_text(r: RunRecord) -> str:
 
 
 def label(r: RunRecord) -> str:
-    return r.label.replace("\n", " ")
+    return escape(r.label.replace("\n", " "))
 
 
 def select_shown(
@@ -79,7 +80,7 @@ def _host_state(e: PippaError) -> str:
 
 
 def _host_error(host: str, e: PippaError) -> str:
-    text = str(e)
+    text = escape(e)
     return text if text.startswith(f"{host}:") else f"{host}: {text}"
 
 
@@ -147,7 +148,8 @@ def render_ps(
     for r in records:
         if r.state in ("failed", "diverged") and r.error:
             rid = shown.get(r.run_id, r.run_id)
-            typer.secho(f"{r.host} {rid}: {r.state_text}: {r.error}{failure_hint(r.error, r.host)}", fg="red")
+            line = f"{r.host} {rid}: {r.state_text}: {r.error}{failure_hint(r.error, r.host)}"
+            typer.secho(escape(line), fg="red")
     for h, e in errors.items():
         typer.secho(_host_error(h, e), fg="red")
     if hidden:

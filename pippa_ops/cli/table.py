@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pippa_contract.termsafe import escape
+
 GAP = 2
 FLEX_CAP = 24  # a label column short of room is cut to this before optional columns go
 WIDE = 240  # output that is not a terminal (a pipe, a file): wide, every column, whole ids
@@ -39,7 +41,7 @@ def terminal_width() -> int:
 
 
 def _widths(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> list[int]:
-    return [max([len(c.name), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    return [max([len(c.name), *(len(escape(r[i])) for r in rows)]) for i, c in enumerate(columns)]
 
 
 def natural_width(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> int:
@@ -77,7 +79,9 @@ def cut(text: str, width: int) -> str:
 
 
 def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[str]:
-    """The table's lines (header first), at most ``width`` wide where dropping and cutting can do it."""
+    """The table's lines (header first), at most ``width`` wide where dropping and cutting can do it.
+    Cells are host strings (commands, names, states): control characters show escaped (``termsafe``)."""
+    rows = [[escape(c) for c in r] for r in rows]
     keep, widths = fit(columns, rows, width)
 
     def cell(text: str, i: int) -> str:

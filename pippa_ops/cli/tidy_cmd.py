@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from pippa_ops.cli.common import HOST_HELP, HostOpt, human_bytes
+from pippa_ops.cli.common import HostOpt, HostsOpt, human_bytes
 from pippa_ops.errors import ExitCode, PippaError, RunStillActive, UsageError
 from pippa_ops.runs.listing import RunRecord
 
@@ -41,9 +41,7 @@ def prune_cmd(
     older_than: Annotated[
         str, typer.Option("--older-than", help="Runs that ended before this age: 7d, 12h, or a date.")
     ],
-    host: Annotated[
-        list[str] | None, typer.Option("--host", "-H", help=HOST_HELP + " Repeatable; default: every host.")
-    ] = None,
+    host: HostsOpt = None,
     keep_checkpoints: Annotated[
         bool, typer.Option("--keep-checkpoints", help="Leave runs that have checkpoints whole.")
     ] = False,

@@ -2,9 +2,9 @@
 
 Command groups live in their own modules (``register(app)``) and are imported only when one of
 their commands runs: ``pippa sync`` never loads textual (dash) or the run/tmux code, and
-``pippa --help`` loads no command module at all. ``cli.app.COMMANDS`` is what ``--help`` lists; a
-test checks it against each command's own docstring. Core errors (``PippaError``) become one line on
-stderr and their exit code; a traceback (and paramiko's log) only with ``--debug``.
+``pippa --help`` loads no command module at all. ``cli.app.COMMANDS``, handed to ``build``, is what
+``--help`` lists; a test checks it against each command's own docstring. Core errors (``PippaError``)
+become one line on stderr and their exit code; a traceback (and paramiko's log) only with ``--debug``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import traceback
 import typer
 from typer.core import TyperGroup
 
-from pippa_ops.cli.app import COMMANDS
 from pippa_ops.errors import ExitCode, PippaError
 
 
@@ -50,25 +49,31 @@ def load_commands(module_name: str) -> dict[str, typer.core.TyperCommand]:
     return dict(group.commands)  # type: ignore[arg-type]
 
 
+Table = dict[str, tuple[str, str]]  # command -> (module that registers it, its one-line help)
+
+
 class _LazyGroup(TyperGroup):
-    """Lists every command from COMMANDS; imports a command's module only to run (or show) it."""
+    """Lists every command of its table; imports a command's module only to run (or show) it."""
+
+    table: Table = {}  # noqa: RUF012  (set per instance by ``build``)
 
     def list_commands(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
-        return list(COMMANDS)
+        return list(self.table)
 
     def get_command(self, ctx: typer.Context, cmd_name: str) -> typer.core.TyperCommand | None:  # type: ignore[override]
         if cmd_name in self.commands:
             return self.commands[cmd_name]  # type: ignore[return-value]
-        if cmd_name not in COMMANDS:
+        if cmd_name not in self.table:
             return None
         # Listed, not loaded: a stub with the help line is enough for `pippa --help` (short_help: whole,
         # where click would cut it at the terminal's width with "...").
-        return typer.core.TyperCommand(cmd_name, help=COMMANDS[cmd_name][1], short_help=COMMANDS[cmd_name][1])
+        line = self.table[cmd_name][1]
+        return typer.core.TyperCommand(cmd_name, help=line, short_help=line)
 
     def load(self, name: str) -> None:
         """Build the commands of ``name``'s module (the warm process does it ahead for the hot verbs)."""
-        if name in COMMANDS and name not in self.commands:
-            for cmd_name, cmd in load_commands(COMMANDS[name][0]).items():
+        if name in self.table and name not in self.commands:
+            for cmd_name, cmd in load_commands(self.table[name][0]).items():
                 self.commands[cmd_name] = cmd
 
     def resolve_command(self, ctx: typer.Context, args: list[str]):  # type: ignore[no-untyped-def,override]
@@ -78,10 +83,10 @@ class _LazyGroup(TyperGroup):
         try:
             return super().resolve_command(ctx, args)
         except typer.TyperException as e:  # click's "No such command 'sttus'.": add the nearest one
-            if name is not None and name not in COMMANDS and hasattr(e, "message"):
+            if name is not None and name not in self.table and hasattr(e, "message"):
                 import difflib
 
-                close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.6)
+                close = difflib.get_close_matches(name, list(self.table), n=1, cutoff=0.6)
                 e.message += f" Did you mean {close[0]!r}?" if close else ""
             raise
 
@@ -132,8 +137,11 @@ def _root(
 
 
 def fail(message: str, code: ExitCode) -> None:
-    """Print one line for people and exit with ``code``."""
-    typer.echo(f"pippa: {message}", err=True)
+    """Print one line for people and exit with ``code``. An error may quote a host (its stderr):
+    escape sequences never reach the terminal (``termsafe``)."""
+    from pippa_contract.termsafe import terminal_text
+
+    typer.echo(f"pippa: {terminal_text(message.encode('utf-8', 'replace'), keep_sgr=False)}", err=True)
     raise SystemExit(int(code))
 
 
@@ -146,20 +154,22 @@ def _debug_logging() -> None:
     log.setLevel(logging.DEBUG)
 
 
-def build() -> _LazyGroup:
-    """The app as a click group; a process may build it once and run it several times (``main``)."""
+def build(commands: Table) -> _LazyGroup:
+    """The app as a click group listing ``commands`` (``cli.app.COMMANDS``); a process may build it once
+    and run it several times (``main``)."""
     group = typer.main.get_command(app)
     assert isinstance(group, _LazyGroup)
+    group.table = commands
     return group
 
 
-def main(group: _LazyGroup | None = None) -> None:
-    """Run ``sys.argv`` (on ``group``, built here when not given) and exit with its code."""
+def main(commands: Table, group: _LazyGroup | None = None) -> None:
+    """Run ``sys.argv`` (on ``group``, built from ``commands`` when not given) and exit with its code."""
     debug = "--debug" in sys.argv[1:]
     if debug:
         _debug_logging()
     try:
-        rv = (group or build())(standalone_mode=False)
+        rv = (group or build(commands))(standalone_mode=False)
     except PippaError as e:
         if debug:
             traceback.print_exc()

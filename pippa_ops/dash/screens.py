@@ -14,6 +14,8 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Label, Log, Static
 from textual.worker import get_current_worker
 
+from pippa_contract.termsafe import screen_line
+
 KEYS = (
     ("↑ ↓", "move between runs (and on to the next host)"),
     ("enter", "select the run: curves, W&B link, log tail"),
@@ -111,4 +113,5 @@ class LogScreen(Screen[None]):
         data = self._partial + chunk
         *lines, self._partial = data.split(b"\n")
         if lines:
-            self.query_one(Log).write_lines(ln.decode(errors="replace").rsplit("\r", 1)[-1] for ln in lines)
+            # no escape sequence of the host's reaches the terminal (Log draws no SGR either)
+            self.query_one(Log).write_lines(screen_line(ln) for ln in lines)

@@ -13,6 +13,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
+from pippa_contract.termsafe import escape
 from pippa_ops.cli.table import Column, cut, fit
 from pippa_ops.monitor.state import PLOTTED, SLOT_KEYS, GpuState, HostState, RunDetail, RunRow
 from pippa_ops.runs.cost import money
@@ -135,7 +136,7 @@ def status_line(h: HostState) -> Text:
     """Reachable or not, and why; plainly."""
     if h.link == "down":
         retry = f", retrying in {h.retry_in_s:.0f}s" if h.retry_in_s is not None else ""
-        return Text(f"✗ unreachable ({h.reason or 'unknown'}){retry}", style="bold red")
+        return Text(f"✗ unreachable ({escape(h.reason or 'unknown')}){retry}", style="bold red")
     if h.link == "connecting":
         return Text("… connecting", style="yellow")
     if h.gpus is None:
@@ -181,7 +182,7 @@ def _is_running(r: RunRow) -> bool:
     return r.state.startswith(("running", "queued", "pending", "starting"))
 
 
-class RunsTable(DataTable[str]):
+class RunsTable(DataTable[Text]):
     """A host's runs; arrows past the last (first) row move on to the next (previous) host's table."""
 
     def __init__(self, host: str) -> None:
@@ -209,7 +210,7 @@ class RunsTable(DataTable[str]):
     def _fill(self, runs: tuple[RunRow, ...]) -> None:
         selected = self.selected_run()
         self._shown, self._width = runs, self.size.width
-        rows = run_cells(runs)
+        rows = [[escape(c) for c in cells] for cells in run_cells(runs)]  # host strings: no markup
         room = self.size.width or 200  # not laid out yet: fitted again on the first resize
         if len(runs) + 1 > 8:  # .runs max-height: a vertical scrollbar takes its columns
             room -= self.styles.scrollbar_size_vertical
@@ -219,7 +220,7 @@ class RunsTable(DataTable[str]):
             self.add_column(RUN_COLUMNS[i].name, width=widths[i])
         for r, cells in zip(runs, rows, strict=True):
             shown = [cut(cells[i], widths[i]) for i in keep]
-            self.add_row(*(c.rjust(widths[i]) if RUN_COLUMNS[i].right else c
+            self.add_row(*(Text(c.rjust(widths[i]) if RUN_COLUMNS[i].right else c)
                            for c, i in zip(shown, keep, strict=True)), key=r.run_id)  # fmt: skip
         ids = [r.run_id for r in runs]
         if selected in ids:

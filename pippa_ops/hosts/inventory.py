@@ -23,8 +23,8 @@ from pippa_contract.secrets import SECRETS_PATH as SECRETS_PATH  # outside the s
 from pippa_ops.alerts.settings import FIELDS as ALERT_FIELDS
 from pippa_ops.alerts.settings import alert_settings
 from pippa_ops.errors import UnknownHost, UsageError, did_you_mean
-from pippa_ops.hosts.scheduler import SCHEDULERS, SlurmSpec, slurm_spec
-from pippa_ops.repo import repo_root, team_inventory_path
+from pippa_ops.hosts.scheduler import SlurmSpec, scheduler_setting
+from pippa_ops.repo import fallback_root, team_inventory_path
 from pippa_ops.transport.shell import NAME_RE, validate_env_key
 from pippa_ops.transport.sshconfig import known_hosts_path as known_hosts_path  # re-exported
 from pippa_ops.transport.sshconfig import read_ssh_config, ssh_aliases, ssh_config_path
@@ -169,12 +169,7 @@ def _spec_from_entry(name: str, entry: Mapping[str, Any]) -> HostSpec:
     user = text("user")
     if user is not None and not _USER_RE.fullmatch(user):
         raise UsageError(f"{where}.user: invalid user name {user!r}")
-    scheduler = entry.get("scheduler", "tmux")
-    if scheduler not in SCHEDULERS:
-        raise UsageError(f"{where}.scheduler must be one of {', '.join(SCHEDULERS)}, not {scheduler!r}")
-    if "slurm" in entry and scheduler != "slurm":
-        raise UsageError(f'{where} has a slurm table but scheduler is not "slurm"')
-    slurm = slurm_spec(entry.get("slurm", {}), where) if scheduler == "slurm" else None
+    scheduler, slurm = scheduler_setting(entry, where)
     recover_on_boot = entry.get("recover_on_boot", False)
     if not isinstance(recover_on_boot, bool):
         raise UsageError(f"{where}.recover_on_boot must be true or false")
@@ -270,8 +265,8 @@ def default_host() -> str:
 
 
 def local_spec(repo: Path | None = None) -> HostSpec:
-    """The host ``local``: this machine, the repo root itself as remote_dir (no copy)."""
-    return HostSpec(name=LOCAL, remote_dir=str(repo or repo_root()), source="local")
+    """The host ``local``: this machine, the project root itself as remote_dir (no copy)."""
+    return HostSpec(name=LOCAL, remote_dir=str(repo or fallback_root()), source="local")
 
 
 def alias_spec(config: paramiko.SSHConfig, name: str) -> HostSpec:

@@ -18,6 +18,17 @@ SCHEDULERS = ("tmux", "slurm")
 _WORD_RE = re.compile(r"^[A-Za-z0-9_.:,@+-]{1,128}$")  # partition, account, time ("1-00:00:00")
 
 
+def scheduler_setting(entry: Mapping[str, Any], where: str) -> tuple[str, SlurmSpec | None]:
+    """A host entry's ``scheduler`` and, for SLURM, its ``[slurm]`` table (refused elsewhere)."""
+    scheduler = entry.get("scheduler", "tmux")
+    if scheduler not in SCHEDULERS:
+        raise UsageError(f"{where}.scheduler must be one of {', '.join(SCHEDULERS)}, not {scheduler!r}")
+    batch = scheduler == "slurm"
+    if "slurm" in entry and not batch:
+        raise UsageError(f'{where} has a slurm table but scheduler is not "slurm"')
+    return scheduler, slurm_spec(entry.get("slurm", {}), where) if batch else None
+
+
 @dataclass(frozen=True)
 class SlurmSpec:
     """What the cluster is asked for."""

@@ -37,6 +37,10 @@ from pippa_ops.transport import keeper_wire as wire
 PRELOAD = (
     "pippa_ops.cli.typer_app",
     "pippa_ops.cli.run_cmd",
+    "pippa_ops.cli.ps_cmd",
+    "pippa_ops.cli.logs_cmd",
+    "pippa_ops.cli.stop_cmd",
+    "pippa_ops.runs.startup",
     "pippa_ops.cli.run_tables",
     "pippa_ops.cli.gpus_cmd",
     "pippa_ops.cli.hosts_cmd",
@@ -142,9 +146,10 @@ def check(request: dict[str, Any], stamps: dict[str, int]) -> None:
 
 
 def serve(listener: socket.socket, path: Path, inode: int, persist_s: float) -> None:
+    from pippa_ops.cli.app import COMMANDS
     from pippa_ops.cli.typer_app import build
 
-    group = build()  # the app's click group, with the hot verbs' commands built (typer's slow part)
+    group = build(COMMANDS)  # the app's click group, with the hot verbs' commands built (typer's slow part)
     for verb in HOT:
         group.load(verb)
     stamps = code_stamps()
@@ -243,7 +248,7 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], group: 
         from pippa_ops.cli.typer_app import main
 
         try:
-            main(group)
+            main(group.table, group)
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pippa_contract.metrics import MetricsReader
 from pippa_contract.states import ACTIVE
+from pippa_contract.termsafe import screen_line
 from pippa_ops.gpu import Gpu
 
 HISTORY = 60  # samples kept per GPU for the sparklines (one minute at the default 1 s interval)
@@ -239,10 +240,11 @@ class LogTail:
         data = self._buf + chunk
         *done, self._buf = data.split(b"\n")
         for raw in done:
-            # A progress bar redraws with \r: only the last state of the line is worth showing.
-            self.lines.append(raw.decode(errors="replace").rsplit("\r", 1)[-1])
+            # A progress bar redraws with \r: only the last state of the line is worth showing; the
+            # host's escape sequences never reach the terminal.
+            self.lines.append(screen_line(raw))
         del self.lines[: -self._keep]
 
     def tail(self) -> tuple[str, ...]:
-        partial = self._buf.decode(errors="replace").rsplit("\r", 1)[-1]
+        partial = screen_line(self._buf)
         return (*self.lines, partial) if partial else tuple(self.lines)

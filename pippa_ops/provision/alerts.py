@@ -17,6 +17,7 @@ from pippa_contract import verbs
 from pippa_contract.alerts import DEFAULT_IDLE_THRESHOLD, format_elapsed
 from pippa_contract.alerts import TARGET as TARGET
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR, ALERTS_PROGRAM
+from pippa_contract.termsafe import escape
 from pippa_ops.alerts.commands import program_command
 from pippa_ops.errors import PippaError
 from pippa_ops.hosts.inventory import HostSpec
@@ -153,7 +154,7 @@ def status_line(status: dict[str, Any]) -> str:
     last = status.get("last_failure")
     if failures and isinstance(last, dict):
         parts.append(f"alerts failed: {failures}, last: {last.get('error')}")
-    return "; ".join(parts)
+    return escape("; ".join(parts))  # the host's words (a delivery error): escaped
 
 
 def _answer(stdout: str) -> dict[str, Any]:

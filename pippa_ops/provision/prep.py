@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pippa_contract import verbs
+from pippa_contract import cgroupdeleg, verbs
 from pippa_ops.errors import HostUnreachable, PippaError, RemoteCommandFailed, ToolMissing
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.inventory import HostSpec
@@ -56,7 +56,8 @@ class Sandbox:
     userns: bool | None  # unprivileged user namespaces allowed (None: unknown)
     apt: bool
     seccomp: bool = False  # libseccomp2 is installed (the sandbox's seccomp filter needs it)
-    cgroups: bool = False  # root gets memory and pids cgroups (caps on a run's processes together)
+    cgroups: bool = False  # memory and pids cgroups for a run's processes together (root's or delegated)
+    cgroups_why: str = ""  # which cgroups (root's, a delegated subtree) or why none
     level: str = "unsafe"  # the strongest sandbox.isolation a recipe can ask for here
 
     @classmethod
@@ -72,6 +73,7 @@ class Sandbox:
             apt=bool(d.get("apt")),
             seccomp=bool(d.get("seccomp")),
             cgroups=bool(d.get("cgroups")),
+            cgroups_why=str(d.get("cgroups_why") or ""),
             level=str(d.get("level") or "unsafe"),
         )
 
@@ -82,9 +84,10 @@ class Sandbox:
     def summary(self) -> str:
         if self.works:
             if self.level == "strict":
-                return f"ok ({self.bwrap}), isolation strict"
+                return f"ok ({self.bwrap}), isolation strict: {self.cgroups_why or 'cgroup caps per run'}"
             why = ("libseccomp2 is missing (apt-get install libseccomp2)" if not self.seccomp else
-                   "no usable memory and pids cgroup controllers: memory is capped per process")
+                   f"memory is capped per process "
+                   f"({self.cgroups_why or 'no usable memory and pids cgroups'}; {cgroupdeleg.HOW_TO})")
             return f"ok ({self.bwrap}), isolation {self.level} at best: {why}"
         if self.bwrap is None:
             how = "" if self.can_install else " (Debian's bubblewrap; installing needs root or sudo)"
@@ -312,7 +315,7 @@ class HostRow:
     error: str | None
     origins: dict[str, str] = field(default_factory=dict)  # field -> hosts.toml | ssh_config | pippa.toml
     python_missing: str | None = None  # the host's python setting, when the host has no such program
-    alerts: dict[str, object] | None = None  # the host's alerts status (pippa_ops.alerts.hostalerts.status)
+    alerts: dict[str, object] | None = None  # the host's alerts status (pippa_agent.alerts status)
 
     def to_json(self) -> dict[str, object]:
         return dict(self.__dict__)

@@ -8,12 +8,13 @@ from pippa_contract.names import SESSION_RE
 from pippa_ops.errors import NotAttachable, SessionNotFound
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.listing import current_run, list_runs
+from pippa_ops.runs.schedulers import scheduler_for
 from pippa_ops.transport.base import Transport
 
 
 def attach_session(transport: Transport, spec: HostSpec, name: str) -> str:
     listed = list_runs(transport, spec.remote_dir)
-    if spec.scheduler == "slurm":
+    if not scheduler_for(spec).has_terminal:
         run = current_run(listed, name)
         raise NotAttachable(
             f"{spec.name}: run {run.run_id} is SLURM batch job {run.job_id} "

@@ -10,6 +10,7 @@ orders the steps. It imports no typer/rich/textual: the dashboard reuses it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 from pippa_contract.names import new_run_id
 from pippa_contract.rundir import RunDir
 from pippa_ops.errors import BadSetting, NotResumable, RunStillActive
-from pippa_ops.hosts.connect import open_transport
+from pippa_ops.hosts.connect import connect, open_transport
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.follow import follow_to_end, read_all
 from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs
@@ -82,6 +83,18 @@ def _flags_of(sets: Sequence[str]) -> str:
     """The options the user typed that became ``sets`` (--gpus is launch.gpus=...), for a refusal."""
     flags = dict.fromkeys(_LAUNCH_FLAGS.get(s.partition("=")[0].strip(), "--set") for s in sets)
     return "/".join(flags)
+
+
+def launch_sets(gpus: str | None, processes: int | None, strategy: str | None) -> list[str]:
+    """``--gpus/--processes/--strategy`` as the recipe settings they stand for (the trainer checks them)."""
+    out = []
+    if gpus is not None:
+        out.append(f"launch.gpus={json.dumps(gpus)}")
+    if processes is not None:
+        out.append(f"launch.processes={processes}")
+    if strategy is not None:
+        out.append(f"launch.strategy={json.dumps(strategy)}")
+    return out
 
 
 def plan_jobs(
@@ -235,6 +248,17 @@ def _stop(
     killed = scheduler_of(run).stop(spec, agent, run, host_runs, grace_s)
     after = _find(list_runs(transport, spec.remote_dir, agent=agent), run.run_id)
     return StopResult(spec.name, run.session, run, after, killed)
+
+
+def launch_on_hosts(hosts: Sequence[str], recipe: str, *, session: str, sets: Sequence[str]) -> LaunchResult:
+    """``pippa run --hosts a,b``: connect to each named host once, in order, and ``launch_group``."""
+    connected = [connect(n) for n in dict.fromkeys(hosts)]
+    try:
+        return launch_group([c[0] for c in connected], [c[1] for c in connected], recipe, session=session,
+                            sets=sets)  # fmt: skip
+    finally:
+        for _, transport in connected:
+            transport.close()
 
 
 def _find(host_runs: HostRuns, run_id: str) -> RunRecord | None:

@@ -57,6 +57,8 @@ class RunRecord:
     attempt: int | None = None  # a supervised run (--retry, --stall-timeout): its attempt now (1-based)
     max_attempts: int | None = None
     retry_in_s: float | None = None  # waiting before the next attempt: seconds left
+    recording: bool = False  # going on, and its trainer wrote its metrics header: start-up is over
+    last_line: str | None = None  # going on with no metrics yet: its output's last line (start-up)
 
     @property
     def label(self) -> str:
@@ -174,7 +176,14 @@ def _record(
         attempt=attempts["attempt"] if attempts else None,
         max_attempts=attempts["max_attempts"] if attempts else None,
         retry_in_s=_retry_in(attempts, now) if attempts and state == "running" else None,
+        recording=_recording(raw.get("metrics_size"), end),
+        last_line=str(raw["last_line"]) if raw.get("last_line") else None,
     )
+
+
+def _recording(metrics_size: object, end: object) -> bool:
+    """A run's metrics.jsonl has begun (its header or a step) and has not ended."""
+    return isinstance(metrics_size, int) and metrics_size > 0 and not isinstance(end, dict)
 
 
 def _retry_in(attempts: dict[str, Any], now: float) -> float | None:

@@ -1,24 +1,18 @@
 """Checks around a launch, so ``pippa run`` never says "started" for a run that cannot run.
 
 Before: the host's training python exists, runs, and imports ``training_core`` from the synced tree
-(one agent request, after the sync and before anything is started). After: a few seconds' watch for
-an early exit, so a run that dies at once is reported as dead with the line ``ps`` shows.
+(one agent request, after the sync and before anything is started). After: ``runs.startup`` watches
+the start-up.
 """
 
 from __future__ import annotations
 
 import shlex
-import time
 
 from pippa_contract import verbs
 from pippa_ops.errors import ToolMissing
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.listing import RunRecord, list_runs
 from pippa_ops.transport import agent_client
-from pippa_ops.transport.base import Transport
-
-DEFAULT_WAIT_S = 3.0  # long enough for an import error or a bad --set to end the run
-WAIT_ENV = "PIPPA_RUN_WAIT_S"  # the default of `pippa run --wait`
 
 
 def python_argv(python: str | None, remote_dir: str) -> list[str]:
@@ -52,19 +46,3 @@ def failure_hint(error: str | None, host: str) -> str:
     if error and "ModuleNotFoundError" in error:
         return f"; {up_hint(host)}"
     return ""
-
-
-def watch_early_exit(
-    transport: Transport, remote_dir: str, run_id: str, wait_s: float, poll_s: float = 0.5
-) -> RunRecord | None:
-    """The run's record if it ended within ``wait_s`` seconds of now, else None (still going)."""
-    deadline = time.monotonic() + wait_s
-    with agent_client.Session(transport) as agent:
-        while True:
-            runs = list_runs(transport, remote_dir, agent=agent)
-            rec = next((r for r in runs.runs if r.run_id == run_id), None)
-            if rec is not None and not rec.active:
-                return rec
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))

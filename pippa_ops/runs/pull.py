@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pippa_contract import verbs
 from pippa_contract.rundir import RunDir
@@ -29,6 +29,10 @@ from pippa_ops.transport.shell import validate_name
 
 PART = ".pippa-part-"  # temporary files of a pull in progress; a later pull removes leftovers
 Progress = Callable[[int, int], None]  # (bytes received, bytes to receive)
+MAX_FRAME = 16 << 20  # bytes one frame may announce; the agent sends 1 MiB (pippa_agent.pull.PULL_CHUNK)
+MAX_MANIFEST = 64 << 20  # bytes of the manifest line (a run of some 100,000 files)
+DEFAULT_MAX_BYTES = 100 << 30  # a pull's total unless --max-bytes: a 7B model's checkpoint fits
+COPY = 1 << 20  # bytes read from the stream at a time
 
 
 @dataclass(frozen=True)
@@ -82,17 +86,47 @@ def _safe_rel(rel: object) -> str:
     return rel
 
 
-def _frame(proc: Process) -> bytes:
-    head = proc.readline()
+def _frame_to(proc: Process, out: BinaryIO, room: int, rel: str) -> int:
+    """Copy one frame (``<n>\\n`` then n bytes) to ``out`` as it comes, never more than ``room``
+    bytes (what the manifest announced for this file, still unsent) nor a frame over MAX_FRAME: the
+    host's word on a length never sizes this process's memory or disk. Its length; 0 ends a file."""
+    try:
+        head = proc.readline(limit=32)
+    except ValueError:
+        raise RemoteCommandFailed(f"pull: the host sent a frame header over 32 bytes for {rel}") from None
     if not head.endswith(b"\n") or not head[:-1].isdigit():
         raise HostUnreachable("the stream ended early")
-    n, data = int(head), bytearray()
-    while len(data) < n:
-        chunk = proc.read(n - len(data))
+    n = int(head)
+    if n > MAX_FRAME:
+        raise RemoteCommandFailed(f"pull: the host announced a frame of {n} bytes for {rel} "
+                                  f"(at most {MAX_FRAME}): refused")
+    if n > room:
+        raise RemoteCommandFailed(f"pull: the host sent more of {rel} than its manifest announced: refused")
+    left = n
+    while left:
+        chunk = proc.read(min(left, COPY))
         if not chunk:
             raise HostUnreachable("the stream ended early")
-        data += chunk
-    return bytes(data)
+        out.write(chunk)
+        left -= len(chunk)
+    return n
+
+
+def _check_manifest(manifest: dict[str, Any], max_bytes: int) -> int:
+    """The bytes the manifest announces, checked: each file's part adds up to its ``send``, and the
+    total fits ``max_bytes``."""
+    try:
+        parts = [int(size) - int(offset) for _rel, size, offset, _mtime in manifest["files"]]
+        total = int(manifest.get("send", 0))
+    except (KeyError, TypeError, ValueError) as e:
+        raise RemoteCommandFailed(f"pull: the host sent a malformed manifest ({e})") from None
+    if sum(max(p, 0) for p in parts) != total:
+        raise RemoteCommandFailed(f"pull: the host's manifest announces {total} bytes but lists "
+                                  f"{sum(max(p, 0) for p in parts)}: refused")
+    if total > max_bytes:
+        raise RemoteCommandFailed(f"pull: {total} bytes to pull, over the cap of {max_bytes} "
+                                  f"(--max-bytes raises it)")
+    return total
 
 
 @dataclass
@@ -104,10 +138,11 @@ class _Tally:
     received: int = 0
 
 
-def _receive(proc: Process, manifest: dict[str, Any], dest: Path, progress: Progress | None) -> _Tally:
-    """Write each sent file beside its place and rename it there once whole."""
+def _receive(proc: Process, manifest: dict[str, Any], dest: Path, progress: Progress | None,
+             max_bytes: int = DEFAULT_MAX_BYTES) -> _Tally:
+    """Write each sent file beside its place, as its frames come, and rename it there once whole."""
     tally = _Tally()
-    total = int(manifest.get("send", 0))
+    total = _check_manifest(manifest, max_bytes)
     if progress:
         progress(0, total)
     for rel, size, offset, mtime in manifest["files"]:
@@ -123,10 +158,9 @@ def _receive(proc: Process, manifest: dict[str, Any], dest: Path, progress: Prog
                 shutil.copyfile(target, part)  # the copy's prefix; the new bytes are appended
             got = offset
             with open(part, "ab" if offset else "wb") as out:
-                while chunk := _frame(proc):
-                    out.write(chunk)
-                    got += len(chunk)
-                    tally.received += len(chunk)
+                while n := _frame_to(proc, out, size - got, rel):
+                    got += n
+                    tally.received += n
                     if progress:
                         progress(tally.received, total)
             if got != size:
@@ -148,9 +182,11 @@ def pull_run(
     *,
     checkpoint: str | None = None,
     progress: Progress | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> PullResult:
     """Bring ``run_id`` from ``spec`` into ``local_dir(root, ...)``; ``checkpoint``: None (no
-    checkpoint), ``latest`` or a ``checkpoint-N``/``N`` name."""
+    checkpoint), ``latest`` or a ``checkpoint-N``/``N`` name; ``max_bytes``: the most this pull
+    may bring (a manifest announcing more is refused before anything is written)."""
     remote = RunDir(spec.remote_dir, validate_name("run", run_id)).path
     if spec.is_local:
         raise UsageError(f"run {run_id} is on this machine already: {remote}")
@@ -158,12 +194,15 @@ def pull_run(
     with verbs.pull(agent_client.Once(transport), remote, _have(dest), checkpoint) as proc:
         proc.close_stdin()
         try:
-            line = proc.readline()
+            try:
+                line = proc.readline(limit=MAX_MANIFEST)
+            except ValueError:
+                raise RemoteCommandFailed(f"pull: the host's manifest is over {MAX_MANIFEST} bytes") from None
             if not line.endswith(b"\n"):
                 agent_client.check_stream(transport, "pull", proc, proc.wait(30))
                 raise HostUnreachable("no answer")
             manifest = agent_client.parse_answer(transport, "pull", line)
-            tally = _receive(proc, manifest, dest, progress)
+            tally = _receive(proc, manifest, dest, progress, max_bytes)
         except HostUnreachable as e:
             raise HostUnreachable(f"{transport.name}: connection dropped while pulling {run_id} ({e})") from e
         agent_client.check_stream(transport, "pull", proc, proc.wait(30))

@@ -131,6 +131,9 @@ def start_session(agent: agent_client.Session, request: messages.LaunchRequest, 
 
 class Scheduler(Protocol):
     name: str
+    has_terminal: bool  # a run has a terminal to attach to (a tmux session; a batch job has none)
+    starts_at_once: bool  # a started run begins now (tmux), so ``pippa run`` can watch its start-up;
+    # a batch job may wait in the queue
 
     def submit(self, s: Submission) -> LaunchResult:
         """Start the planned jobs."""
@@ -157,6 +160,8 @@ class TmuxScheduler:
     """Runs in a named tmux session; a sweep's runs one after another in it."""
 
     name = "tmux"
+    has_terminal = True
+    starts_at_once = True
 
     def submit(self, s: Submission) -> LaunchResult:
         if s.nodes is not None:
@@ -217,6 +222,8 @@ class SlurmScheduler:
     """One sbatch job per run (a sweep's runs queue on the cluster side by side, not one after another)."""
 
     name = "slurm"
+    has_terminal = False
+    starts_at_once = False
 
     def submit(self, s: Submission) -> LaunchResult:
         spec = s.spec

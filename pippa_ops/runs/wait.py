@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from pippa_contract.rundir import RunDir
+from pippa_contract.termsafe import escape
 from pippa_ops.errors import AuthFailed, ExitCode, HostUnreachable, PippaError, WaitTimeout
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import HostSpec, resolve
@@ -128,4 +129,4 @@ def ended_line(rec: RunRecord) -> str:
     if rec.duration_s is not None:
         s = int(rec.duration_s)
         took = f" after {s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f" after {s // 60}m{s % 60:02d}s"
-    return f"{rec.host}: run {rec.run_id}{what} {rec.state_text}{took}"
+    return escape(f"{rec.host}: run {rec.run_id}{what} {rec.state_text}{took}")  # host strings: escaped

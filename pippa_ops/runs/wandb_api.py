@@ -51,9 +51,9 @@ def api_key(env_file: str | None = None) -> str | None:
     from pathlib import Path
 
     from pippa_ops.provision.envfile import read_env
-    from pippa_ops.repo import repo_root
+    from pippa_ops.repo import fallback_root
 
-    return read_env(Path(env_file) if env_file else repo_root() / ".env").get("WANDB_API_KEY") or None
+    return read_env(Path(env_file) if env_file else fallback_root() / ".env").get("WANDB_API_KEY") or None
 
 
 def real_api(key: str) -> Api:

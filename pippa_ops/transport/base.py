@@ -112,10 +112,13 @@ class Process(abc.ABC):
             return out
         return self._read_raw(n)
 
-    def readline(self) -> bytes:
-        """One line of stdout including its newline; ``b""`` at end of stream."""
+    def readline(self, limit: int | None = None) -> bytes:
+        """One line of stdout including its newline; ``b""`` at end of stream. ``limit``: a line
+        longer than that raises ValueError (a peer's line cannot grow this process's memory)."""
         start = 0
         while (end := self._rbuf.find(b"\n", start)) < 0:
+            if limit is not None and len(self._rbuf) > limit:
+                raise ValueError(f"a line longer than {limit} bytes")
             start = len(self._rbuf)
             chunk = self._read_raw(65536)
             if not chunk:

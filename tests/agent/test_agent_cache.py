@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from projects import make_project
 
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs import launch
@@ -91,7 +92,7 @@ def test_one_session_answers_several_requests_in_one_agent_process(tmp_path: Pat
 
 
 def _repo(path: Path) -> Path:
-    path.mkdir()
+    make_project(path, git=False)
     (path / "a.py").write_text("x = 1\n")
     ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
     for argv in (["init", "-q"], ["add", "-A"], [*ident, "commit", "-qm", "x"]):

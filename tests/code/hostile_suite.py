@@ -34,6 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import hostile_kernel_state as hks
+
 from training_core.code.mbpp_game import play
 from training_core.rewards import code as rc
 from training_core.sandbox import (
@@ -559,7 +561,21 @@ FORGING = [_forgery(n, c) for n, c in FORGERIES.items()] + [
     Case("reward_forging", "code_game_random_output", _game),
 ]
 
-CASES = NETWORK + FS_READ + FS_WRITE + PERSISTENCE + PROCESSES + RESOURCES + SOCKETS + KERNEL + FORGING
+def _kernel_state(name: str, channel: Callable[[Callable[[str], SandboxResult]], tuple[bool, str]]) -> Case:
+    return Case("kernel_state", name, lambda ctx: channel(lambda code: run_python(code, SMALL, ctx.launcher)))
+
+
+KERNEL_STATE = [
+    _kernel_state("page_cache_between_runs", hks.page_cache_between_runs),
+    _kernel_state("page_cache_concurrent", hks.page_cache_concurrent),
+    _kernel_state("futex_between_sandboxes", hks.futex_between_sandboxes),
+    Case("reward_forging", "code_game_remembers_in_page_cache", lambda ctx: hks.game_remembers(play)),
+    Case("reward_forging", "code_game_remembers_by_fault_around",
+         lambda ctx: hks.game_remembers_by_fault_around(play)),
+] + [prog("kernel_state", name, code.replace("@FILE@", "/usr/bin/env"), lambda r, c: "ESCAPED" not in r.stdout)
+     for name, code in hks.single_calls().items()]
+
+CASES = NETWORK + FS_READ + FS_WRITE + PERSISTENCE + PROCESSES + RESOURCES + SOCKETS + KERNEL + FORGING + KERNEL_STATE
 
 
 @dataclass(frozen=True)
@@ -581,7 +597,8 @@ def suite_launcher() -> Launcher:
         return detect()
 
 
-def run_suite(workers: int = 4, launcher: Launcher | None = None) -> tuple[list[Outcome], Launcher]:
+def run_suite(workers: int = 4, launcher: Launcher | None = None,
+              areas: tuple[str, ...] = ()) -> tuple[list[Outcome], Launcher]:
     launcher = launcher or suite_launcher()
     ctx = Ctx(launcher, Path(tempfile.mkdtemp(prefix="pippa-hostile-")))
     try:
@@ -595,7 +612,8 @@ def run_suite(workers: int = 4, launcher: Launcher | None = None) -> tuple[list[
             return Outcome(case.area, case.name, ok, evidence)
 
         with ThreadPoolExecutor(workers) as ex:
-            outcomes = list(ex.map(one, CASES))
+            outcomes = list(ex.map(one, [c for c in CASES if not areas or c.area in areas
+                                         or f"{c.area}/{c.name}" in areas]))
     finally:
         ctx.close()
     return outcomes, launcher
@@ -613,10 +631,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="one JSON object instead of lines")
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--only", action="append", default=[], help="an area or area/name to run (repeatable)")
     args = ap.parse_args()
-    outcomes, launcher = run_suite(args.workers)
+    outcomes, launcher = run_suite(args.workers, areas=tuple(args.only))
     if args.json:
         print(json.dumps({"summary": summary(outcomes, launcher), "mode": launcher.isolation.mode,
+                          "level": launcher.isolation.level, "memory_cap": launcher.isolation.memory_cap,
                           "outcomes": [o.__dict__ for o in outcomes]}))
     else:
         for o in outcomes:

@@ -194,3 +194,40 @@ def test_the_two_runs_of_a_program_are_further_apart_than_the_time_limit() -> No
               "```python\nprint(12)\n```"]
     assert play(clocks, lambda ps: ["<answer>0</answer>"] * len(ps),
                 limits=SandboxLimits(timeout_s=1.0)) == [-1.0, -1.0, 1.0]
+
+
+def test_a_program_that_remembers_across_its_two_runs_is_invalid() -> None:
+    """The red team's cheat: the first run prints a random number and leaves it in the page cache of
+    a /usr file (evict, then load one page per bit), the second run finds its flag page cached and
+    prints the number back. The filter refuses the eviction and every probe, so the two runs print
+    their own random numbers: invalid (-1). A deterministic program the opponent misses still wins.
+    (On main's filter before issue 35, the cheat won: ``hostile_suite --only reward_forging``.)"""
+    import hostile_kernel_state
+
+    contained, evidence = hostile_kernel_state.game_remembers(play)
+    assert contained, evidence
+
+
+def test_a_program_that_remembers_with_no_refusable_call_is_invalid() -> None:
+    """The cheat with no call a filter could refuse: pages loaded by touching them (MADV_RANDOM: no
+    readahead), probed through fault-around and /proc/self/pagemap. On the host's /usr it wins; the
+    game's sandboxes see a memory-resident copy instead (every page always present: the sentinel
+    page shows it), so its two runs print their own random numbers: invalid."""
+    import hostile_kernel_state
+
+    from training_core.sandbox import resident_pool
+
+    contained, evidence = hostile_kernel_state.game_remembers_by_fault_around(play)
+    assert contained, evidence
+    launcher = resident_pool().launcher
+    assert launcher.usr != "/usr" and "memory-resident copy" in launcher.isolation.header()
+
+
+def test_the_resident_usr_runs_the_standard_library() -> None:
+    """What the game's programs may import is there (extension modules and their libraries too)."""
+    from training_core.sandbox import resident_pool
+
+    code = ("import bz2, collections, ctypes, datetime, decimal, fractions, hashlib, itertools, json, lzma, "
+            "math, random, re, sqlite3, ssl, statistics, threading, zlib\nprint(sum(range(10)))")
+    r = resident_pool().run(code)
+    assert r.ok and r.stdout == "45\n", r.stderr[-1000:]

@@ -246,7 +246,7 @@ def test_root_without_writable_cgroups_is_refused_not_weakened(monkeypatch: pyte
     """Root whose cgroups are read-only (a container) used to fall back to rlimits without a word."""
     if os.geteuid() != 0:
         pytest.skip("root only")
-    monkeypatch.setattr(sandbox_isolation, "_cgroups", [None])  # this process found no writable cgroup
+    monkeypatch.setattr(sandbox_isolation, "_cgroups", ["read-only"])  # this process found no writable cgroup
     with pytest.raises(SandboxUnavailable, match="cgroup controllers writable") as e:
         detect(force_mode="bwrap-root", level="strict")
     assert "\n" not in str(e.value) and 'sandbox.isolation = "rlimits"' in str(e.value)

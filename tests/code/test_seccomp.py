@@ -114,6 +114,24 @@ CALLS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "vhangup": ("vhangup", ()),
     "ioctl_TIOCSTI": ("ioctl", (0, 0x5412, BAD)),
     "ioctl_TIOCLINUX": ("ioctl", (0, 0x541C, BAD)),
+    # the page cache of shared files and futexes keyed by their inodes (issue: Code RL v4)
+    "fadvise64": ("fadvise64", ("@usr", 0, 0, 4)),  # POSIX_FADV_DONTNEED: an eviction
+    "readahead": ("readahead", ("@usr", 0, 4096)),
+    "mincore": ("mincore", (BAD, 4096, BAD)),
+    "cachestat": ("cachestat", ("@tmpf", BAD, BAD, 0)),
+    "process_madvise": ("process_madvise", (-1, 0, 0, 0, 0)),
+    "futex_waitv": ("futex_waitv", (0, 0, 0, 0, 0)),
+    "futex_requeue": ("futex_requeue", (0, 0, 0, 0)),
+    "preadv2_RWF_NOWAIT": ("preadv2", ("@usr", BAD, 1, 0, 0, 8)),
+    "preadv2_RWF_DONTCACHE": ("preadv2", ("@usr", BAD, 1, 0, 0, 0x80)),
+    "pwritev2_RWF_NOWAIT": ("pwritev2", ("@tmpf", BAD, 1, 0, 0, 8 | 0x10)),  # | RWF_APPEND
+    "madvise_MADV_PAGEOUT": ("madvise", (0, 4096, 21)),
+    "madvise_MADV_COLD": ("madvise", (0, 4096, 20)),
+    "madvise_MADV_WILLNEED": ("madvise", (0, 4096, 3)),
+    # an aligned address nothing maps: EFAULT unfiltered
+    "futex_shared_wake": ("futex", (8, 1, 1, 0, 0, 0)),  # FUTEX_WAKE without FUTEX_PRIVATE_FLAG
+    "futex_shared_wait": ("futex", (8, 0, 0, 0, 0, 0)),
+    "futex_wake_shared": ("futex_wake", (8, 1, 1, 2)),  # FUTEX2_SIZE_U32, not FUTEX2_PRIVATE
 }
 
 PROBE = r"""
@@ -121,7 +139,8 @@ import ctypes, json, os
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 open('/tmp/f', 'w').close()
-fds = {'@usr': os.open('/usr/bin/env', os.O_RDONLY), '@tmp': os.open('/tmp', os.O_RDONLY)}
+fds = {'@usr': os.open('/usr/bin/env', os.O_RDONLY), '@tmp': os.open('/tmp', os.O_RDONLY),
+       '@tmpf': os.open('/tmp/f', os.O_RDWR)}
 def arg(a):
     if a in fds:
         return ctypes.c_long(fds[a])
@@ -261,3 +280,46 @@ def test_a_foreign_abi_syscall_does_not_get_through() -> None:
             "print(r, ctypes.get_errno())")
     r = run_python(code, LIMITS, detect(level="rlimits"))
     assert r.status is Status.KILLED or r.stdout.split() == ["-1", str(errno.ENOSYS)], r
+
+
+NUMPY_THREADS = r"""
+import sys
+sys.path.insert(0, SITE)
+import os, threading, time
+os.environ.setdefault('OPENBLAS_NUM_THREADS', '4')
+import numpy as np
+a = np.random.default_rng(0).standard_normal((300, 300))
+t0 = time.monotonic()
+for _ in range(20):
+    b = a @ a  # OpenBLAS's worker threads: glibc's private futexes, and pthread_join at exit
+results = []
+def same():
+    results.append(float((a @ a).sum()) == float(b.sum()))
+ts = [threading.Thread(target=same) for _ in range(4)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+import multiprocessing as mp
+with mp.get_context('fork').Pool(2) as pool:  # process-shared semaphores: shared futexes, spun on
+    squares = pool.map(abs, [-1, -2, -3])
+print(all(results), len(results), squares, round(time.monotonic() - t0, 2))
+"""
+
+
+def test_numpy_threads_and_process_pools_run_under_the_filter() -> None:
+    """glibc's pthreads use private futexes; what waits on a shared one (pthread_join, a process-shared
+    semaphore) gets EINVAL, which glibc answers by checking its word again: slower, never broken."""
+    import os
+    import site
+    import sys
+
+    launcher = detect(force_mode="bwrap-user", level="rlimits")  # the venv may sit under a 0700 /root
+    real = os.path.realpath(sys.executable)
+    site_dir = next(p for p in site.getsitepackages() if os.path.isdir(os.path.join(p, "numpy")))
+    binds = tuple(dict.fromkeys((os.path.realpath(sys.base_prefix), site_dir)))
+    launcher = dataclasses.replace(launcher, python=real, extra_ro=binds)
+    limits = dataclasses.replace(LIMITS, total_memory_mb=2048, memory_mb=2048, max_processes=64)
+    r = run_python(f"SITE = {site_dir!r}\n" + NUMPY_THREADS, limits, launcher)
+    assert r.ok, r.stderr[-2000:]
+    assert r.stdout.split()[:5] == ["True", "4", "[1,", "2,", "3]"], r.stdout

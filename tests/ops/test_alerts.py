@@ -18,6 +18,7 @@ import webhook
 from argv_scan import watching_argv
 from conftest import PIPPA
 from hostprogram import install
+from projects import make_project
 
 pytestmark = pytest.mark.ssh
 
@@ -37,7 +38,7 @@ def repo(tmp_path: Path) -> Path:
     r = tmp_path / "repo"
     r.mkdir()
     (r / ".gitignore").write_text(".env\n")
-    subprocess.run(["git", "init", "-q", str(r)], check=True)
+    make_project(r)
     return r
 
 

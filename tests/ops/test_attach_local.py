@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from conftest import PIPPA
+from projects import make_project
 
 
 def _wait(predicate, timeout: float = 15) -> None:  # type: ignore[no-untyped-def]
@@ -20,7 +21,7 @@ def _wait(predicate, timeout: float = 15) -> None:  # type: ignore[no-untyped-de
 def test_local_attach_shows_the_run_and_detaching_leaves_it_running(tmp_path: Path) -> None:
     repo = tmp_path / "proj"
     repo.mkdir()
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    make_project(repo)
     (tmp_path / "runs-tmux").mkdir()
     (tmp_path / "viewer-tmux").mkdir()
     env = {k: v for k, v in os.environ.items() if k != "TMUX"}

@@ -1,7 +1,8 @@
 """`recover_on_boot = true`: `pippa up` installs one @reboot line in the host user's crontab, keeps it on
 the next `up`, removes it when the setting goes, keeps the user's own lines, and says so where the host
-has no crontab. The loopback hosts (tests/sshd.py) have no cron: the crontab here is a stand-in that
-keeps the table in a file, as `crontab -l` / `crontab -` do."""
+has no crontab. The test makes each state itself (whether or not this machine has cron): first a
+`crontab` that is not found, then a stand-in that keeps the table in a file, as `crontab -l` /
+`crontab -` do."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PIPPA
+from projects import make_project
 
 pytestmark = pytest.mark.ssh
 # `crontab -l`: the table (exit 1 and a line when there is none); `crontab -`: replace it from stdin.
@@ -23,13 +25,19 @@ case "$1" in
 esac
 """
 
+# A host without cron: `crontab` is not found, as the shell says when no such command is on the PATH.
+NO_CRONTAB = """#!/bin/sh
+echo "sh: 1: crontab: not found" >&2
+exit 127
+"""
+
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     r = tmp_path / "repo"
     r.mkdir()
     (r / "pyproject.toml").write_text("[project]\nname = 'x'\n")
-    subprocess.run(["git", "init", "-q"], cwd=r, check=True)
+    make_project(r)
     return r
 
 
@@ -53,6 +61,7 @@ def configure(client_env, name: str, extra: str) -> None:
 def test_up_installs_keeps_and_removes_the_reboot_line_and_leaves_other_lines(client_env, ssh_hosts, repo):
     h = ssh_hosts[1]
     configure(client_env, h.name, "setup = []\nsecrets = []\nrecover_on_boot = true\n")
+    h.install_bin("crontab", NO_CRONTAB)  # a host without cron, even where this machine has one
     try:
         assert up(client_env, repo, h.name)["recover_on_boot"] == "unavailable"  # no crontab on the host
         env = client_env.env
@@ -80,5 +89,6 @@ def test_up_installs_keeps_and_removes_the_reboot_line_and_leaves_other_lines(cl
         assert table.read_text() == "0 3 * * * echo mine\n"
     finally:
         h.run_as_user(
-            ["rm", "-f", str(h.home / ".crontab-table"), str(h.home / ".local/share/pippa/agent.pyz")]
+            ["rm", "-f", str(h.home / ".crontab-table"), str(h.home / ".local/share/pippa/agent.pyz"),
+             str(h.home / "bin" / "crontab")]
         )

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from conftest import PIPPA
+from projects import make_project
 
 from pippa_ops.cli.app import COMMANDS
 from pippa_ops.cli.typer_app import load_commands
@@ -129,7 +130,7 @@ def test_typer_private_slots_are_not_filled_in():
 
 
 def test_a_sync_prints_its_line_without_loading_rich(tmp_path):
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    make_project(tmp_path)
     probe = _PROBE.format(args=["sync", "local"]).replace('"pydantic", "invoke")', '"rich")')
     argv = [sys.executable, "-c", probe]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PIPPA, ClientEnv
+from projects import make_project
 from sshd import SSHHost
 
 from pippa_ops.runs.shortid import short_ids
@@ -27,7 +28,7 @@ def repo(tmp_path: Path) -> Path:
     r = tmp_path / "repo"
     (r / "recipes").mkdir(parents=True)
     (r / "recipes" / "tiny.toml").write_text((REPO / "recipes" / "tiny.toml").read_text())
-    subprocess.run(["git", "init", "-q", str(r)], check=True)
+    make_project(r)
     return r
 
 

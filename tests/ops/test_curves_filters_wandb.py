@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import PIPPA
+from projects import make_project
 
 from pippa_contract.metrics import summarize
 from pippa_ops.errors import RunNotFound, UsageError, WaitTimeout
@@ -230,7 +231,7 @@ def test_wandb_errors_and_a_missing_key_are_one_line(tmp_path: Path) -> None:
 
     with pytest.raises(WandbUnavailable, match=r"^W&B: listing ent/proj failed: Could not find proj$"):
         list_runs("ent/proj", api=Broken())
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)  # a repo without .env
+    make_project(tmp_path)  # a repo without .env
     env = {k: v for k, v in os.environ.items() if k != "WANDB_API_KEY"}
     argv = [PIPPA, "runs", "--pulled", "--runs-dir", str(tmp_path / "runs"), "--wandb", "ent/proj"]
     p = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)

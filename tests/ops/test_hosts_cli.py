@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PIPPA
+from projects import make_project
 
 from pippa_ops.errors import ExitCode
 
@@ -25,7 +26,7 @@ def repo(tmp_path: Path) -> Path:
     r = tmp_path / "repo"
     r.mkdir()
     (r / "a.txt").write_text("a\n")
-    subprocess.run(["git", "init", "-q"], cwd=r, check=True)
+    make_project(r)
     return r
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PIPPA
+from projects import make_project
 
 from pippa_ops.errors import BadSetting, InvalidName, UnknownRecipe
 from pippa_ops.hosts.inventory import HostSpec
@@ -20,7 +21,7 @@ def sandbox(tmp_path: Path) -> tuple[Path, dict[str, str], Path]:
     repo = tmp_path / "proj"
     (repo / "recipes").mkdir(parents=True)
     (repo / "recipes" / "tiny.toml").write_text('description = "t"\n')
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    make_project(repo)
     env = {k: v for k, v in os.environ.items() if k != "TMUX"}
     env.update(TMUX_TMPDIR=str(tmp_path), PIPPA_INVENTORY=str(tmp_path / "none.toml"))
     return repo, env, tmp_path / "pwned"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PIPPA, ClientEnv
+from projects import make_project
 
 from pippa_ops.errors import ExitCode, HostKeyChanged
 from pippa_ops.hosts.connect import connect
@@ -83,7 +84,7 @@ def test_every_verb_runs_on_one_kept_connection(kept, ssh_hosts, tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "a.py").write_text("print(1)\n")
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    make_project(repo)
     subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
     subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"], cwd=repo, check=True

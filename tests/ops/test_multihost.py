@@ -54,10 +54,13 @@ def test_one_run_over_two_hosts_trains_as_one_group_and_stops_on_both(
         runs = json.loads(out.stdout)
         return {h: next(r for r in runs[h]["runs"] if r["run_id"] == run_id) for h in (h1.name, h2.name)}
 
-    deadline = time.monotonic() + 240
+    # Until step 2, each rank is running or, for a moment under load, queued (its session is up and its
+    # job has not yet written that it started); any other state is a failure, said at once.
+    deadline = time.monotonic() + 300
     while "step 2/500" not in (log := pippa("logs", run_id).stdout):
         assert time.monotonic() < deadline, f"no step 2 in rank 0's log:\n{log[-3000:]}"
-        assert all(r["state"] == "running" for r in ps().values()), (ps(), log[-3000:])
+        states = {h: r["state"] for h, r in ps().items()}
+        assert set(states.values()) <= {"running", "queued"}, (states, log[-3000:])
         time.sleep(1)
     assert ", 2 processes (ddp)" in log  # rank 0 trains in a world of two: the two hosts' ranks
     recs = ps()

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import PIPPA
+from projects import make_project
 
 pytestmark = pytest.mark.ssh
 
@@ -20,7 +21,7 @@ def repo(tmp_path: Path) -> Path:
     r = tmp_path / "repo"
     (r / "recipes").mkdir(parents=True)
     (r / "job.sh").write_text("echo job script\n")
-    subprocess.run(["git", "init", "-q", str(r)], check=True)
+    make_project(r)
     return r
 
 

@@ -3,7 +3,7 @@ arguments of a multi-host run, and how its hosts' records add up to one run."""
 
 from __future__ import annotations
 
-from pippa_ops.cli.run_cmd import launch_sets
+from pippa_ops.runs.launch import launch_sets
 from pippa_ops.runs.listing import RunRecord, merge_group, merge_groups
 from pippa_ops.runs.script import group_port, rendezvous_args
 

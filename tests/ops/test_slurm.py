@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import slurm
+from projects import make_project
 
 from pippa_agent import runs as agent_runs
 from pippa_agent import slurm as agent_slurm
@@ -229,7 +230,7 @@ def test_pippa_runs_ps_logs_attach_and_stops_a_job_on_a_slurm_login_node(
     inv.write_text(text + f'\n[hosts.{host.name}.slurm]\npartition = "debug"\ntime = "00:10:00"\n')
     repo = tmp_path / "repo"
     (repo / "recipes").mkdir(parents=True)
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    make_project(repo)
 
     def pippa(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
         return subprocess.run([PIPPA, *args], cwd=repo, env=client_env.env, capture_output=True, text=True,

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 from conftest import PIPPA
+from projects import make_project
 
 from pippa_ops.errors import AuthFailed, ExitCode, HostKeyChanged, HostKeyUnknown, HostUnreachable
 from pippa_ops.hosts.connect import connect, open_transport, ssh_argv
@@ -173,7 +174,7 @@ def test_failed_handshake_is_one_line_without_paramiko_traceback(client_env, tmp
     try:
         port = srv.getsockname()[1]
         client_env.team_inventory.write_text(f'[hosts.mute]\naddress = "127.0.0.1"\nport = {port}\n')
-        subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+        make_project(tmp_path)
         run = functools.partial(
             subprocess.run, env=client_env.env, cwd=tmp_path, capture_output=True, text=True
         )

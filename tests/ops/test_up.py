@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from argv_scan import watching_argv
 from conftest import PIPPA
+from projects import make_project
 
 pytestmark = pytest.mark.ssh
 
@@ -30,7 +31,7 @@ def repo(tmp_path: Path) -> Path:
     (r / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     (r / ".gitignore").write_text(".env\n")
     (r / ".env").write_text(f'WANDB_API_KEY={SECRET}\nHF_TOKEN="it\'s a token"\nOTHER=not-pushed\n')
-    subprocess.run(["git", "init", "-q"], cwd=r, check=True)
+    make_project(r)
     return r
 
 

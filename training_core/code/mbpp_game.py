@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from training_core.code.extract import extract_code
-from training_core.sandbox import SandboxLimits, SandboxPool, SandboxResult, Status, default_pool
+from training_core.sandbox import SandboxLimits, SandboxPool, SandboxResult, Status, resident_pool
 
 Predictor = Callable[[list[str]], list[str]]
 
@@ -98,10 +98,19 @@ def run_twice(pool: SandboxPool, codes: Sequence[str], limits: SandboxLimits,
     """Each program's two runs, at different times in fresh sandboxes: all first runs (in a shuffled
     order), then a pause longer than the time limit and of random length, then all second runs (in
     another order). No two runs of one program overlap, and they are more than the time limit apart,
-    so a clock read finer than that gap (seconds, with a limit of 1 s or more) differs between them,
-    and nothing they could share (a lock, a file watch: the seccomp filter denies those too) lets
-    them agree. A coarse clock does agree nearly always (``int(time.time()) // 3600`` differs only
-    when an hour starts in the 1-2 limits between the runs): that is not isolated (docs/code-rl.md)."""
+    so a clock read finer than that gap (seconds, with a limit of 1 s or more) differs between them.
+
+    The invariant the game relies on (docs/sandbox.md, "The code game"): nothing the first run does
+    can be read by the second. Each run is its own sandbox (own tmpfs, PID, IPC and network
+    namespaces, a cgroup slot it cannot read), its /usr a memory-resident copy (``resident_pool``:
+    no page a run could load or evict, so nothing to probe, not even by timing or fault-around), and
+    the seccomp filter refuses every call that writes or probes state the two could share: the page
+    cache (fadvise, readahead, madvise advice, RWF_NOWAIT, mincore, cachestat), shared futexes, locks,
+    file watches, keyrings, SysV IPC. A program
+    cannot tell which of its runs it is (same argv, environment, pid 1 tree, clock only coarser than
+    the gap), so a scheme "draw in the first run, replay in the second" prints two different numbers:
+    invalid. A coarse clock does agree nearly always (``int(time.time()) // 3600`` differs only when
+    an hour starts between the runs): that and global counters (load) are not isolated (docs)."""
     if not codes:
         return []
     rng = rng or random.SystemRandom()
@@ -125,7 +134,7 @@ def play(completions: Sequence[Any], predict: Predictor, stats: GameStats | None
     ``prefix`` is prepended to each extracted program (a prompt that opens the code, e.g. ``print(``);
     ``opponent_prompt`` is the opponent's question with a ``{code}`` slot."""
     codes = [prefix + code if (code := extract_code(c)) else "" for c in completions]
-    pool = pool or default_pool()
+    pool = pool or resident_pool()  # /usr in memory: no page cache a run could leave for another
     limits = limits or SandboxLimits(timeout_s=2.0)
     todo = [c for c in codes if c]
     # twice, each in a fresh sandbox: a program whose output differs between runs (os.urandom, random,

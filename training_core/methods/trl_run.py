@@ -136,6 +136,8 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
     from training_core.run import metrics
 
     cfg, run_dir = life.res.config, life.run_dir
+    if life.main:  # what `pippa run` shows while it waits for the first line
+        print(f"starting: loading model {cfg.model.name} and the data", flush=True)
     model, tokenizer = load_model(cfg.model.name, cfg.model.precision)
     rows = load_rows(cfg.data, cfg.seed, plugins=cfg.plugins)
     train_rows = method.train_rows(rows, cfg, tokenizer)

@@ -137,6 +137,8 @@ class RunLifecycle:
         cfg = self.res.config
         self.facts = detect(offline_probe=cfg.model.name != "tiny")
         apply_offline_env(self.facts)
+        if metrics.process_rank() == 0:  # what `pippa run` shows while it waits for the first line
+            print("starting: importing torch and transformers", flush=True)
         # HF libraries read the offline switches at import time: set them before importing them.
         from transformers import set_seed
         from transformers.utils import logging as hf_logging

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pippa_contract import cgroupdeleg
+
 ROOT = Path("/sys/fs/cgroup")
 
 
@@ -25,16 +27,6 @@ ROOT = Path("/sys/fs/cgroup")
 class Counters:
     oom_kills: int
     fork_refusals: int
-
-
-def _own_path(controller: str) -> str | None:
-    """This process's cgroup path in ``controller``'s v1 hierarchy, or in the v2 tree (``""``)."""
-    with contextlib.suppress(OSError), open("/proc/self/cgroup") as f:
-        for line in f:
-            _hid, ctrls, path = line.rstrip("\n").split(":", 2)
-            if controller in ctrls.split(",") or (controller == "" and ctrls == ""):
-                return path
-    return None
 
 
 def _read_key(path: Path, key: str) -> int:
@@ -69,10 +61,10 @@ def _remove_stale(parent: Path) -> None:
 
 
 class CgroupSlots:
-    """Per-run cgroups under one parent created for this process (root only)."""
+    """Per-run cgroups under one parent created for this process (root's, or a delegated subtree)."""
 
     def __init__(self, kind: str, mem_base: Path, pids_base: Path) -> None:
-        self.kind = kind  # "cgroup v1" | "cgroup v2"
+        self.kind = kind  # "cgroup v1" | "cgroup v2", + " (delegated)" for an ordinary user's subtree
         self._mem_base, self._pids_base = mem_base, pids_base
         self._free: list[int] = []
         self._next = 0
@@ -80,34 +72,33 @@ class CgroupSlots:
         self._lock = threading.Lock()
 
     @classmethod
-    def create(cls) -> CgroupSlots | None:
-        """The slots, or None when this host gives us no writable memory and pids controllers."""
-        if os.geteuid() != 0:
-            return None
-        mem, pids = _own_path("memory"), _own_path("pids")
+    def create(cls, root: Path = ROOT, own: dict[str, str] | None = None,
+               euid: int | None = None) -> CgroupSlots | str:
+        """The slots, or one line saying why this process has no writable memory and pids cgroups
+        (``cgroupdeleg.plan``: root's own, or an ordinary user's delegated subtree)."""
+        where = cgroupdeleg.plan(str(root), own, euid)
+        if isinstance(where, str):
+            return where
         # one parent per CgroupSlots, not per process: removing one never empties another's slots
         name = f"pippa-sandbox-{os.getpid()}-{secrets.token_hex(3)}"
-        if mem is not None and pids is not None and (ROOT / "memory").is_dir() and (ROOT / "pids").is_dir():
-            mb, pb = ROOT / "memory" / mem.lstrip("/") / name, ROOT / "pids" / pids.lstrip("/") / name
-            with contextlib.suppress(OSError):
-                _remove_stale(mb.parent)
-                _remove_stale(pb.parent)
-                mb.mkdir(exist_ok=True)
-                pb.mkdir(exist_ok=True)
-                return cls._registered(cls("cgroup v1", mb, pb))
-            return None
-        own = _own_path("")
-        if own is not None and (ROOT / "cgroup.controllers").exists():
-            # v2: processes may only live in leaves, so the parent is a sibling of our own cgroup
-            base = ROOT / own.lstrip("/")
-            parent = base.parent if base != ROOT else ROOT
-            with contextlib.suppress(OSError):
-                _remove_stale(parent)
-                b = parent / name
-                b.mkdir(exist_ok=True)
-                (b / "cgroup.subtree_control").write_text("+memory +pids")
-                return cls._registered(cls("cgroup v2", b, b))
-        return None
+        mem_parent, pids_parent = Path(where.memory_parent), Path(where.pids_parent)
+        kind = where.kind + (" (delegated)" if where.delegated else "")
+        try:
+            if where.move_self_to is not None:  # v2 delegated: only leaves hold processes
+                leaf = Path(where.move_self_to)
+                leaf.mkdir(exist_ok=True)
+                (leaf / "cgroup.procs").write_text(str(os.getpid()))
+                (mem_parent / "cgroup.subtree_control").write_text("+memory +pids")
+            _remove_stale(mem_parent)
+            _remove_stale(pids_parent)
+            mb, pb = mem_parent / name, pids_parent / name
+            mb.mkdir(exist_ok=True)
+            pb.mkdir(exist_ok=True)
+            if where.kind == "cgroup v2":
+                (mb / "cgroup.subtree_control").write_text("+memory +pids")
+        except OSError as e:
+            return f"{where.describe()}: {e.strerror or e} ({getattr(e, 'filename', '') or ''})"
+        return cls._registered(cls(kind, mb, pb))
 
     @staticmethod
     def _registered(slots: CgroupSlots) -> CgroupSlots:
@@ -131,7 +122,7 @@ class CgroupSlots:
         mem.mkdir(exist_ok=True)
         pids.mkdir(exist_ok=True)
         if self._limits.get(slot) != (memory_bytes, max_pids):
-            if self.kind == "cgroup v1":
+            if self.kind.startswith("cgroup v1"):
                 sw = mem / "memory.memsw.limit_in_bytes"
                 # memsw (memory + swap) must stay >= the memory limit: order the writes accordingly
                 order = [mem / "memory.limit_in_bytes", sw]
@@ -165,5 +156,5 @@ class CgroupSlots:
 
     def counters(self, slot: int) -> Counters:
         mem, pids = self._mem_base / str(slot), self._pids_base / str(slot)
-        oom_file = mem / ("memory.oom_control" if self.kind == "cgroup v1" else "memory.events")
+        oom_file = mem / ("memory.oom_control" if self.kind.startswith("cgroup v1") else "memory.events")
         return Counters(_read_key(oom_file, "oom_kill"), _read_key(pids / "pids.events", "max"))

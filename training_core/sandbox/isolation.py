@@ -20,13 +20,14 @@ Modes, best first:
    nothing the sandbox does acts with root's rights; each run sits in its own cgroup for an aggregate
    memory cap (tmpfs pages and kernel objects included) and a process cap.
 2. ``bwrap-user`` (not root, unprivileged user namespaces allowed): the same namespaces, filter and
-   file system view; caps come from per-process rlimits and tmpfs sizes (cgroups are not ours).
+   file system view; each run sits in its own cgroup under a subtree delegated to this user
+   (``pippa_contract.cgroupdeleg``), else caps come from per-process rlimits and tmpfs sizes.
 3. ``unsafe``: rlimits and a session only.
 
 Levels (the recipe's ``sandbox.isolation``) say which modes are acceptable, and ``detect`` refuses
 with one line naming what is missing rather than weaken on its own: ``strict`` (the default) needs
-bwrap, the filter and cgroup caps (so ``bwrap-root`` with writable cgroups); ``rlimits`` accepts
-per-process caps (``bwrap-user``, or root without writable cgroups); ``unsafe`` accepts mode 3.
+bwrap, the filter and cgroup caps (``bwrap-root`` with writable cgroups, or ``bwrap-user`` in a
+delegated cgroup); ``rlimits`` accepts per-process caps; ``unsafe`` accepts mode 3.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from pippa_contract import cgroupdeleg
 from training_core.errors import SandboxMissing
 from training_core.sandbox import seccomp
 from training_core.sandbox.cgroups import CgroupSlots
@@ -56,8 +58,7 @@ INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) 
                 "namespaces (sysctl user.max_user_namespaces > 0)")
 CGROUP_HINT_ROOT = ("make the memory and pids cgroup controllers writable for root (/sys/fs/cgroup mounted "
                     "read-write; in a container: --cgroupns=private with a writable cgroup mount)")
-CGROUP_HINT_USER = ("run the trainer as root, or accept per-process caps (a memory-bounding delegated cgroup "
-                    "for an ordinary user, e.g. systemd-run --user --scope -p MemoryMax=, is not used yet)")
+CGROUP_HINT_USER = cgroupdeleg.HOW_TO
 
 
 class SandboxUnavailable(SandboxMissing):
@@ -98,6 +99,7 @@ class Launcher:
     extra_ro: tuple[str, ...] = ()  # host paths bound read-only (an interpreter prefix outside /usr)
     setpriv: str | None = None  # util-linux setpriv: drops to the run's uid without forking the trainer
     seccomp: Filter | None = None  # installed by bwrap on the sandbox's processes (``--seccomp FD``)
+    usr: str = "/usr"  # bound read-only as /usr: the host's, or a memory-resident copy (``usrcopy``)
 
     def prefix(self, tmp_bytes: int, shm_bytes: int, sync_fds: tuple[int, int] | None = None,
                uid: int | None = None, seccomp_fd: int | None = None) -> list[str]:
@@ -112,7 +114,7 @@ class Launcher:
             argv = [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                     "--"]
         argv += [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
-                "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
+                "--new-session", "--cap-drop", "ALL", "--ro-bind", self.usr, "/usr"]
         for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
             host = f"/{top}"
             if os.path.islink(host):
@@ -200,11 +202,11 @@ LEVELS = ("strict", "rlimits", "unsafe")  # recipe's sandbox.isolation, stronges
 _lock = threading.Lock()
 _cached: Launcher | None = None
 _level = "strict"
-_cgroups: list[CgroupSlots | None] = []  # this process's one set of slots (every launcher shares it)
+_cgroups: list[CgroupSlots | str] = []  # this process's one set of slots (every launcher shares it)
 
 
-def _process_cgroups() -> CgroupSlots | None:
-    """One ``CgroupSlots`` per process: two would hand out the same slot directories."""
+def _process_cgroups() -> CgroupSlots | str:
+    """One ``CgroupSlots`` per process (two would hand out the same slot directories), or why none."""
     if not _cgroups:
         _cgroups.append(CgroupSlots.create())
     return _cgroups[0]
@@ -314,10 +316,13 @@ def _detect(force_mode: str | None, level: str) -> Launcher:
         if force_mode is not None:
             modes = [m for m in modes if m == force_mode]
         for mode in modes:
-            cg = _process_cgroups() if mode == "bwrap-root" else None
+            # root's bwrap-user stands for a user without delegation (tests); bwrap-root uses root's cgroups
+            slots = _process_cgroups() if mode == "bwrap-root" or not root else "root runs bwrap-root"
+            cg = slots if isinstance(slots, CgroupSlots) else None
             if cg is None and level == "strict":
-                why.append(f"{mode}: no cgroup to cap memory and processes of a run's processes together")
-                hints.append(CGROUP_HINT_ROOT if mode == "bwrap-root" else CGROUP_HINT_USER)
+                why.append(f"{mode}: no cgroup to cap memory and processes of a run's processes together "
+                           f"({slots})")
+                hints.append(CGROUP_HINT_ROOT if root else CGROUP_HINT_USER)
                 continue
             cap = cg.kind if cg else "rlimit"
             notes: list[str] = []

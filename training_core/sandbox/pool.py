@@ -11,9 +11,11 @@ import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from training_core.sandbox.isolation import Launcher, SandboxUnavailable, detect
 from training_core.sandbox.runner import SandboxLimits, SandboxResult, failed_result, run_python
+from training_core.sandbox.usrcopy import UsrCopy
 
 
 def _run_one(code: str, limits: SandboxLimits, launcher: Launcher, calls: Sequence[str]) -> SandboxResult:
@@ -71,3 +73,25 @@ def default_pool() -> SandboxPool:
         if _default is None:
             _default = SandboxPool()
         return _default
+
+
+_resident: SandboxPool | None = None
+
+
+def resident_pool() -> SandboxPool:
+    """The process-wide pool whose sandboxes see a memory-resident copy of the interpreter's /usr
+    (``usrcopy``: no page cache state one run could leave for another); the code game's. Where no
+    copy can be made, the default launcher, with a note in its header saying why."""
+    global _resident
+    with _default_lock:
+        if _resident is None:
+            launcher = detect()
+            copy = UsrCopy.create(launcher.python) if launcher.bwrap is not None else "no bwrap"
+            if isinstance(copy, UsrCopy):
+                launcher = replace(launcher, usr=str(copy.root))
+                note = "/usr: a memory-resident copy of the interpreter's files"
+            else:
+                note = f"/usr: the host's, shared page cache ({copy})"
+            iso = replace(launcher.isolation, notes=(*launcher.isolation.notes, note))
+            _resident = SandboxPool(launcher=replace(launcher, isolation=iso))
+        return _resident

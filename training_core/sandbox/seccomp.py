@@ -21,6 +21,7 @@ import errno
 import os
 from dataclasses import dataclass
 from importlib import metadata
+from typing import Any
 
 INSTALL_HINT = ("pip install 'pyseccomp>=0.1.2,<0.2' into the trainer's environment (it is in pippa's "
                 "[train] extra) and install libseccomp2 (Debian/Ubuntu: apt-get install libseccomp2)")
@@ -33,10 +34,24 @@ _CLONE_NEW = {"CLONE_NEWNS": 0x00020000, "CLONE_NEWCGROUP": 0x02000000, "CLONE_N
 _FCNTL_LOCKS = {"F_GETLK": 5, "F_SETLK": 6, "F_SETLKW": 7, "F_OFD_GETLK": 36, "F_OFD_SETLK": 37,
                 "F_OFD_SETLKW": 38, "F_SETLEASE": 1024, "F_GETLEASE": 1025, "F_NOTIFY": 1026}
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C  # push bytes into a terminal's input queue; console tricks
+# preadv2/pwritev2 flags (arg 5): RWF_NOWAIT answers EAGAIN for an uncached page (a probe of the page
+# cache that loads nothing), RWF_DONTCACHE drops the pages it read (an eviction)
+_RWF = {"RWF_NOWAIT": 0x08, "RWF_DONTCACHE": 0x80}
+# madvise advice that evicts, pages out, loads without a read, or reshapes a file's cached pages;
+# MADV_DONTNEED (4) stays: glibc's malloc and numpy return memory with it, and on a file mapping it only
+# unmaps this process's view. MADV_FREE (8) stays too: anonymous memory only.
+_MADV = {"MADV_WILLNEED": 3, "MADV_REMOVE": 9, "MADV_COLD": 20, "MADV_PAGEOUT": 21, "MADV_POPULATE_READ": 22,
+         "MADV_POPULATE_WRITE": 23, "MADV_COLLAPSE": 25, "MADV_HWPOISON": 100, "MADV_SOFT_OFFLINE": 101}
+# futex ops without this bit are shared: keyed by (inode, offset) for a file mapping, whatever the
+# namespace. glibc's own locks are private; pthread_join and process-shared semaphores wait shared and
+# re-check their word when the wait returns EINVAL (glibc tolerates it), so they spin instead of sleep.
+FUTEX_PRIVATE_FLAG = 128  # FUTEX2_PRIVATE has the same value (futex_wake/futex_wait's flags)
 KEYCTL_JOIN_SESSION_KEYRING = 1
 # syscalls newer than the libseccomp Debian 12 ships (2.5.4): asm-generic numbers, shared by x86_64
 # and aarch64 since Linux 5.1's unified table. Linux 6.13 added the *xattrat family.
-_BY_NUMBER = {"setxattrat": 463, "getxattrat": 464, "listxattrat": 465, "removexattrat": 466}
+_BY_NUMBER = {"setxattrat": 463, "getxattrat": 464, "listxattrat": 465, "removexattrat": 466,
+              "cachestat": 451, "futex_waitv": 449, "futex_wake": 454, "futex_wait": 455,
+              "futex_requeue": 456}
 
 # (group, syscalls, errno): what each denial answers. EOPNOTSUPP for xattrs and ENOLCK for locks are
 # what a file system without them says, so ordinary code (shutil.copy2, sqlite) takes its fallback.
@@ -52,6 +67,10 @@ DENIED: tuple[tuple[str, tuple[str, ...], int], ...] = (
                              "fremovexattr", "setxattrat", "getxattrat", "listxattrat", "removexattrat"),
      errno.EOPNOTSUPP),
     ("io_uring", ("io_uring_setup", "io_uring_enter", "io_uring_register"), errno.ENOSYS),
+    ("page cache of shared files", ("fadvise64", "readahead", "mincore", "cachestat", "process_madvise"),
+     errno.EPERM),
+    # the waiters' flags sit in memory a filter cannot read; glibc does not use them
+    ("futexes by vector", ("futex_waitv", "futex_requeue"), errno.ENOSYS),
     ("tracing and kernel programs", ("userfaultfd", "perf_event_open", "bpf", "ptrace", "process_vm_readv",
                                      "process_vm_writev", "kcmp", "pidfd_getfd"), errno.EPERM),
     ("mounts", ("mount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount", "fspick",
@@ -71,7 +90,14 @@ CONDITIONAL = (
     ("clone3", "always (its flags sit in memory a filter cannot read; libc falls back to clone)",
      errno.ENOSYS),
     ("ioctl", "TIOCSTI, TIOCLINUX", errno.EPERM),
+    ("preadv2", "with " + ", ".join(_RWF), errno.EPERM),
+    ("pwritev2", "with " + ", ".join(_RWF), errno.EPERM),
+    ("madvise", ", ".join(_MADV), errno.EPERM),
+    ("futex", "shared operations (no FUTEX_PRIVATE_FLAG)", errno.EINVAL),
+    ("futex_wait", "shared (no FUTEX2_PRIVATE)", errno.EINVAL),
+    ("futex_wake", "shared (no FUTEX2_PRIVATE)", errno.EINVAL),
 )
+# "cachestat": Linux 6.5, libseccomp 2.5.5; futex_wait/futex_wake: Linux 6.7, libseccomp 2.6
 
 
 class SeccompUnavailable(Exception):
@@ -103,8 +129,14 @@ class Filter:
         return r
 
 
-def build() -> Filter:
-    """The filter for this machine's native architecture; ``SeccompUnavailable`` says what is missing."""
+# the groups that close kernel state shared between sandboxes (issue 35); ``build(kernel_state=False)``
+# leaves them out, for bench_sandbox's side-by-side with the filter before them
+KERNEL_STATE = ("page cache of shared files", "futexes by vector")
+
+
+def build(kernel_state: bool = True) -> Filter:
+    """The filter for this machine's native architecture; ``SeccompUnavailable`` says what is missing.
+    ``kernel_state=False``: without the page-cache and futex rules (a benchmark's baseline only)."""
     try:
         import pyseccomp as sc
     except (ImportError, OSError, AttributeError, RuntimeError) as e:  # pyseccomp loads the .so on import
@@ -113,19 +145,15 @@ def build() -> Filter:
         flt = sc.SyscallFilter(sc.ALLOW)
         low32 = 0xFFFFFFFF  # the kernel reads these arguments as 32-bit ints: compare the low half only
         denied: list[str] = []
-        for _group, names, err in DENIED:
+        for group, names, err in DENIED:
+            if group in KERNEL_STATE and not kernel_state:
+                continue
             for name in names:
                 if name == "keyctl":
                     continue  # below, with its one allowed operation
-                nr: int | str = name
-                try:
-                    known = sc.resolve_syscall(sc.Arch.NATIVE, name) >= 0
-                except (ValueError, OSError):
-                    known = False
-                if not known:
-                    if name not in _BY_NUMBER:
-                        continue  # not on this architecture (e.g. iopl on aarch64)
-                    nr = _BY_NUMBER[name]
+                nr = _number(sc, name)
+                if nr is None:
+                    continue  # not on this architecture (e.g. iopl on aarch64)
                 flt.add_rule(sc.ERRNO(err), nr)
                 denied.append(name)
         # keyctl: the prelude joins a fresh anonymous session keyring (name NULL); nothing else
@@ -138,6 +166,17 @@ def build() -> Filter:
         flt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
         for req in (_TIOCSTI, _TIOCLINUX):
             flt.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, low32, req))
+        for name in ("preadv2", "pwritev2") if kernel_state else ():
+            for bit in _RWF.values():
+                flt.add_rule(sc.ERRNO(errno.EPERM), name, sc.Arg(5, sc.MASKED_EQ, bit, bit))
+        for advice in _MADV.values() if kernel_state else ():
+            flt.add_rule(sc.ERRNO(errno.EPERM), "madvise", sc.Arg(2, sc.MASKED_EQ, low32, advice))
+        private = FUTEX_PRIVATE_FLAG
+        if kernel_state:
+            flt.add_rule(sc.ERRNO(errno.EINVAL), "futex", sc.Arg(1, sc.MASKED_EQ, private, 0))
+        for name in ("futex_wait", "futex_wake") if kernel_state else ():  # flags: their 4th argument
+            if (nr := _number(sc, name)) is not None:
+                flt.add_rule(sc.ERRNO(errno.EINVAL), nr, sc.Arg(3, sc.MASKED_EQ, private, 0))
         keyctl_nr = sc.resolve_syscall(sc.Arch.NATIVE, "keyctl")
         bpf = _export(flt)
         version = _library_version()
@@ -145,6 +184,18 @@ def build() -> Filter:
         raise SeccompUnavailable(f"could not build the filter ({type(e).__name__}: {e})") from e
     return Filter(bpf, tuple(denied), tuple(f"{name}: {what}" for name, what, _ in CONDITIONAL), version,
                   keyctl_nr)
+
+
+def _number(sc: Any, name: str) -> int | str | None:
+    """What to hand libseccomp for ``name``: its name where the library knows it, else its number
+    from ``_BY_NUMBER`` (newer than the library), else None (not on this architecture)."""
+    try:
+        known = sc.resolve_syscall(sc.Arch.NATIVE, name) >= 0
+    except (ValueError, OSError):
+        known = False
+    if known:
+        return name
+    return _BY_NUMBER.get(name)
 
 
 def _export(flt: object) -> bytes:
