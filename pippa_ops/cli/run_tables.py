@@ -16,7 +16,7 @@ import typer
 
 from pippa_contract.termsafe import escape
 from pippa_ops.cli.table import Column, layout, natural_width, terminal_width
-from pippa_ops.errors import ExitCode, PippaError
+from pippa_ops.errors import PippaError, refused_as
 from pippa_ops.runs.cost import money
 from pippa_ops.runs.precheck import failure_hint
 from pippa_ops.runs.shortid import short_ids
@@ -74,9 +74,7 @@ def select_shown(
 
 def _host_state(e: PippaError) -> str:
     """A host that did not answer, in a word or two (the whole reason goes under the table)."""
-    kind = {ExitCode.UNKNOWN_HOST: "unknown host", ExitCode.HOST_KEY: "host key refused",
-            ExitCode.AUTH: "auth failed"}  # fmt: skip
-    return kind.get(e.exit_code, "unreachable")
+    return refused_as(e) or "unreachable"
 
 
 def _host_error(host: str, e: PippaError) -> str:

@@ -96,6 +96,18 @@ def test_a_recipe_option_with_cmd_is_refused_naming_the_option_given(tmp_path, f
     assert named == "--set" or "--set" not in p.stderr
 
 
+def test_ps_of_a_host_whose_entry_is_invalid_is_one_line_not_unreachable(tmp_path):
+    (tmp_path / ".config" / "pippa").mkdir(parents=True)
+    (tmp_path / ".config" / "pippa" / "hosts.toml").write_text('[hosts.bad]\naddress = "x"\nport = "abc"\n')
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config")}
+    p = subprocess.run([PIPPA, "ps", "--host", "bad"], capture_output=True, text=True, timeout=60, env=env,
+                       cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 2 and "unreachable" not in p.stdout + p.stderr, p.stdout + p.stderr
+    said = (p.stdout + p.stderr).strip().splitlines()
+    where = tmp_path / ".config" / "pippa" / "hosts.toml"
+    assert said == [f"pippa: {where}: hosts.bad.port must be a port number"]
+
+
 def test_a_command_loads_no_ssh_tui_or_invoke_it_does_not_need():
     """pydantic too: typer 0.29 coerces every parameter through it, +0.3 s on every command."""
     mods = _loaded("recipes", "--json")
