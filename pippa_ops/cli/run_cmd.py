@@ -29,7 +29,7 @@ from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import join
 
 
-def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True) -> None:
+def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True, verbose: bool = False) -> None:
     for i, run_id in enumerate(result.run_ids):
         job = f"   (SLURM job {result.job_ids[i]})" if result.job_ids else ""
         typer.echo(f"started {run_id}{job}")
@@ -40,7 +40,9 @@ def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True) -> 
         typer.echo(f"  logs:    {result.logs_hint()}")
         return
     typer.echo(f"  session: {result.session}")
-    typer.echo(f"  attach:  {result.attach_hint()}   (or: {join(attach_argv(spec, result.session))})")
+    typer.echo(f"  attach:  {result.attach_hint()}")
+    if verbose and not spec.is_local:  # the system ssh's own line, for a terminal without pippa
+        typer.echo(f"  ssh:     {join(attach_argv(spec, result.session))}")
     typer.echo(f"  logs:    {result.logs_hint()}")
 
 
@@ -120,6 +122,9 @@ def run_cmd(
         typer.Option("--backoff", help="First wait before a retry (doubles, capped at 10m). Default 30s.",
                      show_default=False),
     ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also print the system ssh command that attaches.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start recipes (one after another) or a command in a named tmux session on a host."""
@@ -149,7 +154,7 @@ def run_cmd(
             emit_json({"host": result.host, "session": result.session, "run_ids": list(result.run_ids),
                        "job_ids": list(result.job_ids), "sync": result.sync})  # fmt: skip
         else:
-            render_launch(result, spec, chosen=host is not None)
+            render_launch(result, spec, chosen=host is not None, verbose=verbose)
         if not (no_wait or follow) and scheduler_for(spec).starts_at_once:
             _report_start(transport, spec, result.run_ids[0], wait, recipe=cmd is None, quiet=as_json)
         if notify and not follow:
