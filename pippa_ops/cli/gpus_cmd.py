@@ -13,6 +13,7 @@ from rich.live import Live
 from rich.table import Table
 
 from pippa_ops.cli.common import HOST_HELP, JsonOpt, emit_json
+from pippa_ops.cli.complete import host_names
 from pippa_ops.errors import ExitCode
 from pippa_ops.gpu import Gpu, GpuStream, query, with_processes
 from pippa_ops.hosts.connect import connect
@@ -37,7 +38,7 @@ def gpu_table(host: str, gpus: Sequence[Gpu]) -> Table:
 
 
 def gpus_cmd(
-    host: Annotated[str, typer.Argument(help=HOST_HELP)] = LOCAL,
+    host: Annotated[str, typer.Argument(help=HOST_HELP, autocompletion=host_names)] = LOCAL,
     as_json: JsonOpt = False,
     watch: Annotated[
         bool, typer.Option("--watch", "-w", help="Keep sampling (nvidia-smi -l) and re-render.")

@@ -15,6 +15,7 @@ import typer
 
 from pippa_contract.rundir import CHECKPOINTS, RUNS
 from pippa_ops.cli.common import HOST_HELP, FollowOpt, HostOpt, JsonOpt, RawOpt, SetOpt, emit_json, note
+from pippa_ops.cli.complete import host_names, recipe_names
 from pippa_ops.cli.follow_out import follow_runs
 from pippa_ops.errors import BadSetting, ExitCode
 from pippa_ops.hosts.connect import connect
@@ -57,11 +58,12 @@ def render_group(result: LaunchResult) -> None:
 def run_cmd(
     recipes: Annotated[
         list[str] | None,
-        typer.Argument(help="Recipe names (several: a sweep). Default: tiny.", show_default=False),
+        typer.Argument(help="Recipe names (several: a sweep). Default: tiny.", show_default=False,
+                       autocompletion=recipe_names),
     ] = None,
     host: Annotated[
         str | None,
-        typer.Option("--host", "-H", show_default=False,
+        typer.Option("--host", "-H", show_default=False, autocompletion=host_names,
                      help=HOST_HELP + " Default: default_host in ~/.config/pippa/hosts.toml, else local."),
     ] = None,
     name: Annotated[str, typer.Option("--name", "-n", help="tmux session name.")] = DEFAULT_SESSION,

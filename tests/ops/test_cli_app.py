@@ -108,6 +108,24 @@ def test_ps_of_a_host_whose_entry_is_invalid_is_one_line_not_unreachable(tmp_pat
     assert said == [f"pippa: {where}: hosts.bad.port must be a port number"]
 
 
+def test_recipe_and_host_names_complete_and_a_mistyped_status_is_pointed_at_ps(tmp_path):
+    (tmp_path / ".config" / "pippa").mkdir(parents=True)
+    (tmp_path / ".config" / "pippa" / "hosts.toml").write_text('[hosts.h100-a]\naddress = "203.0.113.10"\n')
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config"),
+           "_PIPPA_COMPLETE": "complete_bash"}  # fmt: skip
+
+    def complete(*words: str) -> list[str]:
+        line = {"COMP_WORDS": " ".join(["pippa", *words]), "COMP_CWORD": str(len(words))}
+        p = subprocess.run([PIPPA], env={**env, **line}, capture_output=True, text=True, timeout=60)
+        return p.stdout.split()
+
+    assert "tiny" in complete("run", "ti") and "overfit" not in complete("run", "ti")
+    assert complete("ps", "--host", "h1") == ["h100-a"] and complete("gpus", "lo") == ["local"]
+    assert complete("run", "--host", "") == ["local", "h100-a"]
+    p = subprocess.run([PIPPA, "stauts"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "Did you mean 'status'? That is `pippa ps`." in p.stderr, p.stderr
+
+
 def test_a_command_loads_no_ssh_tui_or_invoke_it_does_not_need():
     """pydantic too: typer 0.29 coerces every parameter through it, +0.3 s on every command."""
     mods = _loaded("recipes", "--json")
