@@ -11,6 +11,7 @@ import time
 from pippa_agent.alerts.files import first_line, load_config, read_json, read_text, tail_lines
 from pippa_contract import rundir as rd
 from pippa_contract.alerts import cost_so_far, run_gpus
+from pippa_contract.metrics import header_max_steps
 from pippa_contract.runfacts import reason_line
 
 TYPE_CHECKING = False
@@ -51,11 +52,8 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
     except ValueError:
         first = None
     header: dict[str, Any] = first if isinstance(first, dict) and first.get("type") == "header" else {}
-    total = None
-    config = header.get("config")
-    train = config.get("train") if isinstance(config, dict) else None
-    if isinstance(train, dict) and isinstance(train.get("max_steps"), int) and train["max_steps"] > 0:
-        total = train["max_steps"]
+    total = header_max_steps(header)  # the one reader of the header's plan (config.config.train)
+    total = total if total is not None and total > 0 else None
     if isinstance(end, dict) and isinstance(end.get("step"), int):
         step = end["step"]
     if reason is None and state == "failed":

@@ -47,6 +47,7 @@ def compare_cmd(
         DEFAULT_METRICS,
         check_metrics,
         differing_config,
+        legend_labels,
         load_runs,
         metric_points,
     )
@@ -62,7 +63,9 @@ def compare_cmd(
     if png is not None:
         from pippa_ops.runs.plots import save_png
 
-        save_png(png, series, smoothing=smooth, title=" vs ".join(r.run_id for r in runs))
+        labels = legend_labels(runs)
+        named = {m: {labels[run]: pts for run, pts in by_run.items()} for m, by_run in series.items()}
+        save_png(png, named, smoothing=smooth, title=" vs ".join(labels[r.run_id] for r in runs))
     if as_json:
         out: dict[str, Any] = {
             "runs": [

@@ -182,7 +182,9 @@ def test_run_event_reads_the_run_directory(tmp_path: Path, monkeypatch: pytest.M
         json.dumps({"host": "h9", "recipe": "tiny", "command": "x --set launch.gpus=0,1"})
     )
     (d / "started").write_text("1000\n")
-    header = {"type": "header", "config": {"train": {"max_steps": 50}}, "wandb": {"url": "https://w/x"}}
+    # the header as the trainer writes it: its config is Resolved.as_dict(), the dataclasses under "config"
+    plan = {"recipe": "tiny", "recipe_path": "/h/recipes/tiny.toml", "config": {"train": {"max_steps": 50}}}
+    header = {"type": "header", "config": plan, "wandb": {"url": "https://w/x"}}
     end = {"type": "end", "status": "failed", "step": 12, "error": "CUDA out of memory"}
     (d / "metrics.jsonl").write_text(
         "\n".join(json.dumps(x) for x in (header, {"type": "step", "step": 12}, end)) + "\n"
@@ -198,6 +200,12 @@ def test_run_event_reads_the_run_directory(tmp_path: Path, monkeypatch: pytest.M
     )
     assert (ev["elapsed_s"], ev["cost"], ev["wandb"]) == (1800, pytest.approx(2.5), "https://w/x")
     assert ev["look"] == "pippa logs r-2 --host h9"
+    done = (header, {"type": "step", "step": 50})
+    (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in done))
+    (d / "exit_code").write_text("0\n")
+    from pippa_contract.alerts import message
+
+    assert "step: 50/50" in message(events.run_event(str(d)))[1]  # its plan, not 50/?
 
 
 SLOW_SMI = """#!/bin/sh
