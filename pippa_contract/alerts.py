@@ -12,6 +12,8 @@ from pippa_contract.secrets import redact as redact  # re-exported: the one reda
 from pippa_contract.secrets import redact_secrets as redact_secrets
 
 DEFAULT_IDLE_THRESHOLD = 5.0  # % utilization under which a GPU counts as idle
+DEFAULT_CURRENCY = "$"  # a host entry's `currency` when unset
+SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "INR": "₹"}  # codes shown as their symbol
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?$")
 _GPU_IDS = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
 
@@ -81,6 +83,16 @@ def cost_so_far(
     return None
 
 
+def money(cost: float | None, currency: str | None) -> str:
+    """A cost as pippa shows it (COST columns, messages): ``$0.03``, ``€4.80``, ``CHF 0.03`` (a code
+    without a symbol here); ``-`` without a rate."""
+    if cost is None:
+        return "-"
+    unit = currency or DEFAULT_CURRENCY
+    unit = SYMBOLS.get(unit, unit)
+    return f"{unit} {cost:.2f}" if unit.isalpha() else f"{unit}{cost:.2f}"
+
+
 def format_elapsed(seconds: float | None) -> str:
     if seconds is None:
         return "?"
@@ -110,7 +122,7 @@ def message(event: dict[str, Any]) -> tuple[str, str, str]:
     if event.get("elapsed_s") is not None:
         lines.append(f"elapsed: {format_elapsed(event['elapsed_s'])}")
     if event.get("cost") is not None:
-        lines.append(f"cost so far: {event['cost']:.2f}")
+        lines.append(f"cost so far: {money(event['cost'], event.get('currency'))}")
     if event.get("wandb"):
         lines.append(f"W&B: {event['wandb']}")
     if event.get("look"):

@@ -81,6 +81,7 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
         "reason": reason,
         "elapsed_s": elapsed,
         "cost": cost_so_far(elapsed, per_host, per_gpu, run_gpus(command), cfg.get("gpus")),
+        "currency": cfg.get("currency"),  # config.json from `pippa up` ("$" where it has none)
         "wandb": wandb.get("url"),
         "look": f"pippa logs {run_id} --host {host}",
         "time": time.time(),
@@ -96,4 +97,5 @@ def host_event(state: str, subject: str, reason: str, elapsed_s: float | None = 
     if elapsed_s is not None and state == "idle":
         cost = cost_so_far(elapsed_s, cfg.get("cost_per_hour"), cfg.get("cost_per_gpu_hour"), None, gpus)
     return {"state": state, "host": host, "subject": subject, "reason": reason, "elapsed_s": elapsed_s,
-            "cost": cost, "look": "pippa hosts", "time": time.time()}  # fmt: skip
+            "cost": cost, "currency": cfg.get("currency"), "look": "pippa hosts",
+            "time": time.time()}  # fmt: skip

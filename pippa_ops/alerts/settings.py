@@ -11,11 +11,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pippa_contract.alerts import DEFAULT_IDLE_THRESHOLD, parse_duration
+from pippa_contract.alerts import DEFAULT_CURRENCY, DEFAULT_IDLE_THRESHOLD, parse_duration
 from pippa_ops.errors import UsageError
 
 FIELDS = ("idle_alert", "idle_threshold", "cost_per_hour", "cost_per_gpu_hour", "currency")
-DEFAULT_CURRENCY = "$"
 _CURRENCY_RE = re.compile(r"^(?:[A-Z]{3}|[^\sA-Za-z0-9]{1,3})$")  # "USD", "EUR", or a symbol: "$", "€"
 
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from pippa_contract.alerts import cost_so_far, run_gpus
+from pippa_contract.alerts import money as money  # re-exported: how a cost reads
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR
-from pippa_ops.alerts.settings import DEFAULT_CURRENCY
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.follow import read_all
 from pippa_ops.runs.listing import HostRuns, RunRecord
@@ -64,19 +64,6 @@ def priced(spec: HostSpec, runs: HostRuns, gpu_count: Callable[[], int | None]) 
 def priced_on(spec: HostSpec, transport: Transport, runs: HostRuns) -> HostRuns:
     """``priced`` with the host's GPU count read from the host (over ``transport``) when needed."""
     return priced(spec, runs, lambda: host_gpus(transport))
-
-
-SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "INR": "₹"}  # codes shown as their symbol
-
-
-def money(cost: float | None, currency: str | None) -> str:
-    """A cost as a COST cell shows it: ``$0.03``, ``€4.80``, ``CHF 0.03`` (a code without a symbol
-    here); ``-`` without a rate."""
-    if cost is None:
-        return "-"
-    unit = currency or DEFAULT_CURRENCY
-    unit = SYMBOLS.get(unit, unit)
-    return f"{unit} {cost:.2f}" if unit.isalpha() else f"{unit}{cost:.2f}"
 
 
 class Prices:

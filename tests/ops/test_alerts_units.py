@@ -82,12 +82,13 @@ def test_a_failed_gpu_reading_neither_ends_an_idle_period_nor_alerts_again() -> 
 def test_message_lists_every_known_field_one_per_line() -> None:
     event = {"state": "failed", "host": "h1", "run_id": "r-1", "recipe": "overfit", "step": 7,
              "total_steps": 10, "reason": "ValueError: x", "elapsed_s": 3725, "cost": 1.234,
-             "wandb": "https://wandb.ai/e/p/runs/x", "look": "pippa logs r-1 --host h1"}  # fmt: skip
+             "currency": "EUR", "wandb": "https://wandb.ai/e/p/runs/x",
+             "look": "pippa logs r-1 --host h1"}  # fmt: skip
     title, body, kind = alerts.message(event)
     assert (title, kind) == ("pippa: failed r-1 on h1", "failure")
     assert body.splitlines() == [
         "host: h1", "run: r-1", "recipe: overfit", "state: failed", "step: 7/10", "reason: ValueError: x",
-        "elapsed: 1h02m", "cost so far: 1.23", "W&B: https://wandb.ai/e/p/runs/x",
+        "elapsed: 1h02m", "cost so far: €1.23", "W&B: https://wandb.ai/e/p/runs/x",
         "look: pippa logs r-1 --host h1",
     ]  # fmt: skip
 
