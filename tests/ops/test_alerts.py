@@ -131,7 +131,8 @@ def test_finished_and_failed_runs_alert_from_the_host_with_every_field_and_no_se
     assert f["elapsed"].startswith("0m0") and "reason" not in f and "step" not in f
     run_dir = h.home / "pippa" / "runs" / ok_id
     t = float((run_dir / "exit_code").stat().st_mtime) - float((run_dir / "started").read_text())
-    assert abs(float(f["cost so far"]) - 36 * t / 3600) < 0.011
+    assert f["cost so far"].startswith("$")  # money, in the entry's currency ($ when unset)
+    assert abs(float(f["cost so far"].removeprefix("$")) - 36 * t / 3600) < 0.011
     g = failed.fields
     assert (g["state"], g["reason"], failed.json["type"]) == ("failed", "ValueError: boom", "failure")
     assert failed.json["title"] == f"pippa: failed {bad_id} on {h.name}"
@@ -269,7 +270,8 @@ def test_idle_gpus_alert_once_and_again_when_busy_and_the_watcher_follows_the_se
     f = idle.fields
     assert idle.json["title"] == f"pippa: idle GPUs on {h.name}" and f["host"] == h.name
     assert f["reason"].startswith("every GPU under 5% for 0m0")
-    assert float(f["cost so far"]) >= 2 * 2 * 0.99  # two GPUs at 1 per GPU-second, idle for >= 2 s
+    # two GPUs at 1 per GPU-second, idle for >= 2 s
+    assert float(f["cost so far"].removeprefix("$")) >= 2 * 2 * 0.99
     hosts = json.loads(pippa(env, repo, "hosts", "--json").stdout)
     row = next(r for r in hosts if r["name"] == h.name)
     assert row["alerts"]["watcher"] == pid and row["alerts"]["idle_s"] >= 2
