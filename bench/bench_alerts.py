@@ -66,7 +66,7 @@ def watcher_cpu(polls: int, smi: str | None) -> None:
         state = alerts / "watch.json"
         try:
             deadline = time.monotonic() + 10
-            while not state.exists():
+            while not state.exists() or "sample_time" not in state.read_text():  # its first sample
                 assert time.monotonic() < deadline, "the watcher did not start"
                 time.sleep(0.05)
             c0, t0 = cpu_s(proc.pid), time.monotonic()

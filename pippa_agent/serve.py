@@ -40,12 +40,15 @@ VERBS = {
     v.WANDB_SYNC: ("wandb_sync", "wandb_sync", JSON),
     v.GPU_REPORT: ("gpus", "gpu_report", JSON),
     v.LINK_PROGRAM: ("pins", "link_program", JSON),
+    v.DOCTOR: ("doctor.run", "doctor", JSON),
+    v.DOCTOR_HISTORY: ("doctor.run", "doctor_history", JSON),
     v.READ: ("streams", "read", STREAM),
     v.READ_RUN: ("streams", "read_run", STREAM),
     v.FOLLOW: ("streams", "follow", STREAM),
     v.PULL: ("pull", "pull", STREAM),
 }
 if TYPE_CHECKING:
+    from pippa_agent.doctor.run import doctor, doctor_history
     from pippa_agent.gpus import gpu_report
     from pippa_agent.pins import link_program
     from pippa_agent.probe import check_python, install_bwrap, install_uv, probe
@@ -59,7 +62,7 @@ if TYPE_CHECKING:
     HANDLERS = (
         probe, install_bwrap, install_uv, check_python, list_runs, launch, stop, run_checkpoints,
         remove_runs, slurm_submit, slurm_stop, sync_list, sync_apply, sync_marker, write_file, wandb_sync,
-        gpu_report, link_program, read, read_run, follow, pull,
+        gpu_report, link_program, doctor, doctor_history, read, read_run, follow, pull,
     )  # fmt: skip
 
 

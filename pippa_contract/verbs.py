@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, TypeVar, cas
 
 from pippa_contract.wire import (
     CHECK_PYTHON,
+    DOCTOR,
+    DOCTOR_HISTORY,
     FOLLOW,
     GPU_REPORT,
     INSTALL_BWRAP,
@@ -43,6 +45,10 @@ if TYPE_CHECKING:  # annotations and casts only: the TypedDicts cost a cold comm
     from pippa_contract.messages import (
         CheckPythonAnswer,
         CheckPythonRequest,
+        DoctorHistoryAnswer,
+        DoctorHistoryRequest,
+        DoctorRequest,
+        DoctorResult,
         Empty,
         FollowRequest,
         GpuReportAnswer,
@@ -212,6 +218,17 @@ def gpu_report(agent: Caller, query: Sequence[str], apps: Sequence[str]) -> GpuR
     """Run nvidia-smi's two queries (argument lists, no shell) in one request."""
     request: GpuReportRequest = {"query": list(query), "apps": list(apps)}
     return cast("GpuReportAnswer", _ask(agent, GPU_REPORT, request))
+
+
+def doctor(agent: Caller, request: DoctorRequest, timeout: float = 300) -> DoctorResult:
+    """Passive checks, then (unless ``quick``) the active ones; the result is also stored on the host."""
+    return cast("DoctorResult", _ask(agent, DOCTOR, request, timeout))
+
+
+def doctor_history(agent: Caller, remote_dir: str, limit: int = 10) -> DoctorHistoryAnswer:
+    """The doctor results kept on the host, newest first."""
+    request: DoctorHistoryRequest = {"remote_dir": remote_dir, "limit": limit}
+    return cast("DoctorHistoryAnswer", _ask(agent, DOCTOR_HISTORY, request))
 
 
 # -- streaming verbs: the caller owns the process ---------------------------------------------------

@@ -9,6 +9,7 @@ SLURM_SUBMIT, SLURM_STOP = "slurm_submit", "slurm_stop"
 SYNC_LIST, SYNC_APPLY, SYNC_MARKER, WRITE_FILE = "sync_list", "sync_apply", "sync_marker", "write_file"
 CHECK_PYTHON, RUN_CHECKPOINTS, REMOVE_RUNS = "check_python", "run_checkpoints", "remove_runs"
 WANDB_SYNC, GPU_REPORT = "wandb_sync", "gpu_report"
+DOCTOR, DOCTOR_HISTORY = "doctor", "doctor_history"  # `pippa doctor`; the results kept on the host
 LINK_PROGRAM = "link_program"  # a stable link to the host program of one version, pinned
 # Verbs that stream their answer (the caller owns the process; the last request of its process).
 READ, FOLLOW, PULL = "read", "follow", "pull"

@@ -185,3 +185,10 @@ def error_kind(error: BaseException) -> ErrorKind:
 
 def _subclasses(cls: type[PippaError]) -> list[type[PippaError]]:
     return [cls, *(c for sub in cls.__subclasses__() for c in _subclasses(sub))]
+
+
+class HostUnhealthy(PippaError):
+    """`pippa run` on a host whose last `pippa doctor` verdict (under a day old) is fail, without --force."""
+
+    kind = ErrorKind.REMOTE_FAILED
+    exit_code = ExitCode.FAILURE

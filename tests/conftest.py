@@ -6,7 +6,8 @@ Fixture API
 hosts, started once per session.
 
 ``ssh_hosts`` (function): ``list[SSHHost]`` of that world, every one started (a test that stopped a
-host gets it back). Per host:
+host gets it back); after the test, its ``~/bin`` tools, secrets.env and ``pippa doctor`` results
+(``~/pippa/doctor``: a fail there refuses later runs) are gone. Per host:
   - ``name``: ``"t1"``..``"t4"``, the entry of the generated inventory (address, port, user,
     identity_file and ``python`` = the tests' venv python): pass it to pippa (``--host t1``).
   - ``ssh_alias``: ``"ssh-t1"``.., a ~/.ssh/config alias of the same host (no python set).
@@ -238,6 +239,7 @@ def ssh_hosts(ssh_world: sshd.World) -> Iterator[list[sshd.SSHHost]]:
         for tool in (h.home / "bin").glob("*"):
             tool.unlink()
         (h.home / ".config" / "pippa" / "secrets.env").unlink(missing_ok=True)
+        shutil.rmtree(h.home / "pippa" / "doctor", ignore_errors=True)  # a fail there refuses later runs
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
 """The idle-GPU watcher (``alerts watch``, one per host user, under a lock) and the low-disk check:
-alert once when every GPU idles with no pippa run, once when busy again."""
+alert once when every GPU idles with no pippa run, once when busy again; and while a run is active,
+once per GPU fault it did not start with (a new Xid in the kernel log, new uncorrectable ECC errors,
+a failed row remap: pippa_agent.doctor.watch)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import sys
 import time
 
 from pippa_agent.alerts.deliver import emit
-from pippa_agent.alerts.events import host_event
+from pippa_agent.alerts.events import host_event, run_event
 from pippa_agent.alerts.files import here, load_config, read_json, read_text, write_json
 from pippa_agent.program import program_file
 from pippa_contract import rundir as rd
@@ -87,6 +89,33 @@ def active_run(remote_dir: str) -> str | None:
         return None
     alive = set(p.stdout.decode("utf-8", "replace").split())
     return next((name for ident, name in candidates if ident in alive), None)
+
+
+def health_interval(idle_s: float) -> float:
+    """How often the GPU fault watch reads the kernel log (and, during a run, nvidia-smi -q -x): every
+    fourth idle poll, at most every 30 s."""
+    from pippa_agent.doctor.watch import POLL_S
+
+    return min(POLL_S, 4 * poll_interval(idle_s))
+
+
+def check_gpu_faults(health: Any, remote_dir: str, run: str | None) -> int:
+    """Feed one observation to the fault watch (``doctor.watch.GpuHealthWatch``); alert each new fault
+    as an event of the active run. nvidia-smi's full query only while a run is active (the baseline of
+    the kernel log is kept meanwhile). Returns how many alerts were sent."""
+    from pippa_agent.doctor import kernel
+    from pippa_agent.doctor.watch import boot_time, observe
+
+    if run is None:
+        lines, _ = kernel.read_log()
+        gpus = None
+    else:
+        lines, gpus = observe()
+    faults = health.sample(lines, gpus, run, boot_time())
+    for _subject, why in faults:
+        run_dir = os.path.join(os.path.expanduser(remote_dir), "runs", str(run))
+        emit(run_event(run_dir, state="gpu fault", reason=why))
+    return len(faults)
 
 
 def poll_interval(idle_s: float) -> float:
@@ -180,6 +209,9 @@ def watch_main() -> int:
     write_json(here(WATCH_STATE), {"pid": os.getpid(), "started": started})  # before the first, slow sample
     cfg_mtime = None
     watch = IdleWatch(1200.0, DEFAULT_IDLE_THRESHOLD)
+    from pippa_agent.doctor.watch import GpuHealthWatch
+
+    health, next_health = GpuHealthWatch(), 0.0
     disk: dict[str, Any] = {}
     cfg: dict[str, Any] = {}
     while not stopping:
@@ -204,6 +236,9 @@ def watch_main() -> int:
         elif due == "busy":
             emit(host_event("busy", "GPUs", "the idle period ended (GPUs in use or a run started)"))
         check_disk(str(cfg.get("remote_dir") or "~"), disk)
+        if now >= next_health:
+            check_gpu_faults(health, str(cfg.get("remote_dir") or "~/pippa"), run)
+            next_health = now + health_interval(watch.idle_s)
         state = {"pid": os.getpid(), "started": started, "sample_time": now, "utilization": utils,
                  "active_run": run, "idle_since": watch.idle_since, "alerted": watch.alerted}  # fmt: skip
         write_json(here(WATCH_STATE), state)

@@ -96,6 +96,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "pippa_ops.cli.gpus_cmd",
         "Per GPU: index, name, utilization, memory, temperature, power, and the processes on it.",
     ),
+    "doctor": (
+        "pippa_ops.cli.doctor_cmd",
+        "Is the box healthy? Driver, ECC, remaps, slowdowns, PCIe, NVLink, Xids, torch, disk; GEMM, NCCL.",
+    ),
     "dash": ("pippa_ops.cli.dash_cmd", "Live dashboard: GPUs, runs and training curves across hosts."),
 }
 

@@ -79,6 +79,10 @@ def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
         where += f":{r.port}" if r.port else ""
         status = f"up {r.latency_ms:.0f} ms" if r.reachable else r.down_as
         status += ", no python" if r.python_missing else ""
+        if r.doctor:
+            from pippa_ops.doctor import summary_text
+
+            status += ", " + summary_text(r.doctor)
         rows_text.append([r.name, where, r.remote_dir, r.source.split(":")[0], status])
     for line in layout(HOSTS_COLUMNS, rows_text, terminal_width()):
         typer.echo(line)
@@ -160,6 +164,13 @@ def render_up(r: UpReport) -> None:
     for key, value in rows:
         table.add_row(key, escape(value))
     console().print(table)
+    if r.health is not None:
+        from pippa_ops.cli.doctor_view import verdict_line
+
+        for c in r.health.get("checks") or []:  # type: ignore[attr-defined]
+            if c.get("status") in ("fail", "warn"):
+                console().print(f"  {c['status']}: {escape(str(c['detail']))}")
+        console().print(verdict_line(r.health) + f": `pippa doctor {r.host}` runs the GPU tests too")
     console().print(f"ready in {r.elapsed_s:.1f}s")
 
 

@@ -127,6 +127,9 @@ def run_cmd(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Also print the system ssh command that attaches.")
     ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Start even where the last `pippa doctor` verdict is fail.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start recipes (one after another) or a command in a named tmux session on a host."""
@@ -150,8 +153,14 @@ def run_cmd(
         return
     spec, transport = connect(host or default_host())
     with transport:
+        from pippa_contract.verbs import Caller
+        from pippa_ops.runs.health import preflight
+
+        def check(agent: Caller) -> None:
+            preflight(spec, agent, gpus, force, lambda line: typer.echo(line, err=True))
+
         result = launch(spec, transport, recipes=names, command=cmd, session=name, sets=sets, replace=replace,
-                        gap_s=gap, nodes=nodes, restart=restart)  # fmt: skip
+                        gap_s=gap, nodes=nodes, restart=restart, preflight=check)  # fmt: skip
         if as_json:
             emit_json({"host": result.host, "session": result.session, "run_ids": list(result.run_ids),
                        "job_ids": list(result.job_ids), "sync": result.sync})  # fmt: skip

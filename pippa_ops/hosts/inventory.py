@@ -68,6 +68,7 @@ class HostSpec:
     cost_per_hour: float | None = None
     cost_per_gpu_hour: float | None = None
     currency: str = "$"  # what the rate is in: an ISO code ("USD", "EUR") or a symbol (runs.cost.money)
+    gpus: int | None = None  # how many GPUs the box should have (`pippa doctor` fails it with fewer)
 
     @property
     def idle_alert_s(self) -> float | None:
@@ -85,7 +86,7 @@ _IPV6_RE = re.compile(r"^[0-9A-Fa-f:.]{2,45}$")
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _STR_FIELDS = ("address", "user", "identity_file", "proxy_jump", "remote_dir", "python")
 _FIELDS = (*_STR_FIELDS, "port", "setup", "env", "secrets", "scheduler", "slurm", *ALERT_FIELDS,
-           "recover_on_boot")
+           "recover_on_boot", "gpus")
 # How to reach a host. For these, the user's own files win over the team's: personal hosts.toml >
 # ~/.ssh/config > team pippa.toml (a team entry never overrides the user's ssh alias of that name).
 # The other fields (remote_dir, python, setup, env, secrets): hosts.toml > pippa.toml.
@@ -173,6 +174,9 @@ def _spec_from_entry(name: str, entry: Mapping[str, Any]) -> HostSpec:
     recover_on_boot = entry.get("recover_on_boot", False)
     if not isinstance(recover_on_boot, bool):
         raise UsageError(f"{where}.recover_on_boot must be true or false")
+    gpus = entry.get("gpus")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 64):
+        raise UsageError(f"{where}.gpus must be a number of GPUs (0 to 64)")
     return HostSpec(
         name=name,
         address=address,
@@ -188,6 +192,7 @@ def _spec_from_entry(name: str, entry: Mapping[str, Any]) -> HostSpec:
         env=dict(env),
         secrets=tuple(secrets),
         recover_on_boot=recover_on_boot,
+        gpus=gpus,
         source=f"inventory:{entry['_file']}",
         **alert_settings(entry, where),
     )

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pippa_contract import cgroupdeleg, verbs
 from pippa_contract.runfacts import reason_line
+from pippa_ops.doctor import check_host, last_summary
 from pippa_ops.errors import HostUnreachable, PippaError, RemoteCommandFailed, ToolMissing, refused_as
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.inventory import HostSpec
@@ -124,6 +125,7 @@ class UpReport:
     bwrap_installed: bool = False  # bubblewrap installed by this `up`
     alerts: AlertsSetup | None = None  # alerts from the host (pippa_ops.alerts), the idle watcher
     boot: str | None = None  # recovery at boot (provision.boot): installed|kept|removed|absent|unavailable
+    health: dict[str, object] | None = None  # the passive `pippa doctor` result (pippa_contract.doctor)
 
     def to_json(self) -> dict[str, object]:
         p = self.probe
@@ -148,6 +150,7 @@ class UpReport:
             "elapsed_s": round(self.elapsed_s, 2),
             "alerts": None if self.alerts is None else self.alerts.to_json(),
             "recover_on_boot": self.boot,
+            "doctor": self.health,
         }
 
 
@@ -276,6 +279,7 @@ def up(
     if boot.message:
         emit(boot.message)
     remote_dir = str(repo) if spec.is_local else transport.expand(spec.remote_dir)
+    health = dict(check_host(spec, transport, quick=True))  # the passive checks, stored on the host too
     alerts_setup = alerts.install(transport, spec, remote_dir=remote_dir, gpus=len(facts.gpus), python=python,
                                   configured=alerts.TARGET in secrets.pushed)  # fmt: skip
     return UpReport(
@@ -291,6 +295,7 @@ def up(
         bwrap_installed=bwrap_installed,
         alerts=alerts_setup,
         boot=boot.state,
+        health=health,
     )
 
 
@@ -319,6 +324,7 @@ class HostRow:
     python_missing: str | None = None  # the host's python setting, when the host has no such program
     alerts: dict[str, object] | None = None  # the host's alerts status (pippa_agent.alerts status)
     down_as: str = "down"  # not up: "key unknown" (it answered), "auth failed", ... (errors.refused_as)
+    doctor: dict[str, object] | None = None  # its last `pippa doctor` verdict (pippa_ops.doctor.last_summary)
 
     def to_json(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -333,11 +339,11 @@ def survey(
 
     missing: set[str] = set()
 
-    def check(name: str) -> tuple[float, dict[str, object] | None]:
+    def check(name: str) -> tuple[float, dict[str, object] | None, dict[str, object] | None]:
         t0 = time.monotonic()
         spec = by_name[name]
         if spec.is_local and spec.python is None:
-            return 0.0, None
+            return 0.0, None, None
         with open_transport(spec) as t:
             try:
                 r = t.run(python_probe_line(spec.python), timeout=timeout, check=True)
@@ -346,7 +352,8 @@ def survey(
             if r.stdout.strip() == "missing":
                 missing.add(name)
             latency = (time.monotonic() - t0) * 1000
-            return latency, None if spec.is_local else alerts.status_or_none(t, timeout)
+            status = None if spec.is_local else alerts.status_or_none(t, timeout)
+            return latency, status, last_summary(spec, t)
 
     results = fan_out(list(by_name), check)
     rows = []
@@ -368,6 +375,7 @@ def survey(
                 python_missing=spec.python if spec.name in missing else None,
                 alerts=None if isinstance(res, PippaError) else alerts.with_rate(res[1], spec),
                 down_as=(refused_as(res) or "down") if isinstance(res, PippaError) else "down",
+                doctor=None if isinstance(res, PippaError) else res[2],
             )
         )
     return rows

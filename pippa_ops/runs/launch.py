@@ -134,15 +134,19 @@ def launch(
     sync: bool = True,
     nodes: int | None = None,
     restart: RestartFlags | None = None,
+    preflight: Callable[[agent_client.Session], None] | None = None,
 ) -> LaunchResult:
     """Start ``recipes`` (one after another) or ``command`` in tmux ``session`` on the host.
     ``sync=False`` launches what the host already has (the run records no commit); ``restart``: the
-    retry and stall flags over each recipe's ``[restart]`` table (runs.restart)."""
+    retry and stall flags over each recipe's ``[restart]`` table (runs.restart); ``preflight`` runs
+    first on the launch's own agent (runs.health: refuse an unhealthy host, warn of busy GPUs)."""
     validate_session(session)
     now = time.time()
     remote_dir = spec.remote_dir
     jobs = plan_jobs(spec, remote_dir, recipes, command, sets, now)
     with agent_client.Session(transport) as agent:
+        if preflight is not None:
+            preflight(agent)
         plan = Submission(spec, transport, agent, jobs, session, replace, gap_s, sync, now, restart, nodes)
         return scheduler_for(spec).submit(plan)
 

@@ -4,7 +4,12 @@ The capture (tests/fixtures/nvidia-smi/h100_load_query_gpu_full.csv, header incl
 the script; it answers any ``--query-gpu=`` field list from it (units dropped for ``nounits``) and
 repeats the sample every N seconds with ``-l N``, as the real tool does. ``gpus`` copies the captured
 GPU to more indices; ``stamp`` writes the print time into the uuid (the benchmark's latency probe).
-``--query-compute-apps`` answers the captured processes of that GPU.
+Without ``xml``, ``-q`` answers as nvidia-smi does where the driver is not loaded (the doctor then
+skips its GPU checks instead of failing a fake that models only the queries). With ``xml`` (a path),
+``-q -x`` prints that file, read at each call (the doctor's fixtures,
+tests/doctor/doctor_fixtures.py: a file saying ``HANG`` makes it hang, a missing one answers as a host whose
+driver is not loaded); with ``nvlink``, ``nvlink -s`` prints that file; with ``apps`` (a capture of
+``--query-compute-apps`` with its header), the compute-process query answers from it.
 """
 
 from __future__ import annotations
@@ -13,24 +18,44 @@ import sys
 from pathlib import Path
 
 CAPTURE = Path(__file__).parents[1] / "fixtures" / "nvidia-smi" / "h100_load_query_gpu_full.csv"
-APPS = CAPTURE.with_name("h100_load_compute_apps.csv")  # --query-compute-apps: the same GPU's processes
+APPS = CAPTURE.with_name("h100_load_compute_apps.csv")  # that GPU's processes, for ``apps``
 
 _SCRIPT = r'''#!{python}
 import csv, io, re, sys, time
 CAPTURE = {capture!r}
-APPS = {apps!r}
 GPUS = {gpus}
 STAMP = {stamp}
 COUNT = {count}
+XML, NVLINK, APPS = {xml!r}, {nvlink!r}, {apps!r}
 args = sys.argv[1:]
-apps = next((a.split("=", 1)[1] for a in args if a.startswith("--query-compute-apps=")), None)
-if apps is not None:
-    rows = list(csv.reader(io.StringIO(APPS), skipinitialspace=True))
-    names = [re.sub(r"\s*\[[^\]]*\]$", "", h.strip()) for h in rows[0]]
-    names = ["used_memory" if n == "used_gpu_memory" else n for n in names]
+apps_query = next((a.split("=", 1)[1] for a in args if a.startswith("--query-compute-apps=")), None)
+if APPS and apps_query is not None:
+    rows = list(csv.reader(io.StringIO(open(APPS).read()), skipinitialspace=True))
+    alias = {{"used_memory": "used_gpu_memory"}}
+    heads = [re.sub(r"\s*\[[^\]]*\]$", "", h.strip()) for h in rows[0]]
     for row in rows[1:]:
-        got = dict(zip(names, row))
-        print(", ".join(got.get(f, "[N/A]").replace(" MiB", "") for f in apps.split(",")))
+        cells = dict(zip(heads, row))
+        out = [cells.get(alias.get(f, f), "[N/A]") for f in apps_query.split(",")]
+        out = [v.split()[0] if "nounits" in " ".join(args) and v.endswith(" MiB") else v for v in out]
+        print(", ".join(out))
+    sys.exit(0)
+if XML and "-q" in args and "-x" in args:
+    try:
+        text = open(XML).read()
+    except OSError:
+        print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+              "Make sure that the latest NVIDIA driver is installed and running.")
+        sys.exit(9)
+    if text.startswith("HANG"):
+        time.sleep(3600)
+    sys.stdout.write(text)
+    sys.exit(0)
+if not XML and "-q" in args:  # a fake of the queries only: to the doctor, a host whose driver is not loaded
+    print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+          "Make sure that the latest NVIDIA driver is installed and running.")
+    sys.exit(9)
+if NVLINK and args[:2] == ["nvlink", "-s"]:
+    sys.stdout.write(open(NVLINK).read())
     sys.exit(0)
 query = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), None)
 if query is None:
@@ -73,8 +98,11 @@ while True:
 '''
 
 
-def script(gpus: int = 1, stamp: bool = False, python: str = sys.executable, count: bool = False) -> str:
+def script(
+    gpus: int = 1, stamp: bool = False, python: str = sys.executable, xml: str | None = None,
+    nvlink: str | None = None, apps: str | None = None, count: bool = False,
+) -> str:  # fmt: skip
     """The fake's text; on a test host pass the host's ``python`` (one its user can run). ``count``:
     a loop's Nth sample (from 0) reports 100 - N % utilization, so a test can tell samples apart."""
-    return _SCRIPT.format(python=python, capture=CAPTURE.read_text(), apps=APPS.read_text(), gpus=gpus,
-                          stamp=stamp, count=count)
+    return _SCRIPT.format(python=python, capture=CAPTURE.read_text(), gpus=gpus, stamp=stamp, xml=xml,
+                          nvlink=nvlink, apps=apps, count=count)  # fmt: skip

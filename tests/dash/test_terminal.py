@@ -89,7 +89,7 @@ def test_dash_in_tmux_keys_help_attach_detach_quit(ssh_hosts, ssh_env) -> None:
 def test_gpus_watch_shows_the_processes_the_one_shot_table_shows(ssh_hosts, ssh_env) -> None:
     """The watch's samples come from nvidia-smi's loop, which has no processes: they are asked for too."""
     h = ssh_hosts[2]
-    h.install_bin("nvidia-smi", fake_smi.script(gpus=1, python=h.python, count=True))
+    h.install_bin("nvidia-smi", fake_smi.script(gpus=1, python=h.python, apps=str(fake_smi.APPS), count=True))
     env = {k: v for k, v in ssh_env.env.items() if k != "TMUX"}
     once = subprocess.run([PIPPA, "gpus", h.name], env={**env, "COLUMNS": "200"}, capture_output=True,
                           text=True, timeout=60)  # fmt: skip

@@ -28,6 +28,7 @@ FAKE_SMI = """#!/bin/sh
 # two GPUs whose utilization is the number in ~/gpu-util
 case "$1" in
   -L) echo "GPU 0: Fake GPU (UUID: GPU-0)"; echo "GPU 1: Fake GPU (UUID: GPU-1)";;
+  -q) echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."; exit 9;;
   *) u=$(cat "$HOME/gpu-util" 2>/dev/null || echo 0); echo "$u"; echo "$u";;
 esac
 """

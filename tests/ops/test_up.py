@@ -64,6 +64,7 @@ def test_up_prepares_host_pushes_secrets_0600_and_is_fast_the_second_time(client
     assert "setting-up-now" in p.stderr, "setup output is streamed"
     assert "none (this host has no NVIDIA GPU)" in p.stdout
     assert "uv 0.0.0-test" in p.stdout and str(h.home / "pippa") in p.stdout
+    assert f"{h.name}: verdict ok (0 failed, 0 warning(s); passive checks only (--quick))" in p.stdout
     secrets = h.home / ".config" / "pippa" / "secrets.env"
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o600 and secrets.stat().st_uid == h.uid
     sourced = h.run_as_user(
@@ -76,6 +77,7 @@ def test_up_prepares_host_pushes_secrets_0600_and_is_fast_the_second_time(client
     again = _pippa(client_env, repo, "up", h.name, "--json")
     report = json.loads(again.stdout)
     assert (report["setup_ran"], report["synced_files"], report["gpus"]) == (False, 0, [])
+    assert report["doctor"]["verdict"] == "ok" and report["doctor"]["quick"] is True
     assert report["secrets_missing"] == ["WANDB_ENTITY"]
     assert (h.home / "setup-count").read_text() == "run\n", "setup not rerun when nothing changed"
 
@@ -105,7 +107,8 @@ def test_failing_setup_is_one_line_with_its_last_output(client_env, ssh_hosts, r
 # uv's own shape: the error, then hints under it
 UV_FAIL = ("echo 'Resolved 80 packages'; echo 'error: No solution found when resolving dependencies' >&2; "
            "echo 'hint: Pre-releases are available for torch' >&2; exit 1")  # fmt: skip
-SMI_L = ('#!/bin/sh\n[ "$1" = -L ] || exit 9\n'  # nvidia-smi -L only
+SMI_L = ('#!/bin/sh\n[ "$1" = -L ] || { echo "NVIDIA-SMI has failed because it couldn\'t communicate with '
+         'the NVIDIA driver."; exit 9; }\n'  # nvidia-smi -L only; to the doctor, a driver not loaded
          'for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-6c4e0f6a-$i)"; done\n')
 
 
