@@ -9,6 +9,7 @@ import re
 
 from pippa_contract import rundir as rd
 from pippa_contract.metrics import LastRecords, summarize
+from pippa_contract.secrets import redact_secrets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -72,6 +73,25 @@ def reason_line(lines: list[str]) -> str | None:
 def error_line(log: str) -> str | None:
     """``reason_line`` of the log's last ``TAIL_BYTES``."""
     return reason_line(tail_lines(log))
+
+
+def redact_run(run: dict[str, Any], values: dict[str, str]) -> dict[str, Any]:
+    """``run`` (run_facts) with every secret value taken out of the lines that say why it ended (its
+    error, its attempts' reason, its metrics' end error): the redaction the alerts use
+    (``secrets.redact_secrets``), so ``ps`` and ``run`` show a job's printed token as ``***`` too."""
+    if not values:
+        return run
+    if isinstance(run.get("error"), str):
+        run["error"] = redact_secrets(run["error"], values)
+    doc = run.get("attempts")
+    tried = doc.get("attempts") if isinstance(doc, dict) else None
+    holders = [(a, "reason") for a in tried if isinstance(a, dict)] if isinstance(tried, list) else []
+    if isinstance(run.get("end"), dict):
+        holders.append((run["end"], "error"))
+    for holder, key in holders:
+        if isinstance(holder.get(key), str):
+            holder[key] = redact_secrets(holder[key], values)
+    return run
 
 
 def _size(path: str) -> int:

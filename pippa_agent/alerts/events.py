@@ -13,6 +13,7 @@ from pippa_contract import rundir as rd
 from pippa_contract import states
 from pippa_contract.alerts import cost_so_far, run_gpus
 from pippa_contract.failures import label
+from pippa_contract.metrics import header_max_steps
 from pippa_contract.runfacts import reason_line
 
 SUPERVISOR_STATES = ("retrying", "lost", "stalled", "gave_up", "diverged")  # told by pippa_agent.supervise
@@ -54,13 +55,8 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
     except ValueError:
         first = None
     header: dict[str, Any] = first if isinstance(first, dict) and first.get("type") == "header" else {}
-    total = None
-    config = header.get("config")
-    if isinstance(config, dict) and isinstance(config.get("config"), dict):
-        config = config["config"]  # training_core's header: {"recipe", "platform", ..., "config": resolved}
-    train = config.get("train") if isinstance(config, dict) else None
-    if isinstance(train, dict) and isinstance(train.get("max_steps"), int) and train["max_steps"] > 0:
-        total = train["max_steps"]
+    total = header_max_steps(header)  # the one reader of the header's plan (config.config.train)
+    total = total if total is not None and total > 0 else None
     if isinstance(end, dict) and isinstance(end.get("step"), int):
         step = end["step"]
     doc = read_json(os.path.join(run_dir, rd.ATTEMPTS_JSON))
@@ -107,6 +103,7 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
         "reason": reason,
         "elapsed_s": elapsed,
         "cost": cost_so_far(elapsed, per_host, per_gpu, run_gpus(command), cfg.get("gpus")),
+        "currency": cfg.get("currency"),  # config.json from `pippa up` ("$" where it has none)
         "wandb": wandb.get("url"),
         "look": f"pippa logs {run_id} --host {host}",
         "time": time.time(),
@@ -122,4 +119,5 @@ def host_event(state: str, subject: str, reason: str, elapsed_s: float | None = 
     if elapsed_s is not None and state == "idle":
         cost = cost_so_far(elapsed_s, cfg.get("cost_per_hour"), cfg.get("cost_per_gpu_hour"), None, gpus)
     return {"state": state, "host": host, "subject": subject, "reason": reason, "elapsed_s": elapsed_s,
-            "cost": cost, "look": "pippa hosts", "time": time.time()}  # fmt: skip
+            "cost": cost, "currency": cfg.get("currency"), "look": "pippa hosts",
+            "time": time.time()}  # fmt: skip

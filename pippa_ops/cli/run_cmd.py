@@ -25,6 +25,7 @@ from pippa_ops.cli.common import (
     emit_json,
     note,
 )
+from pippa_ops.cli.complete import host_names, recipe_names
 from pippa_ops.cli.follow_out import follow_runs
 from pippa_ops.errors import BadSetting, ExitCode
 from pippa_ops.hosts.connect import connect
@@ -39,7 +40,7 @@ from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import join
 
 
-def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True) -> None:
+def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True, verbose: bool = False) -> None:
     for i, run_id in enumerate(result.run_ids):
         job = f"   (SLURM job {result.job_ids[i]})" if result.job_ids else ""
         typer.echo(f"started {run_id}{job}")
@@ -50,7 +51,9 @@ def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True) -> 
         typer.echo(f"  logs:    {result.logs_hint()}")
         return
     typer.echo(f"  session: {result.session}")
-    typer.echo(f"  attach:  {result.attach_hint()}   (or: {join(attach_argv(spec, result.session))})")
+    typer.echo(f"  attach:  {result.attach_hint()}")
+    if verbose and not spec.is_local:  # the system ssh's own line, for a terminal without pippa
+        typer.echo(f"  ssh:     {join(attach_argv(spec, result.session))}")
     typer.echo(f"  logs:    {result.logs_hint()}")
 
 
@@ -65,16 +68,13 @@ def render_group(result: LaunchResult) -> None:
 def run_cmd(
     recipes: Annotated[
         list[str] | None,
-        typer.Argument(help="Recipe names (several: a sweep). Default: tiny.", show_default=False),
+        typer.Argument(help="Recipe names (several: a sweep). Default: tiny.", show_default=False,
+                       autocompletion=recipe_names),
     ] = None,
     host: Annotated[
         str | None,
-        typer.Option(
-            "--host",
-            "-H",
-            show_default=False,
-            help=HOST_HELP + " Default: default_host in ~/.config/pippa/hosts.toml, else local.",
-        ),
+        typer.Option("--host", "-H", show_default=False, autocompletion=host_names,
+                     help=HOST_HELP + " Default: default_host in ~/.config/pippa/hosts.toml, else local."),
     ] = None,
     name: Annotated[str, typer.Option("--name", "-n", help="tmux session name.")] = DEFAULT_SESSION,
     cmd: Annotated[
@@ -169,6 +169,9 @@ def run_cmd(
             show_default=False,
         ),
     ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also print the system ssh command that attaches.")
+    ] = False,
     force: Annotated[
         bool, typer.Option("--force", help="Start even where the last `pippa doctor` verdict is fail.")
     ] = False,
@@ -207,7 +210,7 @@ def run_cmd(
             emit_json({"host": result.host, "session": result.session, "run_ids": list(result.run_ids),
                        "job_ids": list(result.job_ids), "sync": result.sync})  # fmt: skip
         else:
-            render_launch(result, spec, chosen=host is not None)
+            render_launch(result, spec, chosen=host is not None, verbose=verbose)
         if not (no_wait or follow) and scheduler_for(spec).starts_at_once:
             _report_start(transport, spec, result.run_ids[0], wait, recipe=cmd is None, quiet=as_json)
         if notify and not follow:

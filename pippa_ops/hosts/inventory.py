@@ -72,6 +72,7 @@ class HostSpec:
     idle_threshold: float = 5.0
     cost_per_hour: float | None = None
     cost_per_gpu_hour: float | None = None
+    currency: str = "$"  # what the rate is in: an ISO code ("USD", "EUR") or a symbol (runs.cost.money)
     gpus: int | None = None  # how many GPUs the box should have (`pippa doctor` fails it with fewer)
 
     @property

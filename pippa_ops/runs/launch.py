@@ -77,6 +77,15 @@ def attach_argv(spec: HostSpec, session: str, *, switch_client: bool = False) ->
     return [*ssh_argv(spec), join(tmux_attach_argv(session))]
 
 
+_LAUNCH_FLAGS = {"launch.gpus": "--gpus", "launch.processes": "--processes", "launch.strategy": "--strategy"}
+
+
+def _flags_of(sets: Sequence[str]) -> str:
+    """The options the user typed that became ``sets`` (--gpus is launch.gpus=...), for a refusal."""
+    flags = dict.fromkeys(_LAUNCH_FLAGS.get(s.partition("=")[0].strip(), "--set") for s in sets)
+    return "/".join(flags)
+
+
 def launch_sets(gpus: str | None, processes: int | None, strategy: str | None) -> list[str]:
     """``--gpus/--processes/--strategy`` as the recipe settings they stand for (the trainer checks them)."""
     out = []
@@ -104,7 +113,7 @@ def plan_jobs(
         if recipes:
             raise BadSetting("give recipes or --cmd, not both")
         if parsed:
-            raise BadSetting("--set applies to recipes, not to --cmd")
+            raise BadSetting(f"{_flags_of(sets)} applies to recipes, not to --cmd")
         return [cmd_job(new_run_id("cmd", now), command)]
     for name in recipes:
         check_recipe(name)

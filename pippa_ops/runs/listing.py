@@ -54,6 +54,7 @@ class RunRecord:
     job_id: str | None = None  # the SLURM job of a run on a SLURM host (None: a tmux run)
     slurm_state: str | None = None  # squeue/scontrol's state and reason, e.g. "PENDING (Resources)"
     cost: float | None = None  # so far, at the host's rate (pippa_ops.runs.cost); None: no rate
+    currency: str | None = None  # the rate's currency (HostSpec.currency) where there is a cost
     attempt: int | None = None  # a supervised run (--retry, --stall-timeout): its attempt now (1-based)
     max_attempts: int | None = None
     retry_in_s: float | None = None  # waiting before the next attempt: seconds left

@@ -113,7 +113,7 @@ def run(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
             + (f", resuming from step {life.resumed_step}" if life.resumed_step else ""),
             step=lambda: int(trainer.state.global_step),
         )
-        from training_core.methods.trainer import stop_callback
+        from training_core.methods.trainer import quiet_tied_head_warning, stop_callback
 
         trainer.add_callback(stop_callback(lambda: life.stop.requested, _any_rank(trainer)))
         from training_core import testhooks
@@ -121,6 +121,8 @@ def run(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
         if testhooks.wanted():
             trainer.add_callback(testhooks.callback())
         resume_from = life.resume_from
+        if resume_from:
+            quiet_tied_head_warning(trainer.model)
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     return life.code
 
