@@ -7,6 +7,7 @@ on sys.path and ``from _common import ...`` finds this file; tests/ goes on the 
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -50,9 +51,21 @@ def commit_all(repo: Path) -> None:
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 600) -> tuple[float, str]:
     """Wall seconds of one command and its stdout; a failure ends the bench with its stderr."""
+    elapsed, _cpu, out = timed_cpu(argv, env, cwd, timeout)
+    return elapsed, out
+
+
+def timed_cpu(
+    argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 600
+) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (user + system of the command and the children it waited for) and
+    stdout of one command. CPU is what a loaded machine barely disturbs; wall is what a user waits."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed: {p.stderr}")
-    return elapsed, p.stdout
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return elapsed, cpu, p.stdout

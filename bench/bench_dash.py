@@ -79,7 +79,7 @@ def main() -> None:
         os.environ.update(sshd.client_vars(world.client_template))
         os.environ.pop("SSH_AUTH_SOCK", None)
         for h in world.hosts:
-            h.install_bin("nvidia-smi", fake_smi.script(gpus=2, stamp=True))
+            h.install_bin("nvidia-smi", fake_smi.script(gpus=2, stamp=True, python=h.python))
         names = [h.name for h in world.hosts]
         cpu_pct, lat = asyncio.run(measure(names, args.seconds))
     finally:

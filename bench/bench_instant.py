@@ -1,9 +1,11 @@
 """Instant commands: warm hot verbs on loopback, this checkout's pippa against another's, side by side.
 
-One loopback sshd host (tests/sshd.py) with a fake nvidia-smi and one finished run; each command is
+One loopback sshd host (tests/sshd.py) with a fake nvidia-smi and one finished run; the commands are
+ps, logs, gpus, two with no network, a launch (``run --no-wait --cmd true``) and a no-change sync; each is
 run once by each pippa to warm its connection keeper (and this checkout's warm process), then both are
-timed alternately ``--repeat`` times, medians printed with ``python -c pass`` for the interpreter's own
-start. On loopback the network costs almost nothing, so this is what a warm command costs locally.
+timed alternately ``--repeat`` times, medians of wall and CPU seconds (the command's own user + system,
+which a loaded machine disturbs less) printed with ``python -c pass`` for the interpreter's own start.
+On loopback the network costs almost nothing, so this is what a warm command costs locally.
 Bytecode is cached under the bench's temporary directory (neither tree is written).
 
     .venv/bin/python bench/bench_instant.py --baseline /path/to/other/checkout/.venv/bin/pippa [--repeat 11]
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -21,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import PIPPA, ROOT, commit_all, start_world, timed
+from _common import PIPPA, ROOT, commit_all, start_world, timed, timed_cpu
 
 COMMANDS = (
     ["ps", "--host", "H"],
@@ -29,6 +32,8 @@ COMMANDS = (
     ["gpus", "H", "--json"],
     ["ps", "--help"],
     ["--version"],
+    ["run", "--no-wait", "--host", "H", "--cmd", "true"],  # a new run each time (the repo: no change)
+    ["sync", "H"],  # no change
 )
 
 
@@ -64,6 +69,7 @@ def main() -> None:
                 subprocess.run([pippa, *argv], env=env, cwd=repo, capture_output=True, timeout=120)
         time.sleep(3)  # the keepers connected, the warm process started
         times: dict[tuple[str, str], list[float]] = {}
+        cpus: dict[tuple[str, str], list[float]] = {}
         bare = []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
@@ -71,16 +77,21 @@ def main() -> None:
             bare.append(time.perf_counter() - t0)
             for argv in argvs:
                 for way, pippa in ways.items():
-                    times.setdefault((" ".join(argv), way), []).append(timed([pippa, *argv], env, repo)[0])
+                    wall, cpu, _ = timed_cpu([pippa, *argv], env, repo)
+                    times.setdefault((" ".join(argv), way), []).append(wall)
+                    cpus.setdefault((" ".join(argv), way), []).append(cpu)
         print(f"\nwarm commands on loopback, medians of {args.repeat} (seconds); python -c pass: "
               f"{statistics.median(bare):.3f}")  # fmt: skip
         for argv in argvs:
             k = " ".join(argv)
             b, t = statistics.median(times[(k, "baseline")]), statistics.median(times[(k, "this")])
-            print(f"  {k:24} baseline {b:.3f}   this {t:.3f}   {t / b:.2f}x")
+            bc, tc = statistics.median(cpus[(k, "baseline")]), statistics.median(cpus[(k, "this")])
+            print(f"  {k:24} wall baseline {b:.3f}   this {t:.3f}   {t / b:.2f}x"
+                  f"   cpu baseline {bc:.3f}   this {tc:.3f}   {tc / bc:.2f}x")  # fmt: skip
         print(json.dumps({"load": os.getloadavg()[0]}))
     finally:
         world.close()
+        shutil.rmtree(tmp, ignore_errors=True)  # the keepers and warm processes leave with their sockets
 
 
 if __name__ == "__main__":

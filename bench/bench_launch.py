@@ -5,8 +5,10 @@ By hand = what the team typed: rsync the repo (no change: the host is ready), th
 marker, run dir with run.json/cmd.sh/session identity, the session check) in one sync + ONE remote
 command. Both are run alternately ``--repeat`` times on one loopback host (tests/sshd.py: root and
 /usr/sbin/sshd) with a small synthetic repo; medians are compared. Goal (issue 2): <= 1.0x.
+With ``--baseline OTHER/bin/pippa`` the other checkout's `pippa run` is timed in the same rounds too,
+and both pippas' wall and CPU medians are compared.
 
-    .venv/bin/python bench/bench_launch.py [--files 200] [--repeat 5]
+    .venv/bin/python bench/bench_launch.py [--files 200] [--repeat 5] [--baseline OTHER/bin/pippa]
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from _common import PIPPA, client_copy, commit_all, start_world, timed
+from _common import PIPPA, client_copy, commit_all, start_world, timed, timed_cpu
 
 
 def make_repo(path: Path, files: int) -> None:
@@ -36,6 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--baseline", help="another checkout's bin/pippa, timed in the same rounds")
     args = ap.parse_args()
     world = start_world("bench_launch", 1)
     host = world.hosts[0]
@@ -53,19 +56,34 @@ def main() -> None:
             rsync = ["rsync", "-az", "--exclude", ".git", "-e", " ".join(ssh), "./", dest]
             # Make the host ready for both paths (the bench is about launching, not the first sync).
             timed_all([[PIPPA, "sync", host.name], rsync], env, repo)
+            if args.baseline:
+                timed_all([[args.baseline, "sync", host.name]], env, repo)
             pippa_s: list[float] = []
             hand_s: list[float] = []
+            ab: dict[str, tuple[list[float], list[float]]] = {"baseline": ([], []), "this": ([], [])}
             for i in range(args.repeat):
                 pippa = [PIPPA, "run", "--no-wait", "--host", host.name, "-n", f"p{i}", "--cmd", "sleep 60"]
                 hand = [*ssh, host.ssh_alias, f"tmux new-session -d -s h{i} 'sleep 60'"]
-                pippa_s.append(timed_all([pippa], env, repo))
+                wall, cpu, _ = timed_cpu(pippa, env, repo, timeout=300)
+                pippa_s.append(wall)
+                ab["this"][0].append(wall)
+                ab["this"][1].append(cpu)
                 hand_s.append(timed_all([rsync, hand], env, repo))
+                if args.baseline:
+                    other = [args.baseline, *pippa[1:6], f"b{i}", *pippa[7:]]
+                    wall, cpu, _ = timed_cpu(other, env, repo, timeout=300)
+                    ab["baseline"][0].append(wall)
+                    ab["baseline"][1].append(cpu)
             host.run_as_user(["tmux", "kill-server"])
         p, h = statistics.median(pippa_s), statistics.median(hand_s)
         print(f"launch bench: ready loopback host, {args.files}-file repo, medians of {args.repeat}")
         print(f"  pippa run --cmd 'sleep 60'         {p:7.3f} s")
         print(f"  rsync -az + ssh tmux new-session   {h:7.3f} s")
         print(f"  ratio pippa/hand {p / h:5.2f}x   goal <= 0.8x {'ok' if p / h <= 0.8 else 'MISSED'}")
+        if args.baseline:
+            (bw, bc), (tw, tc) = ([statistics.median(x) for x in ab[k]] for k in ("baseline", "this"))
+            print(f"  this vs baseline: wall {tw:.3f} / {bw:.3f} s = {tw / bw:.2f}x, "
+                  f"cpu {tc:.3f} / {bc:.3f} s = {tc / bc:.2f}x; load {os.getloadavg()[0]:.1f}")  # fmt: skip
     finally:
         world.close()
 

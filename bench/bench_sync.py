@@ -4,8 +4,10 @@ A synthetic repo (2,000 files, 50 MB, text-like content) goes to one loopback ho
 so: root and /usr/sbin/sshd). Each case runs both tools alternately ``--repeat`` times and reports
 medians: cold (empty destination), no change, one file changed (also the bytes each sent for it).
 Goals (issue 2): cold <= 1.0x rsync, no change <= 0.5x, bytes for one changed file <= 2x its size.
+With ``--baseline OTHER/bin/pippa`` the other checkout's no-change sync is timed in the same rounds
+(right after this one's), and both pippas' no-change wall and CPU medians are compared.
 
-    .venv/bin/python bench/bench_sync.py [--files 2000] [--mb 50] [--repeat 3]
+    .venv/bin/python bench/bench_sync.py [--files 2000] [--mb 50] [--repeat 3] [--baseline OTHER/bin/pippa]
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import PIPPA, client_copy, commit_all, sshd, start_world, timed
+from _common import PIPPA, client_copy, commit_all, sshd, start_world, timed, timed_cpu
 
 
 def make_repo(path: Path, files: int, total_mb: int, rng: random.Random) -> list[str]:
@@ -59,6 +61,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=2000)
     ap.add_argument("--mb", type=int, default=50)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--baseline", help="another checkout's bin/pippa, its no-change sync timed too")
     args = ap.parse_args()
     world = start_world("bench_sync", 1)
     host = world.hosts[0]
@@ -79,12 +82,22 @@ def main() -> None:
             sent = {"pippa": 0, "rsync": 0}
             changed_size = 0
             core_no_change: list[float] = []
+            ab: dict[str, tuple[list[float], list[float]]] = {"baseline": ([], []), "this": ([], [])}
             for _ in range(args.repeat):
                 subprocess.run(wipe, check=True)
                 for tool, argv in (("pippa", pippa), ("rsync", rsync)):
                     results["cold"].setdefault(tool, []).append(timed(argv, env, repo)[0])
+                if args.baseline:  # the other's first sync here may rewrite its marker: not timed
+                    timed([args.baseline, *pippa[1:]], env, repo)
                 for tool, argv in (("pippa", pippa), ("rsync", rsync)):
                     results["no change"].setdefault(tool, []).append(timed(argv, env, repo)[0])
+                if args.baseline:
+                    for way, argv in (("baseline", [args.baseline, *pippa[1:]]), ("this", pippa)):
+                        wall, cpu, out = timed_cpu(argv, env, repo)
+                        ab[way][0].append(wall)
+                        ab[way][1].append(cpu)
+                        if json.loads(out)["bytes_sent"] > 4096:
+                            raise SystemExit(f"{way}: a no-change sync sent {out}")
                 core_no_change.append(in_process_sync(host.name, client, repo))
                 target = repo / names[rng.randrange(len(names))]
                 target.write_bytes(base64.encodebytes(rng.randbytes(75_000)))  # ~100 KB, all new
@@ -113,6 +126,10 @@ def main() -> None:
             f"one changed file of {changed_size} B: pippa sent {sent['pippa']} B ({ratio:.2f}x its size, "
             f"goal <= 2x {'ok' if ratio <= 2 else 'MISSED'}), rsync sent {sent['rsync']} B"
         )
+        if args.baseline:
+            (bw, bc), (tw, tc) = ([statistics.median(x) for x in ab[k]] for k in ("baseline", "this"))
+            print(f"no change, this vs baseline: wall {tw:.3f} / {bw:.3f} s = {tw / bw:.2f}x, "
+                  f"cpu {tc:.3f} / {bc:.3f} s = {tc / bc:.2f}x; load {os.getloadavg()[0]:.1f}")  # fmt: skip
     finally:
         world.close()
 

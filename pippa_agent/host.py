@@ -128,6 +128,23 @@ def write_sync_marker(remote_dir: str, marker: Answer) -> None:
     write_atomic(os.path.join(pippa, "sync.json"), (json.dumps(marker) + "\n").encode())
 
 
+def ran_for(d: str) -> float:
+    """Seconds the run's last stretch ran: ``started`` until ``exit_code`` was written (or, for a run
+    that was lost, its log's last write). A resume adds it to run.json's ``past_s``, so the run's
+    duration and cost count every stretch (``pippa ps``, alerts)."""
+    try:
+        with open(os.path.join(d, rd.STARTED), "rb") as f:
+            start = float(f.read(32).decode().strip())
+    except (OSError, ValueError):
+        return 0.0
+    for name in (rd.EXIT_CODE, rd.OUTPUT_LOG):
+        try:
+            return max(0.0, os.stat(os.path.join(d, name)).st_mtime - start)
+        except OSError:
+            continue
+    return 0.0
+
+
 def reopen_run_dir(d: str, session: str, stamp: float) -> None:
     """Keep the run directory of a run that resumes: clear its state files, and record in run.json
     the session it now runs in and when it resumed (its command and recipe stay as launched)."""
@@ -136,6 +153,7 @@ def reopen_run_dir(d: str, session: str, stamp: float) -> None:
             meta = json.loads(f.read())
     except (OSError, ValueError):
         raise AgentError(ErrorKind.NOT_FOUND, f"no run to resume at {d}") from None
+    meta["past_s"] = float(meta.get("past_s") or 0.0) + ran_for(d)
     for name in RUN_STATE_FILES:
         if os.path.lexists(os.path.join(d, name)):
             os.unlink(os.path.join(d, name))

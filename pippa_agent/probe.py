@@ -105,6 +105,12 @@ def cgroup_facts(root: str = "/sys/fs/cgroup") -> tuple[bool, str]:
     with contextlib.suppress(OSError), open("/proc/self/cgroup") as f:
         own = cgroupdeleg.own_paths(f.read())
     where = cgroupdeleg.plan(root, own) if own is not None else "no /proc/self/cgroup"
+    if own is not None and root == cgroupdeleg.ROOT and cgroupdeleg.wants_scope(where, os.geteuid()):
+        why = cgroupdeleg.user_scope()  # what training_core.launch decides with for a strict code run
+        if not why:
+            return True, ("cgroup v2 caps per run (pippa run starts the trainer in a delegated systemd "
+                          "user scope)")
+        return False, f"{where}; {why}"
     if isinstance(where, str):
         return False, where
     if where.move_self_to is not None:

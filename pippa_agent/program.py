@@ -7,10 +7,6 @@ from __future__ import annotations
 import os
 import sys
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    pass
-
 USAGE = "usage: agent.pyz serve | supervise RUN_DIR | recover REMOTE_DIR | alerts ...\n"
 
 

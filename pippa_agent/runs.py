@@ -22,7 +22,8 @@ from pippa_agent.host import (
 from pippa_agent.pins import record_program
 from pippa_contract import rundir as rd
 from pippa_contract.names import NAME_RE, SESSION_RE
-from pippa_contract.runfacts import run_facts
+from pippa_contract.runfacts import redact_run, run_facts
+from pippa_contract.secrets import load_secrets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,10 +51,11 @@ def list_runs(req: ListRunsRequest) -> ListRunsAnswer:
         names = sorted(n for n in os.listdir(base) if NAME_RE.match(n))
     except OSError:
         return out
+    secrets = load_secrets()  # a job may print a token: reason lines leave here without it
     for name in names[-int(req.get("limit", 50)) :]:
         run = run_facts(os.path.join(base, name), bool(req.get("summary")))
         if run is not None:
-            out["runs"].append(run)
+            out["runs"].append(redact_run(run, secrets))
     jobs = [r["slurm"]["job_id"] for r in out["runs"] if "slurm" in r and r["exit_code"] is None]
     if jobs and which("squeue"):
         from pippa_agent.slurm import slurm_states  # only where SLURM runs

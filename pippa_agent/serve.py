@@ -39,9 +39,11 @@ VERBS = {
     v.WRITE_FILE: ("sync", "write_file", JSON),
     v.WANDB_SYNC: ("wandb_sync", "wandb_sync", JSON),
     v.GPU_REPORT: ("gpus", "gpu_report", JSON),
+    v.RECEIVE_RUN: ("receive", "receive_run", JSON),  # reads the run's files that follow its request first
     v.LINK_PROGRAM: ("pins", "link_program", JSON),
     v.DOCTOR: ("doctor.run", "doctor", JSON),
     v.DOCTOR_HISTORY: ("doctor.run", "doctor_history", JSON),
+    v.SAMPLES: ("samples", "samples", JSON),
     v.READ: ("streams", "read", STREAM),
     v.READ_RUN: ("streams", "read_run", STREAM),
     v.FOLLOW: ("streams", "follow", STREAM),
@@ -53,7 +55,9 @@ if TYPE_CHECKING:
     from pippa_agent.pins import link_program
     from pippa_agent.probe import check_python, install_bwrap, install_uv, probe
     from pippa_agent.pull import pull
+    from pippa_agent.receive import receive_run
     from pippa_agent.runs import launch, list_runs, remove_runs, run_checkpoints, stop
+    from pippa_agent.samples import samples
     from pippa_agent.slurm import slurm_stop, slurm_submit
     from pippa_agent.streams import follow, read, read_run
     from pippa_agent.sync import sync_apply, sync_list, sync_marker, write_file
@@ -62,7 +66,7 @@ if TYPE_CHECKING:
     HANDLERS = (
         probe, install_bwrap, install_uv, check_python, list_runs, launch, stop, run_checkpoints,
         remove_runs, slurm_submit, slurm_stop, sync_list, sync_apply, sync_marker, write_file, wandb_sync,
-        gpu_report, link_program, doctor, doctor_history, read, read_run, follow, pull,
+        gpu_report, link_program, doctor, doctor_history, samples, read, read_run, follow, pull, receive_run,
     )  # fmt: skip
 
 

@@ -7,10 +7,15 @@ from __future__ import annotations
 import re
 import shlex
 
-TARGET = "PIPPA_NOTIFY"  # the secrets file's key holding the Apprise URLs
+from pippa_contract.secrets import TARGET as TARGET  # re-exported: the secrets file's key of the URLs
+from pippa_contract.secrets import redact as redact  # re-exported: the one redaction
+from pippa_contract.secrets import redact_secrets as redact_secrets
+from pippa_contract.termsafe import escape
+
 DEFAULT_IDLE_THRESHOLD = 5.0  # % utilization under which a GPU counts as idle
+DEFAULT_CURRENCY = "$"  # a host entry's `currency` when unset
+SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "INR": "₹"}  # codes shown as their symbol
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?$")
-_ADDRESS = re.compile(r"[0-9.]{1,15}")  # an IPv4 address or a port: parts of a URL that are no secret
 _GPU_IDS = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
 
 TYPE_CHECKING = False
@@ -79,6 +84,16 @@ def cost_so_far(
     return None
 
 
+def money(cost: float | None, currency: str | None) -> str:
+    """A cost as pippa shows it (COST columns, messages): ``$0.03``, ``€4.80``, ``CHF 0.03`` (a code
+    without a symbol here); ``-`` without a rate."""
+    if cost is None:
+        return "-"
+    unit = currency or DEFAULT_CURRENCY
+    unit = SYMBOLS.get(unit, unit)
+    return f"{unit} {cost:.2f}" if unit.isalpha() else f"{unit}{cost:.2f}"
+
+
 def format_elapsed(seconds: float | None) -> str:
     if seconds is None:
         return "?"
@@ -89,14 +104,19 @@ def format_elapsed(seconds: float | None) -> str:
 
 
 def message(event: dict[str, Any]) -> tuple[str, str, str]:
-    """(title, body, Apprise notify type) of an event: one ``field: value`` line per known fact."""
+    """(title, body, Apprise notify type) of an event: one ``field: value`` line per known fact. The
+    host's words (its name, the run's recipe or command, the reason, a line of the run's log) reach a
+    phone, a mail reader or a terminal: their control characters show escaped (``termsafe.escape``)."""
+    event = {k: escape(v) if isinstance(v, str) else v for k, v in event.items()}
     state = str(event.get("state") or "event")
     host = str(event.get("host") or "?")
-    what = event.get("run_id") or event.get("subject") or ""
+    what = event.get("name") or event.get("run_id") or event.get("subject") or ""
     title = f"pippa: {state} {what} on {host}" if what else f"pippa: {state} on {host}"
     lines = [f"host: {host}"]
     if event.get("run_id"):
         lines.append(f"run: {event['run_id']}")
+    if event.get("attempt"):
+        lines.append(f"attempt: {event['attempt']}")
     if event.get("recipe"):
         lines.append(f"recipe: {event['recipe']}")
     lines.append(f"state: {state}")
@@ -108,7 +128,7 @@ def message(event: dict[str, Any]) -> tuple[str, str, str]:
     if event.get("elapsed_s") is not None:
         lines.append(f"elapsed: {format_elapsed(event['elapsed_s'])}")
     if event.get("cost") is not None:
-        lines.append(f"cost so far: {event['cost']:.2f}")
+        lines.append(f"cost so far: {money(event['cost'], event.get('currency'))}")
     if event.get("wandb"):
         lines.append(f"W&B: {event['wandb']}")
     if event.get("look"):
@@ -117,27 +137,3 @@ def message(event: dict[str, Any]) -> tuple[str, str, str]:
     if state in ("test", "idle"):
         kind = "info" if state == "test" else "warning"
     return title, "\n".join(lines), kind
-
-
-def redact(text: str, target: str) -> str:
-    """Take every part of the Apprise URLs out of a line (tokens live in hosts, paths and queries).
-
-    Bare addresses and ports (digits and dots, IPv4 length at most) stay: they are no secret, and
-    taking them out would mangle the steps, times and costs a message carries."""
-    for url in sorted(re.split(r"[\s,]+", target), key=len, reverse=True):
-        if url:
-            text = text.replace(url, "***")
-    for part in sorted(set(re.split(r"[^A-Za-z0-9_.~%+-]+", target)), key=len, reverse=True):
-        if len(part) >= 4 and part not in ("json", "form", "http", "https") and not _ADDRESS.fullmatch(part):
-            text = text.replace(part, "***")
-    return text
-
-
-def redact_secrets(text: str, values: dict[str, str]) -> str:
-    """``text`` without PIPPA_NOTIFY's URLs and their parts (``redact``) or any other secret's value."""
-    for key, value in sorted(values.items(), key=lambda kv: len(kv[1]), reverse=True):
-        if key == TARGET:
-            text = redact(text, value)
-        elif len(value.strip()) >= 4:
-            text = text.replace(value, "***")
-    return text

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 BACKOFF_S = 30.0  # the first wait before a retry; it doubles per attempt ...
 BACKOFF_CAP_S = 600.0  # ... up to this
 GRACE_S = 180.0  # a stalled attempt's time to save after SIGINT, before SIGKILL
+INFRA_RETRIES = 3  # lost / nccl / stalled attempts retried without spending max_attempts
 USAGE_EXIT = 2  # training_core's exit code for a bad recipe or setting: a retry would fail the same way
 
 # Outcomes of an attempt (``attempts[i]["outcome"]``).
@@ -26,9 +27,13 @@ def policy_of(meta: dict[str, Any]) -> dict[str, Any]:
     stall = raw.get("stall_timeout_s")
     return {
         "max_attempts": max(1, int(str(raw.get("max_attempts") or 1))),
+        # lost / nccl / stalled attempts retried without spending max_attempts (pippa_contract.retry)
+        "infra_retries": max(0, int(str(raw.get("infra_retries", INFRA_RETRIES)))),
+        "on_oom": str(raw.get("on_oom") or "halve"),
         "backoff_s": float(str(raw.get("backoff_s", BACKOFF_S))),
         "backoff_cap_s": float(str(raw.get("backoff_cap_s", BACKOFF_CAP_S))),
-        "stall_timeout_s": float(str(stall)) if stall else None,
+        # a number: fixed; "off": no watch; None: derived from the run's step times (pippa_contract.stall)
+        "stall_timeout_s": "off" if stall == "off" else float(str(stall)) if stall else None,
         "retry_diverged": bool(raw.get("retry_diverged", False)),
         "grace_s": float(str(raw.get("grace_s", GRACE_S))),
     }

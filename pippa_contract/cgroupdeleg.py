@@ -18,13 +18,20 @@ Stdlib only, python3 >= 3.8 (the host agent's probe imports it too).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 ROOT = "/sys/fs/cgroup"
 TRAINER_LEAF = "pippa-trainer"  # v2, delegated: where the trainer moves itself
 HOW_TO = ("run the trainer as root, or in a delegated cgroup: on cgroup v2 start it under "
-          "'systemd-run --user --scope -p Delegate=yes', on v1 chown its memory and pids cgroups to the user")
+          "'systemd-run --user --scope -p Delegate=yes' (pippa run does where the user's systemd manager "
+          "delegates), on v1 chown its memory and pids cgroups to the user")
 
 
 @dataclass(frozen=True)
@@ -106,3 +113,72 @@ def plan(root: str = ROOT, own: dict[str, str] | None = None, euid: int | None =
             return f"cgroup v2: the delegated cgroup {own['']} lacks the {' and '.join(missing)} controller"
         return Plan("cgroup v2", base, base, True, os.path.join(base, TRAINER_LEAF))
     return "no memory and pids cgroup controllers are mounted"
+
+
+def scope_argv(systemd_run: str = "systemd-run") -> list[str]:
+    """The prefix that starts a command in a transient scope of the user's systemd manager, delegated to
+    the user (memory and pids, systemd's default for a user manager). No MemoryMax/TasksMax: the trainer
+    lives in the scope too, and each sandbox run gets its own capped cgroup below it (as under root)."""
+    return [systemd_run, "--user", "--scope", "--quiet", "--collect", "-p", "Delegate=yes", "--"]
+
+
+def scope_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What ``systemd-run --user`` needs of the environment beyond ``environ``: the user's runtime
+    directory (its manager's bus), which a process started outside a login session (tmux's server, an
+    agent) may lack; ``{}`` when it is there or there is none."""
+    run_dir = f"/run/user/{os.geteuid()}"
+    if environ.get("XDG_RUNTIME_DIR") or not os.path.isdir(run_dir):
+        return {}
+    return {"XDG_RUNTIME_DIR": run_dir}
+
+
+def wants_scope(where: Plan | str, euid: int) -> bool:
+    """Whether a delegated scope could give this process what ``plan`` found missing: an ordinary user on
+    a cgroup v2 host whose own cgroup is not delegated (a login session's scope is root's)."""
+    return euid != 0 and isinstance(where, str) and where.startswith("cgroup v2: this process's cgroup")
+
+
+# run inside a trial scope: name its cgroup, then hold the scope open until stdin closes
+_HOLD = ("import sys; print(open('/proc/self/cgroup').read().replace('\\n', ';'), flush=True); "
+         "sys.stdin.read()")
+
+
+def user_scope(timeout: float = 30.0) -> str:
+    """"" when ``scope_argv`` gives this user a delegated cgroup with memory and pids, else one line saying
+    why not. Tried: a python started in a trial scope names its cgroup and waits while ``plan`` judges
+    that cgroup (the same rule the trainer follows there). ``pippa up``'s probe reports it; the launcher
+    (training_core.launch) decides with it."""
+    found = shutil.which("systemd-run")
+    if found is None:
+        return "no systemd-run (no systemd user manager)"
+    head = "systemd-run --user --scope -p Delegate=yes"
+    try:
+        p = subprocess.Popen([*scope_argv(found), sys.executable, "-S", "-I", "-c", _HOLD],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, **scope_env(os.environ)})
+    except OSError as e:
+        return f"{head}: {e.strerror or e}"
+    assert p.stdin is not None and p.stdout is not None and p.stderr is not None
+    try:
+        ready = select.select([p.stdout], [], [], timeout)[0]
+        line = p.stdout.readline().strip() if ready else ""
+        if line:
+            where = plan(own=own_paths(line.replace(";", "\n")))  # while the scope still holds the python
+            if isinstance(where, Plan) and where.delegated and where.kind == "cgroup v2":
+                return ""
+            return f"{head}: {where if isinstance(where, str) else 'the scope is not delegated to this user'}"
+        if not ready:
+            return f"{head}: no answer in {timeout:g} s"
+        p.stdin.close()
+        p.wait(timeout)
+        return f"{head}: {(p.stderr.read().strip().splitlines() or [f'exit status {p.returncode}'])[-1]}"
+    finally:
+        with contextlib.suppress(OSError):
+            p.stdin.close()
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()

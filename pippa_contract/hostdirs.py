@@ -10,6 +10,8 @@ ALERTS_CONFIG = "config.json"
 DELIVERIES = "deliveries.jsonl"
 WATCH_STATE = "watch.json"
 WATCH_LOCK = "watch.lock"
+ALERTS_PROGRAM = ALERTS_DIR + "/agent.pyz"  # a link to the host program `pippa up` set the alerts up with
+BOOT_PROGRAM = "~/.local/share/pippa/agent.pyz"  # a link to the host program the @reboot line runs
 RUN_PROGRAM = "agent.pyz"  # in a run directory: a link to the program version the run started with
 # What earlier versions installed, removed by the next `pippa up`.
 LEGACY_ALERTS_PROGRAM = ALERTS_DIR + "/hostalerts.py"
@@ -19,5 +21,3 @@ LEGACY_SUPERVISOR = "~/.local/share/pippa/supervise.py"
 def program_file(sha: str) -> str:
     """The host program of bundle ``sha``: a zipapp run as ``python3 -S -I FILE SUBCOMMAND ...``."""
     return f"{CACHE_DIR}/agent-{sha}.pyz"
-ALERTS_PROGRAM = ALERTS_DIR + "/agent.pyz"  # a link to the host program `pippa up` set the alerts up with
-BOOT_PROGRAM = "~/.local/share/pippa/agent.pyz"  # a link to the host program the @reboot line runs

@@ -8,6 +8,21 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+from pippa_contract.doctor_messages import (  # re-exported: VERB_TYPES names them
+    Check as Check,
+)
+from pippa_contract.doctor_messages import (
+    DoctorHistoryAnswer as DoctorHistoryAnswer,
+)
+from pippa_contract.doctor_messages import (
+    DoctorHistoryRequest as DoctorHistoryRequest,
+)
+from pippa_contract.doctor_messages import (
+    DoctorRequest as DoctorRequest,
+)
+from pippa_contract.doctor_messages import (
+    DoctorResult as DoctorResult,
+)
 from pippa_contract.wire import (
     CHECK_PYTHON,
     DOCTOR,
@@ -23,8 +38,10 @@ from pippa_contract.wire import (
     PULL,
     READ,
     READ_RUN,
+    RECEIVE_RUN,
     REMOVE_RUNS,
     RUN_CHECKPOINTS,
+    SAMPLES,
     SLURM_STOP,
     SLURM_SUBMIT,
     STOP,
@@ -221,6 +238,19 @@ class SyncApplyAnswer(TypedDict):
     deleted: int
 
 
+class ReceiveRunRequest(TypedDict):
+    remote_dir: str
+    run_id: str
+    files: list[list[Any]]  # [rel, size, mtime], in the order their bytes follow the request
+    meta: dict[str, Any]  # keys set in the arriving run.json (the new host, its command, the move)
+
+
+class ReceiveRunAnswer(TypedDict):
+    run_dir: str
+    files: int
+    bytes: int
+
+
 class LinkProgramRequest(TypedDict):
     path: str  # the link to make (~ allowed)
     sha: str  # the bundle whose host program it names
@@ -303,42 +333,31 @@ class PullManifest(TypedDict):
 # other; the agent's handler (pippa_agent.serve.VERBS) is annotated with both. A stream verb's answer
 # is its first line (read_run, pull) or None (bytes only). tests/contract/test_verbs.py holds both
 # sides to this table.
-# -- `pippa doctor` (the result's meaning: pippa_contract.doctor, docs/CONTRACTS.md) --------------------
-class Check(TypedDict):
-    check: str  # a short name: "xid", "ecc", "pcie", "gemm", ...
-    status: str  # ok, warn, fail or skipped
-    gpu: int | None  # the GPU index it is about; None: the host
-    detail: str  # what is wrong and what to do, one line
+# -- what the model wrote (`pippa samples`, the dashboard) ---------------------------------------------
+class SamplesRequest(TypedDict, total=False):
+    """The ``samples`` verb (pippa_agent.samples; pippa_contract.samples.answer)."""
 
-
-class DoctorResult(TypedDict, total=False):
-    host: str
-    verdict: str  # ok, warn or fail: the worst status
-    checks: list[Check]
-    measured: dict[str, Any]  # {"gpus": {"<index>": {"uuid", "gemm_tflops", "copy_tbs"}}, "allreduce_gbs"}
-    time: float  # unix seconds when the host answered
-    quick: bool  # the active checks were skipped (--quick)
-
-
-class DoctorRequest(TypedDict, total=False):
-    host: str  # the name the result carries
-    remote_dir: str  # where the history lives and the training code is (the active checks run it)
-    python: list[str]  # the host's training python (its torch is checked, it runs the active checks)
-    env: dict[str, str]  # the host entry's env: what runs see on top of the login environment
-    expected_gpus: int | None  # the host entry's gpus = N
-    quick: bool  # passive checks only
-    smi_timeout: float  # seconds nvidia-smi may take before its check fails
-    shm_dir: str  # where shared memory is mounted (default /dev/shm)
-    seconds: float  # per active measurement (default 4)
-
-
-class DoctorHistoryRequest(TypedDict):
     remote_dir: str
-    limit: int
+    name: str | None  # run id, session or short id (pippa_contract.runpick); None: the newest run
+    step: int | None  # None: the newest sampled step
+    n: int
+    best: bool
+    worst: bool
+    grep: str | None
+    kind: str | None  # "train", "eval" or "selfplay"
+    diff: list[int] | None  # [A, B]: the same prompts' rows at two steps
 
 
-class DoctorHistoryAnswer(TypedDict):
-    results: list[DoctorResult]  # newest first
+class SamplesAnswer(TypedDict, total=False):
+    run_id: str
+    rows: list[dict[str, Any]]  # pippa_contract.samples.sample_row
+    step: int | None
+    prev: int | None  # the sampled step before ``step``
+    next: int | None  # the sampled step after it
+    size: int  # samples.jsonl's bytes
+    pairs: list[list[dict[str, Any]]]  # with diff: [row at A, row at B] per shared prompt
+    diff: list[int]
+    alarms: list[dict[str, Any]]  # alarms.json's (pippa_contract.alarms)
 
 
 VERB_TYPES: dict[str, tuple[object, object]] = {
@@ -355,6 +374,7 @@ VERB_TYPES: dict[str, tuple[object, object]] = {
     SLURM_STOP: (SlurmStopRequest, SlurmStopAnswer),
     SYNC_LIST: (RemoteDirRequest, SyncListAnswer),
     SYNC_APPLY: (SyncApplyRequest, SyncApplyAnswer),
+    RECEIVE_RUN: (ReceiveRunRequest, ReceiveRunAnswer),
     SYNC_MARKER: (SyncMarkerRequest, Empty),
     WRITE_FILE: (WriteFileRequest, Empty),
     LINK_PROGRAM: (LinkProgramRequest, Empty),
@@ -362,6 +382,7 @@ VERB_TYPES: dict[str, tuple[object, object]] = {
     GPU_REPORT: (GpuReportRequest, GpuReportAnswer),
     DOCTOR: (DoctorRequest, DoctorResult),
     DOCTOR_HISTORY: (DoctorHistoryRequest, DoctorHistoryAnswer),
+    SAMPLES: (SamplesRequest, SamplesAnswer),
     READ: (ReadRequest, None),
     READ_RUN: (ReadRunRequest, ReadRunHead),
     FOLLOW: (FollowRequest, None),

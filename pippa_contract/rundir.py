@@ -17,11 +17,17 @@ STARTED = "started"
 TMUX_SESSION = "tmux_session"
 METRICS = "metrics.jsonl"
 SUPERSEDED = "metrics.superseded.jsonl"
+SAMPLES = "samples.jsonl"  # pippa_contract.samples
+SAMPLES_SUPERSEDED = "samples.superseded.jsonl"
+ALARMS_JSON = "alarms.json"  # pippa_contract.alarms
+ALARMS_SENT = "alarms.sent"  # the alarms the host's alerts told (pippa_agent.alerts.alarms)
 JOB_SBATCH = "job.sbatch"
 SLURM_JOB = "slurm_job"
 SUPERVISE_PY = "supervise.py"
 ATTEMPTS_JSON = "attempts.json"
 CHECKPOINTS = "checkpoints"
+MOVED_TO = "moved_to"  # the host a run moved to (pippa resume RUN --on HOST): it goes on there
+FORENSICS = "forensics"  # forensics/attempt-N/: what a stalled attempt was doing (pippa_agent.forensics)
 STAGING = ".staging"  # inside checkpoints/: where a checkpoint is written before its rename into place
 ACCELERATE_YAML = "accelerate.yaml"  # the launcher's accelerate config (--processes, --hosts, SLURM)
 VLLM_LOG = "vllm.log"  # the vLLM server's output when generation runs on its own GPU
@@ -44,7 +50,9 @@ def checkpoint_step(name: str) -> int | None:
 
 def checkpoint_names(names: list[str]) -> list[str]:
     """The checkpoint names among ``names``, oldest (lowest step) first."""
-    return sorted((n for n in names if CHECKPOINT_RE.match(n)), key=lambda n: int(n[len(CHECKPOINT_PREFIX):]))
+    return sorted(
+        (n for n in names if CHECKPOINT_RE.match(n)), key=lambda n: int(n[len(CHECKPOINT_PREFIX) :])
+    )
 
 
 def runs_dir(root: str) -> str:
@@ -96,6 +104,14 @@ class RunDir:
     @property
     def metrics(self) -> str:
         return self.file(METRICS)
+
+    @property
+    def samples(self) -> str:
+        return self.file(SAMPLES)
+
+    @property
+    def alarms(self) -> str:
+        return self.file(ALARMS_JSON)
 
     @property
     def checkpoints(self) -> str:

@@ -9,6 +9,7 @@ import re
 
 from pippa_contract import rundir as rd
 from pippa_contract.metrics import LastRecords, summarize
+from pippa_contract.secrets import redact_secrets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -74,6 +75,25 @@ def error_line(log: str) -> str | None:
     return reason_line(tail_lines(log))
 
 
+def redact_run(run: dict[str, Any], values: dict[str, str]) -> dict[str, Any]:
+    """``run`` (run_facts) with every secret value taken out of the lines that say why it ended (its
+    error, its attempts' reason, its metrics' end error): the redaction the alerts use
+    (``secrets.redact_secrets``), so ``ps`` and ``run`` show a job's printed token as ``***`` too."""
+    if not values:
+        return run
+    if isinstance(run.get("error"), str):
+        run["error"] = redact_secrets(run["error"], values)
+    doc = run.get("attempts")
+    tried = doc.get("attempts") if isinstance(doc, dict) else None
+    holders = [(a, "reason") for a in tried if isinstance(a, dict)] if isinstance(tried, list) else []
+    if isinstance(run.get("end"), dict):
+        holders.append((run["end"], "error"))
+    for holder, key in holders:
+        if isinstance(holder.get(key), str):
+            holder[key] = redact_secrets(holder[key], values)
+    return run
+
+
 def _size(path: str) -> int:
     try:
         return os.stat(path).st_size
@@ -105,6 +125,7 @@ def run_facts(d: str, summary: bool = False) -> dict[str, Any] | None:
         "started": read_text(os.path.join(d, rd.STARTED), 32),
         "stop_requested": read_text(os.path.join(d, rd.STOP_REQUESTED), 32),
         "log_time": mtime(os.path.join(d, rd.OUTPUT_LOG)),
+        "moved_to": read_text(os.path.join(d, rd.MOVED_TO), 200),
     }
     last = LastRecords()
     last.feed(tail_bytes(os.path.join(d, rd.METRICS)))
@@ -120,6 +141,10 @@ def run_facts(d: str, summary: bool = False) -> dict[str, Any] | None:
         run["metrics_size"] = _size(os.path.join(d, rd.METRICS))
         if not run["metrics_size"]:
             run["last_line"] = last_line(os.path.join(d, rd.OUTPUT_LOG))
+    if os.path.exists(os.path.join(d, rd.ALARMS_JSON)):  # what the trainer's alarm watch raised
+        from pippa_contract.alarms import read_alarms
+
+        run["alarms"] = read_alarms(os.path.join(d, rd.ALARMS_JSON))
     if exit_text not in (None, "0"):
         run["error"] = error_line(os.path.join(d, rd.OUTPUT_LOG))
     if summary:

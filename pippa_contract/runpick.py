@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pippa_contract.names import NAME_RE, SESSION_RE
 from pippa_contract.sessions import identity
-from pippa_contract.states import ACTIVE, DIVERGED, FAILED, derive_state, slurm_state
+from pippa_contract.states import ACTIVE, DIVERGED, FAILED, MOVED, derive_state, slurm_state
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -141,6 +141,8 @@ def fact(raw: dict[str, Any], sessions: dict[str, float], idents: dict[str, str]
         state = slurm_state(str(job.get("state") or ""), exit_code=exit_code, started=started,
                             stop_requested=stop_requested)  # fmt: skip
         session = f"slurm:{job.get('job_id')}"
+    if raw.get("moved_to") and state not in ACTIVE:
+        state = MOVED  # it goes on on another host (pippa resume --on)
     return Fact(run_id, session, state, started_at if started_at is not None else ctime)
 
 

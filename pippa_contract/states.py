@@ -12,8 +12,11 @@ STOPPED = "stopped"  # an exit status after `pippa stop`
 KILLED = "killed"  # no exit status, stop requested, had started
 CANCELLED = "cancelled"  # no exit status, stop requested, never started
 LOST = "lost"  # no exit status, no session, no stop: `pippa recover` resumes it
+MOVED = "moved"  # ended here and moved to another host (the ``moved_to`` file names it)
 ACTIVE = (RUNNING, QUEUED)
-ALL = (FAILED, DIVERGED, LOST, RUNNING, QUEUED, KILLED, STOPPED, CANCELLED, FINISHED)
+# Worst first: a multi-host run's state is its ranks' first in this order (a rank that died fails the
+# run, then any rank still going keeps it going, then the way the ranks ended; runs.listing.merge_group).
+ALL = (FAILED, DIVERGED, LOST, RUNNING, QUEUED, KILLED, STOPPED, CANCELLED, FINISHED, MOVED)
 
 # SLURM job states (squeue / scontrol / sacct): the agent asks again about a job while it may still
 # run; the laptop reads a job that waits or runs as the run's state.

@@ -29,8 +29,10 @@ from pippa_contract.wire import (
     PULL,
     READ,
     READ_RUN,
+    RECEIVE_RUN,
     REMOVE_RUNS,
     RUN_CHECKPOINTS,
+    SAMPLES,
     SLURM_STOP,
     SLURM_SUBMIT,
     STOP,
@@ -65,11 +67,14 @@ if TYPE_CHECKING:  # annotations and casts only: the TypedDicts cost a cold comm
         PullRequest,
         ReadRequest,
         ReadRunRequest,
+        ReceiveRunRequest,
         RemoteDirRequest,
         RemoveRunsAnswer,
         RemoveRunsRequest,
         RunCheckpointsAnswer,
         RunRequest,
+        SamplesAnswer,
+        SamplesRequest,
         SlurmStopAnswer,
         SlurmStopRequest,
         SlurmSubmitAnswer,
@@ -231,6 +236,11 @@ def doctor_history(agent: Caller, remote_dir: str, limit: int = 10) -> DoctorHis
     return cast("DoctorHistoryAnswer", _ask(agent, DOCTOR_HISTORY, request))
 
 
+def samples(agent: Caller, request: SamplesRequest) -> SamplesAnswer:
+    """Rows of a run's samples.jsonl, read from its end on the host (``pippa samples``, the dashboard)."""
+    return cast("SamplesAnswer", _ask(agent, SAMPLES, request))
+
+
 # -- streaming verbs: the caller owns the process ---------------------------------------------------
 def read(agent: Streamer[P], path: str, offset: int = 0) -> P:
     """The file's raw bytes from ``offset``, then the process ends."""
@@ -258,6 +268,13 @@ def pull(agent: Streamer[P], run_dir: str, have: dict[str, list[Any]], checkpoin
     """One line (``PullManifest``), then the files' bytes as frames."""
     request: PullRequest = {"run_dir": run_dir, "have": have, "checkpoint": checkpoint}
     return agent.stream(PULL, dict(request))
+
+
+def receive_run(agent: Streamer[P], request: ReceiveRunRequest) -> P:
+    """A run directory from another host: its files (``[rel, size, mtime]``) follow the request on
+    stdin, each as frames ending ``0\n`` then its sha256 line; answers ``ReceiveRunAnswer`` once all
+    arrived (pippa_agent.receive)."""
+    return agent.stream(RECEIVE_RUN, dict(request))
 
 
 def sync_apply(agent: Streamer[P], request: SyncApplyRequest) -> P:

@@ -10,7 +10,9 @@ SYNC_LIST, SYNC_APPLY, SYNC_MARKER, WRITE_FILE = "sync_list", "sync_apply", "syn
 CHECK_PYTHON, RUN_CHECKPOINTS, REMOVE_RUNS = "check_python", "run_checkpoints", "remove_runs"
 WANDB_SYNC, GPU_REPORT = "wandb_sync", "gpu_report"
 DOCTOR, DOCTOR_HISTORY = "doctor", "doctor_history"  # `pippa doctor`; the results kept on the host
+RECEIVE_RUN = "receive_run"  # a moved run's files follow the request on stdin (pippa resume --on)
 LINK_PROGRAM = "link_program"  # a stable link to the host program of one version, pinned
+SAMPLES = "samples"  # what the model wrote: rows of a run's samples.jsonl, read from its end
 # Verbs that stream their answer (the caller owns the process; the last request of its process).
 READ, FOLLOW, PULL = "read", "follow", "pull"
 READ_RUN = "read_run"  # the listing, the run a name means there, then its output.log

@@ -221,6 +221,13 @@ def query(transport: Transport) -> GpuReport:
     return parse_outputs(transport.name, answer.get("gpus", ""), answer.get("apps", ""))
 
 
+def with_processes(sample: Sequence[Gpu], report: GpuReport) -> list[Gpu]:
+    """A stream's sample (no processes: nvidia-smi's loop is a GPU query) with the processes of a
+    full ``query`` on the same GPUs (matched by uuid)."""
+    by_uuid = {g.uuid: g.processes for g in report.gpus if g.uuid}
+    return [replace(g, processes=by_uuid.get(g.uuid, ())) if g.uuid else g for g in sample]
+
+
 class GpuStream:
     """nvidia-smi's own loop on one channel; ``samples()`` yields a GPU list per interval.
 

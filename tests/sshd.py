@@ -107,6 +107,9 @@ def reachable_python(dest: Path) -> str:
     )
     for name in ("python", "python3", ver):
         (env / "bin" / name).symlink_to(exe)
+    for tool in ("py-spy",):  # what `uv sync` puts beside a host's python (the train extra's binaries)
+        if (venv / "bin" / tool).is_file():
+            shutil.copy2(venv / "bin" / tool, env / "bin" / tool)
     site = venv / "lib" / ver / "site-packages"
     if _reachable_by_others(site):
         (env / "lib" / ver / "site-packages").symlink_to(site)

@@ -256,12 +256,9 @@ def test_the_known_package_cycle_edges_are_still_there() -> None:
 
 
 # -- the size rule ------------------------------------------------------------------------------------
-# Files over the limit that other work is splitting right now (issue 31: items 1, 3 and 4); each leaves
-# this list with the change that splits or moves it.
-OVER_400_ALLOWED = {
-    "pippa_ops/transport/keeper.py",  # split into server, relay and connection pool
-    "pippa_ops/transport/keeper_client.py",  # a KeeperClient object instead of module state
-}
+# Files allowed over the limit while a change splits them (none now); each leaves this list with the
+# change that splits or moves it.
+OVER_400_ALLOWED: set[str] = set()
 
 
 def _lines(path: Path) -> int:
@@ -290,11 +287,8 @@ RUN_FILE_NAMES = ("run.json", "cmd.sh", "output.log", "metrics.jsonl", "metrics.
 # part (``d / "exit_code"``, ``os.path.join(d, "exit_code")``, ``"x/exit_code"``).
 RUN_FILE_WORDS = ("exit_code", "exit_code.tmp", "stop_requested", "started", "tmux_session", "slurm_job",
                   "checkpoints", ".staging")  # fmt: skip
-# Files being moved or split right now by other work (issue 31, items 1 and 3); each leaves this list
-# when its new home reads the names from pippa_contract.
-RUN_FILE_LITERALS_ALLOWED = {
-    "pippa_ops/provision/boot.py",  # the @reboot line's supervisor path; becomes the bundle's zipapp
-}
+# Files allowed a run-file literal while other work moves them (none left: issue 31's moves are done).
+RUN_FILE_LITERALS_ALLOWED: set[str] = set()
 
 
 def run_file_literals(source: str) -> list[tuple[int, str]]:

@@ -182,6 +182,36 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True)
+class SamplesConfig:
+    """What the model wrote, in <run-dir>/samples.jsonl (docs/samples.md; GRPO and self-play)."""
+
+    # Record a sample of the batch every N optimizer steps; 0 = a tenth of train.max_steps (every 10
+    # steps when the run counts epochs instead); -1 = never. Evaluations are sampled whenever they run.
+    every: int = 0
+    # Rows kept of each sampled batch or evaluation (the first ones, a spread of the groups). Default 8.
+    per_step: int = 8
+    # samples.jsonl (and its superseded rows) stay under this many MB: the oldest steps are thinned
+    # first, the newest never. Default 20.
+    cap_mb: float = 20.0
+
+
+@dataclass(frozen=True)
+class AlarmsConfig:
+    """Thresholds of the alarms that curves hide (pippa_contract.alarms; docs/samples.md)."""
+
+    # No learning signal: reward/frac_zero_std at or above this share of groups... Default 0.9.
+    zero_std_threshold: float = 0.9
+    # ...for this many logged steps in a row. Default 10.
+    zero_std_steps: int = 10
+    # Length collapse: the mean completion length under this share of its early value. Default 0.5.
+    length_ratio: float = 0.5
+    # Steps averaged for "early" and for "now" (and truncated in a row to count as pinned). Default 10.
+    length_window: int = 10
+    # Reward without substance: eval accuracy this far under its best while the reward rose. Default 0.1.
+    substance_drop: float = 0.1
+
+
+@dataclass(frozen=True)
 class SandboxConfig:
     # How model-written code (code rewards, MBPP eval) is isolated. "strict": bubblewrap namespaces, a
     # seccomp filter, and cgroup caps on all of a run's processes together (root); the run refuses to
@@ -298,6 +328,8 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    samples: SamplesConfig = field(default_factory=SamplesConfig)
+    alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
     # Extra trainer callbacks by registered name (e.g. the MBPP eval of the code recipes).
     callbacks: list[CallbackSpec] = field(default_factory=list)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)

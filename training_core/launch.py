@@ -22,9 +22,11 @@ import os
 import re
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pippa_contract import cgroupdeleg
 from pippa_contract.rundir import ACCELERATE_YAML, VLLM_LOG
 from training_core.config import LaunchConfig, RunConfig
 from training_core.errors import BadSetting, TrainingError, UsageError
@@ -197,6 +199,34 @@ def plan(
     return Plan([*argv, *train], env, cfg)
 
 
+def sandbox_scope(
+    cfg: RunConfig,
+    euid: int | None = None,
+    where: cgroupdeleg.Plan | str | None = None,
+    check: Callable[[], str] = cgroupdeleg.user_scope,
+    env: dict[str, str] | None = None,
+) -> tuple[list[str], str]:
+    """(prefix, line): an ordinary user's strict code run on a cgroup v2 host whose own cgroup is not
+    delegated starts in a delegated systemd user scope (``cgroupdeleg.scope_argv``), where the user's
+    manager gives one (``check``); otherwise no prefix, and the trainer's sandbox refuses at strict with
+    its one line (``line`` says why the scope was not used). Never under SLURM: a scope of the user's
+    manager would take the trainer out of the job's cgroup (its limits, GPUs and kill on cancel). Any
+    other run: ([], "")."""
+    from training_core.methods.trl_run import runs_model_code
+
+    if cfg.sandbox.isolation != "strict" or not runs_model_code(cfg):
+        return [], ""
+    euid = os.geteuid() if euid is None else euid
+    where = cgroupdeleg.plan(euid=euid) if where is None else where
+    if not cgroupdeleg.wants_scope(where, euid):
+        return [], ""
+    slurm = "SLURM_JOB_ID" in (os.environ if env is None else env)
+    why = "a SLURM job keeps its cgroup" if slurm else check()
+    if why:
+        return [], f"sandbox: no delegated cgroup for isolation = strict ({where}; {why})"
+    return cgroupdeleg.scope_argv(), "sandbox: the trainer starts in a delegated systemd user scope (v2)"
+
+
 def config_name(rdv: Rendezvous) -> str:
     """One file per machine: with a shared run directory (SLURM) each launcher writes its own rank."""
     return CONFIG_NAME if rdv.machines == 1 else f"accelerate.machine{rdv.machine_rank}.yaml"
@@ -248,6 +278,10 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
         server = _server(cfg, facts, run_dir) if server_mode else None
         train = server[0] if server is not None else cfg.launch  # server mode: the GPUs left to train
         p = plan(args.recipe, sets, run_dir, args.resume, train, cfg.model.precision, facts, rdv)
+        scope, scope_line = sandbox_scope(cfg)
+        if scope:
+            env = {**p.env, **cgroupdeleg.scope_env(os.environ)}  # the user manager's bus
+            p = dataclasses.replace(p, argv=[*scope, *p.argv], env=env)
     except TrainingError as e:
         if args.debug:
             traceback.print_exception(e)
@@ -262,6 +296,8 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
             print(shlex.join([*(f"{k}={v}" for k, v in server[2].items()), *server[1]]))
         print(shlex.join([*(f"{k}={v}" for k, v in p.env.items()), *p.argv]))
         return 0
+    if scope_line:
+        print(scope_line)
     sys.stdout.flush()
     if server is not None:
         from training_core import vllm_server

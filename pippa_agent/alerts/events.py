@@ -10,9 +10,13 @@ import time
 
 from pippa_agent.alerts.files import first_line, load_config, read_json, read_text, tail_lines
 from pippa_contract import rundir as rd
+from pippa_contract import states
 from pippa_contract.alerts import cost_so_far, run_gpus
+from pippa_contract.failures import label
+from pippa_contract.metrics import header_max_steps
 from pippa_contract.runfacts import reason_line
 
+SUPERVISOR_STATES = ("retrying", "lost", "stalled", "gave_up", "diverged")  # told by pippa_agent.supervise
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -31,11 +35,11 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
     exit_text = read_text(os.path.join(run_dir, rd.EXIT_CODE), 16)
     if state is None:
         if exit_text is None:
-            state = "running"
+            state = states.RUNNING
         elif read_text(os.path.join(run_dir, rd.STOP_REQUESTED), 32) is not None:
-            state = "stopped"
+            state = states.STOPPED
         else:
-            state = "finished" if exit_text == "0" else "failed"
+            state = states.FINISHED if exit_text == "0" else states.FAILED
     step = end = None
     for line in tail_lines(os.path.join(run_dir, rd.METRICS)):
         try:
@@ -51,14 +55,22 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
     except ValueError:
         first = None
     header: dict[str, Any] = first if isinstance(first, dict) and first.get("type") == "header" else {}
-    total = None
-    config = header.get("config")
-    train = config.get("train") if isinstance(config, dict) else None
-    if isinstance(train, dict) and isinstance(train.get("max_steps"), int) and train["max_steps"] > 0:
-        total = train["max_steps"]
+    total = header_max_steps(header)  # the one reader of the header's plan (config.config.train)
+    total = total if total is not None and total > 0 else None
     if isinstance(end, dict) and isinstance(end.get("step"), int):
         step = end["step"]
-    if reason is None and state == "failed":
+    doc = read_json(os.path.join(run_dir, rd.ATTEMPTS_JSON))
+    doc = doc if isinstance(doc, dict) else {}
+    attempts = [a for a in doc.get("attempts") or [] if isinstance(a, dict)]
+    said: dict[str, Any] = doc["event"] if isinstance(doc.get("event"), dict) else {}
+    if reason is None and state in SUPERVISOR_STATES and said.get("message"):
+        reason = str(said["message"])  # the supervisor's own line: attempt, class, reason, what it does next
+    if reason is None and state == states.FAILED and attempts and attempts[-1].get("class"):
+        last = attempts[-1]  # stalled (no new metrics line for 15m), crash: KeyError 'answer' at ...
+        reason = label(str(last["class"]), last.get("reason")) + (
+            f" after {len(attempts)} attempts" if len(attempts) > 1 else ""
+        )
+    if reason is None and state == states.FAILED:
         reason = (end or {}).get("error") or reason_line(tail_lines(os.path.join(run_dir, rd.OUTPUT_LOG)))
     started = read_text(os.path.join(run_dir, rd.STARTED), 32)
     t0 = float(started) if started and re.match(r"^\d+(\.\d+)?$", started) else meta.get("started")
@@ -68,21 +80,30 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
     except OSError:
         t1 = time.time()
     elapsed = max(0.0, t1 - float(t0)) if isinstance(t0, (int, float)) else None
+    past = meta.get("past_s")  # the stretches before its resumes and recoveries count too
+    if elapsed is not None and isinstance(past, (int, float)):
+        elapsed += float(past)
     command = str(meta.get("command") or "")
     per_host, per_gpu = cfg.get("cost_per_hour"), cfg.get("cost_per_gpu_hour")
     wandb = header.get("wandb")
     wandb = wandb if isinstance(wandb, dict) else {}
     host = str(meta.get("host") or cfg.get("host") or "?")
+    session, short = str(meta.get("session") or ""), run_id.rsplit("-", 1)[-1]
+    label_ = meta.get("recipe") or "cmd"
     return {
         "state": state,
         "host": host,
         "run_id": run_id,
+        # the run as its user knows it: the session (--name), the recipe (or cmd), the short id
+        "name": f"{session} ({label_}, {short})" if session else None,
+        "attempt": f"{len(attempts)}/{doc.get('max_attempts') or len(attempts)}" if attempts else None,
         "recipe": meta.get("recipe") or (command[:80] if command else None),
         "step": step,
         "total_steps": total,
         "reason": reason,
         "elapsed_s": elapsed,
         "cost": cost_so_far(elapsed, per_host, per_gpu, run_gpus(command), cfg.get("gpus")),
+        "currency": cfg.get("currency"),  # config.json from `pippa up` ("$" where it has none)
         "wandb": wandb.get("url"),
         "look": f"pippa logs {run_id} --host {host}",
         "time": time.time(),
@@ -98,4 +119,5 @@ def host_event(state: str, subject: str, reason: str, elapsed_s: float | None = 
     if elapsed_s is not None and state == "idle":
         cost = cost_so_far(elapsed_s, cfg.get("cost_per_hour"), cfg.get("cost_per_gpu_hour"), None, gpus)
     return {"state": state, "host": host, "subject": subject, "reason": reason, "elapsed_s": elapsed_s,
-            "cost": cost, "look": "pippa hosts", "time": time.time()}  # fmt: skip
+            "cost": cost, "currency": cfg.get("currency"), "look": "pippa hosts",
+            "time": time.time()}  # fmt: skip

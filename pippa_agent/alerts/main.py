@@ -1,5 +1,6 @@
 """``alerts ...``: the one entry point of the host's alerts (``python3 -S -I <host program> alerts
-event --run-dir DIR [--state S] [--reason LINE] [--detach]``, ``send``, ``test``, ``watch``,
+event --run-dir DIR [--state S] [--reason LINE] [--detach]``, ``alarms --run-dir DIR [--detach]``
+(a run's alarms, once each: alerts.alarms), ``send``, ``test``, ``watch``,
 ``watch-ensure``, ``watch-stop``, ``status``, ``retire-legacy``). ``--detach`` returns at once:
 delivery never slows or fails a run. The target, PIPPA_NOTIFY, is read by the delivery process from
 the 0600 secrets file: it never travels in argv, the environment of a job, a log or a message."""
@@ -14,6 +15,7 @@ from pippa_agent.alerts.deliver import detach, emit
 from pippa_agent.alerts.events import host_event, run_event
 from pippa_agent.alerts.files import here, load_config, read_json, secret_target, tail_lines
 from pippa_agent.alerts.watch import check_disk, watch_ensure, watch_main, watch_stop, watcher_running
+from pippa_contract import states
 from pippa_contract.hostdirs import DELIVERIES, WATCH_STATE
 
 TYPE_CHECKING = False
@@ -63,6 +65,9 @@ def main(argv: list[str]) -> int:
     ev.add_argument("--state", default=None)
     ev.add_argument("--reason", default=None)
     ev.add_argument("--detach", action="store_true", help="return at once; deliver in the background")
+    al = sub.add_parser("alarms", help="tell PIPPA_NOTIFY, once each, about a run's alarms (alarms.json)")
+    al.add_argument("--run-dir", required=True)
+    al.add_argument("--detach", action="store_true", help="return at once; deliver in the background")
     for name in ("send", "test", "watch", "watch-ensure", "watch-stop", "status", "retire-legacy"):
         sub.add_parser(name)
     args = ap.parse_args(argv)
@@ -74,12 +79,21 @@ def main(argv: list[str]) -> int:
         if args.detach and not detach():
             return 0
         event = run_event(args.run_dir, args.state, args.reason)
-        if event["state"] in ("running", "stopped") and args.state is None:
+        if event["state"] in (states.RUNNING, states.STOPPED) and args.state is None:
             return 0  # a stop is the user's own doing; nothing to tell
         check_disk(os.path.dirname(os.path.abspath(os.path.expanduser(args.run_dir))), {})
         result = emit(event)
         if not args.detach:
             print(json.dumps(result))
+        return 0
+    if args.cmd == "alarms":
+        if args.detach and not detach():
+            return 0
+        from pippa_agent.alerts.alarms import tell_alarms
+
+        told = tell_alarms(args.run_dir)
+        if not args.detach:
+            print(json.dumps({"told": told}))
         return 0
     if args.cmd == "test":
         if secret_target() is None:

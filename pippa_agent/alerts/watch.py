@@ -20,6 +20,7 @@ from pippa_agent.program import program_file
 from pippa_contract import rundir as rd
 from pippa_contract.alerts import DEFAULT_IDLE_THRESHOLD, format_elapsed
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR, WATCH_LOCK, WATCH_STATE
+from pippa_contract.sessions import IDENTITY_FORMAT
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def active_run(remote_dir: str) -> str | None:
     if not candidates:
         return None
     try:
-        p = subprocess.run(["tmux", "list-sessions", "-F", "#{session_id}@#{session_created}"],
+        p = subprocess.run(["tmux", "list-sessions", "-F", IDENTITY_FORMAT],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return None

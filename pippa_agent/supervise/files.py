@@ -7,7 +7,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import signal
 import struct
 import termios
@@ -19,7 +18,6 @@ from pippa_contract import runfacts
 
 POLL_S = 0.5
 TAIL_BYTES = 65536
-_CHECKPOINT_RE = re.compile(r"^checkpoint-([0-9]+)$")
 
 
 def read_json(path: str) -> object:
@@ -103,7 +101,7 @@ def newest_checkpoint(run_dir: str) -> int | None:
         names = os.listdir(os.path.join(run_dir, rd.CHECKPOINTS))
     except OSError:
         return None
-    steps = [int(m.group(1)) for m in (_CHECKPOINT_RE.match(n) for n in names) if m]
+    steps = [step for step in map(rd.checkpoint_step, names) if step is not None]
     return max(steps) if steps else None
 
 

@@ -8,14 +8,13 @@ import shlex
 import subprocess
 import time
 
+from pippa_agent.host import ran_for
 from pippa_agent.supervise.files import read_json, write_json
 from pippa_contract import rundir as rd
 from pippa_contract.attempts import policy_of, summarize
 from pippa_contract.names import SESSION_RE
-
-IDENTITY_FORMAT = (
-    "#{session_id}@#{session_created}"  # what tmux prints of a new session (pippa_ops.runs.tmux)
-)
+from pippa_contract.retry import may_restart_lost
+from pippa_contract.sessions import IDENTITY_FORMAT
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -51,9 +50,15 @@ def recover_lost(remote_dir: str) -> dict[str, Any]:
         if isinstance(meta.get("hosts"), list) and len(meta["hosts"]) > 1:
             out["skipped"].append([name, "a run over several hosts"])
             continue
-        if summary is None or summary["attempt"] >= policy_of(meta)["max_attempts"]:
+        left = may_restart_lost(read_json(os.path.join(d, rd.ATTEMPTS_JSON)))  # a lost attempt is free
+        if (
+            summary is None
+            or left is False
+            or (left is None and summary["attempt"] >= policy_of(meta)["max_attempts"])
+        ):
             out["skipped"].append([name, "no attempts left"])
             continue
+        meta["past_s"] = float(meta.get("past_s") or 0.0) + ran_for(d)  # its duration counts every stretch
         for state in rd.RUN_STATE_FILES:
             if os.path.lexists(os.path.join(d, state)):
                 os.unlink(os.path.join(d, state))

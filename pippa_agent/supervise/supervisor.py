@@ -25,12 +25,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
 
+from pippa_agent import attempt_facts as af
+from pippa_agent import forensics
 from pippa_agent.program import program_file
+from pippa_agent.supervise.ending import StallWatch, attempt_of, capture, conclude, saving
 from pippa_agent.supervise.files import (
     POLL_S,
     child_setup,
@@ -40,26 +44,26 @@ from pippa_agent.supervise.files import (
     last_metrics,
     newest_checkpoint,
     read_json,
-    reason_line,
     write_json,
 )
+from pippa_contract import failures as fc
 from pippa_contract import rundir as rd
+from pippa_contract import stall as stl
 from pippa_contract.attempts import (
     COMPLETED,
-    DIVERGED,
     FAILED,
     LOST,
     RUNNING,
     STALLED,
     STOPPED,
-    USAGE_EXIT,
     backoff,
     policy_of,
 )
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR
 
-# supervisor events told as they happen (the run's end is told by cmd.sh's run-end line)
-MID_RUN_ALERTS = {"retrying": "retrying", "stalled": "stalled"}
+# supervisor events told as they happen (the run's end is told by cmd.sh's run-end line): exactly one
+# per retry ("retrying" carries the attempt, class, reason and backoff), and one when the run is lost
+MID_RUN_ALERTS = {"retrying": "retrying", "lost": "lost"}
 KILL_WAIT_S = 5.0  # after a hang-up: how long the job gets before SIGKILL
 
 TYPE_CHECKING = False
@@ -84,17 +88,22 @@ class Supervisor:
         kept = isinstance(old, dict) and isinstance(old.get("attempts"), list)
         self.doc: dict[str, Any] = old if kept and isinstance(old, dict) else {}
         self.doc["max_attempts"] = self.policy["max_attempts"]
+        self.doc["infra_retries"] = self.policy["infra_retries"]
+        self.doc.setdefault("overrides", [])  # the --set arguments of an OOM retry (half the batch)
         self.doc.setdefault("attempts", [])
         self.doc["next_at"] = None
         self.doc["gave_up"] = False
         self.child: subprocess.Popen[bytes] | None = None
         self.stopping = False
         self.setup = child_setup()
+        self.oom_kills_before: int | None = None
 
     # -- the one place an event leaves the supervisor ---------------------------------------------
     def emit(self, event: str, message: str | None = None) -> None:
         """Record the attempts and tell output.log. ``event``: started, ended, retrying, stalled,
-        diverged, gave_up, finished, stopped. (The place to hook alerts on.)"""
+        diverged, gave_up, finished, stopped, lost. (The place to hook alerts on: the alerts program reads
+        the event's line from attempts.json's ``event``, never from argv.)"""
+        self.doc["event"] = {"event": event, "message": message, "time": time.time()}
         write_json(self.path, self.doc)
         if event in MID_RUN_ALERTS:
             self.alert(MID_RUN_ALERTS[event])
@@ -129,6 +138,7 @@ class Supervisor:
             if a.get("outcome") == RUNNING:
                 log_time = os.path.getmtime(self.log) if os.path.exists(self.log) else time.time()
                 a.update(end=log_time, outcome=LOST, reason="the session ended with no exit code")
+                a.setdefault("class", fc.LOST)
 
     def run(self) -> int:
         self.close_lost()
@@ -141,38 +151,33 @@ class Supervisor:
             attempt = self.start(n)
             code, outcome = self.watch(attempt)
             attempt.update(end=time.time(), exit_code=code, outcome=outcome)
-            if outcome != COMPLETED and not attempt.get("reason"):
-                attempt["reason"] = self.reason(attempt, code)
-            why = attempt.get("reason") or ""
-            of = f"attempt {n}/{self.policy['max_attempts']}"
-            if outcome == COMPLETED:
+            drain_output(self.log)
+            verdict, decision = conclude(
+                self.run_dir, self.doc, attempt, code, outcome, policy=self.policy,
+                recipe=self.recipe is not None, stopped=outcome == STOPPED or self.stop_requested(),
+                oom_kills_before=self.oom_kills_before, pid=self.child.pid if self.child else None,
+            )  # fmt: skip
+            said, of = fc.label(verdict.cls, verdict.reason), attempt_of(self.doc, self.policy, n)
+            if verdict.cls == fc.COMPLETED:
                 self.emit("finished", f"{of} completed" if n > 1 else None)
                 return 0
-            if outcome == STOPPED or self.stop_requested():
-                attempt["outcome"] = STOPPED
+            if verdict.cls == fc.STOPPED:
                 self.emit("stopped", f"{of} stopped (exit {code}): not retried")
                 return code
-            if code == USAGE_EXIT and outcome == FAILED:
-                self.doc["gave_up"] = True
-                self.emit("gave_up", f"{of} failed with exit 2 (configuration or usage error): not retried")
+            if not decision.retry:
+                final = verdict.cls in (fc.CONFIG, fc.DIVERGED, fc.GPU_FAULT)
+                self.doc["gave_up"] = n > 1 or final
+                quiet = n == 1 and not final and verdict.cls != fc.OOM  # a single attempt, nothing asked
+                self.emit("diverged" if verdict.cls == fc.DIVERGED else "gave_up",
+                          None if quiet else f"{of} {said} (exit {code}): {decision.why}")  # fmt: skip
                 return code
-            if outcome == DIVERGED and not self.policy["retry_diverged"]:
-                self.doc["gave_up"] = True
-                self.emit("diverged", f"{of} diverged: {why}; not retried (--retry-diverged retries it)")
-                return code
-            if n >= self.policy["max_attempts"]:
-                self.doc["gave_up"] = n > 1
-                last = f"{of} {outcome} (exit {code}): {why}; no attempts left"
-                self.emit("gave_up", last if n > 1 else None)
-                return code
+            if decision.batch is not None:
+                self.doc["overrides"] = decision.set_args()
             wait = backoff(n, self.policy)
             self.doc["next_at"] = time.time() + wait
-            self.emit("retrying", f"{of} {outcome} (exit {code}): {why}")
+            resume = ", with --resume" if self.recipe else ""
             self.emit(
-                "retrying",
-                f"attempt {n + 1}/{self.policy['max_attempts']} in {wait:g}s, with --resume"
-                if self.recipe
-                else f"attempt {n + 1}/{self.policy['max_attempts']} in {wait:g}s",
+                "retrying", f"{of} {said} (exit {code}); {decision.why}; attempt {n + 1} in {wait:g}s{resume}"
             )
             if not self.sleep(wait):
                 self.doc["next_at"] = None
@@ -183,6 +188,8 @@ class Supervisor:
     def start(self, n: int) -> dict[str, Any]:
         resume = n > 1 and self.recipe is not None
         line = f"{self.command} --resume" if resume else self.command
+        if self.doc.get("overrides"):  # an OOM retry's smaller batch, for the rest of the run
+            line += " " + " ".join(shlex.quote(str(a)) for a in self.doc["overrides"])
         attempt = {
             "attempt": n,
             "start": time.time(),
@@ -199,19 +206,24 @@ class Supervisor:
             frm = f" from step {at}" if at is not None else ""
             if at is None and resume:
                 frm = " (no checkpoint yet: from the start)"
-            self.emit("started", f"===== attempt {n}/{self.policy['max_attempts']}{frm} =====")
+            self.emit("started", f"===== {attempt_of(self.doc, self.policy, n)}{frm} =====")
         else:
             self.emit("started")
-        self.child = subprocess.Popen(["sh", "-c", line], preexec_fn=self.setup)
+        self.oom_kills_before = af.cgroup_oom_kills()
+        # NCCL ranks keep a Flight Recorder trace and dump it when asked (no effect without NCCL)
+        env = {**os.environ, **forensics.flight_recorder_env(self.run_dir, n)} if self.recipe else None
+        self.child = subprocess.Popen(["sh", "-c", line], preexec_fn=self.setup, env=env)
         if self.stopping:  # Ctrl-C came while it started
             self.signal_group(signal.SIGINT)
         return attempt
 
     def watch(self, attempt: dict[str, Any]) -> tuple[int, str]:
-        """Wait for the attempt's job; end it when it stalls. Its exit status and outcome."""
+        """Wait for the attempt's job; end it when it stalls (its forensics captured first). Its exit
+        status and outcome (a divergence is the classifier's to see: pippa_contract.failures)."""
         child = self.child
         assert child is not None
-        stall = self.policy["stall_timeout_s"]
+        stall = StallWatch(self.policy["stall_timeout_s"], self.recipe is not None, self.metrics,
+                           attempt["start"])  # fmt: skip
         stalled = False
         while True:
             try:
@@ -219,10 +231,14 @@ class Supervisor:
                 break
             except subprocess.TimeoutExpired:
                 pass
-            if stall and not stalled and self.stalled_for(attempt) > stall:
+            limit = stall.now()
+            if limit and self.stalled_for(attempt) > limit and not saving(self.run_dir, limit):
                 stalled = True
-                attempt["reason"] = f"no new {'metrics line' if self.recipe else 'output'} for {stall:g}s"
-                self.emit("stalled", f"attempt {attempt['attempt']} stalled: {attempt['reason']}; ending it")
+                attempt["stall_threshold_s"] = limit
+                attempt["reason"] = stl.reason(limit, self.recipe is not None)
+                where = capture(self.run_dir, attempt, child.pid)
+                self.emit("stalled", f"attempt {attempt['attempt']} stalled: {attempt['reason']}; ending it "
+                          f"(what it was doing: {where}/)")  # fmt: skip
                 rc = self.end_child(self.policy["grace_s"])
                 break
         code = exit_status(rc)
@@ -230,10 +246,6 @@ class Supervisor:
             return code, STALLED
         if self.stopping:
             return code, STOPPED
-        _, end = last_metrics(self.metrics)
-        if self.recipe is not None and isinstance(end, dict) and end.get("status") == "diverged":
-            attempt["reason"] = str(end.get("error") or "a loss or reward became NaN or infinite")
-            return code, DIVERGED
         return code, COMPLETED if code == 0 else FAILED
 
     def stalled_for(self, attempt: dict[str, Any]) -> float:
@@ -273,18 +285,6 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 os.killpg(self.child.pid, sig)
 
-    def reason(self, attempt: dict[str, Any], code: int) -> str:
-        drain_output(self.log)
-        if code > 128:
-            try:
-                name = signal.Signals(code - 128).name
-            except ValueError:
-                name = ""
-            line = reason_line(self.log, attempt["log_offset"])
-            killed = f"killed by {name or 'signal ' + str(code - 128)}"
-            return killed + (f" (last line: {line})" if line else "")
-        return reason_line(self.log, attempt["log_offset"]) or f"exit {code}"
-
     def sleep(self, seconds: float) -> bool:
         """Wait before a retry; False when a stop arrives meanwhile."""
         deadline = time.monotonic() + seconds
@@ -311,10 +311,18 @@ class Supervisor:
                 child.wait(timeout=KILL_WAIT_S if signum == signal.SIGHUP else self.policy["grace_s"])
             except subprocess.TimeoutExpired:
                 self.signal_group(signal.SIGKILL)
+        stopped = self.stop_requested()
         for a in self.doc["attempts"]:
             if a.get("outcome") == RUNNING:
-                a.update(end=time.time(), outcome=STOPPED if self.stop_requested() else LOST,
+                a.update(end=time.time(), outcome=STOPPED if stopped else LOST,
                          reason=f"the session ended (signal {signum})")  # fmt: skip
+                a["class"] = fc.STOPPED if stopped else fc.LOST
         self.doc["next_at"] = None
-        self.emit("lost")
+        if stopped:
+            self.emit("stopped")
+        else:  # one alert: the run needs `pippa recover` (or the @reboot line) to go on
+            n = len(self.doc["attempts"])
+            self.emit(
+                "lost", f"attempt {n} lost: the session ended (signal {signum}); pippa recover resumes it"
+            )
         os._exit(128 + signum)

@@ -1,18 +1,21 @@
 """The host entry's alert and cost settings, checked where the inventory is read (hosts.inventory).
 
 ``idle_alert = "20m"`` and ``idle_threshold = 5`` (% utilization) turn on the host's idle-GPU watcher;
-``cost_per_hour`` (the whole host) or ``cost_per_gpu_hour`` give runs and idle time a price.
+``cost_per_hour`` (the whole host) or ``cost_per_gpu_hour`` give runs and idle time a price, in
+``currency`` (an ISO code such as ``"EUR"`` or a symbol; default ``"$"``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from pippa_contract.alerts import DEFAULT_IDLE_THRESHOLD, parse_duration
+from pippa_contract.alerts import DEFAULT_CURRENCY, DEFAULT_IDLE_THRESHOLD, parse_duration
 from pippa_ops.errors import UsageError
 
-FIELDS = ("idle_alert", "idle_threshold", "cost_per_hour", "cost_per_gpu_hour")
+FIELDS = ("idle_alert", "idle_threshold", "cost_per_hour", "cost_per_gpu_hour", "currency")
+_CURRENCY_RE = re.compile(r"^(?:[A-Z]{3}|[^\sA-Za-z0-9]{1,3})$")  # "USD", "EUR", or a symbol: "$", "€"
 
 
 def alert_settings(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -43,9 +46,13 @@ def alert_settings(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
     per_host, per_gpu = number("cost_per_hour"), number("cost_per_gpu_hour")
     if per_host is not None and per_gpu is not None:
         raise UsageError(f"{where}: set cost_per_hour or cost_per_gpu_hour, not both")
+    currency = entry.get("currency", DEFAULT_CURRENCY)
+    if not isinstance(currency, str) or not _CURRENCY_RE.match(currency):
+        raise UsageError(f'{where}.currency must be an ISO code like "USD" or a symbol like "$"')
     return {
         "idle_alert": idle,
         "idle_threshold": DEFAULT_IDLE_THRESHOLD if threshold is None else threshold,
         "cost_per_hour": per_host,
         "cost_per_gpu_hour": per_gpu,
+        "currency": currency,
     }

@@ -56,6 +56,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period.",
     ),
     "recipes": ("pippa_ops.cli.run_cmd", "The recipes this repo ships (recipes/*.toml)."),
+    "samples": (
+        "pippa_ops.cli.samples_cmd",
+        "What the model wrote at a step: prompt, completion, rewards per function, length; alarms.",
+    ),
     "rm": (
         "pippa_ops.cli.tidy_cmd",
         "Remove ended runs (their directories on the host, checkpoints included); never a running run.",
@@ -63,6 +67,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prune": (
         "pippa_ops.cli.tidy_cmd",
         "Remove ended runs older than an age on every host (or those named); never a running run.",
+    ),
+    "why": (
+        "pippa_ops.cli.why_cmd",
+        "Why a run's attempts ended: class, retry, deciding log lines, stuck frames, next command.",
     ),
     "recover": (
         "pippa_ops.cli.recover_cmd",

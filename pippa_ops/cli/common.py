@@ -12,13 +12,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from pippa_ops.cli.complete import host_names
+
 if TYPE_CHECKING:
     from rich.console import Console
 
 HOST_HELP = "Host: inventory name, ~/.ssh/config alias, [user@]address, or 'local'."
 
-HostArg = Annotated[str, typer.Argument(help=HOST_HELP, show_default=False)]
-HostOpt = Annotated[str | None, typer.Option("--host", "-H", help=HOST_HELP)]
+HostArg = Annotated[str, typer.Argument(help=HOST_HELP, show_default=False, autocompletion=host_names)]
+HostOpt = Annotated[str | None, typer.Option("--host", "-H", help=HOST_HELP, autocompletion=host_names)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 RawOpt = Annotated[
     bool, typer.Option("--raw", help="The log's bytes as they are, escape sequences included (a pipe gets "
@@ -29,7 +31,9 @@ RunsDirOpt = Annotated[
     typer.Option("--runs-dir", help="Where pulled runs live (<dir>/<host>/<run-id>). Default: <repo>/runs."),
 ]
 HostsOpt = Annotated[
-    list[str] | None, typer.Option("--host", "-H", help=HOST_HELP + " Repeatable; default: every host.")
+    list[str] | None,
+    typer.Option("--host", "-H", help=HOST_HELP + " Repeatable; default: every host.",
+                 autocompletion=host_names),
 ]
 SinceOpt = Annotated[
     str | None, typer.Option("--since", help="Only runs started since: 30m, 12h, 2d, 1w, or 2026-11-20.")

@@ -47,6 +47,7 @@ def compare_cmd(
         DEFAULT_METRICS,
         check_metrics,
         differing_config,
+        legend_labels,
         load_runs,
         metric_points,
     )
@@ -62,7 +63,9 @@ def compare_cmd(
     if png is not None:
         from pippa_ops.runs.plots import save_png
 
-        save_png(png, series, smoothing=smooth, title=" vs ".join(r.run_id for r in runs))
+        labels = legend_labels(runs)
+        named = {m: {labels[run]: pts for run, pts in by_run.items()} for m, by_run in series.items()}
+        save_png(png, named, smoothing=smooth, title=" vs ".join(labels[r.run_id] for r in runs))
     if as_json:
         out: dict[str, Any] = {
             "runs": [
@@ -83,6 +86,8 @@ def compare_cmd(
             }
         emit_json(out)
         return
+    from pippa_ops.runs.cost import money
+
     for r in runs:
         s = r.summary()
         ev = ", ".join(
@@ -95,7 +100,7 @@ def compare_cmd(
             f"  best {_fmt(s['best_reward'])}"
             + (f"  {ev}" if ev else "")
             + (f"  {s['end']}" if s["end"] else "")
-            + (f"  cost {s['cost']:.2f}" if s["cost"] is not None else "")
+            + (f"  cost {money(s['cost'], s['currency'])}" if s["cost"] is not None else "")
         )
     typer.echo("")
     if diff:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -12,8 +13,9 @@ from rich.live import Live
 from rich.table import Table
 
 from pippa_ops.cli.common import HOST_HELP, JsonOpt, emit_json
+from pippa_ops.cli.complete import host_names
 from pippa_ops.errors import ExitCode
-from pippa_ops.gpu import Gpu, GpuStream, query
+from pippa_ops.gpu import Gpu, GpuStream, query, with_processes
 from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.inventory import LOCAL
 
@@ -36,7 +38,7 @@ def gpu_table(host: str, gpus: Sequence[Gpu]) -> Table:
 
 
 def gpus_cmd(
-    host: Annotated[str, typer.Argument(help=HOST_HELP)] = LOCAL,
+    host: Annotated[str, typer.Argument(help=HOST_HELP, autocompletion=host_names)] = LOCAL,
     as_json: JsonOpt = False,
     watch: Annotated[
         bool, typer.Option("--watch", "-w", help="Keep sampling (nvidia-smi -l) and re-render.")
@@ -66,8 +68,12 @@ def gpus_cmd(
                     typer.echo(json.dumps({"host": spec.name, "gpus": [g.to_json() for g in sample]}))
                 return
             with Live(gpu_table(spec.name, report.gpus), console=console, auto_refresh=False) as live:
+                asked = time.monotonic()
                 for sample in stream.samples():
-                    live.update(gpu_table(spec.name, sample), refresh=True)
+                    # the stream has no processes: ask for them again, at most every interval
+                    if time.monotonic() - asked >= interval:
+                        report, asked = query(transport), time.monotonic()
+                    live.update(gpu_table(spec.name, with_processes(sample, report)), refresh=True)
         finally:
             stream.close()
 

@@ -8,6 +8,7 @@ rest.
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -76,7 +77,7 @@ def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
     for r in rows:
         where = r.address if r.user is None else f"{r.user}@{r.address}"
         where += f":{r.port}" if r.port else ""
-        status = f"up {r.latency_ms:.0f} ms" if r.reachable else "down"
+        status = f"up {r.latency_ms:.0f} ms" if r.reachable else r.down_as
         status += ", no python" if r.python_missing else ""
         if r.doctor:
             from pippa_ops.doctor import summary_text
@@ -90,8 +91,11 @@ def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
             why = r.error or "unreachable"
             typer.secho(why if why.startswith(f"{r.name}: ") else f"{r.name}: {why}", fg="red")
         if r.python_missing:
-            typer.secho(f"{r.name}: its python {r.python_missing} is not there: run `pippa up {r.name}`, "
-                        f"or fix python in its entry ({r.origins.get('python', 'the inventory')})", fg="red")
+            typer.secho(
+                f"{r.name}: its python {r.python_missing} is not there: run `pippa up {r.name}`, "
+                f"or fix python in its entry ({r.origins.get('python', 'the inventory')})",
+                fg="red",
+            )
     if explain:
         for r in rows:
             if r.origins:
@@ -113,15 +117,20 @@ def up_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOp
 
     tree = project()
     keys = _KeysWatch(host, accept_new)
-    spec, transport = connect(host, accept_new=accept_new)
-    with transport:
-        err_console().print(escape(f"pippa: {tree.line('sending')}"))
-        report = up(spec, transport, tree.root, emit=lambda line: err_console().print(escape(line)))
-    keys.report()
+    try:
+        spec, transport = connect(host, accept_new=accept_new)
+        with transport:
+            err_console().print(escape(f"pippa: {tree.line('sending')}"))
+            report = up(spec, transport, tree.root, emit=lambda line: err_console().print(escape(line)))
+    finally:
+        keys.report()  # a key recorded stays recorded when a later step fails: say so either way
     if json_out:
         emit_json(report.to_json())
     else:
         render_up(report)
+
+
+_UUID = re.compile(r"\s*\(UUID: [^)]*\)")
 
 
 def render_up(r: UpReport) -> None:
@@ -129,7 +138,8 @@ def render_up(r: UpReport) -> None:
     from rich.table import Table
 
     p = r.probe
-    gpus = "\n".join(p.gpus) if p.gpus else "none (this host has no NVIDIA GPU)"
+    # one line per GPU at 80 columns: nvidia-smi -L's UUIDs stay in --json
+    gpus = "\n".join(_UUID.sub("", g) for g in p.gpus) if p.gpus else "none (this host has no NVIDIA GPU)"
     rows = [
         ("host", r.host),
         ("GPUs", gpus),

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from pippa_ops.cli.common import HostsOpt, JsonOpt, SinceOpt, StateOpt, VerboseOpt, emit_json, note
-from pippa_ops.errors import PippaError
+from pippa_ops.errors import PippaError, UsageError
 from pippa_ops.fanout import fan_out
 from pippa_ops.runs.listing import RunRecord, merge_groups
 from pippa_ops.runs.locate import all_hosts, runs_of
@@ -34,6 +34,9 @@ def ps_cmd(
     since_ts = parse_since(since) if since else None
     hosts = list(dict.fromkeys(host)) if host else all_hosts()
     results = fan_out(hosts, runs_of)
+    bad_entry = next((r for r in results.values() if isinstance(r, UsageError)), None)
+    if bad_entry is not None:  # an invalid inventory entry: one line, as without --host
+        raise bad_entry
     answered = {h: r for h, r in results.items() if not isinstance(r, PippaError)}
     records = merge_groups(answered)  # a run over several hosts: one record, hosts joined with "+"
     # --json lists every run unless a filter is given (scripts want them all); the table the last 10 ended.

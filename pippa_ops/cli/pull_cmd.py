@@ -176,13 +176,16 @@ def _wandb_text(w: dict[str, Any] | None) -> str:
     return str(w.get("url") or f"{w.get('mode', 'offline')}:{w.get('id')}")
 
 
-def render_runs(infos: list[RunInfo], errors: dict[str, PippaError], verbose: bool = False) -> None:
+def render_runs(
+    infos: list[RunInfo], errors: dict[str, PippaError], verbose: bool = False, sort: str = "started"
+) -> None:
     from pippa_ops.cli import run_tables
 
     if not infos and not errors:
         typer.echo("no runs (pippa run starts one; pippa pull brings one here)")
         return
-    run_tables.render_runs(infos, errors, verbose=verbose, eval_text=_eval_text, wandb_text=_wandb_text)
+    run_tables.render_runs(infos, errors, verbose=verbose, eval_text=_eval_text, wandb_text=_wandb_text,
+                           sort=sort)  # fmt: skip
 
 
 def render_wandb(project: str, runs: list[WandbRun]) -> None:
@@ -261,7 +264,7 @@ def runs_cmd(
             out["wandb"] = wandb_part
         emit_json(out)
     else:
-        render_runs(infos, errors, verbose)
+        render_runs(infos, errors, verbose, sort)
         if wandb is not None and wandb_error is None:
             typer.echo("")
             render_wandb(wandb, w_runs)

@@ -14,7 +14,18 @@ from typing import Annotated
 import typer
 
 from pippa_contract.rundir import CHECKPOINTS, RUNS
-from pippa_ops.cli.common import HOST_HELP, FollowOpt, HostOpt, JsonOpt, RawOpt, SetOpt, emit_json, note
+from pippa_ops.cli.common import (
+    HOST_HELP,
+    FollowOpt,
+    HostOpt,
+    JsonOpt,
+    RawOpt,
+    RunsDirOpt,
+    SetOpt,
+    emit_json,
+    note,
+)
+from pippa_ops.cli.complete import host_names, recipe_names
 from pippa_ops.cli.follow_out import follow_runs
 from pippa_ops.errors import BadSetting, ExitCode
 from pippa_ops.hosts.connect import connect
@@ -29,7 +40,7 @@ from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import join
 
 
-def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True) -> None:
+def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True, verbose: bool = False) -> None:
     for i, run_id in enumerate(result.run_ids):
         job = f"   (SLURM job {result.job_ids[i]})" if result.job_ids else ""
         typer.echo(f"started {run_id}{job}")
@@ -40,7 +51,9 @@ def render_launch(result: LaunchResult, spec: HostSpec, chosen: bool = True) -> 
         typer.echo(f"  logs:    {result.logs_hint()}")
         return
     typer.echo(f"  session: {result.session}")
-    typer.echo(f"  attach:  {result.attach_hint()}   (or: {join(attach_argv(spec, result.session))})")
+    typer.echo(f"  attach:  {result.attach_hint()}")
+    if verbose and not spec.is_local:  # the system ssh's own line, for a terminal without pippa
+        typer.echo(f"  ssh:     {join(attach_argv(spec, result.session))}")
     typer.echo(f"  logs:    {result.logs_hint()}")
 
 
@@ -55,11 +68,12 @@ def render_group(result: LaunchResult) -> None:
 def run_cmd(
     recipes: Annotated[
         list[str] | None,
-        typer.Argument(help="Recipe names (several: a sweep). Default: tiny.", show_default=False),
+        typer.Argument(help="Recipe names (several: a sweep). Default: tiny.", show_default=False,
+                       autocompletion=recipe_names),
     ] = None,
     host: Annotated[
         str | None,
-        typer.Option("--host", "-H", show_default=False,
+        typer.Option("--host", "-H", show_default=False, autocompletion=host_names,
                      help=HOST_HELP + " Default: default_host in ~/.config/pippa/hosts.toml, else local."),
     ] = None,
     name: Annotated[str, typer.Option("--name", "-n", help="tmux session name.")] = DEFAULT_SESSION,
@@ -95,38 +109,76 @@ def run_cmd(
     ] = False,
     wait: Annotated[
         float | None,
-        typer.Option("--wait", show_default=False,
-                     help="Most seconds to watch a start: a recipe until its trainer's first line (default "
-                     "20), a --cmd for an early exit (default 3); or PIPPA_RUN_WAIT_S."),
+        typer.Option(
+            "--wait",
+            show_default=False,
+            help="Most seconds to watch a start: a recipe until its trainer's first line (default "
+            "20), a --cmd for an early exit (default 3); or PIPPA_RUN_WAIT_S.",
+        ),
     ] = None,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Return as soon as the run is started.")] = False,
     retry: Annotated[
         int | None,
-        typer.Option("--retry", help="Rerun a crashed run up to N times on the host, with --resume "
-                     "(over the recipe's [restart] max_attempts).", show_default=False),
+        typer.Option(
+            "--retry",
+            help="Rerun a crashed run up to N times on the host, with --resume "
+            "(over the recipe's [restart] max_attempts).",
+            show_default=False,
+        ),
     ] = None,
     stall_timeout: Annotated[
         str | None,
-        typer.Option("--stall-timeout", help="No new metrics line (--cmd: output) for this long after a "
-                     "step, e.g. 20m: stop the attempt (it saves) and retry it.", show_default=False),
+        typer.Option(
+            "--stall-timeout",
+            help="No new metrics line (--cmd: output) for this long after a step, e.g. 20m: "
+            "stop the attempt and retry it. Default for recipes: 5 x the median step time, at least 5m; "
+            "off: no stall watch.",
+            show_default=False,
+        ),
     ] = None,
     retry_diverged: Annotated[
         bool | None,
-        typer.Option("--retry-diverged", help="Retry a run whose loss or reward became NaN/inf too.",
-                     show_default=False),
+        typer.Option(
+            "--retry-diverged",
+            help="Retry a run whose loss or reward became NaN/inf too.",
+            show_default=False,
+        ),
     ] = None,
     backoff: Annotated[
         str | None,
-        typer.Option("--backoff", help="First wait before a retry (doubles, capped at 10m). Default 30s.",
-                     show_default=False),
+        typer.Option(
+            "--backoff",
+            help="First wait before a retry (doubles, capped at 10m). Default 30s.",
+            show_default=False,
+        ),
     ] = None,
+    infra_retries: Annotated[
+        int | None,
+        typer.Option(
+            "--infra-retries",
+            help="Retries of lost / nccl / stalled attempts that do not count in --retry. Default 3.",
+            show_default=False,
+        ),
+    ] = None,
+    on_oom: Annotated[
+        str | None,
+        typer.Option(
+            "--on-oom",
+            help="halve (default): retry an out-of-memory attempt with half the "
+            "per-device batch and twice the accumulation; fail: a crash like any other.",
+            show_default=False,
+        ),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also print the system ssh command that attaches.")
+    ] = False,
     force: Annotated[
         bool, typer.Option("--force", help="Start even where the last `pippa doctor` verdict is fail.")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start recipes (one after another) or a command in a named tmux session on a host."""
-    restart = RestartFlags(retry, stall_timeout, retry_diverged, backoff)
+    restart = RestartFlags(retry, stall_timeout, retry_diverged, backoff, infra_retries, on_oom)
     names = list(recipes or [])
     if not names and cmd is None:
         names = ["tiny"]  # the README's main job
@@ -158,7 +210,7 @@ def run_cmd(
             emit_json({"host": result.host, "session": result.session, "run_ids": list(result.run_ids),
                        "job_ids": list(result.job_ids), "sync": result.sync})  # fmt: skip
         else:
-            render_launch(result, spec, chosen=host is not None)
+            render_launch(result, spec, chosen=host is not None, verbose=verbose)
         if not (no_wait or follow) and scheduler_for(spec).starts_at_once:
             _report_start(transport, spec, result.run_ids[0], wait, recipe=cmd is None, quiet=as_json)
         if notify and not follow:
@@ -245,13 +297,28 @@ def resume_cmd(
     host: HostOpt = None,
     session: Annotated[
         str | None,
-        typer.Option("--name", "-n", help="tmux session to resume in (default: the run's own).",
-                     show_default=False),
+        typer.Option(
+            "--name", "-n", help="tmux session to resume in (default: the run's own).", show_default=False
+        ),
     ] = None,
     follow: FollowOpt = False,
     set_: SetOpt = None,
+    on: Annotated[
+        str | None,
+        typer.Option(
+            "--on",
+            help="Move the run to this host (its newest checkpoint and records) and "
+            "continue it there; from the pulled copy when its host is unreachable.",
+            show_default=False,
+        ),
+    ] = None,
+    runs_dir: RunsDirOpt = None,
 ) -> None:
     """Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory."""
+    if on is not None:
+        from pippa_ops.cli.move_cmd import move_and_resume
+
+        return move_and_resume(name, on, host, set_ or [], follow, runs_dir)
     from pippa_ops.runs.tidy import checkpoints
     from pippa_ops.transport import agent_client
 

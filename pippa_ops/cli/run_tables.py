@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import typer
 
+from pippa_contract import states
 from pippa_contract.termsafe import escape
 from pippa_ops.cli.table import Column, layout, natural_width, terminal_width
-from pippa_ops.errors import ExitCode, PippaError
-from pippa_ops.runs.cost import cost_text
+from pippa_ops.errors import PippaError, refused_as
+from pippa_ops.runs.cost import money
 from pippa_ops.runs.precheck import failure_hint
 from pippa_ops.runs.shortid import short_ids
 
@@ -60,22 +62,22 @@ def select_shown(
 ) -> tuple[list[RunRecord], int]:
     """The runs ``ps`` lists (in their order) and how many ended ones it leaves out: those that match
     ``since``/``state``; of the ended, the ``last`` newest (default DEFAULT_LAST, none left out with
-    ``show_all``, or when a filter is given without ``last``)."""
+    ``show_all``, or when a filter is given without ``last``). A lost run is never left out: it needs
+    someone (``pippa recover``)."""
     matching = [r for r in records if (since is None or (r.started or 0.0) >= since)
                 and (state is None or r.state == state)]  # fmt: skip
     if show_all or (last is None and (since is not None or state is not None)):
         return matching, 0
     keep_n = DEFAULT_LAST if last is None else max(0, last)
-    ended = sorted((r for r in matching if not r.active), key=lambda r: r.ended or r.started or 0.0)
+    ended = sorted((r for r in matching if not r.active and r.state != "lost"),
+                   key=lambda r: r.ended or r.started or 0.0)  # fmt: skip
     hidden = {id(r) for r in ended[: max(0, len(ended) - keep_n)]}
     return [r for r in matching if id(r) not in hidden], len(hidden)
 
 
 def _host_state(e: PippaError) -> str:
     """A host that did not answer, in a word or two (the whole reason goes under the table)."""
-    kind = {ExitCode.UNKNOWN_HOST: "unknown host", ExitCode.HOST_KEY: "host key refused",
-            ExitCode.AUTH: "auth failed"}  # fmt: skip
-    return kind.get(e.exit_code, "unreachable")
+    return refused_as(e) or "unreachable"
 
 
 def _host_error(host: str, e: PippaError) -> str:
@@ -99,16 +101,33 @@ def _fit(
 
 PS_COLUMNS = [
     Column("HOST"),
-    Column("SESSION", drop=4),
+    Column("SESSION", drop=5),
     Column("RUN"),
     Column("RECIPE/COMMAND", flex=True),
     Column("STATE"),
-    Column("STARTED", drop=5),
-    Column("DURATION", drop=3),
+    Column("STARTED", drop=6),
+    Column("DURATION", drop=4),
+    Column("COST", drop=3, right=True),  # only where a host has a rate (with_cost)
     Column("STEP", drop=2, right=True),
     Column("REWARD", drop=1, right=True),
-    Column("COMMIT", drop=6),
+    Column("COMMIT", drop=7),
 ]
+
+
+def samples_hint(r: RunRecord) -> str:
+    """Where to read what the model wrote when an alarm began."""
+    step = f" --step {r.samples_step}" if r.samples_step is not None else ""
+    return f"; read `pippa samples {r.run_id}{step} --host {r.host}`"
+
+
+def with_cost(
+    columns: list[Column], rows: list[list[str]], priced: bool
+) -> tuple[list[Column], list[list[str]]]:
+    """The COST column only where some run has a price: a column of dashes says nothing."""
+    if priced:
+        return columns, rows
+    i = [c.name for c in columns].index("COST")
+    return columns[:i] + columns[i + 1 :], [r[:i] + r[i + 1 :] for r in rows]
 
 
 def render_ps(
@@ -119,23 +138,29 @@ def render_ps(
     ids = list(dict.fromkeys([*all_ids, *(r.run_id for r in records)]))
 
     def build(name: dict[str, str]) -> list[list[str]]:
-        rows = [[h, "-", "-", "(no runs)", "", "", "", "", "", ""] for h in empty_hosts]
-        rows += [[h, "-", "-", "-", _host_state(e), "", "", "", "", ""] for h, e in errors.items()]
+        rows = [[h, "-", "-", "(no runs)", *[""] * 7] for h in empty_hosts]
+        rows += [[h, "-", "-", "-", _host_state(e), *[""] * 6] for h, e in errors.items()]
         for r in records:
             step = "-" if r.last_step is None else str(r.last_step)
             rows.append([r.host, r.session, name.get(r.run_id, r.run_id), label(r), r.state_text,
-                         when(r.started), duration(r.duration_s) + cost_text(r.cost), step,
+                         when(r.started), duration(r.duration_s), money(r.cost, r.currency), step,
                          num(r.last_reward), commit_text(r)])  # fmt: skip
-        return rows
+        return with_cost(PS_COLUMNS, rows, priced)[1]
 
-    lines, shown = _fit(PS_COLUMNS, build, ids, verbose)
+    priced = any(r.cost is not None for r in records)
+    columns = with_cost(PS_COLUMNS, [], priced)[0]
+    lines, shown = _fit(columns, build, ids, verbose)
     for line in lines:
         typer.echo(line)
     for r in records:
-        if r.state in ("failed", "diverged") and r.error:
+        if r.state in (states.FAILED, states.DIVERGED) and r.error:
             rid = shown.get(r.run_id, r.run_id)
             line = f"{r.host} {rid}: {r.state_text}: {r.error}{failure_hint(r.error, r.host)}"
             typer.secho(escape(line), fg="red")
+    for r in records:
+        if r.warning:
+            line = f"{r.host} {shown.get(r.run_id, r.run_id)}: warning: {r.warning}{samples_hint(r)}"
+            typer.secho(escape(line), fg="yellow")
     for h, e in errors.items():
         typer.secho(_host_error(h, e), fg="red")
     if hidden:
@@ -147,23 +172,29 @@ RUNS_COLUMNS = [
     Column("RUN"),
     Column("RECIPE/COMMAND", flex=True),
     Column("STATE"),
-    Column("STARTED", drop=6),
-    Column("DURATION", drop=5),
+    Column("STARTED", drop=7),
+    Column("DURATION", drop=6),
+    Column("COST", drop=4, right=True),  # only where a host has a rate (with_cost)
     Column("STEPS", drop=2, right=True),
     Column("REWARD", drop=1, right=True),
     Column("BEST", drop=3, right=True),
-    Column("EVAL", drop=4),
-    Column("COMMIT", drop=8),
-    Column("W&B", drop=9),
-    Column("PULLED", drop=7),
+    Column("EVAL", drop=5),
+    Column("COMMIT", drop=9),
+    Column("W&B", drop=10),
+    Column("PULLED", drop=8),
 ]
+SORT_COLUMNS = {"reward": "REWARD", "best": "BEST", "steps": "STEPS", "duration": "DURATION"}
 
 
 def render_runs(
     infos: Sequence[RunInfo], errors: dict[str, PippaError], *, verbose: bool = False,
-    eval_text: Callable[[Any], str], wandb_text: Callable[[Any], str],
+    eval_text: Callable[[Any], str], wandb_text: Callable[[Any], str], sort: str = "started",
 ) -> None:  # fmt: skip
+    """The runs table; the column the list is sorted by (``sort``) is never dropped for room."""
     ids = [i.run_id for i in infos]
+    keep = SORT_COLUMNS.get(sort)
+    priced = any(i.record.cost is not None for i in infos)
+    columns = [replace(c, drop=0) if c.name == keep else c for c in with_cost(RUNS_COLUMNS, [], priced)[0]]
 
     def build(name: dict[str, str]) -> list[list[str]]:
         rows = []
@@ -171,13 +202,13 @@ def render_runs(
             r = i.record
             steps = "-" if i.steps is None else str(i.steps)
             rows.append([i.host, name.get(r.run_id, r.run_id), label(r), r.state_text, when(r.started),
-                         duration(r.duration_s) + cost_text(r.cost), steps, num(i.final_reward),
+                         duration(r.duration_s), money(r.cost, r.currency), steps, num(i.final_reward),
                          num(i.best_reward), eval_text(i.eval), commit_text(r), wandb_text(i.wandb),
                          "yes" if i.pulled else ""])  # fmt: skip
-        rows += [[h, "-", "-", _host_state(e), *[""] * 9] for h, e in errors.items()]
-        return rows
+        rows += [[h, "-", "-", _host_state(e), *[""] * 10] for h, e in errors.items()]
+        return with_cost(RUNS_COLUMNS, rows, priced)[1]
 
-    for line in _fit(RUNS_COLUMNS, build, ids, verbose)[0]:
+    for line in _fit(columns, build, ids, verbose)[0]:
         typer.echo(line)
     for h, e in errors.items():
         typer.secho(_host_error(h, e), fg="red")

@@ -49,10 +49,9 @@ def natural_width(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> i
     return sum(_widths(columns, rows)) + GAP * (len(columns) - 1)
 
 
-def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[str]:
-    """The table's lines (header first), at most ``width`` wide where dropping and cutting can do it.
-    Cells are host strings (commands, names, states): control characters show escaped (``termsafe``)."""
-    rows = [[escape(c) for c in r] for r in rows]
+def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> tuple[list[int], list[int]]:
+    """Which columns stay (indices) and every column's width, for a table at most ``width`` wide
+    (gaps of GAP) where dropping and cutting can do it. The dashboard's run list uses it too."""
     keep = list(range(len(columns)))
     widths = _widths(columns, rows)
 
@@ -69,14 +68,25 @@ def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int)
             break
         keep.remove(i)
     for i in flex:  # then shrinks further, or takes back the room the dropped columns left
-        floor = max(columns[i].min_width, len(columns[i].name))
+        floor = min(natural[i], max(columns[i].min_width, len(columns[i].name)))
         widths[i] = max(floor, min(natural[i], widths[i] + (width - total())))
+    return keep, widths
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` in ``width`` characters, "…" marking a cut."""
+    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
+
+
+def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[str]:
+    """The table's lines (header first), at most ``width`` wide where dropping and cutting can do it.
+    Cells are host strings (commands, names, states): control characters show escaped (``termsafe``)."""
+    rows = [[escape(c) for c in r] for r in rows]
+    keep, widths = fit(columns, rows, width)
 
     def cell(text: str, i: int) -> str:
-        w = widths[i]
-        if len(text) > w:
-            text = text[: w - 1].rstrip() + "…"
-        return text.rjust(w) if columns[i].right else text.ljust(w)
+        text = cut(text, widths[i])
+        return text.rjust(widths[i]) if columns[i].right else text.ljust(widths[i])
 
     lines = [[columns[i].name for i in keep], *([r[i] for i in keep] for r in rows)]
     return [(" " * GAP).join(cell(line[j], i) for j, i in enumerate(keep)).rstrip() for line in lines]

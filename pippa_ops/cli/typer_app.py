@@ -52,6 +52,11 @@ def load_commands(module_name: str) -> dict[str, typer.core.TyperCommand]:
 Table = dict[str, tuple[str, str]]  # command -> (module that registers it, its one-line help)
 
 
+# What other tools call a command (git status, kubectl logs, docker exec): the word a user types first.
+OTHER_NAMES = {"status": "ps", "list": "ps", "top": "dash", "log": "logs", "kill": "stop", "start": "run",
+               "exec": "ssh", "shell": "ssh", "setup": "up", "push": "sync", "fetch": "pull"}  # fmt: skip
+
+
 class _LazyGroup(TyperGroup):
     """Lists every command of its table; imports a command's module only to run (or show) it."""
 
@@ -86,8 +91,11 @@ class _LazyGroup(TyperGroup):
             if name is not None and name not in self.table and hasattr(e, "message"):
                 import difflib
 
-                close = difflib.get_close_matches(name, list(self.table), n=1, cutoff=0.6)
-                e.message += f" Did you mean {close[0]!r}?" if close else ""
+                close = difflib.get_close_matches(name, [*self.table, *OTHER_NAMES], n=1, cutoff=0.6)
+                if close and close[0] in OTHER_NAMES:  # `pippa stauts`: pippa's status is `ps`
+                    e.message += f" Did you mean {close[0]!r}? That is `pippa {OTHER_NAMES[close[0]]}`."
+                elif close:
+                    e.message += f" Did you mean {close[0]!r}?"
             raise
 
 

@@ -21,7 +21,10 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Header
+from textual.worker import get_current_worker
 
+from pippa_contract import states
+from pippa_ops.dash.fleet import FleetView
 from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen, MainHidden
 from pippa_ops.dash.widgets import HostPanel, RunsTable, RunView
 from pippa_ops.monitor.host import (
@@ -38,6 +41,8 @@ from pippa_ops.monitor.host import (
 from pippa_ops.monitor.state import ended_runs
 from pippa_ops.runs.curves import DASH_SMOOTHING
 
+APP_KEYS = frozenset({"attach", "log", "stop", "reconnect", "smooth", "fleet", "help", "quit"})
+FLEET_REDRAW_S = 0.5  # the fleet view draws the samples that came in meanwhile, at most this often
 Attach = Callable[[str, str], object]  # (host, tmux session) -> runs the same attach as `pippa attach`
 
 
@@ -69,6 +74,8 @@ class DashApp(App[None]):
         Binding("s", "stop", "stop"),
         Binding("r", "reconnect", "reconnect"),
         Binding("e", "smooth", "smooth"),
+        Binding("w", "samples", "samples", show=False),  # what the model wrote (dash.samples_screen)
+        Binding("f", "fleet", "fleet", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
     ]
@@ -90,9 +97,13 @@ class DashApp(App[None]):
         self.selected: tuple[str, str] | None = (detail.host, detail.run_id) if detail else None
         self._attacher = attach
         self.smoothing = 0.0  # EMA weight of the curves; `e` toggles DASH_SMOOTHING
+        self.fleet: bool | None = None  # the fleet view is shown (None: decided by the screen's size)
+        self._fleet_dirty = False
+        self._panels_stale: set[str] = set()
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
+        yield FleetView(id="fleet")
         with Horizontal(id="main"):
             with VerticalScroll(id="hosts"):
                 for i, host in enumerate(self.hosts):
@@ -111,6 +122,9 @@ class DashApp(App[None]):
         for host in self.hosts:
             self._draw_host(host)
         self._draw_run()
+        # Hosts whose panels do not fit the screen (a panel takes ~6 lines): the fleet view.
+        self.show_fleet(len(self.hosts) * 6 > self.size.height - 2 if self.fleet is None else self.fleet)
+        self.set_interval(FLEET_REDRAW_S, self._redraw_fleet)
         for host, mon in self.monitors.items():
             self.run_worker(
                 partial(mon.stream_gpus, self._emit), thread=True, exclusive=True, group=f"gpu:{host}",
@@ -121,7 +135,7 @@ class DashApp(App[None]):
                 name=f"poll:{host}",
             )
         tables = self.query(RunsTable)
-        if tables:
+        if tables and not self.fleet:
             tables.first().focus()
 
     def on_unmount(self) -> None:
@@ -148,7 +162,11 @@ class DashApp(App[None]):
             for row in ended_runs(self.states[host].runs, event.runs):
                 self._tell_ended(host, row)
         self.states[host] = apply(self.states[host], event)
-        self._draw_host(host)
+        if self.fleet:  # drawn in batches (``_redraw_fleet``); the panels once they are shown again
+            self._fleet_dirty = True
+            self._panels_stale.add(host)
+        else:
+            self._draw_host(host)
         if self.selected and self.selected[0] == host:
             self._draw_run()
 
@@ -167,9 +185,61 @@ class DashApp(App[None]):
 
         line = f"{host}: run {row.run_id} ({row.what[:40]}) {row.state}"
         self.bell()
-        self.notify(line, title="run ended", severity="information" if row.state.startswith("finished")
+        self.notify(line, title="run ended", severity="information" if row.state.startswith(states.FINISHED)
                     else "warning", timeout=15)  # fmt: skip
         self.run_worker(partial(notify.desktop, line), thread=True, group="desktop-notice", name="notice")
+
+    # ------------------------------------------------------------------------------------ fleet view
+    def show_fleet(self, on: bool, *, only: str | None = None) -> None:
+        """The fleet view (one line per host), or the host panels (``only``: that host's)."""
+        was, self.fleet = self.fleet, on
+        for i, panel in enumerate(self.query(HostPanel)):
+            shown = only is None or self.hosts[i] == only
+            if panel.display != shown:
+                panel.display = shown
+        fleet = self.query_one(FleetView)
+        fleet.display = on
+        self.query_one("#main").display = not on
+        if on:
+            fleet.show([self.states[h] for h in self.hosts])
+            fleet.focus()
+        else:
+            for host in sorted(self._panels_stale):
+                self._draw_host(host)
+            self._panels_stale.clear()
+            if was:  # every panel may be scrolled to: the full rate again
+                for mon in self.monitors.values():
+                    mon.set_visible(True)
+
+    def _redraw_fleet(self) -> None:
+        if self.fleet and self._fleet_dirty:
+            self._fleet_dirty = False
+            self.query_one(FleetView).show([self.states[h] for h in self.hosts])
+
+    @on(FleetView.Visible)
+    def _fleet_visible(self, message: FleetView.Visible) -> None:
+        if self.fleet:
+            for host, mon in self.monitors.items():
+                mon.set_visible(host in message.hosts)
+
+    @on(FleetView.Open)
+    def _fleet_open(self, message: FleetView.Open) -> None:
+        self.open_host(message.host)
+
+    def open_host(self, host: str) -> None:
+        """That host's panel alone (``f`` goes back to the fleet), its runs focused."""
+        self.show_fleet(False, only=host)
+        for table in self.query(f"#host-{self.hosts.index(host)} RunsTable").results(RunsTable):
+            table.focus()
+
+    def action_fleet(self) -> None:
+        self.show_fleet(not self.fleet)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """While the fleet filter is being typed, letters are the filter's, not the app's keys."""
+        fleet = self.query(FleetView)
+        typing = bool(fleet) and fleet.first().filtering
+        return not (typing and action in APP_KEYS)
 
     # -------------------------------------------------------------------------------------- selection
     def selected_row(self) -> RunRow | None:
@@ -194,6 +264,29 @@ class DashApp(App[None]):
                 partial(mon.follow, run_id, self._emit), thread=True, exclusive=True, group=f"follow:{host}",
                 name=f"follow:{run_id}",
             )
+            self._follow_sample_line(host, run_id)
+
+    def _follow_sample_line(self, host: str, run_id: str) -> None:
+        """The run pane's newest-sample line, fetched now and every few seconds while the run is selected."""
+        from pippa_ops.dash.samples_screen import follow_newest
+
+        mon = self.monitors[host]
+        if not hasattr(mon, "samples"):  # a monitor without samples (a test's recorder): no line
+            return
+        fetch = partial(mon.samples, run_id)
+
+        def still() -> bool:  # cancelled: another run was selected, or the app is closing
+            return self.selected == (host, run_id) and not get_current_worker().is_cancelled
+
+        def draw(line: str) -> None:
+            for view in self.query(RunView):
+                view.show_sample_line(line)
+
+        def show(line: str) -> None:
+            self.call_from_thread(draw, line)
+
+        self.run_worker(partial(follow_newest, fetch, still, show), thread=True, exclusive=True,
+                        group="sample-line", name=f"sample-line:{run_id}")  # fmt: skip
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:
@@ -236,7 +329,7 @@ class DashApp(App[None]):
         if self.selected is None or row is None:
             self.notify("select a run first", severity="warning")
             return
-        if not row.session or row.state.partition(" ")[0] != "running":  # "running (attempt 2/4)"
+        if not row.session or row.state.partition(" ")[0] != states.RUNNING:  # "running (attempt 2/4)"
             self.notify(f"{row.run_id} has no live tmux session", severity="warning")
             return
         if self._attacher is None:
@@ -254,6 +347,17 @@ class DashApp(App[None]):
         mon = self.monitors.get(host)
         follow = partial(mon.follow_log, run_id) if mon else None
         self.push_screen(LogScreen(host, run_id, follow))
+
+    def action_samples(self) -> None:
+        if self.selected is None:
+            self.notify("select a run first", severity="warning")
+            return
+        from pippa_ops.dash.samples_screen import SamplesScreen
+
+        host, run_id = self.selected
+        mon = self.monitors.get(host)
+        fetch = partial(mon.samples, run_id) if mon is not None and hasattr(mon, "samples") else None
+        self.push_screen(SamplesScreen(host, run_id, fetch))
 
     def action_stop(self) -> None:
         row = self.selected_row()

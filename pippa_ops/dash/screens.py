@@ -21,9 +21,11 @@ KEYS = (
     ("enter", "select the run: curves, W&B link, log tail"),
     ("a", "attach to the run's tmux session (detach with C-b d to come back)"),
     ("l", "full output log of the selected run"),
+    ("w", "what the model wrote: the run's samples (p/n step, b/x best/worst)"),
     ("s", "stop the selected run (asks first)"),
     ("r", "reconnect unreachable hosts now"),
     ("e", "smooth the curves (EMA 0.6) or show them raw"),
+    ("f", "fleet view: a line per host (/ filter, i p n sort, enter opens)"),
     ("?", "this help"),
     ("q", "quit"),
 )

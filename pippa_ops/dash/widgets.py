@@ -14,8 +14,10 @@ from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
 from pippa_contract.termsafe import escape
+from pippa_ops.cli.table import Column, cut, fit
+from pippa_ops.dash.hostline import status_line
 from pippa_ops.monitor.state import PLOTTED, SLOT_KEYS, GpuState, HostState, RunDetail, RunRow
-from pippa_ops.runs.cost import cost_text
+from pippa_ops.runs.cost import money
 from pippa_ops.runs.curves import smooth, ticks_for_width
 from pippa_ops.runs.shortid import short_ids
 
@@ -32,6 +34,19 @@ TITLES = {
     "policy/token_accuracy": "SFT token accuracy",
     "game/invalid_rate": "games ended by an invalid move",
 }
+# What a narrow plot is titled (plotext draws no title at all where the whole one does not fit).
+SHORT_TITLES = {"completion length": "length", "grad norm": "grad", "DPO reward margin": "margin",
+                "DPO preference accuracy": "pref. acc", "SFT token accuracy": "token acc",
+                "games ended by an invalid move": "invalid"}  # fmt: skip
+Y_LABELS = 7  # columns plotext's y tick labels take, at most ("-0.512┤"): the title centres on the rest
+
+
+def plot_title(title: str, smoothing: float, width: int) -> str:
+    """The longest of the plot's titles that fits ``width`` (plotext centres a title on the canvas)."""
+    short = SHORT_TITLES.get(title, title)
+    ema = [f"{title} (EMA {smoothing:g})", f"{title} (EMA)", f"{short} (EMA)"] if smoothing > 0 else []
+    room = width - Y_LABELS - 2
+    return next((t for t in [*ema, title, short] if len(t) <= room), short)
 
 
 def sparkline(values: tuple[float, ...], width: int = SPARK, top: float = 100.0) -> str:
@@ -54,8 +69,9 @@ def _num(v: float | None, fmt: str, unit: str = "") -> str:
     return "n/a" if v is None else f"{v:{fmt}}{unit}"
 
 
-def gpu_line(g: GpuState) -> Text:
-    """One GPU: util %, util sparkline, memory used/total, memory sparkline, temperature, power."""
+def gpu_line(g: GpuState, width: int = 200) -> Text:
+    """One GPU in one line of at most ``width``: util %, util sparkline, memory used/total, memory
+    sparkline, temperature, power; the sparklines go (memory's first) where the line would wrap."""
     r = g.reading
     name = r.name.removeprefix("NVIDIA ")[:14]
     mem = (
@@ -63,13 +79,20 @@ def gpu_line(g: GpuState) -> Text:
         if r.mem_used_mib is not None and r.mem_total_mib is not None
         else "n/a"
     )
-    line = Text()
-    line.append(f"{r.index} {name:<14} ", style="bold")
-    line.append(f"{_num(r.util_pct, '3.0f', '%'):>4} ")
-    line.append(sparkline(g.util_history), style="green")
-    line.append(f" {mem:>10} ")
-    line.append(sparkline(g.mem_history), style="cyan")
-    line.append(f" {_num(r.temp_c, '.0f', '°C'):>4} {_num(r.power_w, '.0f', 'W'):>4}")
+    heat = f" {_num(r.temp_c, '.0f', '°C'):>4} {_num(r.power_w, '.0f', 'W'):>4}"
+    for util_spark, mem_spark in ((True, True), (True, False), (False, False)):
+        line = Text()
+        line.append(f"{r.index} {name:<14} ", style="bold")
+        line.append(f"{_num(r.util_pct, '3.0f', '%'):>4} ")
+        if util_spark:
+            line.append(sparkline(g.util_history), style="green")
+        line.append(f" {mem:>10}")
+        if mem_spark:
+            line.append(" ")
+            line.append(sparkline(g.mem_history), style="cyan")
+        line.append(heat)
+        if line.cell_len <= width:
+            break
     return line
 
 
@@ -96,11 +119,11 @@ def gpu_summary(gpus: tuple[GpuState, ...]) -> Text:
     return line
 
 
-def gpu_lines(h: HostState, *, collapse: bool, now: float | None = None) -> Text:
-    """A line per GPU, or a summary when room is short; a host that is down shows its last readings
-    dimmed, with their age."""
+def gpu_lines(h: HostState, *, collapse: bool, now: float | None = None, width: int = 200) -> Text:
+    """A line per GPU (each at most ``width``), or a summary when room is short; a host that is down
+    shows its last readings dimmed, with their age."""
     gpus = h.gpus or ()
-    text = gpu_summary(gpus) if collapse else Text("\n").join(gpu_line(g) for g in gpus)
+    text = gpu_summary(gpus) if collapse else Text("\n").join(gpu_line(g, width) for g in gpus)
     if h.link != "down":
         return text
     text.stylize("dim")
@@ -110,45 +133,40 @@ def gpu_lines(h: HostState, *, collapse: bool, now: float | None = None) -> Text
     return Text.assemble(text, Text(f"\n(last readings{age})", style="dim italic"))
 
 
-VERDICT_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
-
-
-def doctor_text(h: HostState, now: float | None = None) -> Text:
-    """`` · doctor fail 3h ago``: the host's last `pippa doctor` verdict and its age; empty without one."""
-    if h.doctor is None:
-        return Text("")
-    from pippa_ops.doctor import age
-
-    verdict, when = h.doctor
-    ago = age(max(0.0, (now if now is not None else time.time()) - when))
-    style = VERDICT_STYLE.get(verdict, "")
-    return Text.assemble((" · doctor ", "dim"), (escape(verdict), style), (f" {ago} ago", "dim"))
-
-
-def status_line(h: HostState, now: float | None = None) -> Text:
-    """Reachable or not, and why; plainly; then the last doctor verdict."""
-    line = _link_line(h)
-    return line if h.doctor is None else Text.assemble(line, doctor_text(h, now))
-
-
-def _link_line(h: HostState) -> Text:
-    if h.link == "down":
-        retry = f", retrying in {h.retry_in_s:.0f}s" if h.retry_in_s is not None else ""
-        return Text(f"✗ unreachable ({escape(h.reason or 'unknown')}){retry}", style="bold red")
-    if h.link == "connecting":
-        return Text("… connecting", style="yellow")
-    if h.gpus is None:
-        return Text("● up, waiting for nvidia-smi", style="green")
-    if not h.gpus:
-        return Text(f"● up, {h.gpu_note or 'no GPU'}", style="green")
-    return Text(f"● up, {len(h.gpus)} GPU{'s' if len(h.gpus) > 1 else ''}", style="green")
-
-
 def _fmt_elapsed(s: float | None) -> str:
     if s is None:
         return ""
     s = int(s)
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+# The run list's columns, fitted to the panel (cli.table.fit): a long state is cut with "…", then the
+# optional columns go (recipe first), so the numbers and ids that stay are never cut or scrolled off.
+RUN_COLUMNS = (
+    Column("state", flex=True, min_width=10),
+    Column("session", drop=1),  # what `pippa attach` takes: the last to go
+    Column("run"),
+    Column("step", drop=2, right=True),
+    Column("reward", drop=3, right=True),
+    Column("elapsed"),
+    Column("recipe/cmd", flex=True, drop=4),
+)
+
+
+def run_cells(runs: tuple[RunRow, ...]) -> list[list[str]]:
+    # Short ids (as `pippa ps` shows them, and every verb takes): a whole id does not fit a
+    # half-width panel, and a cut one is no use; the run pane's title shows the whole id.
+    names = short_ids([r.run_id for r in runs])
+    return [
+        [r.state, r.session or "-", names[r.run_id], "" if r.step is None else str(r.step),
+         "" if r.last_reward is None else f"{r.last_reward:.3f}",
+         _fmt_elapsed(r.elapsed_s) + ("" if r.cost is None else " " + money(r.cost, r.currency)), r.what]
+        for r in runs
+    ]  # fmt: skip
+
+
+def _is_running(r: RunRow) -> bool:
+    return r.state.startswith(("running", "queued", "pending", "starting"))
 
 
 class RunsTable(DataTable[Text]):
@@ -158,26 +176,39 @@ class RunsTable(DataTable[Text]):
         super().__init__(cursor_type="row", zebra_stripes=False, classes="runs")
         self.host = host
         self._shown: tuple[RunRow, ...] | None = None
+        self._width = 0  # the width the columns were fitted to
 
     def on_mount(self) -> None:
-        # state and session first: a half-width panel (120 columns) scrolls the rest off to the right.
-        self.add_columns("state", "session", "run", "step", "reward", "elapsed", "recipe/cmd")
+        self._fill(())
+
+    def on_resize(self) -> None:
+        if self.size.width != self._width and self._shown is not None:
+            self._fill(self._shown)
 
     def show(self, runs: tuple[RunRow, ...]) -> None:
         if runs == self._shown:
             return
+        first = not self._shown
+        self._fill(runs)
+        if first:  # the run to look at first is a running one, not merely the newest
+            running = next((i for i, r in enumerate(runs) if _is_running(r)), 0)
+            self.move_cursor(row=running, animate=False)
+
+    def _fill(self, runs: tuple[RunRow, ...]) -> None:
         selected = self.selected_run()
-        self._shown = runs
-        self.clear()
-        # Short ids (as `pippa ps` shows them, and every verb takes): a whole id does not fit a
-        # half-width panel, and a cut one is no use; the run pane's title shows the whole id.
-        names = short_ids([r.run_id for r in runs])
-        for r in runs:
-            reward = "" if r.last_reward is None else f"{r.last_reward:.3f}"
-            step = "" if r.step is None else str(r.step)
-            elapsed = _fmt_elapsed(r.elapsed_s) + cost_text(r.cost)
-            row = (r.state, r.session or "-", names[r.run_id], step, reward, elapsed, r.what)
-            self.add_row(*(Text(escape(c)) for c in row), key=r.run_id)  # host strings: no markup
+        self._shown, self._width = runs, self.size.width
+        rows = [[escape(c) for c in cells] for cells in run_cells(runs)]  # host strings: no markup
+        room = self.size.width or 200  # not laid out yet: fitted again on the first resize
+        if len(runs) + 1 > 8:  # .runs max-height: a vertical scrollbar takes its columns
+            room -= self.styles.scrollbar_size_vertical
+        keep, widths = fit(RUN_COLUMNS, rows, room - 2)  # a DataTable pads each cell by 1 each side
+        self.clear(columns=True)
+        for i in keep:
+            self.add_column(RUN_COLUMNS[i].name, width=widths[i])
+        for r, cells in zip(runs, rows, strict=True):
+            shown = [cut(cells[i], widths[i]) for i in keep]
+            self.add_row(*(Text(c.rjust(widths[i]) if RUN_COLUMNS[i].right else c)
+                           for c, i in zip(shown, keep, strict=True)), key=r.run_id)  # fmt: skip
         ids = [r.run_id for r in runs]
         if selected in ids:
             self.move_cursor(row=ids.index(selected), animate=False)
@@ -224,6 +255,11 @@ class HostPanel(Vertical):
         yield Static(classes="gpus")
         yield RunsTable(self.host)
 
+    def on_resize(self) -> None:
+        state, self._state = self._state, None
+        if state is not None:
+            self.show(state)  # the GPU lines fit the new width
+
     def show(self, state: HostState) -> None:
         if state == self._state:
             return
@@ -232,7 +268,8 @@ class HostPanel(Vertical):
         gpus = self.query_one(".gpus", Static)
         gpus.display = bool(state.gpus)
         if state.gpus:
-            gpus.update(gpu_lines(state, collapse=len(state.gpus) > gpu_rows_room(self.app.size.height)))
+            collapse = len(state.gpus) > gpu_rows_room(self.app.size.height)
+            gpus.update(gpu_lines(state, collapse=collapse, width=self.content_size.width or 200))
         self.set_class(state.link == "down", "down")
         self.query_one(RunsTable).show(state.runs)
 
@@ -246,6 +283,7 @@ class MetricPlot(PlotextPlot):
         self._points: Points | None = None
         self._smoothing = 0.0
         self._steps: tuple[int, int] | None = None  # the x range, ticked at render time (width known)
+        self._title = TITLES[key]  # titled at render time too
         self.flat_ticks: list[float] | None = None  # the y ticks of a flat curve (round numbers)
 
     def show(
@@ -256,7 +294,7 @@ class MetricPlot(PlotextPlot):
         self._points, self._smoothing = points, smoothing
         plt = self.plt
         plt.clear_data()
-        plt.title(TITLES[key or self.key] + (f" (EMA {smoothing:g})" if smoothing > 0 else ""))
+        self._title = TITLES[key or self.key]
         steps = [p[0] for p in points] + [p[0] for pts in evals.values() for p in pts]
         self.flat_ticks = None
         if points:
@@ -274,6 +312,7 @@ class MetricPlot(PlotextPlot):
         self.refresh()
 
     def render(self) -> RenderResult:
+        self.plt.title(plot_title(self._title, self._smoothing, self.size.width))
         if self._steps is not None:
             ticks = ticks_for_width(*self._steps, self.size.width)
             self.plt.xticks([float(t) for t in ticks], [str(t) for t in ticks])
@@ -297,7 +336,13 @@ class RunView(Vertical):
         with Grid(id="plots"):
             for key in PLOTTED:
                 yield MetricPlot(key)
+        yield Static("", id="run-sample", markup=False)  # the newest sample's first line (key w: all)
         yield LogTailView(id="log-tail")
+
+    def show_sample_line(self, line: str) -> None:
+        sample = self.query_one("#run-sample", Static)
+        sample.update(line)
+        sample.display = bool(line)
 
     def show(self, detail: RunDetail | None, row: RunRow | None, smoothing: float = 0.0) -> None:
         title = self.query_one("#run-title", Static)
@@ -306,6 +351,7 @@ class RunView(Vertical):
         if detail is None:
             title.update("No run selected: move to a run with ↑/↓ and press enter.")
             plots.display = False
+            self.show_sample_line("")
             log.lines = ()
             return
         head = Text()

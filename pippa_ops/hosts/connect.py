@@ -12,10 +12,11 @@ known_hosts with strict checking, so both paths trust exactly the same keys.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pippa_ops.hosts.endpoint import endpoint, target
-from pippa_ops.hosts.inventory import HostSpec, known_hosts_path, resolve, ssh_config_path
+from pippa_ops.hosts.inventory import HostSpec, known_hosts_path, resolve, ssh_config_path, ssh_dir
 from pippa_ops.transport.base import LocalTransport, Transport
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def open_transport(spec: HostSpec, *, accept_new: bool = False) -> Transport:
         from pippa_ops.transport import keeper_client
 
         if keeper_client.reuse_enabled():
-            return keeper_client.KeeperTransport(endpoint(spec), accept_new=accept_new)
+            return reuse.keeper().transport(endpoint(spec), accept_new=accept_new)
     return direct_transport(spec, accept_new=accept_new)
 
 
@@ -51,6 +52,13 @@ def connect(name: str, *, accept_new: bool = False) -> tuple[HostSpec, Transport
     """Resolve ``name`` and open its transport (lazily)."""
     spec = resolve(name)
     return spec, open_transport(spec, accept_new=accept_new)
+
+
+DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")  # what paramiko's look_for_keys tries, that exist
+
+
+def default_identities() -> list[Path]:
+    return [p for p in (ssh_dir() / name for name in DEFAULT_KEYS) if p.is_file()]
 
 
 def ssh_argv(spec: HostSpec, *, tty: bool = True) -> list[str]:
@@ -71,8 +79,13 @@ def ssh_argv(spec: HostSpec, *, tty: bool = True) -> list[str]:
     ]  # fmt: skip
     if ep.user:
         argv += ["-l", ep.user]
-    for identity in ep.identity_files:
+    # The keys pippa (paramiko) uses: the ones resolved for the host, only those; else the default
+    # ones in pippa's ~/.ssh ($HOME's), which the system ssh would look for in the passwd home instead.
+    identities = list(ep.identity_files) or [str(p) for p in default_identities()]
+    for identity in identities:
         argv += ["-i", identity]
+    if ep.identity_files:
+        argv += ["-o", "IdentitiesOnly=yes"]
     if ep.proxy_jump:
         argv += ["-J", ep.proxy_jump]
     if tty:

@@ -19,19 +19,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pippa_contract.secrets import SECRETS_PATH as SECRETS_PATH  # outside the synced tree
 from pippa_ops.alerts.settings import FIELDS as ALERT_FIELDS
 from pippa_ops.alerts.settings import alert_settings
 from pippa_ops.errors import UnknownHost, UsageError, did_you_mean
 from pippa_ops.hosts.scheduler import SlurmSpec, scheduler_setting
 from pippa_ops.repo import fallback_root, team_inventory_path
 from pippa_ops.transport.shell import NAME_RE, validate_env_key
+from pippa_ops.transport.sshconfig import (
+    SSHConfigProvider,
+    SSHConfigSource,
+    read_ssh_config,
+    ssh_aliases,
+    ssh_config_path,
+)
 from pippa_ops.transport.sshconfig import known_hosts_path as known_hosts_path  # re-exported
-from pippa_ops.transport.sshconfig import read_ssh_config, ssh_aliases, ssh_config_path
 from pippa_ops.transport.sshconfig import ssh_dir as ssh_dir  # re-exported
 
 if TYPE_CHECKING:
-    import paramiko
+    pass
 
 DEFAULT_REMOTE_DIR = "~/pippa"
 DEFAULT_SECRETS = ("WANDB_API_KEY", "WANDB_ENTITY", "WANDB_PROJECT", "HF_TOKEN")
@@ -67,6 +72,7 @@ class HostSpec:
     idle_threshold: float = 5.0
     cost_per_hour: float | None = None
     cost_per_gpu_hour: float | None = None
+    currency: str = "$"  # what the rate is in: an ISO code ("USD", "EUR") or a symbol (runs.cost.money)
     gpus: int | None = None  # how many GPUs the box should have (`pippa doctor` fails it with fewer)
 
     @property
@@ -98,18 +104,17 @@ def personal_inventory_path() -> Path:
     return Path(config_home) / "pippa" / "hosts.toml"
 
 
-def load_ssh_config(addresses: tuple[str, ...] = ()) -> paramiko.SSHConfig:
-    """~/.ssh/config as paramiko reads it: from the connection keeper when one answers (so a warm
-    command never imports paramiko), else read here (``local`` never needs it). ``addresses``: what
-    the keeper looks up in the same answer (a host's endpoint looks up its address)."""
+def load_ssh_config(addresses: tuple[str, ...] = ()) -> SSHConfigSource:
+    """~/.ssh/config: from the connection keeper when one answers (so a warm command never imports
+    paramiko), else read here (``local`` never needs it). ``addresses``: what the keeper looks up in
+    the same answer (a host's endpoint looks up its address)."""
     from pippa_ops.transport import reuse
 
     if reuse.requested():
-        from pippa_ops.transport.keeper_client import kept_ssh_config
-
-        kept = kept_ssh_config(addresses)
+        provider: SSHConfigProvider = reuse.keeper()
+        kept = provider.ssh_config(addresses)
         if kept is not None:
-            return kept  # type: ignore[return-value]
+            return kept
     return read_ssh_config()
 
 
@@ -202,7 +207,7 @@ def _check_address(address: str, where: str) -> None:
         raise UsageError(f"{where}: invalid address {address!r}")
 
 
-def ssh_alias_fields(config: paramiko.SSHConfig, alias: str) -> dict[str, Any]:
+def ssh_alias_fields(config: SSHConfigSource, alias: str) -> dict[str, Any]:
     """The connection fields ~/.ssh/config sets for ``alias`` (only those it sets)."""
     found = config.lookup(alias)
     out: dict[str, Any] = {}
@@ -273,7 +278,7 @@ def local_spec(repo: Path | None = None) -> HostSpec:
     return HostSpec(name=LOCAL, remote_dir=str(repo or fallback_root()), source="local")
 
 
-def alias_spec(config: paramiko.SSHConfig, name: str) -> HostSpec:
+def alias_spec(config: SSHConfigSource, name: str) -> HostSpec:
     """A host known only as an alias of ~/.ssh/config."""
     fields = ssh_alias_fields(config, name)
     return HostSpec(

@@ -14,9 +14,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pippa_contract import rundir as rd
+from pippa_contract import verbs
 from pippa_contract.rundir import RunDir
 from pippa_ops.errors import (
     AuthFailed,
@@ -30,7 +31,7 @@ from pippa_ops.gpu import Gpu, GpuStream
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.monitor.state import (
-    DoctorSeen,
+    DoctorRead,
     GpuSampled,
     GpuState,
     HostEvent,
@@ -48,10 +49,14 @@ from pippa_ops.runs.cost import Prices
 from pippa_ops.runs.follow import Follower
 from pippa_ops.runs.launch import stop
 from pippa_ops.runs.listing import RunRecord, list_runs
+from pippa_ops.transport import agent_client
 from pippa_ops.transport._paramiko import paramiko
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.retry import retry_delay
 from pippa_ops.transport.shell import validate_name
+
+if TYPE_CHECKING:
+    from pippa_contract.messages import SamplesAnswer, SamplesRequest
 
 __all__ = [
     "Gpu", "GpuSampled", "GpuState", "HostEvent", "HostMonitor", "HostState", "LinkChanged",
@@ -63,6 +68,9 @@ Emit = Callable[[HostEvent | RunUpdated], None]
 Sink = Callable[[bytes], None]
 RUNS_EVERY_S = 3.0  # the run list is refreshed this often (after the previous poll finished)
 DOCTOR_EVERY_S = 300.0  # the last doctor verdict: it changes only when `pippa doctor` or `up` runs
+# A host off screen (the fleet view scrolled past it, or filtered out) is sampled slowly: what is not
+# drawn is not worth a core; it comes back to the full rate as soon as it is visible again.
+OFFSCREEN_GPU_S, OFFSCREEN_RUNS_S = 8.0, 15.0
 LOST = (HostUnreachable, AuthFailed, HostKeyRejected, OSError, EOFError, TimeoutError, paramiko.SSHException)
 
 
@@ -76,9 +84,11 @@ class Monitor(Protocol):
     def follow(self, run_id: str, emit: Emit) -> None: ...
     def select(self, run_id: str | None) -> None: ...
     def follow_log(self, run_id: str, sink: Sink, cancelled: Callable[[], bool]) -> None: ...
+    def samples(self, run_id: str, request: SamplesRequest) -> SamplesAnswer: ...
     def stop_run(self, run_id: str) -> str: ...
     def reconnect_now(self) -> None: ...
     def set_shown(self, shown: bool) -> None: ...
+    def set_visible(self, visible: bool) -> None: ...
     def close(self) -> None: ...
 
 
@@ -95,7 +105,8 @@ def indexed(g: Gpu, position: int) -> Gpu:
 
 def run_row(r: RunRecord, now: float) -> RunRow:
     elapsed = r.duration_s if r.duration_s is not None else (now - r.started if r.started else None)
-    return RunRow(r.run_id, r.label, r.state_text, r.session, r.last_step, r.last_reward, elapsed, r.cost)
+    return RunRow(r.run_id, r.label, r.state_text, r.session, r.last_step, r.last_reward, elapsed, r.cost,
+                  r.currency)
 
 
 class HostMonitor:
@@ -116,6 +127,8 @@ class HostMonitor:
         self._opener = opener or open_transport
         self._transport: Transport | None = None
         self._up, self._closed, self._wake, self._lost = (threading.Event() for _ in range(4))
+        self._restart, self._poll_now = threading.Event(), threading.Event()
+        self._rates = (interval_s, runs_every_s)  # on screen; off screen: OFFSCREEN_*
         self._lock = threading.Lock()
         self._selected: str | None = None
         self._followers: list[Follower] = []
@@ -185,6 +198,9 @@ class HostMonitor:
                     self.lose(e)
             if self._closed.is_set():
                 return
+            if self._restart.is_set() and not self._lost.is_set():
+                self._restart.clear()  # the rate changed: the same connection, a new stream
+                continue
             self._wait_retry(emit, getattr(self, "_lost_reason", "connection lost"), retry_delay(0))
 
     def _gpu_samples(self, t: Transport, emit: Emit) -> None:
@@ -201,7 +217,7 @@ class HostMonitor:
                 emit(GpuSampled(self.name, readings, time.time()))
         except ToolMissing as e:
             self._no_gpu = f"no GPU ({reason_of(e).removeprefix('no NVIDIA GPU (').rstrip(')')})"
-        if self._lost.is_set() or self._closed.is_set():
+        if self._lost.is_set() or self._closed.is_set() or self._restart.is_set():
             return
         if not got:  # no GPU here: keep the connection; the pollers notice if it dies
             emit(GpuSampled(self.name, (), None, self._no_gpu or "no GPU (nvidia-smi gave no sample)"))
@@ -234,15 +250,18 @@ class HostMonitor:
                 except LOST as e:
                     self.lose(e)
                     continue
-            self._closed.wait(self.runs_every_s)
+            self._poll_now.wait(self.runs_every_s)
+            self._poll_now.clear()
 
     def _last_doctor(self, t: Transport, emit: Emit) -> None:
         """The host's newest doctor verdict and its time (the ``doctor_history`` verb), when it has one."""
         from pippa_ops.doctor import last_summary
 
         found = last_summary(self.spec, t)
-        if found and isinstance(found.get("verdict"), str) and isinstance(found.get("time"), int | float):
-            emit(DoctorSeen(self.name, str(found["verdict"]), float(found["time"])))  # type: ignore[arg-type]
+        if found and isinstance(found.get("verdict"), str):
+            when = found.get("time")
+            stamp = float(when) if isinstance(when, int | float) else None
+            emit(DoctorRead(self.name, str(found["verdict"]), stamp))
 
     def select(self, run_id: str | None) -> None:
         """Follow ``run_id`` from now on; stop following the previous run (its stream closes)."""
@@ -327,6 +346,15 @@ class HostMonitor:
         except LOST:
             sink(b"\n(connection lost)\n")
 
+    def samples(self, run_id: str, request: SamplesRequest) -> SamplesAnswer:
+        """What the model wrote in run ``run_id`` (``verbs.samples``: one request, read from the file's
+        end on the host); raises HostUnreachable while the host is down."""
+        t = self._live()
+        if t is None:
+            raise HostUnreachable(f"{self.name} is unreachable")
+        req: SamplesRequest = {**request, "remote_dir": self.spec.remote_dir, "name": run_id}
+        return verbs.samples(agent_client.Once(t), req)
+
     def stop_run(self, run_id: str) -> str:
         t = self._live()
         if t is None:
@@ -345,7 +373,24 @@ class HostMonitor:
         """Whether the run list is on screen; while it is not, it is not polled."""
         (self._shown.set if shown else self._shown.clear)()
 
+    def set_visible(self, visible: bool) -> None:
+        """On screen: the full rate; off screen: GPU every OFFSCREEN_GPU_S, runs every OFFSCREEN_RUNS_S.
+        The GPU stream restarts at the new rate on the same connection; a host that comes into view
+        is polled at once."""
+        gpu_s, runs_s = self._rates if visible else (OFFSCREEN_GPU_S, OFFSCREEN_RUNS_S)
+        if (gpu_s, runs_s) == (self.interval_s, self.runs_every_s):
+            return
+        self.interval_s, self.runs_every_s = gpu_s, runs_s
+        with self._lock:
+            stream = self._gpu_stream
+        if stream is not None:
+            self._restart.set()
+            stream.close()
+        if visible:
+            self._poll_now.set()
+
     def close(self) -> None:
+        self._poll_now.set()
         self._closed.set()
         self._wake.set()
         self._lost.set()

@@ -55,6 +55,7 @@ class RunRow:
     last_reward: float | None = None
     elapsed_s: float | None = None
     cost: float | None = None  # so far, at the host's rate (pippa_ops.runs.cost); None: no rate
+    currency: str | None = None  # the rate's currency (HostSpec.currency)
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,8 @@ class HostState:
     gpu_note: str | None = None  # e.g. "no GPU (nvidia-smi not found)"
     sample_time: float | None = None  # host-side timestamp of the latest GPU sample (unix s)
     runs: tuple[RunRow, ...] = ()
-    doctor: tuple[str, float] | None = None  # the host's last `pippa doctor` (verdict, unix s), if any
+    doctor: str | None = None  # the last `pippa doctor` verdict (ok / warn / fail); None: none known
+    doctor_time: float | None = None  # when that doctor ran (the host's unix s)
 
 
 @dataclass(frozen=True)
@@ -115,15 +117,15 @@ class RunUpdated:
 
 
 @dataclass(frozen=True)
-class DoctorSeen:
-    """The host's newest stored `pippa doctor` result (pippa_ops.doctor.last_summary)."""
+class DoctorRead:
+    """The host's last doctor verdict and when it ran, read from its doctor results (None: it has none)."""
 
     host: str
-    verdict: str
-    time: float
+    verdict: str | None
+    time: float | None = None
 
 
-HostEvent = LinkChanged | GpuSampled | RunsListed | DoctorSeen
+HostEvent = LinkChanged | GpuSampled | RunsListed | DoctorRead
 
 
 def ended_runs(before: tuple[RunRow, ...], after: tuple[RunRow, ...]) -> list[RunRow]:
@@ -143,6 +145,8 @@ def apply(state: HostState, event: HostEvent) -> HostState:
     """Fold one event into a host's state (pure: the same inputs always draw the same screen)."""
     if isinstance(event, LinkChanged):
         return replace(state, link=event.link, reason=event.reason, retry_in_s=event.retry_in_s)
+    if isinstance(event, DoctorRead):
+        return replace(state, doctor=event.verdict, doctor_time=event.time)
     if isinstance(event, GpuSampled):
         old = {g.reading.index: g for g in state.gpus or ()}
         gpus = []
@@ -160,8 +164,6 @@ def apply(state: HostState, event: HostEvent) -> HostState:
             gpu_note=event.note,
             sample_time=event.time,
         )
-    if isinstance(event, DoctorSeen):
-        return replace(state, doctor=(event.verdict, event.time))
     return replace(state, runs=event.runs)
 
 

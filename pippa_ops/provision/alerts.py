@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pippa_contract import verbs
-from pippa_contract.alerts import DEFAULT_IDLE_THRESHOLD, format_elapsed
+from pippa_contract.alerts import DEFAULT_IDLE_THRESHOLD, format_elapsed, money
 from pippa_contract.alerts import TARGET as TARGET
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR, ALERTS_PROGRAM
 from pippa_contract.termsafe import escape
@@ -42,6 +42,7 @@ def host_config(
         "gpus": gpus or None,
         "cost_per_hour": spec.cost_per_hour,
         "cost_per_gpu_hour": spec.cost_per_gpu_hour,
+        "currency": spec.currency,
         "idle_alert_s": spec.idle_alert_s,
         "idle_threshold": spec.idle_threshold,
         "fault_watch": configured,
@@ -145,6 +146,7 @@ def with_rate(status: dict[str, Any] | None, spec: HostSpec) -> dict[str, Any] |
         **(status or {}),
         "cost_per_hour": spec.cost_per_hour,
         "cost_per_gpu_hour": spec.cost_per_gpu_hour,
+        "currency": spec.currency,
     }
 
 
@@ -152,9 +154,9 @@ def status_line(status: dict[str, Any]) -> str:
     """One line for `pippa hosts`: alerts on/off, rate, idle watcher and idle time, delivery failures."""
     parts = ["alerts on" if status.get("configured") else "alerts off"]
     if status.get("cost_per_hour") is not None:
-        parts.append(f"{status['cost_per_hour']:g}/h")
+        parts.append(f"{money(status['cost_per_hour'], status.get('currency'))}/h")
     elif status.get("cost_per_gpu_hour") is not None:
-        parts.append(f"{status['cost_per_gpu_hour']:g}/GPU-h")
+        parts.append(f"{money(status['cost_per_gpu_hour'], status.get('currency'))}/GPU-h")
     if status.get("watcher"):
         idle = status.get("idle_s")
         since = f", GPUs idle {format_elapsed(idle)}" if isinstance(idle, int | float) else ""

@@ -14,8 +14,7 @@ from pathlib import Path
 from dotenv import dotenv_values
 
 from pippa_contract import verbs
-from pippa_contract.secrets import format_secrets
-from pippa_ops.hosts.inventory import SECRETS_PATH
+from pippa_contract.secrets import SECRETS_PATH, format_secrets
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import validate_env_key

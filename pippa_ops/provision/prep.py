@@ -22,8 +22,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pippa_contract import cgroupdeleg, verbs
+from pippa_contract.runfacts import reason_line
 from pippa_ops.doctor import check_host, last_summary
-from pippa_ops.errors import HostUnreachable, PippaError, RemoteCommandFailed, ToolMissing
+from pippa_ops.errors import HostUnreachable, PippaError, RemoteCommandFailed, ToolMissing, refused_as
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.provision import alerts
@@ -205,11 +206,12 @@ def run_streamed(transport: Transport, line: str, emit: Emit, what: str) -> None
         proc.close_stdin()
         while raw := proc.readline():
             text = raw.decode(errors="replace").rstrip("\n")
-            tail = [*tail[-4:], text]
+            tail = [*tail[-39:], text]
             emit(text)
         status = proc.wait()
     if status != 0:
-        last = next((t for t in reversed(tail) if t.strip()), "no output")
+        # the line that says why (uv's `error:` above its `hint:` lines), as `ps` picks a run's reason
+        last = reason_line(tail) or "no output"
         raise RemoteCommandFailed(f"{transport.name}: {what} failed with exit status {status}: {last}")
 
 
@@ -321,6 +323,7 @@ class HostRow:
     origins: dict[str, str] = field(default_factory=dict)  # field -> hosts.toml | ssh_config | pippa.toml
     python_missing: str | None = None  # the host's python setting, when the host has no such program
     alerts: dict[str, object] | None = None  # the host's alerts status (pippa_agent.alerts status)
+    down_as: str = "down"  # not up: "key unknown" (it answered), "auth failed", ... (errors.refused_as)
     doctor: dict[str, object] | None = None  # its last `pippa doctor` verdict (pippa_ops.doctor.last_summary)
 
     def to_json(self) -> dict[str, object]:
@@ -371,6 +374,7 @@ def survey(
                 origins=dict(spec.origins),
                 python_missing=spec.python if spec.name in missing else None,
                 alerts=None if isinstance(res, PippaError) else alerts.with_rate(res[1], spec),
+                down_as=(refused_as(res) or "down") if isinstance(res, PippaError) else "down",
                 doctor=None if isinstance(res, PippaError) else res[2],
             )
         )

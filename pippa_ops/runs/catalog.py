@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pippa_contract import rundir as rd
-from pippa_contract import verbs
+from pippa_contract import states, verbs
 from pippa_contract.runfacts import run_facts
 from pippa_ops.errors import PippaError, UsageError
 from pippa_ops.fanout import fan_out
@@ -107,7 +107,7 @@ def pulled_infos(root: Path) -> list[RunInfo]:
         answer = {"now": time.time(), "sessions": "", "runs": facts}
         for info in infos_from_answer(host_dir.name, answer):
             rec = info.record
-            if rec.state == "lost":  # no exit code in the copy and no session to ask
+            if rec.state == states.LOST:  # no exit code in the copy and no session to ask
                 rec = replace(rec, state="pulled", duration_s=None)
             out.append(replace(info, record=rec, pulled=str(host_dir / rec.run_id)))
     return out

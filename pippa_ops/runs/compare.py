@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pippa_contract import rundir as rd
@@ -32,6 +32,7 @@ class LoadedRun:
     where: str
     curves: Curves
     cost: float | None = None  # so far, at its host's rate (pippa_ops.runs.cost); None: no rate or a copy
+    currency: str | None = None  # the rate's currency (HostSpec.currency)
 
     def summary(self) -> dict[str, Any]:
         reward = self.curves.series("reward/mean")
@@ -43,6 +44,7 @@ class LoadedRun:
             "final_eval": evals or None,
             "end": self.curves.end,
             "cost": self.cost,
+            "currency": self.currency,
         }
 
 
@@ -82,7 +84,8 @@ def load_runs(names: Sequence[str], root: Path, host: str | None = None) -> list
                     path = RunDir(spec.remote_dir, rec.run_id).metrics
                     data = read_all(transport, path)
                     loaded[name] = LoadedRun(
-                        rec.run_id, spec.name, "host", f"{h}:{path}", parse_metrics(data), rec.cost
+                        rec.run_id, spec.name, "host", f"{h}:{path}", parse_metrics(data), rec.cost,
+                        rec.currency,
                     )
     return [loaded[n] for n in names]
 
@@ -96,10 +99,30 @@ def metric_points(runs: Sequence[LoadedRun], metric: str) -> dict[str, Points]:
 FACTS_PREFIX = "platform.facts."
 
 
+def legend_labels(runs: Sequence[LoadedRun]) -> dict[str, str]:
+    """What a plot calls each run: its recipe and its short id (``tiny a3f9``), as ``ps`` names runs;
+    a whole run id in a legend is mostly its date."""
+    from pippa_ops.runs.shortid import short_ids
+
+    short = short_ids([r.run_id for r in runs])
+    return {r.run_id: f"{r.curves.recipe or 'cmd'} {short[r.run_id]}" for r in runs}
+
+
+def _from_root(config: dict[str, Any]) -> dict[str, Any]:
+    """The config with ``recipe_path`` relative to the project root (``recipes/tiny.toml``): the host's
+    absolute path differs with its home directory, not with the recipe."""
+    path = config.get("recipe_path")
+    if not isinstance(path, str) or "recipes" not in PurePosixPath(path).parts:
+        return config
+    parts = PurePosixPath(path).parts
+    at = len(parts) - 1 - parts[::-1].index("recipes")
+    return {**config, "recipe_path": str(PurePosixPath(*parts[at:]))}
+
+
 def differing_config(runs: Sequence[LoadedRun], *, with_facts: bool = False) -> dict[str, dict[str, Any]]:
     """Config keys that differ between the runs (the recipe name included; the platform's detected
     facts only ``with_facts``)."""
-    diff = config_diff({r.run_id: {"recipe": r.curves.recipe, **r.curves.config} for r in runs})
+    diff = config_diff({r.run_id: {"recipe": r.curves.recipe, **_from_root(r.curves.config)} for r in runs})
     return {k: v for k, v in diff.items() if with_facts or not k.startswith(FACTS_PREFIX)}
 
 

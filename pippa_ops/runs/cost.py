@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from pippa_contract.alerts import cost_so_far, run_gpus
+from pippa_contract.alerts import money as money  # re-exported: how a cost reads
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.follow import read_all
@@ -55,18 +56,14 @@ def priced(spec: HostSpec, runs: HostRuns, gpu_count: Callable[[], int | None]) 
     if not has_rate(spec) or not runs.runs:
         return runs
     gpus = gpu_count() if any(needs_host_gpus(spec, r) for r in runs.runs) else None
-    return replace(runs, runs=tuple(replace(r, cost=run_cost(spec, r, gpus)) for r in runs.runs))
+    return replace(
+        runs, runs=tuple(replace(r, cost=run_cost(spec, r, gpus), currency=spec.currency) for r in runs.runs)
+    )
 
 
 def priced_on(spec: HostSpec, transport: Transport, runs: HostRuns) -> HostRuns:
     """``priced`` with the host's GPU count read from the host (over ``transport``) when needed."""
     return priced(spec, runs, lambda: host_gpus(transport))
-
-
-def cost_text(cost: float | None) -> str:
-    """What a table adds after a run's duration: `` (4.80)`` in the host's currency; nothing without a
-    rate."""
-    return "" if cost is None else f" ({cost:.2f})"
 
 
 class Prices:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pippa_contract import states
 from pippa_contract.names import new_run_id
 from pippa_contract.rundir import RunDir
 from pippa_ops.errors import BadSetting, NotResumable, RunStillActive
@@ -76,6 +77,15 @@ def attach_argv(spec: HostSpec, session: str, *, switch_client: bool = False) ->
     return [*ssh_argv(spec), join(tmux_attach_argv(session))]
 
 
+_LAUNCH_FLAGS = {"launch.gpus": "--gpus", "launch.processes": "--processes", "launch.strategy": "--strategy"}
+
+
+def _flags_of(sets: Sequence[str]) -> str:
+    """The options the user typed that became ``sets`` (--gpus is launch.gpus=...), for a refusal."""
+    flags = dict.fromkeys(_LAUNCH_FLAGS.get(s.partition("=")[0].strip(), "--set") for s in sets)
+    return "/".join(flags)
+
+
 def launch_sets(gpus: str | None, processes: int | None, strategy: str | None) -> list[str]:
     """``--gpus/--processes/--strategy`` as the recipe settings they stand for (the trainer checks them)."""
     out = []
@@ -103,7 +113,7 @@ def plan_jobs(
         if recipes:
             raise BadSetting("give recipes or --cmd, not both")
         if parsed:
-            raise BadSetting("--set applies to recipes, not to --cmd")
+            raise BadSetting(f"{_flags_of(sets)} applies to recipes, not to --cmd")
         return [cmd_job(new_run_id("cmd", now), command)]
     for name in recipes:
         check_recipe(name)
@@ -201,7 +211,7 @@ def resume(
                 f"{spec.name}: run {run.run_id} is still {run.state} in session {run.session}; "
                 f"nothing to resume (pippa stop {run.run_id} first to restart it)"
             )
-        if run.state == "finished":
+        if run.state == states.FINISHED:
             raise NotResumable(f"{spec.name}: run {run.run_id} finished (exit 0): nothing to resume")
         if run.recipe is None:
             raise NotResumable(

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pippa_contract import attempts as attempts_json
-from pippa_contract import runpick, verbs
+from pippa_contract import failures as fc
+from pippa_contract import runpick, states, verbs
 from pippa_contract.states import ACTIVE
 from pippa_contract.states import derive_state as derive_state  # the states, as tests and callers read them
 from pippa_contract.states import slurm_state as slurm_state
@@ -53,11 +54,17 @@ class RunRecord:
     job_id: str | None = None  # the SLURM job of a run on a SLURM host (None: a tmux run)
     slurm_state: str | None = None  # squeue/scontrol's state and reason, e.g. "PENDING (Resources)"
     cost: float | None = None  # so far, at the host's rate (pippa_ops.runs.cost); None: no rate
+    currency: str | None = None  # the rate's currency (HostSpec.currency) where there is a cost
     attempt: int | None = None  # a supervised run (--retry, --stall-timeout): its attempt now (1-based)
     max_attempts: int | None = None
     retry_in_s: float | None = None  # waiting before the next attempt: seconds left
+    attempts_doc: dict[str, Any] | None = None  # attempts.json as the supervisor wrote it (pippa why)
+    moved_to: str | None = None  # the host it moved to (pippa resume --on): it goes on there
+    failure: str | None = None  # its last attempt's failure class and reason, as ps says it (below)
     recording: bool = False  # going on, and its trainer wrote its metrics header: start-up is over
     last_line: str | None = None  # going on with no metrics yet: its output's last line (start-up)
+    warning: str | None = None  # the alarms the trainer raised (pippa_contract.alarms.warning)
+    samples_step: int | None = None  # the sampled step to read for the first alarm
 
     @property
     def label(self) -> str:
@@ -69,16 +76,22 @@ class RunRecord:
 
     @property
     def state_text(self) -> str:
+        if self.state == states.MOVED and self.moved_to:
+            return f"moved to {self.moved_to}"
+        if self.failure and not self.active:  # stalled (no new metrics line for 15m), oom (...), lost, ...
+            many = self.attempt is not None and self.attempt > 1
+            return self.failure + (f" after {self.attempt} attempts" if many else "")
         if self.attempt is not None and self.max_attempts is not None and self.max_attempts > 1:
-            if self.state == "running" and self.retry_in_s is not None:
+            if self.state == states.RUNNING and self.retry_in_s is not None:
                 return f"running (attempt {self.attempt + 1}/{self.max_attempts} in {self.retry_in_s:.0f}s)"
-            if self.state == "running":
+            if self.state == states.RUNNING:
                 return f"running (attempt {self.attempt}/{self.max_attempts})"
-            if self.state in ("failed", "diverged") and self.attempt > 1 and self.exit_code is not None:
+            ended_badly = self.state in (states.FAILED, states.DIVERGED)
+            if ended_badly and self.attempt > 1 and self.exit_code is not None:
                 return f"{self.state} after {self.attempt} attempts (exit {self.exit_code})"
-        if self.state == "diverged":
+        if self.state == states.DIVERGED:
             return self.state
-        if self.state in ("finished", "failed", "stopped") and self.exit_code is not None:
+        if self.state in (states.FINISHED, states.FAILED, states.STOPPED) and self.exit_code is not None:
             return f"{self.state} (exit {self.exit_code})"
         if self.slurm_state and self.exit_code is None:
             return f"{self.state} ({self.slurm_state})"  # e.g. "queued (PENDING (Resources))"
@@ -133,11 +146,12 @@ def _record(
         sstate = str(job.get("state") or "")
         reason = str(job.get("reason") or "")
         job_state = f"{sstate} ({reason})" if reason and reason != "None" else sstate or None
-    if ended is None and state in ("killed", "lost"):
+    if ended is None and state in (states.KILLED, states.LOST):
         ended = _num(raw.get("log_time"))
     duration = None
-    if started_host is not None:
-        duration = max(0.0, (ended if ended is not None else now) - started_host)
+    if started_host is not None:  # this stretch, and the stretches before its resumes (run.json past_s)
+        past = _num(meta.get("past_s")) or 0.0
+        duration = past + max(0.0, (ended if ended is not None else now) - started_host)
     steps = raw.get("steps")
     step, reward = _last_step(steps if isinstance(steps, list) else [])
     error = None
@@ -145,7 +159,7 @@ def _record(
         from_metrics = end.get("error") if isinstance(end, dict) else None
         from_attempt = attempts["reason"] if attempts and attempts["attempt"] > 1 else None
         error = str(from_attempt or from_metrics or raw.get("error") or "") or None
-    elif state == "failed" and job_state:
+    elif state == states.FAILED and job_state:
         error = f"SLURM job {job_state}"  # the job ended before its script could record why
     raw_sync = meta.get("sync")
     sync: dict[str, Any] = raw_sync if isinstance(raw_sync, dict) else {}
@@ -174,15 +188,42 @@ def _record(
         slurm_state=job_state,
         attempt=attempts["attempt"] if attempts else None,
         max_attempts=attempts["max_attempts"] if attempts else None,
-        retry_in_s=_retry_in(attempts, now) if attempts and state == "running" else None,
+        retry_in_s=_retry_in(attempts, now) if attempts and state == states.RUNNING else None,
+        attempts_doc=raw["attempts"] if isinstance(raw.get("attempts"), dict) else None,
+        moved_to=str(raw["moved_to"]) if raw.get("moved_to") else None,
+        failure=_failure(raw.get("attempts")),
         recording=_recording(raw.get("metrics_size"), end),
         last_line=str(raw["last_line"]) if raw.get("last_line") else None,
+        **_alarm_fields(raw.get("alarms")),
     )
+
+
+def _failure(doc: object) -> str | None:
+    """``stalled (no new metrics line for 15m)``: the last attempt's class where it says more than the
+    state does (a crash, a stop, a divergence and a success are the state's own words)."""
+    attempts = doc.get("attempts") if isinstance(doc, dict) else None
+    last = attempts[-1] if isinstance(attempts, list) and attempts and isinstance(attempts[-1], dict) else {}
+    cls = last.get("class")
+    if not isinstance(cls, str) or cls in (fc.COMPLETED, fc.CRASH, fc.STOPPED, fc.DIVERGED, fc.LOST):
+        return None
+    reason = last.get("reason")
+    return fc.label(cls, str(reason) if reason else None)
 
 
 def _recording(metrics_size: object, end: object) -> bool:
     """A run's metrics.jsonl has begun (its header or a step) and has not ended."""
     return isinstance(metrics_size, int) and metrics_size > 0 and not isinstance(end, dict)
+
+
+def _alarm_fields(alarms: Any) -> dict[str, Any]:
+    """``warning`` and ``samples_step`` of a run's alarms (runfacts' ``alarms``), if it has any."""
+    from pippa_contract.alarms import warning
+
+    listed = [a for a in alarms if isinstance(a, dict)] if isinstance(alarms, list) else []
+    if not listed:
+        return {}
+    step = listed[0].get("samples_step")
+    return {"warning": warning(listed), "samples_step": step if isinstance(step, int) else None}
 
 
 def _retry_in(attempts: dict[str, Any], now: float) -> float | None:
@@ -258,11 +299,6 @@ def current_run(host_runs: HostRuns, name: str) -> RunRecord:
     return run
 
 
-# A multi-host run's state from its hosts' states: a rank that died (failed, lost) fails the run, then
-# any rank still going keeps it going, then the way the ranks ended.
-_GROUP_ORDER = (
-    "failed", "diverged", "lost", "running", "queued", "killed", "stopped", "cancelled", "finished",
-)  # fmt: skip
 
 
 def merge_group(records: list[RunRecord]) -> RunRecord:
@@ -270,8 +306,8 @@ def merge_group(records: list[RunRecord]) -> RunRecord:
     state the ranks add up to, the hosts joined with "+" (``ps``, the dashboard)."""
     records = sorted(records, key=lambda r: r.machine_rank if r.machine_rank is not None else 0)
     head = records[0]
-    state = min((r.state for r in records), key=_GROUP_ORDER.index)
-    bad = next((r for r in records if r.state == state and r.state != "finished"), head)
+    state = min((r.state for r in records), key=states.ALL.index)  # worst first
+    bad = next((r for r in records if r.state == state and r.state != states.FINISHED), head)
     return replace(
         head,
         host="+".join(r.host for r in records),

@@ -21,8 +21,9 @@ from typing import Any, BinaryIO
 from pippa_contract import verbs
 from pippa_contract.rundir import RunDir
 from pippa_contract.runfacts import tail_digest
+from pippa_contract.secrets import SECRETS_PATH
 from pippa_ops.errors import HostUnreachable, RemoteCommandFailed, UsageError
-from pippa_ops.hosts.inventory import SECRETS_PATH, HostSpec
+from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Process, Transport
 from pippa_ops.transport.shell import validate_name

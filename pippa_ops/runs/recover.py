@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pippa_contract import verbs
+from pippa_contract import retry, states, verbs
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.listing import RunRecord, list_runs
 from pippa_ops.runs.schedulers import launch_request
@@ -47,7 +47,10 @@ def why_not(run: RunRecord, live_sessions: set[str]) -> str | None:
         return f"a run over several hosts: pippa resume {run.run_id} on each"
     if run.attempt is None or run.max_attempts is None:
         return f"no restart policy (--retry): pippa resume {run.run_id} continues it"
-    if run.attempt >= run.max_attempts:
+    left = retry.may_restart_lost(run.attempts_doc)
+    if left is not None and not left:
+        return f"no attempts left ({run.attempt}/{run.max_attempts}, infrastructure retries used)"
+    if left is None and run.attempt >= run.max_attempts:
         return f"no attempts left ({run.attempt}/{run.max_attempts})"
     if run.session in live_sessions:
         return f"its session {run.session!r} is in use by another run"
@@ -62,7 +65,7 @@ def recover(spec: HostSpec, transport: Transport) -> RecoverResult:
         host_runs = list_runs(transport, spec.remote_dir, agent=agent)
         live = set(host_runs.sessions)
         for run in host_runs.runs:
-            if run.state != "lost" or run.job_id is not None:
+            if run.state != states.LOST or run.job_id is not None:
                 continue
             why = why_not(run, live)
             if why is not None:
@@ -77,5 +80,6 @@ def recover(spec: HostSpec, transport: Transport) -> RecoverResult:
             verbs.launch(agent, launch_request(spec.remote_dir, run.session, runs, stamp=time.time()))
             live.add(run.session)
             assert run.attempt is not None and run.max_attempts is not None
-            resumed.append(Recovered(run.run_id, run.session, run.attempt + 1, run.max_attempts))
+            n = run.attempt + 1  # a lost attempt may not count in --retry: the count grows with it
+            resumed.append(Recovered(run.run_id, run.session, n, max(n, run.max_attempts)))
     return RecoverResult(spec.name, tuple(resumed), tuple(skipped))

@@ -19,7 +19,9 @@ from pippa_ops.errors import BadSetting
 
 _DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)?$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-RESTART_KEYS = ("max_attempts", "stall_timeout", "retry_diverged", "backoff")
+RESTART_KEYS = ("max_attempts", "stall_timeout", "retry_diverged", "backoff", "infra_retries", "on_oom")
+INFRA_RETRIES = attempts.INFRA_RETRIES
+ON_OOM = ("halve", "fail")
 
 
 def parse_duration(text: str | float | int, what: str = "duration") -> float:
@@ -42,6 +44,10 @@ class RestartPolicy:
 
     max_attempts: int = 1  # the first attempt plus the retries (--retry N: N + 1)
     stall_timeout_s: float | None = None  # no new metrics line for this long after a step: a hang
+    stall_off: bool = False  # --stall-timeout off: no stall watch at all
+    watched: bool = False  # a recipe run: the stall watch derived from its step times (pippa_contract.stall)
+    infra_retries: int = INFRA_RETRIES  # lost / nccl / stalled attempts retried without spending --retry
+    on_oom: str = "halve"  # an OOM: retry with half the per-device batch ("fail": a crash like any other)
     retry_diverged: bool = False  # a NaN/inf loss or reward would diverge again from the same checkpoint
     backoff_s: float = attempts.BACKOFF_S  # the first wait before a retry; doubles, capped
     grace_s: float = 180.0  # after a stall's SIGINT: the time to save before SIGKILL (pippa stop's grace)
@@ -49,13 +55,17 @@ class RestartPolicy:
     @property
     def active(self) -> bool:
         """Whether the run needs a supervisor at all."""
-        return self.max_attempts > 1 or self.stall_timeout_s is not None
+        return self.max_attempts > 1 or (
+            not self.stall_off and (self.stall_timeout_s is not None or self.watched)
+        )
 
     def to_json(self) -> dict[str, Any]:
         """run.json's ``restart``, as ``attempts.policy_of`` reads it."""
         return {
             "max_attempts": self.max_attempts,
-            "stall_timeout_s": self.stall_timeout_s,
+            "stall_timeout_s": "off" if self.stall_off else self.stall_timeout_s,  # None: derived
+            "infra_retries": self.infra_retries,
+            "on_oom": self.on_oom,
             "retry_diverged": self.retry_diverged,
             "backoff_s": self.backoff_s,
             "backoff_cap_s": attempts.BACKOFF_CAP_S,
@@ -87,7 +97,25 @@ def recipe_restart(path: Path) -> RestartPolicy:
         policy = replace(policy, retry_diverged=bool(table["retry_diverged"]))
     if "backoff" in table:
         policy = replace(policy, backoff_s=parse_duration(table["backoff"], "backoff"))
+    if "infra_retries" in table:
+        policy = replace(
+            policy, infra_retries=_count(table["infra_retries"], f"{path.name}: [restart] infra_retries")
+        )
+    if "on_oom" in table:
+        policy = replace(policy, on_oom=_on_oom(table["on_oom"], f"{path.name}: [restart] on_oom"))
     return policy
+
+
+def _count(value: object, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise BadSetting(f"bad {what} {value!r}: use 0 or more")
+    return value
+
+
+def _on_oom(value: object, what: str) -> str:
+    if value not in ON_OOM:
+        raise BadSetting(f"bad {what} {value!r}: use halve or fail")
+    return str(value)
 
 
 def resolve_policy(
@@ -97,6 +125,8 @@ def resolve_policy(
     stall_timeout: str | None = None,
     retry_diverged: bool | None = None,
     backoff: str | None = None,
+    infra_retries: int | None = None,
+    on_oom: str | None = None,
 ) -> RestartPolicy:
     """The recipe's policy with the command line's flags over it (a flag wins)."""
     policy = base
@@ -104,12 +134,20 @@ def resolve_policy(
         if retry < 0:
             raise BadSetting(f"bad --retry {retry}: use 0 or more")
         policy = replace(policy, max_attempts=retry + 1)
-    if stall_timeout is not None:
-        policy = replace(policy, stall_timeout_s=parse_duration(stall_timeout, "--stall-timeout"))
+    if stall_timeout is not None and stall_timeout.strip().lower() == "off":
+        policy = replace(policy, stall_timeout_s=None, stall_off=True)
+    elif stall_timeout is not None:
+        policy = replace(
+            policy, stall_timeout_s=parse_duration(stall_timeout, "--stall-timeout"), stall_off=False
+        )
     if retry_diverged is not None:
         policy = replace(policy, retry_diverged=retry_diverged)
     if backoff is not None:
         policy = replace(policy, backoff_s=parse_duration(backoff, "--backoff"))
+    if infra_retries is not None:
+        policy = replace(policy, infra_retries=_count(infra_retries, "--infra-retries"))
+    if on_oom is not None:
+        policy = replace(policy, on_oom=_on_oom(on_oom, "--on-oom"))
     return policy
 
 
@@ -121,14 +159,28 @@ class RestartFlags:
     stall_timeout: str | None = None
     retry_diverged: bool | None = None
     backoff: str | None = None
+    infra_retries: int | None = None
+    on_oom: str | None = None
 
     @property
     def given(self) -> bool:
-        return any(v is not None for v in (self.retry, self.stall_timeout, self.retry_diverged, self.backoff))
+        flags = (
+            self.retry,
+            self.stall_timeout,
+            self.retry_diverged,
+            self.backoff,
+            self.infra_retries,
+            self.on_oom,
+        )
+        return any(v is not None for v in flags)
 
     def policy_for(self, recipe: str | None, recipes_dir: Path) -> RestartPolicy:
-        """The policy of one run: the recipe's ``[restart]`` (none for ``--cmd``) under these flags."""
-        base = recipe_restart(recipes_dir / f"{recipe}.toml") if recipe is not None else RestartPolicy()
+        """The policy of one run: the recipe's ``[restart]`` (none for ``--cmd``) under these flags. A
+        recipe run is always watched for stalls (unless ``--stall-timeout off``)."""
+        base = RestartPolicy()
+        if recipe is not None:
+            base = replace(recipe_restart(recipes_dir / f"{recipe}.toml"), watched=True)
         return resolve_policy(base, retry=self.retry, stall_timeout=self.stall_timeout,
-                              retry_diverged=self.retry_diverged, backoff=self.backoff)  # fmt: skip
+                              retry_diverged=self.retry_diverged, backoff=self.backoff,
+                              infra_retries=self.infra_retries, on_oom=self.on_oom)  # fmt: skip
 

@@ -23,9 +23,9 @@ from pippa_contract import rundir as rd
 from pippa_contract.alerts import TARGET
 from pippa_contract.hostdirs import RUN_PROGRAM
 from pippa_contract.rundir import RunDir
+from pippa_contract.secrets import SECRETS_PATH
 from pippa_ops.alerts.commands import run_end_line
 from pippa_ops.errors import BadSetting
-from pippa_ops.hosts.inventory import SECRETS_PATH
 from pippa_ops.runs.templates import render
 from pippa_ops.transport.shell import export_line, sh_path, validate_name
 

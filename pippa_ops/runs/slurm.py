@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from pippa_contract import rundir as rd
 from pippa_contract.rundir import RunDir
-from pippa_ops.hosts.inventory import SECRETS_PATH
+from pippa_contract.secrets import SECRETS_PATH
 from pippa_ops.hosts.scheduler import SlurmSpec
 from pippa_ops.runs.script import source_secrets_line
 from pippa_ops.runs.templates import render

@@ -130,6 +130,10 @@ class Session:
             self._proc = None
             proc.kill()
             raise TimeoutError(f"{self.transport.name}: {verb} timed out after {timeout}s") from e
+        except BaseException:  # an answer not read: this agent is never released for reuse
+            self._proc = None
+            proc.kill()
+            raise
         if not line.endswith(b"\n"):
             self._proc = None
             raise _ended(self.transport, proc, verb)
@@ -144,17 +148,12 @@ class Session:
         return proc
 
     def close(self) -> None:
-        """End the agent (idempotent): its stdin closes and it exits on its own, having answered
-        everything; nothing waits the round trip for its exit status (``Process.close``)."""
+        """Let the agent go (idempotent), having had every answer: its stdin closes and it exits on its
+        own, or the keeper keeps it for the next command (``Process.release``); nothing waits the
+        round trip for its exit status."""
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            proc.close_stdin()
-        except OSError:
-            pass
-        finally:
-            proc.close()
+        if proc is not None:
+            proc.release()
 
     def __enter__(self) -> Session:
         return self

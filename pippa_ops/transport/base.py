@@ -154,6 +154,16 @@ class Process(abc.ABC):
         for its exit status (over SSH that is a round trip): it ends on its own. Here: ``kill``."""
         self.kill()
 
+    def release(self) -> None:
+        """Done with a host agent that answered every request asked of it: its stdin closes and it
+        exits (``close``). A relayed one may instead be kept by the keeper for the next command."""
+        try:
+            self.close_stdin()
+        except OSError:
+            pass
+        finally:
+            self.close()
+
     def connection_lost(self) -> bool:
         """Whether the command ended because the connection to its host went away (then it has no
         exit status: ``wait`` gives -1), not by itself. A local command has no connection."""

@@ -9,7 +9,8 @@ group/other permissions; the socket is created 0600. Both sides also check the p
 connection (SO_PEERCRED / LOCAL_PEERCRED), so a loosened mode alone lets no other user in.
 
 Frames: one kind byte, a 4-byte big-endian length, the payload. A client sends ``Q`` (the request,
-JSON) then, for a command, ``D`` (stdin bytes), ``E`` (stdin EOF), ``K`` (kill). The keeper answers
+JSON) then, for a command, ``D`` (stdin bytes), ``E`` (stdin EOF), ``K`` (kill), or ``L`` (lend back: the
+host agent it ran answered every request, and the keeper may keep it for the next client). The keeper answers
 ``A`` at once (it is alive), then ``J`` (a JSON answer), or ``!`` (a typed error), or for a command
 ``S`` (started), ``O`` (stdout; empty: stdout ended), ``R`` (stderr) and ``X`` (exit status).
 """
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-PROTOCOL = 2  # 2: a request names its host by the Endpoint the command resolved
+PROTOCOL = 3  # 3: a client may lend its host agent back (L); 2: requests name an Endpoint
 DEFAULT_PERSIST_S = 300.0  # like a ControlPersist of a few minutes
 MAX_FRAME = 64 << 20
 CHUNK = 256 << 10  # stdin/stdout bytes per frame
@@ -41,7 +42,7 @@ _HEADER = struct.Struct(">cI")
 _STATUS = struct.Struct(">i")
 
 # client -> keeper
-REQUEST, STDIN, STDIN_EOF, KILL = b"Q", b"D", b"E", b"K"
+REQUEST, STDIN, STDIN_EOF, KILL, LEND = b"Q", b"D", b"E", b"K", b"L"
 # keeper -> client
 ACK, ANSWER, ERROR, STARTED, STDOUT, STDERR, EXIT = b"A", b"J", b"!", b"S", b"O", b"R", b"X"
 
@@ -85,20 +86,35 @@ class FrameReader:
         self.sock = sock
         self._buf = bytearray()
 
+    def feed(self, data: bytes) -> None:
+        """Bytes read by someone else (the keeper's relay loop reads without blocking)."""
+        self._buf += data
+
+    def pop(self) -> tuple[bytes, bytes] | None:
+        """The next complete frame already read, or None."""
+        if len(self._buf) >= _HEADER.size:
+            kind, n = _HEADER.unpack_from(self._buf)
+            if n > MAX_FRAME:
+                raise ProtocolError(f"frame of {n} bytes")
+            if len(self._buf) >= _HEADER.size + n:
+                payload = bytes(self._buf[_HEADER.size : _HEADER.size + n])
+                del self._buf[: _HEADER.size + n]
+                return kind, payload
+        return None
+
+    @property
+    def partial(self) -> bool:
+        return bool(self._buf)
+
     def next(self, deadline: float | None = None) -> tuple[bytes, bytes] | None:
         """The next (kind, payload); None at a clean end of stream; TimeoutError past ``deadline``.
 
         The socket stays blocking (a deadline is a poll, not a socket timeout), so another thread
         can write to it meanwhile without its writes timing out."""
         while True:
-            if len(self._buf) >= _HEADER.size:
-                kind, n = _HEADER.unpack_from(self._buf)
-                if n > MAX_FRAME:
-                    raise ProtocolError(f"frame of {n} bytes")
-                if len(self._buf) >= _HEADER.size + n:
-                    payload = bytes(self._buf[_HEADER.size : _HEADER.size + n])
-                    del self._buf[: _HEADER.size + n]
-                    return kind, payload
+            got = self.pop()
+            if got is not None:
+                return got
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0 or not readable([self.sock], left):
@@ -158,7 +174,18 @@ def _code_stamp() -> str:
 
     here = Path(__file__).parent
     parts = [str(here)]
-    for name in ("keeper.py", "keeper_client.py", "keeper_wire.py", "ssh.py", "endpoint.py", "ready.py"):
+    names = (
+        "keeper.py",
+        "keeper_client.py",
+        "keeper_wire.py",
+        "keeper_ops.py",
+        "keeper_pool.py",
+        "keeper_relay.py",
+        "ssh.py",
+        "endpoint.py",
+        "ready.py",
+    )
+    for name in names:
         try:
             parts.append(str(os.stat(here / name).st_mtime_ns))
         except OSError:

@@ -7,13 +7,27 @@ A module of its own so that the CLI can say so at start-up without importing the
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pippa_ops.transport.keeper_client import KeeperClient
 
 _state = {"reuse": False, "spawn": False}
+_keeper: list[KeeperClient] = []  # the composition root's client, made on first use
 
 
 def configure(reuse: bool, *, spawn: bool = True) -> None:
     """Turn reuse on (the CLI) or off; ``spawn``: start an absent keeper when this process exits."""
     _state["reuse"], _state["spawn"] = reuse, spawn
+
+
+def keeper() -> KeeperClient:
+    """This process's connection-keeper client (``transport.keeper_client``)."""
+    if not _keeper:
+        from pippa_ops.transport.keeper_client import KeeperClient
+
+        _keeper.append(KeeperClient())
+    return _keeper[0]
 
 
 def requested() -> bool:

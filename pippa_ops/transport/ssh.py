@@ -303,18 +303,24 @@ class SSHProcess(Process):
         self.close()
 
     def _send_signal(self, name: str) -> bool:
-        try:
-            m = paramiko.Message()
-            m.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
-            m.add_int(self._chan.remote_chanid)
-            m.add_string("signal")
-            m.add_boolean(False)
-            m.add_string(name)
-            self._chan.transport._send_user_message(m)  # type: ignore[union-attr]
-        except (paramiko.SSHException, OSError, EOFError, AttributeError):
-            return False
-        return True
+        return send_signal(self._chan, name)
 
     def close(self) -> None:
         with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
             self._chan.close()  # raises only when the connection is gone, and the channel with it
+
+
+def send_signal(chan: paramiko.Channel, name: str) -> bool:
+    """Ask sshd to deliver signal ``name`` to the channel's command (RFC 4254 6.9; paramiko has no
+    public call for it). False when the connection is gone."""
+    try:
+        m = paramiko.Message()
+        m.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
+        m.add_int(chan.remote_chanid)
+        m.add_string("signal")
+        m.add_boolean(False)
+        m.add_string(name)
+        chan.transport._send_user_message(m)  # type: ignore[union-attr]
+    except (paramiko.SSHException, OSError, EOFError, AttributeError):
+        return False
+    return True

@@ -7,14 +7,31 @@ and the keeper connects without knowing the inventory.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pippa_ops.errors import UsageError
 
 if TYPE_CHECKING:
     import paramiko
 
-__all__ = ["known_hosts_path", "read_ssh_config", "ssh_aliases", "ssh_config_path", "ssh_dir"]
+__all__ = [
+    "SSHConfigProvider", "SSHConfigSource", "known_hosts_path", "read_ssh_config", "ssh_aliases",
+    "ssh_config_path", "ssh_dir",
+]  # fmt: skip
+
+
+class SSHConfigSource(Protocol):
+    """~/.ssh/config as the inventory reads it: paramiko's ``SSHConfig``, or the keeper's answers."""
+
+    def get_hostnames(self) -> set[str]: ...
+    def lookup(self, hostname: str) -> dict[str, Any]: ...
+
+
+class SSHConfigProvider(Protocol):
+    """Something that can read ~/.ssh/config for this process (the connection keeper's client): the
+    parsed config, or None when it cannot (then the inventory reads the file itself)."""
+
+    def ssh_config(self, addresses: tuple[str, ...] = ()) -> SSHConfigSource | None: ...
 
 
 def ssh_dir() -> Path:
@@ -42,7 +59,7 @@ def read_ssh_config() -> paramiko.SSHConfig:
         raise UsageError(f"cannot read {path}: {e}") from e
 
 
-def ssh_aliases(config: paramiko.SSHConfig) -> list[str]:
+def ssh_aliases(config: SSHConfigSource | paramiko.SSHConfig) -> list[str]:
     """Concrete ``Host`` names of ~/.ssh/config (patterns and negations left out)."""
     names = config.get_hostnames()
     return sorted(n for n in names if not any(c in n for c in "*?!"))

@@ -65,6 +65,11 @@ def test_v2_delegated_slots_enable_the_controllers_below_the_trainer(tmp_path: P
         assert (base / "cgroup.subtree_control").read_text() == "+memory +pids"
         parents = list(base.glob("pippa-sandbox-*"))
         assert len(parents) == 1 and (parents[0] / "cgroup.subtree_control").read_text() == "+memory +pids"
+        # another process in the scope (accelerate's launcher): moved after this one (each write to a
+        # plain file replaces it; the kernel's cgroup.procs appends)
+        (base / "cgroup.procs").write_text(f"{os.getpid()}\n4000000\n")
+        assert isinstance(CgroupSlots.create(root, _own("", SCOPE), USER), CgroupSlots)
+        assert (base / "pippa-trainer" / "cgroup.procs").read_text() == "4000000"
     finally:
         shutil.rmtree(root)
 

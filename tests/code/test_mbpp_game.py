@@ -215,19 +215,33 @@ def test_a_program_that_remembers_with_no_refusable_call_is_invalid() -> None:
     page shows it), so its two runs print their own random numbers: invalid."""
     import hostile_kernel_state
 
-    from training_core.sandbox import resident_pool
+    from training_core.sandbox import default_pool
 
     contained, evidence = hostile_kernel_state.game_remembers_by_fault_around(play)
     assert contained, evidence
-    launcher = resident_pool().launcher
+    launcher = default_pool().launcher
     assert launcher.usr != "/usr" and "memory-resident copy" in launcher.isolation.header()
 
 
 def test_the_resident_usr_runs_the_standard_library() -> None:
     """What the game's programs may import is there (extension modules and their libraries too)."""
-    from training_core.sandbox import resident_pool
+    from training_core.sandbox import default_pool
 
     code = ("import bz2, collections, ctypes, datetime, decimal, fractions, hashlib, itertools, json, lzma, "
             "math, random, re, sqlite3, ssl, statistics, threading, zlib\nprint(sum(range(10)))")
-    r = resident_pool().run(code)
+    r = default_pool().run(code)
     assert r.ok and r.stdout == "45\n", r.stderr[-1000:]
+
+
+def test_programs_that_start_the_common_tools_run_on_the_resident_usr() -> None:
+    """Every code reward's sandbox sees the resident copy: the shell, coreutils, grep, sed, awk and the
+    interpreter as python3 are in it, with their libraries."""
+    from training_core.sandbox import default_pool
+
+    code = ("import os, subprocess\n"
+            "print(subprocess.run(['/bin/sh', '-c', 'echo abc | tr a-z A-Z | sed s/B/b/ | grep A | "
+            "awk \"{print \\$1}\"; ls / | sort | head -n 1; python3 -c \"print(6 * 7)\"'], "
+            "capture_output=True, text=True).stdout, end='')\n"
+            "print(os.system('env true'))")
+    r = default_pool().run(code)
+    assert r.ok and r.stdout == "AbC\nbin\n42\n0\n", (r.stdout, r.stderr[-1000:])

@@ -1,4 +1,4 @@
-"""The code game's memory-resident /usr (``usrcopy``): what it holds, and where it cannot be made."""
+"""Every code reward's memory-resident /usr (``usrcopy``): what it holds, and where it cannot be made."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def test_where_no_copy_can_be_made_it_says_why(tmp_path: Path) -> None:
     assert UsrCopy.create("/usr/bin/python3", base=tmp_path) == f"{tmp_path} is not a tmpfs"
 
 
-def test_the_copy_holds_the_interpreter_its_library_and_libraries_only() -> None:
+def test_the_copy_holds_the_interpreter_its_library_the_common_tools_and_their_libraries() -> None:
     python = os.path.realpath("/usr/bin/python3")
     if not os.path.isfile(python) or not Path("/dev/shm").is_dir():
         pytest.skip("no system python or /dev/shm")
@@ -28,7 +28,8 @@ def test_the_copy_holds_the_interpreter_its_library_and_libraries_only() -> None
         root = copy.root
         assert (root / os.path.relpath(python, "/usr")).is_file()
         libs = {p.name for p in root.rglob("libc.so*")}
-        assert libs and not list(root.rglob("test/test_*.py")) and not (root / "bin" / "sh").exists()
+        assert libs and not list(root.rglob("test/test_*.py")) and (root / "bin" / "sh").exists()
+        assert (root / "bin" / "python3").exists() and not (root / "bin" / "gcc").exists()
         assert all(os.stat(d).st_mode & 0o005 == 0o005 for d, _, _ in os.walk(root))  # any uid reads it
     finally:
         shutil.rmtree(copy.root)

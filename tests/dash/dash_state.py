@@ -91,3 +91,21 @@ EIGHT_HOSTS = ("gpu-8", "local")
 
 def eight_states() -> dict[str, HostState]:
     return {"gpu-8": host_eight(), "local": host_local()}
+
+
+LONG_STATE = "failed after 3 attempts (exit 1)"  # the longest state a run list shows (issue 32)
+
+
+def eight_long_states() -> dict[str, HostState]:
+    """The 8-GPU host with a priced run in a long state above the running one (it is the newest)."""
+    long = RunRow("20260101-130000-tiny-ab99", "tiny", LONG_STATE, "tiny-ab99", 40, 0.5, 3725.0, 12.345, "$")
+    states = eight_states()
+    states["gpu-8"] = apply(states["gpu-8"], RunsListed("gpu-8", (long, *runs_listed("gpu-8").runs)))
+    return states
+
+
+def eight_detail() -> RunDetail:
+    """The running run's curves on the 8-GPU host."""
+    from dataclasses import replace
+
+    return replace(detail(), host="gpu-8")

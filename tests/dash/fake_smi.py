@@ -18,12 +18,14 @@ import sys
 from pathlib import Path
 
 CAPTURE = Path(__file__).parents[1] / "fixtures" / "nvidia-smi" / "h100_load_query_gpu_full.csv"
+APPS = CAPTURE.with_name("h100_load_compute_apps.csv")  # that GPU's processes, for ``apps``
 
 _SCRIPT = r'''#!{python}
 import csv, io, re, sys, time
 CAPTURE = {capture!r}
 GPUS = {gpus}
 STAMP = {stamp}
+COUNT = {count}
 XML, NVLINK, APPS = {xml!r}, {nvlink!r}, {apps!r}
 args = sys.argv[1:]
 apps_query = next((a.split("=", 1)[1] for a in args if a.startswith("--query-compute-apps=")), None)
@@ -71,6 +73,8 @@ def cell(field, index):
         v = str(index)
     elif field == "count":
         v = str(GPUS)
+    elif field == "utilization.gpu" and COUNT:
+        v = "%d %%" % max(0, 100 - SAMPLE)
     elif field == "uuid" and STAMP:
         v = "GPU-%.6f" % time.time()
     if "nounits" in fmt and re.fullmatch(r"-?[0-9.]+ (MiB|%|W|MHz|C)", v):
@@ -78,6 +82,7 @@ def cell(field, index):
     return v
 
 fields = query.split(",")
+SAMPLE = 0
 while True:
     out = []
     if "noheader" not in fmt:
@@ -88,14 +93,16 @@ while True:
     sys.stdout.flush()
     if loop is None:
         break
+    SAMPLE += 1
     time.sleep(loop)
 '''
 
 
 def script(
     gpus: int = 1, stamp: bool = False, python: str = sys.executable, xml: str | None = None,
-    nvlink: str | None = None, apps: str | None = None,
+    nvlink: str | None = None, apps: str | None = None, count: bool = False,
 ) -> str:  # fmt: skip
-    """The fake's text; on a test host pass the host's ``python`` (one its user can run)."""
+    """The fake's text; on a test host pass the host's ``python`` (one its user can run). ``count``:
+    a loop's Nth sample (from 0) reports 100 - N % utilization, so a test can tell samples apart."""
     return _SCRIPT.format(python=python, capture=CAPTURE.read_text(), gpus=gpus, stamp=stamp, xml=xml,
-                          nvlink=nvlink, apps=apps)  # fmt: skip
+                          nvlink=nvlink, apps=apps, count=count)  # fmt: skip

@@ -12,7 +12,7 @@ from pippa_ops.dash import create_app
 from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen
 from pippa_ops.dash.widgets import HostPanel, MetricPlot, RunsTable, sparkline
 from pippa_ops.monitor.host import Gpu, GpuSampled, LinkChanged, RunDetail, RunUpdated
-from pippa_ops.monitor.state import DoctorSeen
+from pippa_ops.monitor.state import DoctorRead
 
 pytestmark = pytest.mark.anyio
 
@@ -48,10 +48,10 @@ async def test_the_host_line_shows_the_last_doctor_verdict_and_its_age() -> None
     app = create_app(S.HOSTS, states=S.states())
     async with app.run_test(size=(160, 48)) as pilot:
         assert "doctor" not in _text(app, "#host-0 .status"), "no verdict stored: nothing said"
-        app._emit(DoctorSeen(S.HOSTS[0], "fail", time.time() - 3 * 3600))
+        app._emit(DoctorRead(S.HOSTS[0], "fail", time.time() - 3 * 3600))
         await pilot.pause()
         assert _text(app, "#host-0 .status") == "● up, 2 GPUs · doctor fail 3h ago"
-        app._emit(DoctorSeen(S.HOSTS[0], "ok", time.time() - 20))
+        app._emit(DoctorRead(S.HOSTS[0], "ok", time.time() - 20))
         await pilot.pause()
         assert _text(app, "#host-0 .status").endswith(" · doctor ok 20s ago")
         assert "doctor" not in _text(app, "#host-1 .status")

@@ -15,7 +15,7 @@ from pippa_ops.hosts.inventory import local_spec
 from pippa_ops.monitor.host import HostMonitor, RunUpdated
 from pippa_ops.monitor.state import (
     HISTORY,
-    DoctorSeen,
+    DoctorRead,
     Gpu,
     GpuSampled,
     HostState,
@@ -144,7 +144,7 @@ def test_local_host_streams_gpus_lists_runs_and_follows_a_runs_metrics(tmp_path:
         assert [r.index for r in g.gpus] == [0, 1] and g.gpus[0].mem_total_mib == 81559.0
         runs = wait_for(lambda e: isinstance(e, RunsListed) and e.runs, "the run list")
         assert runs.runs[0].run_id == run_id and runs.runs[0].what == "tiny"
-        seen = wait_for(lambda e: isinstance(e, DoctorSeen), "the last doctor verdict")
+        seen = wait_for(lambda e: isinstance(e, DoctorRead), "the last doctor verdict")
         assert (seen.host, seen.verdict) == ("local", "warn") and time.time() - seen.time >= 120
         mon.select(run_id)
         follower = threading.Thread(target=mon.follow, args=(run_id, emit), daemon=True)

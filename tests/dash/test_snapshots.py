@@ -30,3 +30,16 @@ def test_main_layout_160x48(snap_compare) -> None:
 
 def test_help_160x48(snap_compare) -> None:
     assert snap_compare(_app(), terminal_size=(160, 48), press=["question_mark"])
+
+
+def _eight_long():
+    return create_app(S.EIGHT_HOSTS, states=S.eight_long_states(), detail=S.eight_detail())
+
+
+def test_8_gpus_and_a_long_state_80x24(snap_compare) -> None:
+    """Issue 32: no glyph outside a border, every chart titled, no cell cut mid-number."""
+    assert snap_compare(_eight_long(), terminal_size=(80, 24))
+
+
+def test_8_gpus_and_a_long_state_120x40(snap_compare) -> None:
+    assert snap_compare(_eight_long(), terminal_size=(120, 40))

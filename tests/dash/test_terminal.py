@@ -84,3 +84,21 @@ def test_dash_in_tmux_keys_help_attach_detach_quit(ssh_hosts, ssh_env) -> None:
     finally:
         subprocess.run(["tmux", "-L", term.socket, "kill-server"], capture_output=True, env=env)
         t4.run_as_user(["tmux", "kill-session", "-t", f"={session}"])
+
+
+def test_gpus_watch_shows_the_processes_the_one_shot_table_shows(ssh_hosts, ssh_env) -> None:
+    """The watch's samples come from nvidia-smi's loop, which has no processes: they are asked for too."""
+    h = ssh_hosts[2]
+    h.install_bin("nvidia-smi", fake_smi.script(gpus=1, python=h.python, apps=str(fake_smi.APPS), count=True))
+    env = {k: v for k, v in ssh_env.env.items() if k != "TMUX"}
+    once = subprocess.run([PIPPA, "gpus", h.name], env={**env, "COLUMNS": "200"}, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert "gpu_burn" in once.stdout, once.stdout + once.stderr
+    term = Term(env)
+    term.tmux("new-session", "-d", "-s", "dash", "-x", "200", "-y", "20", PIPPA, "gpus", h.name, "--watch",
+              "--interval", "0.5")  # fmt: skip
+    try:
+        screen = term.wait_for(" 97%")  # the stream's 4th sample, not the first query's table
+        assert "gpu_burn" in screen and "11345" in screen, screen
+    finally:
+        subprocess.run(["tmux", "-L", term.socket, "kill-server"], capture_output=True, env=env)

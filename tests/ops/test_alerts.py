@@ -126,16 +126,19 @@ def test_finished_and_failed_runs_alert_from_the_host_with_every_field_and_no_se
     outputs = [ok.stdout + ok.stderr, bad.stdout + bad.stderr]
     assert done.path == f"/hook/{TOKEN}"  # the secret is the target, so it is in the URL only
     f = done.fields
-    assert done.json["title"] == f"pippa: finished {ok_id} on {h.name}" and done.json["type"] == "success"
+    # the run as its user knows it: session, recipe (here a command), short id
+    ok_name, bad_name = f"al-ok (cmd, {ok_id.rsplit('-', 1)[1]})", f"al-bad (cmd, {bad_id.rsplit('-', 1)[1]})"
+    assert done.json["title"] == f"pippa: finished {ok_name} on {h.name}" and done.json["type"] == "success"
     assert (f["host"], f["state"], f["recipe"]) == (h.name, "finished", "echo all good; sleep 1")
     assert f["look"] == f"pippa logs {ok_id} --host {h.name}"
     assert f["elapsed"].startswith("0m0") and "reason" not in f and "step" not in f
     run_dir = h.home / "pippa" / "runs" / ok_id
     t = float((run_dir / "exit_code").stat().st_mtime) - float((run_dir / "started").read_text())
-    assert abs(float(f["cost so far"]) - 36 * t / 3600) < 0.011
+    assert f["cost so far"].startswith("$")  # money, in the entry's currency ($ when unset)
+    assert abs(float(f["cost so far"].removeprefix("$")) - 36 * t / 3600) < 0.011
     g = failed.fields
     assert (g["state"], g["reason"], failed.json["type"]) == ("failed", "ValueError: boom", "failure")
-    assert failed.json["title"] == f"pippa: failed {bad_id} on {h.name}"
+    assert failed.json["title"] == f"pippa: failed {bad_name} on {h.name}"
 
     for p in hook.posts:
         assert TOKEN not in p.body.decode()
@@ -179,6 +182,11 @@ def test_jobs_never_see_pippa_notify_and_a_message_quoting_a_secret_is_redacted(
     failed = hook.wait_for(lambda p: p.fields.get("run") == bad)
     assert failed.fields["reason"] == "ValueError: bad token *** for ***"
     assert hf not in failed.body.decode() and TOKEN not in failed.body.decode()
+    # the same one redaction for the reason lines of `ps` and `run` (where it saw the run end): the agent's
+    ps = pippa({**env, "COLUMNS": "200"}, repo, "ps", "--host", h.name)
+    assert "ValueError: bad token *** for ***" in ps.stdout, ps.stdout
+    for out in (quoted.stdout + quoted.stderr, ps.stdout + ps.stderr):
+        assert hf not in out and TOKEN not in out, out
 
 
 def test_no_message_at_all_when_alerts_are_not_configured(
@@ -265,7 +273,8 @@ def test_idle_gpus_alert_once_and_again_when_busy_and_the_watcher_follows_the_se
     f = idle.fields
     assert idle.json["title"] == f"pippa: idle GPUs on {h.name}" and f["host"] == h.name
     assert f["reason"].startswith("every GPU under 5% for 0m0")
-    assert float(f["cost so far"]) >= 2 * 2 * 0.99  # two GPUs at 1 per GPU-second, idle for >= 2 s
+    # two GPUs at 1 per GPU-second, idle for >= 2 s
+    assert float(f["cost so far"].removeprefix("$")) >= 2 * 2 * 0.99
     hosts = json.loads(pippa(env, repo, "hosts", "--json").stdout)
     row = next(r for r in hosts if r["name"] == h.name)
     assert row["alerts"]["watcher"] == pid and row["alerts"]["idle_s"] >= 2
@@ -288,13 +297,13 @@ def test_idle_gpus_alert_once_and_again_when_busy_and_the_watcher_follows_the_se
     assert TOKEN not in up.stdout + again.stdout + kept.stdout + stop.stdout
 
 
-def test_ps_shows_cost_so_far_by_the_hosts_rate_and_the_runs_share_of_gpus(
+def test_ps_and_runs_show_cost_so_far_in_a_cost_column_in_the_hosts_currency(
     client_env, ssh_hosts, repo, restore_host
 ) -> None:
     h = restore_host(ssh_hosts[0])
     env = client_env.env
     h.install_bin("nvidia-smi", FAKE_SMI)
-    configure(client_env, h.name, "secrets = []\ncost_per_hour = 24\n")
+    configure(client_env, h.name, 'secrets = []\ncost_per_hour = 24\ncurrency = "EUR"\n')
     assert pippa(env, repo, "up", h.name).returncode == 0
     whole = started(pippa(env, repo, "run", "--host", h.name, "--name", "c-all", "--cmd", "sleep 1").stdout)
     # the words a `pippa run --gpus 0` recipe run records (sh -c ignores them: $0 and $1)
@@ -318,16 +327,21 @@ def test_ps_shows_cost_so_far_by_the_hosts_rate_and_the_runs_share_of_gpus(
     for rid, share in ((whole, 1.0), (half, 0.5)):
         t = recs[rid]["duration_s"]
         assert t >= 1 and recs[rid]["cost"] == pytest.approx(24 * t / 3600 * share, abs=1e-3)
-    table = pippa({**env, "COLUMNS": "160"}, repo, "ps", "--host", h.name).stdout  # room for DURATION
-    assert f"({recs[whole]['cost']:.2f})" in table, "the DURATION column carries the cost so far"
+    for verb, width in (("ps", "80"), ("runs", "120")):  # a COST column in the host's currency
+        table = pippa({**env, "COLUMNS": width}, repo, verb, "--host", h.name).stdout.splitlines()
+        assert "COST" in table[0].split(), table
+        text = "\n".join(table)
+        assert f"€{recs[whole]['cost']:.2f}" in text and f"({recs[whole]['cost']:.2f})" not in text, table
     runs = pippa(env, repo, "runs", "--json", "--host", h.name)
     by_id = {r["run_id"]: r for r in json.loads(runs.stdout)["runs"]}
     assert by_id[half]["cost"] == pytest.approx(recs[half]["cost"], abs=1e-3)
+    assert by_id[half]["currency"] == "EUR"
 
     inv = client_env.personal_inventory
     inv.write_text(inv.read_text().replace("cost_per_hour = 24\n", ""))
     ps = pippa(env, repo, "ps", "--json", "--host", h.name)
     assert all(r["cost"] is None for r in json.loads(ps.stdout)[h.name]["runs"]), "no rate, no cost"
+    assert "COST" not in pippa({**env, "COLUMNS": "80"}, repo, "ps", "--host", h.name).stdout
 
 
 def test_wait_notify_also_sends_to_pippa_notify_set_on_the_laptop(client_env, ssh_hosts, repo, hook) -> None:

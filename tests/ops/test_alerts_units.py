@@ -19,7 +19,7 @@ from pippa_ops.alerts.commands import program_command, run_end_line
 from pippa_ops.alerts.settings import alert_settings
 from pippa_ops.errors import UsageError
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.cost import priced
+from pippa_ops.runs.cost import money, priced
 from pippa_ops.runs.listing import HostRuns, RunRecord
 from pippa_ops.runs.script import Job, render_cmd_sh
 
@@ -82,14 +82,27 @@ def test_a_failed_gpu_reading_neither_ends_an_idle_period_nor_alerts_again() -> 
 def test_message_lists_every_known_field_one_per_line() -> None:
     event = {"state": "failed", "host": "h1", "run_id": "r-1", "recipe": "overfit", "step": 7,
              "total_steps": 10, "reason": "ValueError: x", "elapsed_s": 3725, "cost": 1.234,
-             "wandb": "https://wandb.ai/e/p/runs/x", "look": "pippa logs r-1 --host h1"}  # fmt: skip
+             "currency": "EUR", "wandb": "https://wandb.ai/e/p/runs/x",
+             "look": "pippa logs r-1 --host h1"}  # fmt: skip
     title, body, kind = alerts.message(event)
     assert (title, kind) == ("pippa: failed r-1 on h1", "failure")
     assert body.splitlines() == [
         "host: h1", "run: r-1", "recipe: overfit", "state: failed", "step: 7/10", "reason: ValueError: x",
-        "elapsed: 1h02m", "cost so far: 1.23", "W&B: https://wandb.ai/e/p/runs/x",
+        "elapsed: 1h02m", "cost so far: €1.23", "W&B: https://wandb.ai/e/p/runs/x",
         "look: pippa logs r-1 --host h1",
     ]  # fmt: skip
+
+
+def test_a_messages_host_strings_carry_no_escape_sequence_or_extra_line() -> None:
+    """A log line holding OSC 52 (clipboard), OSC 0 (title) and CSI 2J, or a newline that would forge a
+    field, arrives in the message escaped, one field a line."""
+    reason = "boom \x1b]52;c;aGk=\x07\x1b]0;owned\x07\x1b[2J\nstate: finished"
+    title, body, _ = alerts.message({"state": "failed", "host": "h\x1b[31m1", "run_id": "r-1",
+                                     "recipe": "x\ry", "reason": reason})
+    assert "\x1b" not in title + body and "\r" not in body and "\x07" not in body
+    assert title == "pippa: failed r-1 on h\\x1b[31m1"
+    shown = "reason: boom \\x1b]52;c;aGk=\\x07\\x1b]0;owned\\x07\\x1b[2J\\nstate: finished"
+    assert body.splitlines() == ["host: h\\x1b[31m1", "run: r-1", "recipe: x\\ry", "state: failed", shown]
 
 
 def test_errors_are_redacted_of_every_part_of_the_target() -> None:
@@ -109,12 +122,20 @@ def test_messages_are_redacted_of_every_secret_value_but_keep_addresses_and_numb
 
 def test_settings_are_validated_where_the_inventory_is_read() -> None:
     ok = alert_settings({"idle_alert": "20m", "cost_per_gpu_hour": 2}, "f: hosts.a")
-    assert ok == {"idle_alert": "20m", "idle_threshold": 5.0, "cost_per_hour": None, "cost_per_gpu_hour": 2.0}
+    assert ok == {"idle_alert": "20m", "idle_threshold": 5.0, "cost_per_hour": None, "cost_per_gpu_hour": 2.0,
+                  "currency": "$"}  # fmt: skip
     for bad in ({"idle_alert": "soon"}, {"idle_alert": 20}, {"idle_threshold": 120}, {"cost_per_hour": -1},
-                {"cost_per_hour": True}, {"cost_per_hour": 1, "cost_per_gpu_hour": 1}):  # fmt: skip
+                {"cost_per_hour": True}, {"cost_per_hour": 1, "cost_per_gpu_hour": 1},
+                {"currency": "dollars"}, {"currency": 1}):  # fmt: skip
         with pytest.raises(UsageError):
             alert_settings(bad, "f: hosts.a")
     assert HostSpec(name="x", idle_alert="1h30m").idle_alert_s == 5400
+
+
+def test_a_cost_reads_as_money_in_the_hosts_currency() -> None:
+    assert [money(0.031, c) for c in (None, "$", "USD", "EUR", "€", "CHF")] == [
+        "$0.03", "$0.03", "$0.03", "€0.03", "€0.03", "CHF 0.03"]  # fmt: skip
+    assert money(None, "EUR") == "-"
 
 
 def test_cmd_sh_tells_the_host_in_the_background_after_recording_the_exit_code() -> None:
@@ -174,7 +195,9 @@ def test_run_event_reads_the_run_directory(tmp_path: Path, monkeypatch: pytest.M
         json.dumps({"host": "h9", "recipe": "tiny", "command": "x --set launch.gpus=0,1"})
     )
     (d / "started").write_text("1000\n")
-    header = {"type": "header", "config": {"train": {"max_steps": 50}}, "wandb": {"url": "https://w/x"}}
+    # the header as the trainer writes it: its config is Resolved.as_dict(), the dataclasses under "config"
+    plan = {"recipe": "tiny", "recipe_path": "/h/recipes/tiny.toml", "config": {"train": {"max_steps": 50}}}
+    header = {"type": "header", "config": plan, "wandb": {"url": "https://w/x"}}
     end = {"type": "end", "status": "failed", "step": 12, "error": "CUDA out of memory"}
     (d / "metrics.jsonl").write_text(
         "\n".join(json.dumps(x) for x in (header, {"type": "step", "step": 12}, end)) + "\n"
@@ -190,6 +213,12 @@ def test_run_event_reads_the_run_directory(tmp_path: Path, monkeypatch: pytest.M
     )
     assert (ev["elapsed_s"], ev["cost"], ev["wandb"]) == (1800, pytest.approx(2.5), "https://w/x")
     assert ev["look"] == "pippa logs r-2 --host h9"
+    done = (header, {"type": "step", "step": 50})
+    (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in done))
+    (d / "exit_code").write_text("0\n")
+    from pippa_contract.alerts import message
+
+    assert "step: 50/50" in message(events.run_event(str(d)))[1]  # its plan, not 50/?
 
 
 SLOW_SMI = """#!/bin/sh

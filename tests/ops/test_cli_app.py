@@ -86,6 +86,46 @@ def test_bad_option_values_are_one_usage_error_like_typers_own(args, option, why
     assert "Traceback" not in p.stderr
 
 
+@pytest.mark.parametrize(("flags", "named"), [(["--gpus", "3"], "--gpus"), (["--set", "a=1"], "--set")])
+def test_a_recipe_option_with_cmd_is_refused_naming_the_option_given(tmp_path, flags, named):
+    """`--gpus 3 --cmd ...` names --gpus (it once blamed a --set nobody gave); nothing starts."""
+    p = subprocess.run([PIPPA, "run", "--host", "local", "--cmd", "true", *flags], capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)  # fmt: skip
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert f"{named} applies to recipes, not to --cmd" in p.stderr, p.stderr
+    assert named == "--set" or "--set" not in p.stderr
+
+
+def test_ps_of_a_host_whose_entry_is_invalid_is_one_line_not_unreachable(tmp_path):
+    (tmp_path / ".config" / "pippa").mkdir(parents=True)
+    (tmp_path / ".config" / "pippa" / "hosts.toml").write_text('[hosts.bad]\naddress = "x"\nport = "abc"\n')
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config")}
+    p = subprocess.run([PIPPA, "ps", "--host", "bad"], capture_output=True, text=True, timeout=60, env=env,
+                       cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 2 and "unreachable" not in p.stdout + p.stderr, p.stdout + p.stderr
+    said = (p.stdout + p.stderr).strip().splitlines()
+    where = tmp_path / ".config" / "pippa" / "hosts.toml"
+    assert said == [f"pippa: {where}: hosts.bad.port must be a port number"]
+
+
+def test_recipe_and_host_names_complete_and_a_mistyped_status_is_pointed_at_ps(tmp_path):
+    (tmp_path / ".config" / "pippa").mkdir(parents=True)
+    (tmp_path / ".config" / "pippa" / "hosts.toml").write_text('[hosts.h100-a]\naddress = "203.0.113.10"\n')
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config"),
+           "_PIPPA_COMPLETE": "complete_bash"}  # fmt: skip
+
+    def complete(*words: str) -> list[str]:
+        line = {"COMP_WORDS": " ".join(["pippa", *words]), "COMP_CWORD": str(len(words))}
+        p = subprocess.run([PIPPA], env={**env, **line}, capture_output=True, text=True, timeout=60)
+        return p.stdout.split()
+
+    assert "tiny" in complete("run", "ti") and "overfit" not in complete("run", "ti")
+    assert complete("ps", "--host", "h1") == ["h100-a"] and complete("gpus", "lo") == ["local"]
+    assert complete("run", "--host", "") == ["local", "h100-a"]
+    p = subprocess.run([PIPPA, "stauts"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "Did you mean 'status'? That is `pippa ps`." in p.stderr, p.stderr
+
+
 def test_a_command_loads_no_ssh_tui_or_invoke_it_does_not_need():
     """pydantic too: typer 0.29 coerces every parameter through it, +0.3 s on every command."""
     mods = _loaded("recipes", "--json")

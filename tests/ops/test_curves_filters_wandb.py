@@ -292,3 +292,21 @@ def test_a_reconnect_that_fails_authentication_is_ridden_out_as_a_drop() -> None
         wait_run(resolve("local"), rec, deadline=time.monotonic() + 1.0, note=notes.append, backoff_s=(0.05,),
                  opener=opener)  # fmt: skip
     assert len(tries) >= 2 and all("reconnecting in" in n for n in notes) and notes
+
+
+def test_compare_sees_the_same_recipe_on_two_homes_and_labels_runs_by_recipe_and_short_id() -> None:
+    """recipe_path is absolute on each host: /home/a/pippa/... and /root/pippa/... are one recipe."""
+    from pippa_ops.runs.compare import LoadedRun, differing_config, legend_labels
+    from pippa_ops.runs.curves import parse_metrics
+
+    def loaded(run_id: str, home: str, lr: float) -> LoadedRun:
+        plan = {"recipe": "tiny", "recipe_path": f"{home}/pippa/recipes/tiny.toml",
+                "config": {"train": {"lr": lr}}}  # fmt: skip
+        header = {"type": "header", "recipe": "tiny", "config": plan}
+        return LoadedRun(run_id, "h", "host", "h:x", parse_metrics((json.dumps(header) + "\n").encode()))
+
+    runs = [loaded("20261118-101500-tiny-3fa2", "/home/a", 1e-5),
+            loaded("20261118-101510-tiny-91c0", "/root", 2e-5)]
+    diff = differing_config(runs)
+    assert not any(k.endswith("recipe_path") for k in diff) and any(k.endswith("lr") for k in diff), diff
+    assert legend_labels(runs) == {runs[0].run_id: "tiny 3fa2", runs[1].run_id: "tiny 91c0"}

@@ -62,6 +62,10 @@ def test_unknown_host_key_refused_then_accept_new_records_it(client_env, ssh_hos
     h = ssh_hosts[2]
     kh = client_env.known_hosts
     kh.write_text("".join(f"{line}\n" for line in kh.read_text().splitlines() if h.address not in line))
+    listed = pippa(client_env, "hosts", "--json")
+    assert {r["name"]: r["down_as"] for r in json.loads(listed.stdout)}[h.name] == "key unknown"
+    table = pippa(client_env, "hosts").stdout  # it answered: not "down"
+    assert next(ln for ln in table.splitlines() if ln.startswith(f"{h.name} ")).endswith("key unknown"), table
     line = _one_line_error(pippa(client_env, "sync", h.name, cwd=repo), ExitCode.HOST_KEY)
     assert "SHA256:" in line and "--accept-new" in line
     ok = pippa(client_env, "sync", h.name, "--accept-new", cwd=repo)

@@ -119,7 +119,7 @@ def test_a_job_that_keeps_crashing_ends_after_n_plus_1_attempts_with_its_last_re
         f"Error: boom {i}" for i in (1, 2, 3)
     ]  # each attempt's output stays
     assert "pippa: ===== attempt 2/3 =====" in log and "pippa: ===== attempt 3/3 =====" in log
-    assert "pippa: attempt 3/3 failed (exit 1): Error: boom 3; no attempts left" in log
+    assert "pippa: attempt 3/3 crash: Error: boom 3 (exit 1): no attempts left" in log
     ps = local.pippa("ps", "--host", "local")
     assert f"local {run_id}: failed after 3 attempts (exit 1): Error: boom 3" in ps.stdout.replace("\n", "")
 
@@ -128,10 +128,14 @@ def test_a_configuration_error_exit_2_is_not_retried(local: Local) -> None:
     cmd = f"{COUNT}; echo 'error: unknown setting train.nope' >&2; exit 2"
     run_id = local.start("--cmd", cmd, "--name", "usage", "--retry", "3", "--backoff", "0.1s")
     rec = local.wait_state(run_id, lambda r: r["state"] != "running")
-    assert (rec["state_text"], rec["error"]) == ("failed (exit 2)", "error: unknown setting train.nope")
+    assert (rec["state_text"], rec["error"]) == (
+        "config (error: unknown setting train.nope)",
+        "error: unknown setting train.nope",
+    )
     assert [a["outcome"] for a in local.attempts(run_id)] == ["failed"]
     assert (local.repo / "count").read_text() == "1\n"
-    assert "exit 2 (configuration or usage error): not retried" in local.log(run_id)
+    assert "a configuration or usage error (exit 2): not retried" in local.log(run_id)
+    assert local.attempts(run_id)[0]["class"] == "config"
 
 
 def test_a_run_stopped_with_pippa_stop_is_not_retried(local: Local) -> None:
@@ -184,6 +188,20 @@ def test_a_lost_session_shows_lost_and_recover_resumes_it_with_its_attempts_coun
     assert f"train slow --run-dir {run_dir} --resume" in local.log(run_id)
     again = local.pippa("recover", "local")  # nothing left to do
     assert again.returncode == 0 and again.stdout.strip() == "local: no lost runs"
+
+
+def test_a_lost_attempt_spends_no_retry_a_run_without_retry_is_recovered_too(local: Local) -> None:
+    run_id = local.start("slow", "--name", "bare")  # no --retry: a recipe run is still supervised
+    wait_for(lambda: "train slow" in local.log(run_id))
+    local.tmux("kill-server")
+    rec = local.wait_state(run_id, lambda r: r["state"] != "running")
+    assert rec["state"] == "lost"
+    r = local.pippa("recover", "local")
+    assert r.returncode == 0 and f"local: resumed {run_id} in session bare (attempt 2/2" in r.stdout, r.stdout
+    rec = local.wait_state(run_id, lambda r: r["state"] != "running")
+    assert rec["state_text"] == "finished (exit 0)", local.log(run_id)
+    first, second = local.attempts(run_id)
+    assert (first["class"], second["class"]) == ("lost", "completed")
 
 
 def test_a_diverged_run_is_not_retried_unless_asked(local: Local) -> None:

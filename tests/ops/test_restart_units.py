@@ -37,10 +37,25 @@ def test_durations_read_like_people_write_them() -> None:
 
 def test_a_flag_wins_over_the_recipes_restart_table(tmp_path: Path) -> None:
     (tmp_path / "r.toml").write_text('[restart]\nmax_attempts = 4\nstall_timeout = "20m"\n')
-    assert RestartFlags().policy_for("r", tmp_path) == RestartPolicy(max_attempts=4, stall_timeout_s=1200.0)
+    want = RestartPolicy(max_attempts=4, stall_timeout_s=1200.0, watched=True)
+    assert RestartFlags().policy_for("r", tmp_path) == want
     policy = RestartFlags(retry=1, backoff="5s").policy_for("r", tmp_path)
     assert (policy.max_attempts, policy.stall_timeout_s, policy.backoff_s) == (2, 1200.0, 5.0)
     assert not RestartFlags().policy_for(None, tmp_path).active  # a --cmd run: no table, no supervisor
+
+
+def test_every_recipe_run_is_watched_for_stalls_unless_turned_off(tmp_path: Path) -> None:
+    (tmp_path / "r.toml").write_text('[restart]\ninfra_retries = 1\non_oom = "fail"\n')
+    policy = RestartFlags().policy_for("r", tmp_path)
+    assert policy.active and policy.to_json()["stall_timeout_s"] is None  # None: derived on the host
+    assert (policy.infra_retries, policy.on_oom) == (1, "fail")
+    off = RestartFlags(stall_timeout="off").policy_for("r", tmp_path)
+    assert not off.active and off.to_json()["stall_timeout_s"] == "off"
+    assert RestartFlags(stall_timeout="off", retry=2).policy_for("r", tmp_path).active
+    assert RestartFlags(infra_retries=0, on_oom="halve").policy_for("r", tmp_path).infra_retries == 0
+    for bad in (RestartFlags(on_oom="shrink"), RestartFlags(infra_retries=-1)):
+        with pytest.raises(BadSetting):
+            bad.policy_for("r", tmp_path)
     (tmp_path / "bad.toml").write_text("[restart]\nretries = 3\n")
     with pytest.raises(BadSetting, match="unknown \\[restart\\] key 'retries'"):
         RestartFlags().policy_for("bad", tmp_path)
@@ -131,3 +146,13 @@ def test_the_previous_versions_reboot_line_is_replaced_not_kept_beside_the_new_o
     mine = "0 3 * * * echo mine\n"
     assert edit_crontab(mine + previous, "~/pippa", True) == mine + boot_line("~/pippa") + "\n"
     assert "agent.pyz recover" in boot_line("~/pippa")
+
+
+def test_a_lost_attempt_does_not_spend_the_retry_budget_of_recover() -> None:
+    from pippa_contract.retry import may_restart_lost as infra_left
+
+    doc = {"max_attempts": 1, "infra_retries": 3, "attempts": [{"attempt": 1, "outcome": "running"}]}
+    assert infra_left(doc) is True  # --retry 0, and still recovered
+    lost3 = [{"attempt": i, "class": "lost"} for i in (1, 2, 3)]
+    assert infra_left({**doc, "attempts": [*lost3, {"attempt": 4}]}) is False
+    assert infra_left({"max_attempts": 2, "attempts": [{"attempt": 1}]}) is None  # an older record

@@ -96,3 +96,27 @@ def test_forward_reaches_a_port_on_the_host_until_ctrl_c(ssh_hosts, client_env, 
 def test_forward_refuses_a_bad_port_in_one_line(args: list[str], why: str, tmp_path: Path) -> None:
     p = subprocess.run([PIPPA, "forward", "local", *args], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and why in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_ssh_uses_pippas_own_key_where_home_is_not_the_passwd_home(ssh_hosts, client_env, tmp_path) -> None:
+    """The tests' HOME is not root's passwd home, as in containers and CI: the system ssh gets the key
+    pippa found (-i), not whatever the passwd home holds; a resolved one with IdentitiesOnly."""
+    env, h = client_env.env, ssh_hosts[1]
+    inv = client_env.personal_inventory
+    entry = f'[hosts.noid]\naddress = "{h.address}"\nport = {h.port}\nuser = "{h.user}"\n'  # no identity_file
+    inv.write_text(inv.read_text() + entry)
+    p = pippa(env, "ssh", "noid", "--", "echo hi")
+    assert (p.returncode, p.stdout) == (0, "hi\n"), p.stderr
+
+    start = [PIPPA, "run", "--host", h.name, "--cmd", "sleep 30", "--no-wait", "--name"]
+    run = subprocess.run([*start, "short"], env={**env, "COLUMNS": "80"}, cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert all(len(line) <= 80 for line in run.stdout.splitlines()), run.stdout  # no raw ssh line
+    assert "pippa attach short" in run.stdout and "ssh " not in run.stdout
+    verbose = subprocess.run([*start, "short2", "-v"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                             timeout=60)  # fmt: skip
+    ssh_line = next(ln for ln in verbose.stdout.splitlines() if ln.strip().startswith("ssh:"))
+    assert "IdentitiesOnly=yes" in ssh_line and "-i " in ssh_line, ssh_line
+    for session in ("short", "short2"):
+        h.run_as_user(["tmux", "kill-session", "-t", f"={session}"])

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pippa_ops.cli.run_tables import render_ps, select_shown
+from pippa_ops.cli.run_tables import render_ps, render_runs, select_shown
 from pippa_ops.cli.table import Column, layout
 from pippa_ops.errors import AmbiguousSession, HostUnreachable
+from pippa_ops.runs.catalog import RunInfo
 from pippa_ops.runs.listing import HostRuns, RunRecord, select_runs
 from pippa_ops.runs.shortid import designates, short_ids
 
@@ -111,3 +112,36 @@ def test_ps_shows_running_runs_and_the_last_ended_ones() -> None:
     assert select_shown([running, *ended], show_all=True) == ([running, *ended], 0)
     assert select_shown([running, *ended], state="running") == ([running], 0)
     assert select_shown([running, *ended], since=T0 + 12) == (ended[12:], 0)
+
+
+def test_ps_last_0_still_lists_lost_runs() -> None:
+    lost = _rec("20261118-000001-tiny-aaaa", "lost", started=T0 - 20)
+    done = _rec("20261118-000002-tiny-bbbb", "finished", exit_code=0, started=T0, ended=T0)
+    assert select_shown([lost, done], last=0) == ([lost], 1)
+
+
+@pytest.mark.parametrize(("sort", "column"), [("best", "BEST"), ("steps", "STEPS"), ("duration", "DURATION")])
+def test_runs_at_80_columns_keeps_the_column_it_is_sorted_by(sort: str, column: str,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:  # fmt: skip
+    """`runs --sort best` once dropped BEST for room: the sorted list looked unsorted."""
+    monkeypatch.setenv("COLUMNS", "80")
+    infos = [RunInfo(r, steps=120, final_reward=0.5, best_reward=0.9 - i / 10, eval={"accuracy": 0.5})
+             for i, r in enumerate(RECORDS)]  # fmt: skip
+    render_runs(infos, {}, eval_text=lambda e: "accuracy 0.500", wandb_text=lambda w: "-", sort=sort)
+    lines = capsys.readouterr().out.splitlines()
+    assert column in lines[0].split() and all(len(line) <= 80 for line in lines), lines
+    if sort == "best":
+        assert "0.900" in lines[1] and "0.600" in lines[4]
+
+
+def test_a_cost_is_a_cost_column_in_the_hosts_currency_never_a_bare_number(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    priced = [RunRecord(**{**r.__dict__, "cost": 0.031, "currency": "$"}) for r in RECORDS]
+    render_ps(priced, {}, [], hidden=0)
+    lines = capsys.readouterr().out.splitlines()
+    assert "COST" in lines[0].split() and all("$0.03" in line for line in lines[1:5]), lines
+    assert "(0.03)" not in "\n".join(lines)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from training_core.code.extract import extract_code
-from training_core.sandbox import SandboxLimits, SandboxPool, SandboxResult, Status, resident_pool
+from training_core.sandbox import SandboxLimits, SandboxPool, SandboxResult, Status, default_pool
 
 Predictor = Callable[[list[str]], list[str]]
 
@@ -102,7 +102,7 @@ def run_twice(pool: SandboxPool, codes: Sequence[str], limits: SandboxLimits,
 
     The invariant the game relies on (docs/sandbox.md, "The code game"): nothing the first run does
     can be read by the second. Each run is its own sandbox (own tmpfs, PID, IPC and network
-    namespaces, a cgroup slot it cannot read), its /usr a memory-resident copy (``resident_pool``:
+    namespaces, a cgroup slot it cannot read), its /usr a memory-resident copy (``default_pool``:
     no page a run could load or evict, so nothing to probe, not even by timing or fault-around), and
     the seccomp filter refuses every call that writes or probes state the two could share: the page
     cache (fadvise, readahead, madvise advice, RWF_NOWAIT, mincore, cachestat), shared futexes, locks,
@@ -134,7 +134,7 @@ def play(completions: Sequence[Any], predict: Predictor, stats: GameStats | None
     ``prefix`` is prepended to each extracted program (a prompt that opens the code, e.g. ``print(``);
     ``opponent_prompt`` is the opponent's question with a ``{code}`` slot."""
     codes = [prefix + code if (code := extract_code(c)) else "" for c in completions]
-    pool = pool or resident_pool()  # /usr in memory: no page cache a run could leave for another
+    pool = pool or default_pool()  # /usr in memory: no page cache a run could leave for another
     limits = limits or SandboxLimits(timeout_s=2.0)
     todo = [c for c in codes if c]
     # twice, each in a fresh sandbox: a program whose output differs between runs (os.urandom, random,

@@ -146,6 +146,18 @@ def summary(res: dict[str, Any]) -> str:
     return line
 
 
+def eval_rows(samples: Any, step: int, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """samples.jsonl rows of one evaluation: its first ``per_step`` problems, with the expected answer
+    and whether the greedy completion passed."""
+    from training_core.samples import prompt_text
+
+    return [
+        samples.row(step, "eval", prompt_text(r["prompt"]), r["completion"], index=i, answer=r["answer"],
+                    passed=r["correct"], reward=1.0 if r["correct"] else 0.0)
+        for i, r in enumerate(results[: samples.per_step])
+    ]  # fmt: skip
+
+
 def make_callback(
     task: EvalTask,
     rows: list[dict[str, Any]],
@@ -154,7 +166,9 @@ def make_callback(
     max_new_tokens: int,
     tokenizer: Any,
     writer: MetricsWriter,
+    samples: Any = None,
 ) -> Any:
+    """``samples``: the run's SamplesWriter; each evaluation's first rows go to samples.jsonl."""
     from transformers import TrainerCallback
 
     class IntervalEval(TrainerCallback):  # type: ignore[misc]
@@ -168,6 +182,8 @@ def make_callback(
             res = evaluate(model, tokenizer, task, rows, data, max_new_tokens)
             metrics = eval_metrics(task, res)
             writer.eval(state.global_step, metrics)
+            if samples is not None and samples.active:
+                samples.write(eval_rows(samples, state.global_step, res["results"]))
             if writer.active:
                 print(f"eval step {state.global_step}: {summary(res)}", flush=True)
 

@@ -14,6 +14,7 @@ the finished directory into ``checkpoints/``, so a kill at any moment leaves no 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import shutil
 import warnings
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from training_core.config import RunConfig
 from training_core.run.layout import STAGING, checkpoint_name, checkpoints, checkpoints_dir
+from training_core.samples_trl import RecordSamples
 
 # TRL 1.16 itself still calls transformers' pre-v6 checkpointing names; the FutureWarning is about
 # library internals a user cannot act on, and it lands in every run's log. Anything else warns as usual.
@@ -156,8 +158,8 @@ def publish(staging: Path, step: int, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-class PippaGRPOTrainer(AtomicCheckpoints, GRPOTrainer):  # type: ignore[misc]
-    pass
+class PippaGRPOTrainer(AtomicCheckpoints, RecordSamples, GRPOTrainer):  # type: ignore[misc]
+    """Atomic checkpoints, and a sample of some steps' batches in samples.jsonl (``samples``)."""
 
 
 def stop_callback(
@@ -182,3 +184,22 @@ def stop_callback(
                 raise KeyboardInterrupt(f"signal {requested() or 'on another rank'}")
 
     return SaveThenStop()
+
+
+# What transformers' Trainer logs when a resumed checkpoint lacks weights it did not save: with tied
+# word embeddings, lm_head.weight is the embedding matrix, saved once and tied again after the load
+# (transformers trainer.py `_issue_warnings_after_load`). That one message, for that one key, is expected.
+TIED_HEAD_WARNING = "There were missing keys in the checkpoint model loaded: ['lm_head.weight']."
+
+
+class _ExpectedTiedHead(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != TIED_HEAD_WARNING
+
+
+def quiet_tied_head_warning(model: Any) -> None:
+    """Silence TIED_HEAD_WARNING on resume for a model whose output head is tied to its embeddings
+    (any other missing key still warns)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if getattr(config, "tie_word_embeddings", False):
+        logging.getLogger("transformers.trainer").addFilter(_ExpectedTiedHead())

@@ -113,10 +113,16 @@ def run(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
             + (f", resuming from step {life.resumed_step}" if life.resumed_step else ""),
             step=lambda: int(trainer.state.global_step),
         )
-        from training_core.methods.trainer import stop_callback
+        from training_core.methods.trainer import quiet_tied_head_warning, stop_callback
 
         trainer.add_callback(stop_callback(lambda: life.stop.requested, _any_rank(trainer)))
+        from training_core import testhooks
+
+        if testhooks.wanted():
+            trainer.add_callback(testhooks.callback())
         resume_from = life.resume_from
+        if resume_from:
+            quiet_tied_head_warning(trainer.model)
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     return life.code
 
@@ -153,8 +159,9 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
               flush=True)  # fmt: skip
     if runs_model_code(cfg):
         # found now, not at the first reward: a sandbox that cannot keep its promises stops the run here,
-        # with one line, and the header shows what every program will run under (mode, caps, seccomp)
-        print(sandbox.detect().isolation.header(), flush=True)
+        # with one line, and the header shows what every program will run under (mode, caps, seccomp,
+        # which /usr: the resident copy every code reward's pool makes once, or why the host's)
+        print(sandbox.default_pool().launcher.isolation.header(), flush=True)
     rctx = registry.RewardContext(model=model, tokenizer=tokenizer, run_dir=str(run_dir), config=cfg)
     reward_funcs = method.reward_funcs(cfg, rctx)
     n_params = sum(p.numel() for p in model.parameters())
@@ -164,7 +171,8 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
         task = EVAL_TASKS.get(cfg.eval.task, cfg.plugins)
         eval_rows = task.load(cfg.eval.n, cfg.seed, data=cfg.data, **cfg.eval.params)
         max_new = cfg.eval.max_new_tokens or cfg.train.max_completion_length
-        cbs.append(greedy.make_callback(task, eval_rows, cfg.eval, cfg.data, max_new, tokenizer, writer))
+        cbs.append(greedy.make_callback(task, eval_rows, cfg.eval, cfg.data, max_new, tokenizer, writer,
+                                        life.samples))  # fmt: skip
     cctx = cb_registry.CallbackContext(tokenizer=tokenizer, writer=writer, run_dir=str(run_dir), config=cfg)
     for spec in cfg.callbacks:
         cbs.append(cb_registry.CALLBACKS.get(spec.name, cfg.plugins)(cctx, **spec.params))
@@ -181,6 +189,8 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
         )
     trainer = method.build_trainer(cfg, run_dir, model, tokenizer, train_ds, cbs, peft_config, reward_funcs)
     trainer.keep_checkpoints = cfg.checkpoint.keep
+    if hasattr(trainer, "samples"):  # GRPO: a sample of some steps' batches (training_core.samples_trl)
+        trainer.samples = life.samples
     trainer.remove_callback(PrinterCallback)  # our progress line replaces its raw dict dump
     return trainer, len(train_rows), n_params
 

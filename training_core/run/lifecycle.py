@@ -102,6 +102,7 @@ class RunLifecycle:
 
     def __init__(self, res: Resolved, run_dir: Path, resume: bool) -> None:
         from training_core.run.metrics import NullWriter
+        from training_core.samples import NullSamples
 
         self.res = res
         self.run_dir = run_dir
@@ -111,6 +112,8 @@ class RunLifecycle:
         self.resumed_step: int | None = None
         self.main = True  # rank 0: one metrics.jsonl and one W&B run per run
         self.writer: Any = NullWriter()
+        self.samples: Any = NullSamples()  # training_core.samples: what the model wrote (rank 0)
+        self.alarm_watch: Any = None  # training_core.alarm_watch (rank 0)
         self.wandb_info: dict[str, Any] | None = None
         self.stop = StopOnSignal(save=res.config.checkpoint.every > 0)
         self.code = 1
@@ -156,6 +159,11 @@ class RunLifecycle:
             moved = metrics.supersede(self.metrics_path, step)
             if moved:
                 print(f"resume: moved {moved} redone lines to metrics.superseded.jsonl", flush=True)
+            from training_core.samples import supersede
+
+            moved = supersede(self.run_dir, step)
+            if moved:
+                print(f"resume: moved {moved} redone samples to samples.superseded.jsonl", flush=True)
         set_seed(cfg.seed)  # python, numpy and torch (CUDA too)
         self.res = models.settle(self.res, self.facts, self.run_dir.parent)
 
@@ -179,6 +187,26 @@ class RunLifecycle:
             self.run_dir.name, self.res.recipe, self.res.as_dict(), self.wandb_info, self.resumed_step
         )
         self._recording = True
+        self._open_samples()
+
+    def _open_samples(self) -> None:
+        """samples.jsonl (created at the first row: only methods that sample write one) and the alarm
+        watch on the metrics."""
+        from training_core.alarm_watch import AlarmWatch
+        from training_core.samples import SamplesWriter, interval
+
+        cfg = self.res.config
+        every = interval(cfg)
+        if every > 0:
+            self.samples = SamplesWriter(self.run_dir, cfg)
+
+        def sampled(step: int) -> int | None:
+            if not self.samples.active:
+                return None
+            return 1 if step <= 1 else -(-step // every) * every
+
+        self.alarm_watch = AlarmWatch(self.run_dir, cfg, sampled, self.metrics_path if self.resume else None)
+        self.writer.observers.append(self.alarm_watch)
 
     def training(self, banner: str, step: Callable[[], int]) -> None:
         """Setup is over: print the run's first line (rank 0) and route SIGINT / SIGTERM to ``stop``.
@@ -213,6 +241,9 @@ class RunLifecycle:
             handled = False  # SystemExit and the like: recorded as failed, then on their way
         for s, h in self._old_handlers.items():
             signal.signal(s, h)
+        if self.alarm_watch is not None:
+            self.alarm_watch.check()  # a long run checks every few records; the end sees them all
+        self.samples.close()
         self.writer.end(status, self._step(), error)
         self.writer.close()
         self._finish_wandb(code)

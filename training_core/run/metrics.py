@@ -69,6 +69,8 @@ class MetricsWriter:
     def __init__(self, path: Path, mirror: Mirror | None = None) -> None:
         self.path = path
         self.mirror = mirror
+        # Called with every step and eval record once written (training_core.alarm_watch).
+        self.observers: list[Callable[[dict[str, Any]], None]] = []
         path.parent.mkdir(parents=True, exist_ok=True)
         self._f: IO[str] = path.open("a", encoding="utf-8")
 
@@ -98,14 +100,19 @@ class MetricsWriter:
         )
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
-        self.write({"type": "step", "step": step, "time": time.time(), **metrics})
+        self._record({"type": "step", "step": step, "time": time.time(), **metrics})
         if self.mirror is not None:
             self.mirror(step, metrics)
 
     def eval(self, step: int, metrics: dict[str, Any]) -> None:
-        self.write({"type": "eval", "step": step, "time": time.time(), **metrics})
+        self._record({"type": "eval", "step": step, "time": time.time(), **metrics})
         if self.mirror is not None:
             self.mirror(step, metrics)
+
+    def _record(self, record: dict[str, Any]) -> None:
+        self.write(record)
+        for observe in self.observers:
+            observe(record)
 
     def end(self, status: str, step: int, error: str | None) -> None:
         self.write({"type": "end", "status": status, "step": step, "time": time.time(), "error": error})
@@ -122,6 +129,7 @@ class NullWriter(MetricsWriter):
 
     def __init__(self) -> None:
         self.mirror = None
+        self.observers = []
 
     def write(self, record: dict[str, Any]) -> None:
         pass

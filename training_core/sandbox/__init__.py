@@ -7,9 +7,9 @@ by name (``set_level("rlimits")`` or ``"unsafe"``, the recipe's ``sandbox.isolat
 """
 
 from training_core.sandbox.isolation import Isolation, SandboxUnavailable, allow_unsafe, detect, set_level
-from training_core.sandbox.pool import SandboxPool, default_pool, resident_pool
+from training_core.sandbox.pool import SandboxPool, default_pool, resident
 from training_core.sandbox.runner import SandboxLimits, SandboxResult, Status, run_python
 from training_core.sandbox.values import Opaque
 
 __all__ = ["Isolation", "Opaque", "SandboxLimits", "SandboxPool", "SandboxResult", "SandboxUnavailable",
-           "Status", "allow_unsafe", "default_pool", "detect", "resident_pool", "run_python", "set_level"]
+           "Status", "allow_unsafe", "default_pool", "detect", "resident", "run_python", "set_level"]

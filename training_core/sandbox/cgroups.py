@@ -87,7 +87,12 @@ class CgroupSlots:
             if where.move_self_to is not None:  # v2 delegated: only leaves hold processes
                 leaf = Path(where.move_self_to)
                 leaf.mkdir(exist_ok=True)
-                (leaf / "cgroup.procs").write_text(str(os.getpid()))
+                # every process of the scope (accelerate's launcher, other ranks), this one first: the
+                # scope may enable controllers below only once it holds no process itself
+                others = (mem_parent / "cgroup.procs").read_text().split()
+                for pid in dict.fromkeys([str(os.getpid()), *others]):
+                    with contextlib.suppress(ProcessLookupError):
+                        (leaf / "cgroup.procs").write_text(pid)
                 (mem_parent / "cgroup.subtree_control").write_text("+memory +pids")
             _remove_stale(mem_parent)
             _remove_stale(pids_parent)
@@ -111,16 +116,17 @@ class CgroupSlots:
         remove_tree(self._mem_base, self._pids_base, wait_s=wait_s)
 
     def acquire(self, memory_bytes: int, max_pids: int) -> int:
-        with self._lock:
-            ready = [s for s in self._free if self._emptied(s)]
-            if ready:
-                slot = ready[0]
+        with self._lock:  # the first empty slot (oldest first), not a read of every free one
+            ready = next((s for s in self._free if self._emptied(s)), None)
+            if ready is not None:
+                slot = ready
                 self._free.remove(slot)
             else:
                 slot, self._next = self._next, self._next + 1
         mem, pids = self._mem_base / str(slot), self._pids_base / str(slot)
-        mem.mkdir(exist_ok=True)
-        pids.mkdir(exist_ok=True)
+        if slot not in self._limits:  # made once; a reused slot exists
+            mem.mkdir(exist_ok=True)
+            pids.mkdir(exist_ok=True)
         if self._limits.get(slot) != (memory_bytes, max_pids):
             if self.kind.startswith("cgroup v1"):
                 sw = mem / "memory.memsw.limit_in_bytes"

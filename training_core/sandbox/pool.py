@@ -66,32 +66,24 @@ _default: SandboxPool | None = None
 _default_lock = threading.Lock()
 
 
+def resident(launcher: Launcher) -> Launcher:
+    """``launcher`` with, as /usr, a memory-resident copy of the interpreter's files and the common tools
+    (``usrcopy``: no page cache state one run could leave for another, nothing to time), made now; where
+    no copy can be made, ``launcher`` itself, with a note in its header saying why."""
+    copy = UsrCopy.create(launcher.python) if launcher.bwrap is not None else "no bwrap"
+    if isinstance(copy, UsrCopy):
+        launcher = replace(launcher, usr=str(copy.root))
+        note = "/usr: a memory-resident copy of the interpreter's files and the common tools"
+    else:
+        note = f"/usr: the host's, shared page cache ({copy})"
+    return replace(launcher, isolation=replace(launcher.isolation, notes=(*launcher.isolation.notes, note)))
+
+
 def default_pool() -> SandboxPool:
-    """The process-wide pool reward functions share (created on first use)."""
+    """The process-wide pool every code reward, the MBPP evaluation and the code game share (created on
+    first use): its sandboxes see the resident /usr (``resident``)."""
     global _default
     with _default_lock:
         if _default is None:
-            _default = SandboxPool()
+            _default = SandboxPool(launcher=resident(detect()))
         return _default
-
-
-_resident: SandboxPool | None = None
-
-
-def resident_pool() -> SandboxPool:
-    """The process-wide pool whose sandboxes see a memory-resident copy of the interpreter's /usr
-    (``usrcopy``: no page cache state one run could leave for another); the code game's. Where no
-    copy can be made, the default launcher, with a note in its header saying why."""
-    global _resident
-    with _default_lock:
-        if _resident is None:
-            launcher = detect()
-            copy = UsrCopy.create(launcher.python) if launcher.bwrap is not None else "no bwrap"
-            if isinstance(copy, UsrCopy):
-                launcher = replace(launcher, usr=str(copy.root))
-                note = "/usr: a memory-resident copy of the interpreter's files"
-            else:
-                note = f"/usr: the host's, shared page cache ({copy})"
-            iso = replace(launcher.isolation, notes=(*launcher.isolation.notes, note))
-            _resident = SandboxPool(launcher=replace(launcher, isolation=iso))
-        return _resident

@@ -1,4 +1,4 @@
-"""A memory-resident copy of what the sandbox's interpreter reads from /usr (for the code game).
+"""A memory-resident copy of what the sandbox's interpreter and the common tools read from /usr.
 
 Every sandbox sees the host's read-only ``/usr``, and its page cache is state all of them share: a
 program loads a page by reading it, and another can tell a cached page from an uncached one by how
@@ -8,8 +8,9 @@ pages are the file, always resident. So the code game's sandboxes get, as their 
 tmpfs of exactly what the interpreter needs (the binary, its standard library without tests, the
 shared libraries it and its extension modules link), made once per trainer process (some 60 MB,
 well under a second) and bound read-only (no atime either). Nothing a run does to it is visible to
-another. Programs that start other binaries (``/bin/sh``) find none there: the game's programs print
-an integer, the other rewards keep the whole ``/usr``.
+another. Every code reward's sandbox uses it (``pool.default_pool``). A program may start the shell
+and the common tools (``TOOLS``: POSIX sh, coreutils, grep, sed, awk, find, diff, the interpreter as
+``python3``), copied with their libraries; any other binary of the host's ``/usr`` is absent.
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ from pathlib import Path
 
 SKIP = {"test", "tests", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages",
         "dist-packages"}  # and config-* (the static libpython): nothing a program imports
+# what a program may start: the shell, the POSIX utilities and coreutils, under /usr/bin (a name missing
+# on the host is skipped; a link out of /usr, e.g. awk through /etc/alternatives, is followed while copying)
+TOOLS = ("sh", "dash", "bash", "env", "cat", "echo", "printf", "true", "false", "test", "[", "ls", "cp", "mv",
+         "rm", "ln", "mkdir", "rmdir", "touch", "chmod", "stat", "head", "tail", "wc", "sort", "uniq", "cut",
+         "paste", "tr", "tee", "seq", "expr", "basename", "dirname", "pwd", "realpath", "readlink", "sleep",
+         "date", "id", "whoami", "uname", "od", "md5sum", "sha256sum", "base64", "yes", "nproc", "timeout",
+         "grep", "egrep", "fgrep", "sed", "awk", "mawk", "gawk", "find", "xargs", "diff", "cmp", "python3")
 _PATHS = ("import json, sysconfig\np = sysconfig.get_paths()\n"
           "print(json.dumps([p['stdlib'], p['platstdlib'], sysconfig.get_config_var('DESTSHARED') or '']))")
 
@@ -49,19 +57,25 @@ def _libraries(objects: list[str]) -> set[str]:
     return found
 
 
-def _copy_chain(path: str, dest: Path) -> None:
-    """Copy ``path`` (under /usr) to ``dest`` mirrored, keeping a symlink a symlink and copying its target."""
+def _copy_chain(path: str, dest: Path, resolve: bool = False) -> None:
+    """Copy ``path`` (under /usr) to ``dest`` mirrored, keeping a symlink a symlink and copying its target;
+    ``resolve``: a link that leaves /usr (``/etc/alternatives``) becomes a copy of the file it ends at."""
     for _ in range(8):
         rel = os.path.relpath(path, "/usr")
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if os.path.islink(path):
             link = os.readlink(path)
-            if not target.is_symlink():
-                os.symlink(link, target)
             nxt = _under_usr(os.path.join(os.path.dirname(path), link))
             if nxt is None:
+                real = os.path.realpath(path)
+                if resolve and os.path.isfile(real) and not os.path.lexists(target):
+                    shutil.copy2(real, target)
+                elif not os.path.lexists(target):
+                    os.symlink(link, target)
                 return
+            if not target.is_symlink():
+                os.symlink(link, target)
             path = nxt
             continue
         if not target.exists():
@@ -107,11 +121,15 @@ class UsrCopy:
                                                           or n.startswith("config-")])
             if dynload and os.path.isdir(dynload):
                 objects += [str(p) for p in Path(dynload).glob("*.so")]
-            for path in [python, *_libraries(objects)]:
+            tools = [os.path.realpath(t) for t in (f"/usr/bin/{n}" for n in TOOLS) if os.path.exists(t)]
+            for path in [python, *_libraries([*objects, *tools])]:
                 usr = _under_usr(path)
                 if usr is None:
                     raise ValueError(f"{path}, which the interpreter loads, is not under /usr")
                 _copy_chain(usr, root)
+            for name in TOOLS:
+                if os.path.lexists(f"/usr/bin/{name}"):
+                    _copy_chain(f"/usr/bin/{name}", root, resolve=True)
             for top, _dirs, _files in os.walk(root):  # readable by a sandbox's own uid
                 os.chmod(top, 0o755)
         except (OSError, subprocess.SubprocessError, ValueError) as e:

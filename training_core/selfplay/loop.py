@@ -43,6 +43,7 @@ class _Run:
     eval_player: Player  # sampling as in evaluation
     n_params: int
     done: int = 0  # the last completed step
+    games: list[Game] | None = None  # the last step's games (samples.jsonl transcripts)
 
 
 def run(res: Resolved, run_dir: Path, resume: bool = False) -> int:
@@ -194,6 +195,7 @@ def one_step(res: Resolved, r: _Run) -> dict[str, float]:
         t.max_completion_length, sp.micro_batch_size, t.num_iterations, t.epsilon, t.max_grad_norm
     )
     update = policy_update(r.model, r.tokenizer, r.optimizer, r.scheduler, chosen, settings) if chosen else {}
+    r.games = games
     m = game_metrics(games)
     m.update(_stats(advantages, "adv"))
     m["adv/frac_dropped"] = dropped / max(1, len(advantages))
@@ -210,6 +212,25 @@ def one_step(res: Resolved, r: _Run) -> dict[str, float]:
     if torch.cuda.is_available():
         m["perf/peak_mem_gb"] = torch.cuda.max_memory_allocated() / 1e9
     return m
+
+
+def game_rows(samples: Any, step: int, games: list[Game]) -> list[dict[str, Any]]:
+    """samples.jsonl rows of a step's first ``per_step`` games: the first turn's prompt, the last
+    response, both players' payoffs (player 0's as the total) and the transcript, one line per turn."""
+    rows = []
+    for i, g in enumerate(games[: samples.per_step]):
+        if not g.turns or not g.game.done:
+            continue
+        p0, p1 = g.game.payoffs()
+        last = g.turns[-1]
+        transcript = [f"p{t.player}: {t.action or t.response!r}" + ("" if t.valid else " (invalid)")
+                      for t in g.turns] + [f"result: {g.game.result} (payoffs {p0:+g}, {p1:+g})"]  # fmt: skip
+        rows.append(samples.row(
+            step, "selfplay", g.turns[0].prompt, last.response, index=i, rewards={"p0": p0, "p1": p1},
+            reward=p0, length=sum(t.n_tokens for t in g.turns), truncated=any(t.truncated for t in g.turns),
+            transcript=transcript,
+        ))  # fmt: skip
+    return rows
 
 
 def progress_line(step: int, max_steps: int, m: dict[str, float]) -> str:
@@ -264,6 +285,8 @@ def _train(life: RunLifecycle, r: _Run) -> None:
         m = one_step(res, r)
         r.done = step
         writer.step(step, m)
+        if life.samples.due(step):
+            life.samples.write(game_rows(life.samples, step, r.games or []))
         if cfg.logging.progress:
             print(progress_line(step, t.max_steps, m), flush=True)
         if evaluating and ev.interval > 0 and step % ev.interval == 0:

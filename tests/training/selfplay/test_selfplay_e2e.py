@@ -80,6 +80,13 @@ def test_tiny_selfplay_runs_logs_checkpoints_resumes_and_evaluates(
     assert [r["resumed_from_step"] for r in recs if r["type"] == "header"] == [None, 3]
     assert [r["status"] for r in recs if r["type"] == "end"] == ["completed"]
     assert (run_dir / "metrics.superseded.jsonl").is_file()
+    # samples.jsonl: each step's games (a tenth of 3 steps rounds to every step), once each
+    rows = [json.loads(line) for line in (run_dir / "samples.jsonl").open()]
+    assert sorted({r["step"] for r in rows}) == [1, 2, 3, 4] and {r["kind"] for r in rows} == {"selfplay"}
+    assert len({(r["step"], r["index"]) for r in rows}) == len(rows)
+    for r in rows:
+        assert r["transcript"][-1].startswith("result: ") and set(r["rewards"]) == {"p0", "p1"}
+        assert r["reward"] == r["rewards"]["p0"] and r["transcript"][0].startswith("p0: ")
 
     capsys.readouterr()
     ckpt = run_dir / "checkpoints" / "checkpoint-4"

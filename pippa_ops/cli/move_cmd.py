@@ -1,0 +1,27 @@
+"""``pippa resume RUN --on HOST``: the move (``runs.move``) and its report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from pippa_ops.errors import UsageError
+from pippa_ops.repo import pulled_runs_dir
+from pippa_ops.runs.move import move_run
+
+
+def move_and_resume(
+    name: str, to_host: str, host: str | None, sets: list[str], follow: bool, runs_dir: Path | None
+) -> None:
+    if sets:
+        raise UsageError("--on moves the run as it was: resume it there with --set afterwards")
+    if follow:
+        raise UsageError("--on does not follow: pippa logs RUN --host HOST -f afterwards")
+    r = move_run(name, to_host, host=host, runs_root=pulled_runs_dir(runs_dir))
+    src = r.from_host if r.source == "host" else f"the copy in {r.source}"
+    typer.echo(f"moved {r.run_id} from {src} to {r.to_host}: {r.files} files, {r.bytes / 1e6:.1f} MB "
+               f"in {r.elapsed_s:.1f}s, checksummed")  # fmt: skip
+    typer.echo(f"resumed {r.run_id} on {r.to_host}")
+    typer.echo(f"  session: {r.launch.session}")
+    typer.echo(f"  logs:    {r.launch.logs_hint()}")

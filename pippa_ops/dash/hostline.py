@@ -1,0 +1,43 @@
+"""A host panel's first line: reachable or not (and why), then its last `pippa doctor` verdict and age."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+
+from pippa_contract.termsafe import escape
+from pippa_ops.monitor.state import HostState
+
+VERDICT_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+
+
+def doctor_text(h: HostState, now: float | None = None) -> Text:
+    """`` · doctor fail 3h ago``: the host's last `pippa doctor` verdict and its age; empty without one."""
+    if h.doctor is None:
+        return Text("")
+    from pippa_ops.doctor import age
+
+    verdict, when = h.doctor, h.doctor_time
+    ago = "" if when is None else f" {age(max(0.0, (now if now is not None else time.time()) - when))} ago"
+    style = VERDICT_STYLE.get(verdict, "")
+    return Text.assemble((" · doctor ", "dim"), (escape(verdict), style), (ago, "dim"))
+
+
+def status_line(h: HostState, now: float | None = None) -> Text:
+    """Reachable or not, and why; plainly; then the last doctor verdict."""
+    line = _link_line(h)
+    return line if h.doctor is None else Text.assemble(line, doctor_text(h, now))
+
+
+def _link_line(h: HostState) -> Text:
+    if h.link == "down":
+        retry = f", retrying in {h.retry_in_s:.0f}s" if h.retry_in_s is not None else ""
+        return Text(f"✗ unreachable ({escape(h.reason or 'unknown')}){retry}", style="bold red")
+    if h.link == "connecting":
+        return Text("… connecting", style="yellow")
+    if h.gpus is None:
+        return Text("● up, waiting for nvidia-smi", style="green")
+    if not h.gpus:
+        return Text(f"● up, {h.gpu_note or 'no GPU'}", style="green")
+    return Text(f"● up, {len(h.gpus)} GPU{'s' if len(h.gpus) > 1 else ''}", style="green")

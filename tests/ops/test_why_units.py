@@ -1,0 +1,67 @@
+"""``pippa why``'s reading of a run record (pippa_ops.runs.why): pure, on records as listings make them."""
+
+from __future__ import annotations
+
+from pippa_ops.runs.listing import RunRecord
+from pippa_ops.runs.why import explain, render
+
+SUSPECT = "rank 1 is not in the collective (rank 0 waits in all_gather (...)); it is in wander_off"
+STACKS = {
+    "0/11": ["all_gather (torch/distributed/distributed_c10d.py:3012)"],
+    "1/12": ["wander_off (training_core/testhooks.py:31)"],
+}
+STALLED = {
+    "attempt": 1, "exit_code": 137, "outcome": "stalled", "class": "stalled",
+    "reason": "no new metrics line for 15s", "lines": [],
+    "decision": {"retry": True, "spends": "infra", "why": "infrastructure retry 1/3 (not in --retry)"},
+    "forensics": {"dir": "forensics/attempt-1", "suspect": {"kind": "rank", "rank": 1, "text": SUSPECT},
+                  "stacks": STACKS},
+}  # fmt: skip
+DONE = {"attempt": 2, "exit_code": 0, "outcome": "completed", "class": "completed", "reason": "exit 0"}
+
+
+def _rec(**kw: object) -> RunRecord:
+    base: dict[str, object] = {"host": "h100-a", "run_id": "20261126-1-tiny-ab12", "session": "night",
+                               "recipe": "tiny", "command": "python -m training_core.launch"}  # fmt: skip
+    return RunRecord(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_a_stalled_then_completed_run_shows_class_retry_suspect_and_stacks() -> None:
+    rec = _rec(state="finished", exit_code=0, attempts_doc={"max_attempts": 2, "attempts": [STALLED, DONE]},
+               attempt=2, max_attempts=2)  # fmt: skip
+    why = explain(rec)
+    assert [a.cls for a in why.attempts] == ["stalled", "completed"]
+    text = "\n".join(render(why, rec.max_attempts))
+    assert "attempt 1/2  stalled (no new metrics line for 15s)" in text
+    assert "then: infrastructure retry 1/3" in text and "suspect: rank 1 is not in the collective" in text
+    assert "wander_off (training_core/testhooks.py:31)" in text
+    assert why.next == "pippa pull 20261126-1-tiny-ab12 --host h100-a"
+    assert why.to_json()["attempts"][0]["stuck"]["1/12"] == ["wander_off (training_core/testhooks.py:31)"]
+
+
+def test_a_run_without_a_supervisor_record_is_classed_from_its_listing() -> None:
+    why = explain(_rec(state="failed", exit_code=1, error="KeyError: 'answer'"))
+    assert why.attempts[0].cls == "crash" and why.next.startswith("pippa resume")
+    assert explain(_rec(state="lost")).next == "pippa recover h100-a"
+    gpu = {"attempt": 1, "class": "gpu-fault", "reason": "Xid 79 on GPU PCI:0000:3b:00", "exit_code": 134}
+    assert "--on" in explain(_rec(state="failed", exit_code=134, attempts_doc={"attempts": [gpu]})).next
+
+
+def test_a_run_that_moved_shows_where_it_went() -> None:
+    from pippa_ops.runs.listing import host_runs
+
+    raw = {"run_id": "20261126-000000-tiny-ab12", "meta": {"session": "s", "recipe": "tiny"}, "ctime": 1.0,
+           "exit_code": "130", "stop_requested": "2", "started": "1", "moved_to": "h100-b"}  # fmt: skip
+    (rec,) = host_runs("h100-a", {"now": 10.0, "sessions": "", "runs": [raw]}).runs
+    assert (rec.state, rec.state_text) == ("moved", "moved to h100-b")
+
+
+def test_ps_says_a_stall_in_its_own_words() -> None:
+    from pippa_ops.runs.listing import host_runs
+
+    stalled = {"attempt": 1, "class": "stalled", "reason": "no new metrics line for 15m"}
+    doc = {"max_attempts": 1, "attempts": [stalled]}
+    raw = {"run_id": "20261126-000000-tiny-ab12", "meta": {"session": "s", "recipe": "tiny"}, "ctime": 1.0,
+           "exit_code": "130", "started": "1", "attempts": doc}  # fmt: skip
+    (rec,) = host_runs("h", {"now": 10.0, "sessions": "", "runs": [raw]}).runs
+    assert rec.state_text == "stalled (no new metrics line for 15m)"

@@ -1,0 +1,62 @@
+"""Failures on demand, for the tests of pippa's failure handling (tests/ops/test_failures_e2e.py).
+
+Off unless an environment variable asks; a run never sets them itself.
+
+- ``PIPPA_TEST_OOM_ABOVE_BATCH=N``: the first step raises a real ``torch.OutOfMemoryError`` (with the
+  CUDA caching allocator's wording) when the per-device batch is above N, as a GPU too small for it would.
+- ``PIPPA_TEST_HANG_RANK=R`` with ``PIPPA_TEST_HANG_AT_STEP=S``: rank R stops calling the collectives
+  at the start of step S (it sleeps in ``wander_off``), so the other ranks wait for it inside one;
+  ``PIPPA_TEST_HANG_ONCE=PATH`` makes that happen only while PATH does not exist (created when it does),
+  so the retry completes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+OOM_ENV = "PIPPA_TEST_OOM_ABOVE_BATCH"
+HANG_RANK_ENV = "PIPPA_TEST_HANG_RANK"
+HANG_STEP_ENV = "PIPPA_TEST_HANG_AT_STEP"
+HANG_ONCE_ENV = "PIPPA_TEST_HANG_ONCE"
+
+
+def wanted() -> bool:
+    return any(os.environ.get(k) for k in (OOM_ENV, HANG_RANK_ENV))
+
+
+def wander_off() -> None:
+    """Where the hanging rank sits: never in a collective."""
+    while True:
+        time.sleep(0.2)
+
+
+def callback() -> Any:
+    """The TrainerCallback that carries out what the environment asks."""
+    import torch
+    from transformers import TrainerCallback
+
+    oom_above = int(os.environ.get(OOM_ENV) or 0)
+    hang_rank = os.environ.get(HANG_RANK_ENV)
+    hang_step = int(os.environ.get(HANG_STEP_ENV) or 1)
+    once = os.environ.get(HANG_ONCE_ENV)
+
+    class FailOnDemand(TrainerCallback):  # type: ignore[misc]
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            batch = int(args.per_device_train_batch_size)
+            if oom_above and batch > oom_above:
+                raise torch.OutOfMemoryError(
+                    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB "
+                    f"of which 1.02 GiB is free. (test hook: per-device batch {batch} > {oom_above})"
+                )
+            rank = int(os.environ.get("RANK", "0"))
+            if hang_rank is not None and rank == int(hang_rank) and state.global_step + 1 == hang_step:
+                if once:
+                    if os.path.exists(once):
+                        return
+                    with open(once, "w") as f:
+                        f.write(f"rank {rank} hung at step {hang_step}\n")
+                wander_off()
+
+    return FailOnDemand()
