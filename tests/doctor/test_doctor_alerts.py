@@ -94,7 +94,8 @@ def test_a_new_xid_during_a_run_is_one_alert_without_idle_alert(
         with open(fake / "kmsg", "a") as f:  # the driver logs a GPU falling off the bus
             f.write(xid_line(BUS_IDS[5], 79, "GPU has fallen off the bus.") + "\n")
         post = hook.wait_for(lambda p: p.fields.get("state") == "gpu fault", timeout=60)
-        assert post.json["title"] == f"pippa: gpu fault {run_id} on {h.name}"
+        name = f"xidrun (cmd, {run_id.rsplit('-', 1)[1]})"  # the run as its user knows it (session, short id)
+        assert post.json["title"] == f"pippa: gpu fault {name} on {h.name}"
         assert post.fields["reason"].startswith("GPU 5: Xid 79 (fallen off the bus) at ")
         assert post.fields["reason"].endswith(f" during run {run_id}")
 
