@@ -80,9 +80,15 @@ def wait_cmd(
                 status.clear()
             if log is not None:
                 note(line)  # the background watcher's log
-            typer.echo(line, err=True)
             if notify:
-                notices.run_ended(line)
+                notices.run_ended(line)  # the bell, the line, the desktop and PIPPA_NOTIFY
+                return
+            typer.echo(line, err=True)
+            from pippa_ops.alerts.local import send
+
+            error = send(line)  # a move is alerted where PIPPA_NOTIFY is set, --notify or not
+            if error is not None:
+                typer.echo(f"pippa: alert to PIPPA_NOTIFY failed: {error}", err=True)
 
         return fail_over(rec, why, pulled_runs_dir(runs_dir), say)  # a lost host: from the pulled copy
 
