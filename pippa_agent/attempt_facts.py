@@ -208,3 +208,19 @@ def verdict(
             root=os.path.dirname(os.path.dirname(run_dir.rstrip("/"))),
         )
     )
+
+
+def gpu_index(pci: str) -> int | None:
+    """The nvidia-smi index of the GPU an Xid line names (``PCI:0000:3b:00``), from nvidia-smi's
+    ``index,pci.bus_id`` (``00000000:3B:00.0``); None when nvidia-smi cannot say."""
+    want = pci.lower().replace("pci:", "").split(":")[-2:]
+    try:
+        p = subprocess.run(["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"],
+                           capture_output=True, timeout=KERNEL_TIMEOUT_S)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in p.stdout.decode(errors="replace").splitlines() if p.returncode == 0 else []:
+        index, _, bus = (x.strip() for x in line.partition(","))
+        if index.isdigit() and bus.lower().split(".")[0].split(":")[-2:] == want:
+            return int(index)
+    return None

@@ -44,6 +44,41 @@ def gpu_ids_count(spec: str) -> int | None:
     return n if n > 0 else None
 
 
+def gpu_ids(spec: str) -> list[int] | None:
+    """The GPU indices ``launch.gpus`` names (``"0-3"``: 0, 1, 2, 3); None when it is not such a list."""
+    spec = spec.strip().strip("\"'")
+    if not _GPU_IDS.fullmatch(spec):
+        return None
+    out: list[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi) + 1) if hi.strip() else [int(lo)])
+    return out or None
+
+
+def pinned_gpus(command: str) -> list[int] | None:
+    """The GPU indices a run's command pins (its last ``--set launch.gpus=...``); None: all of them."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    found = None
+    for i, word in enumerate(words):
+        item = words[i + 1] if word == "--set" and i + 1 < len(words) else ""
+        if item.startswith("launch.gpus="):
+            found = gpu_ids(item.split("=", 1)[1])
+    return found
+
+
+def healthy_gpus(command: str, faulted: int | None) -> str | None:
+    """After a gpu-fault on GPU ``faulted`` of a run pinned with ``--gpus``: the pinned GPUs left
+    (``"0,2,3"``) for ``pippa resume RUN --gpus``; None when the run was not pinned or none are left."""
+    pinned = pinned_gpus(command)
+    if not pinned or faulted is None or faulted not in pinned:
+        return None
+    return ",".join(str(g) for g in pinned if g != faulted) or None
+
+
 def run_gpus(command: str) -> int | None:
     """The GPUs a run asked for (its ``--set launch.gpus=...``, i.e. ``pippa run --gpus``); None: all."""
     try:

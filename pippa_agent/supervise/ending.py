@@ -20,6 +20,7 @@ from pippa_contract import failures as fc
 from pippa_contract import retry as rp
 from pippa_contract import rundir as rd
 from pippa_contract import stall as stl
+from pippa_contract.alerts import healthy_gpus
 from pippa_contract.attempts import DIVERGED, STALLED, STOPPED
 
 TYPE_CHECKING = False
@@ -103,8 +104,20 @@ def conclude(
     batch = af.batch_of(os.path.join(run_dir, rd.METRICS)) if recipe else None
     decision = af.decide(doc, verdict, policy, batch)
     attempt.update(verdict.to_json())
+    if verdict.cls == fc.GPU_FAULT and verdict.gpu:
+        attempt["gpu_index"] = af.gpu_index(verdict.gpu)  # for `pippa resume --gpus` on the others
     if verdict.cls == fc.COMPLETED:
         attempt["reason"] = None  # nothing to explain
     attempt["decision"] = {"retry": decision.retry, "spends": decision.spends, "why": decision.why,
                            "batch": list(decision.batch) if decision.batch else None}  # fmt: skip
     return verdict, decision
+
+
+def fault_offer(run_dir: str, command: str, attempt: dict[str, Any]) -> str:
+    """After a gpu-fault of a run pinned with ``--gpus``: the resume on the pinned GPUs left, offered
+    (never taken): ``; on the other GPUs: pippa resume RUN --gpus 0,2,3``; else nothing."""
+    index = attempt.get("gpu_index")
+    rest = healthy_gpus(command, index if isinstance(index, int) else None)
+    if rest is None:
+        return ""
+    return f"; GPU {index} faulted, on the other GPUs: pippa resume {os.path.basename(run_dir)} --gpus {rest}"

@@ -34,7 +34,7 @@ import time
 from pippa_agent import attempt_facts as af
 from pippa_agent import forensics
 from pippa_agent.program import program_file
-from pippa_agent.supervise.ending import StallWatch, attempt_of, capture, conclude, saving
+from pippa_agent.supervise.ending import StallWatch, attempt_of, capture, conclude, fault_offer, saving
 from pippa_agent.supervise.files import (
     POLL_S,
     child_setup,
@@ -169,7 +169,8 @@ class Supervisor:
                 self.doc["gave_up"] = n > 1 or final
                 quiet = n == 1 and not final and verdict.cls != fc.OOM  # a single attempt, nothing asked
                 self.emit("diverged" if verdict.cls == fc.DIVERGED else "gave_up",
-                          None if quiet else f"{of} {said} (exit {code}): {decision.why}")  # fmt: skip
+                          None if quiet else f"{of} {said} (exit {code}): {decision.why}"
+                          + fault_offer(self.run_dir, self.command, attempt))  # fmt: skip
                 return code
             if decision.batch is not None:
                 self.doc["overrides"] = decision.set_args()

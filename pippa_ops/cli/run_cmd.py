@@ -169,6 +169,15 @@ def run_cmd(
             show_default=False,
         ),
     ] = None,
+    failover: Annotated[
+        str | None,
+        typer.Option(
+            "--failover",
+            help="h100-b,h100-c: after a gpu-fault, or a host that stays lost, `pippa wait` (and run "
+            "--notify's watcher) moves the run to the first healthy host of the list.",
+            show_default=False,
+        ),
+    ] = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Also print the system ssh command that attaches.")
     ] = False,
@@ -178,7 +187,10 @@ def run_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Start recipes (one after another) or a command in a named tmux session on a host."""
-    restart = RestartFlags(retry, stall_timeout, retry_diverged, backoff, infra_retries, on_oom)
+    from pippa_ops.runs.failover import failover_hosts
+
+    restart = RestartFlags(retry, stall_timeout, retry_diverged, backoff, infra_retries, on_oom,
+                           failover_hosts(failover, cmd is not None))  # fmt: skip
     names = list(recipes or [])
     if not names and cmd is None:
         names = ["tiny"]  # the README's main job
@@ -313,8 +325,17 @@ def resume_cmd(
         ),
     ] = None,
     runs_dir: RunsDirOpt = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option("--gpus", help="Continue on these GPUs, e.g. 0,2,3 (after a GPU fault).",
+                     show_default=False),
+    ] = None,
 ) -> None:
     """Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory."""
+    if gpus is not None:
+        if on is not None:
+            raise BadSetting("--gpus picks GPUs on the run's own host: --on moves it as it was")
+        set_ = [*(set_ or []), *launch_sets(gpus, None, None)]
     if on is not None:
         from pippa_ops.cli.move_cmd import move_and_resume
 

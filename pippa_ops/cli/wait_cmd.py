@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pippa_ops.cli.common import HostOpt, JsonOpt, emit_json, goes_on_line
+from pippa_ops.cli.common import HostOpt, JsonOpt, RunsDirOpt, emit_json, goes_on_line
 
 
 def _note(message: str) -> None:
@@ -35,6 +35,7 @@ def wait_cmd(
         typer.Option("--log", hidden=True, help="Write notes (reconnects) to this file, not stderr."),
     ] = None,
     as_json: JsonOpt = False,
+    runs_dir: RunsDirOpt = None,
 ) -> None:
     """Wait until runs end (riding out dropped connections); exit with their status (0: all exited 0)."""
     from pippa_ops import notify as notices
@@ -70,8 +71,32 @@ def wait_cmd(
         ended.add(rec.run_id)
         on_end(rec)
 
+    def moved(rec: RunRecord, why: str) -> RunRecord:
+        from pippa_ops.repo import pulled_runs_dir
+        from pippa_ops.runs.failover import fail_over
+
+        def say(line: str) -> None:
+            if status is not None:
+                status.clear()
+            if log is not None:
+                note(line)  # the background watcher's log
+            if notify:
+                notices.run_ended(line)  # the bell, the line, the desktop and PIPPA_NOTIFY
+                return
+            typer.echo(line, err=True)
+            from pippa_ops.alerts.local import send
+
+            error = send(line)  # a move is alerted where PIPPA_NOTIFY is set, --notify or not
+            if error is not None:
+                typer.echo(f"pippa: alert to PIPPA_NOTIFY failed: {error}", err=True)
+
+        return fail_over(rec, why, pulled_runs_dir(runs_dir), say)  # a lost host: from the pulled copy
+
+    from pippa_ops.runs.failover import after_s, due
+
     try:
-        results = wait_runs(records, timeout_s=timeout, on_end=on_end_seen, note=note)
+        results = wait_runs(records, timeout_s=timeout, on_end=on_end_seen, note=note,
+                            failover=(due, moved, after_s()))  # fmt: skip
     except KeyboardInterrupt:  # Ctrl-C stops the waiting, never the runs: say so, one line a run
         if status is not None:
             status.stop()

@@ -17,7 +17,16 @@ RunArg = Annotated[str, typer.Argument(help="Run id, short id or session name.",
 def why_cmd(name: RunArg, host: HostOpt = None, as_json: JsonOpt = False) -> None:
     """Why a run's attempts ended: class, retry, deciding log lines, stuck frames, next command."""
     rec = locate([name], host)[name]
-    why = explain(rec)
+    tail = None
+    if rec.job_id is not None and rec.attempts_doc is None and not rec.active:  # a SLURM job: its output
+        from pippa_ops.runs.logs import last_lines, read_logs
+
+        _rec, data, _spec, transport = read_logs(rec.run_id, rec.host)
+        transport.close()
+        text = last_lines(data, 200).decode(errors="replace").splitlines()
+        starts = [i for i, ln in enumerate(text) if ln.startswith("pippa: attempt ") and "requeued" in ln]
+        tail = text[starts[-1] + 1 :] if starts else text
+    why = explain(rec, tail)
     if as_json:
         emit_json(why.to_json())
         return

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pippa_contract import states
+from pippa_contract import states, verbs
 from pippa_contract.names import new_run_id
-from pippa_contract.rundir import RunDir
+from pippa_contract.rundir import ATTEMPTS_JSON, RunDir
 from pippa_ops.errors import BadSetting, NotResumable, RunStillActive
 from pippa_ops.hosts.connect import connect, open_transport
 from pippa_ops.hosts.inventory import HostSpec
@@ -223,6 +223,12 @@ def resume(
             check_settings(run.recipe, sets)
             extra = [a for key, value in parse_sets(sets) for a in ("--set", f"{key}={value}")]
             job = dataclasses.replace(job, command=f"{job.command} {shlex.join(extra)}")
+            if run.max_attempts is not None and isinstance(run.attempts_doc, dict):
+                # a supervised run's attempts run run.json's command plus attempts.json's overrides (an
+                # OOM retry's batch): these settings join them, for the rest of the run
+                doc = {**run.attempts_doc, "overrides": [*(run.attempts_doc.get("overrides") or []), *extra]}
+                verbs.write_file(agent, f"{RunDir(spec.remote_dir, run.run_id).path}/{ATTEMPTS_JSON}",
+                                 json.dumps(doc))  # fmt: skip
         return scheduler_for(spec).resume(spec, agent, run, job, session)
 
 

@@ -60,6 +60,7 @@ class RunRecord:
     retry_in_s: float | None = None  # waiting before the next attempt: seconds left
     attempts_doc: dict[str, Any] | None = None  # attempts.json as the supervisor wrote it (pippa why)
     moved_to: str | None = None  # the host it moved to (pippa resume --on): it goes on there
+    failover: tuple[str, ...] = ()  # --failover's hosts (run.json's restart.failover; runs.failover)
     failure: str | None = None  # its last attempt's failure class and reason, as ps says it (below)
     recording: bool = False  # going on, and its trainer wrote its metrics header: start-up is over
     last_line: str | None = None  # going on with no metrics yet: its output's last line (start-up)
@@ -191,6 +192,7 @@ def _record(
         retry_in_s=_retry_in(attempts, now) if attempts and state == states.RUNNING else None,
         attempts_doc=raw["attempts"] if isinstance(raw.get("attempts"), dict) else None,
         moved_to=str(raw["moved_to"]) if raw.get("moved_to") else None,
+        failover=_failover(meta.get("restart")),
         failure=_failure(raw.get("attempts")),
         recording=_recording(raw.get("metrics_size"), end),
         last_line=str(raw["last_line"]) if raw.get("last_line") else None,
@@ -332,3 +334,8 @@ def merge_groups(results: dict[str, HostRuns]) -> list[RunRecord]:
             else:
                 out.append(r)
     return [merge_group(groups[x]) if isinstance(x, str) else x for x in out]
+
+
+def _failover(restart: object) -> tuple[str, ...]:
+    hosts = restart.get("failover") if isinstance(restart, dict) else None
+    return tuple(str(h) for h in hosts) if isinstance(hosts, list) else ()

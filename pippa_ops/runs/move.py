@@ -195,8 +195,11 @@ def _from_host(rec: RunRecord, transport: Transport, old: HostSpec, dest: tuple[
     return len(files), sent
 
 
-def move_run(name: str, to_host: str, *, host: str | None, runs_root: Path) -> MoveResult:
-    """Move ended run ``name`` to ``to_host`` and resume it there (see the module's docstring)."""
+def move_run(
+    name: str, to_host: str, *, host: str | None, runs_root: Path, extra: dict[str, Any] | None = None
+) -> MoveResult:
+    """Move ended run ``name`` to ``to_host`` and resume it there (see the module's docstring);
+    ``extra``: more run.json keys for the new host (``failover``)."""
     validate_name("run or session", name)
     if to_host not in all_hosts():
         raise UnknownHost(f"unknown host {to_host!r} for --on (see `pippa hosts`)")
@@ -220,7 +223,7 @@ def move_run(name: str, to_host: str, *, host: str | None, runs_root: Path) -> M
                                      f"pippa stop {rec.run_id} --host {rec.host} first")  # fmt: skip
             if rec.recipe is None:
                 raise NotResumable(f"run {rec.run_id} ran a command (--cmd): it has no checkpoint to move")
-            meta = _meta(rec.command, rec.recipe, rec.run_id, rec.host, spec2)
+            meta = {**_meta(rec.command, rec.recipe, rec.run_id, rec.host, spec2), **(extra or {})}
             old, tr1 = connect(rec.host)
             with tr1:
                 n, sent = _from_host(rec, tr1, old, (spec2, tr2), meta)
@@ -228,7 +231,7 @@ def move_run(name: str, to_host: str, *, host: str | None, runs_root: Path) -> M
                                  rd.MOVED_TO, to_host + "\n")  # fmt: skip
             run_id, from_host, source = rec.run_id, rec.host, "host"
         else:
-            run_id, from_host, n, sent, source = _move_copy(name, runs_root, spec2, tr2)
+            run_id, from_host, n, sent, source = _move_copy(name, runs_root, spec2, tr2, extra or {})
         launched = resume(spec2, tr2, run_id)
     return MoveResult(run_id, from_host, to_host, source, n, sent, time.monotonic() - t0, launched)
 
@@ -242,7 +245,7 @@ def _meta(command: str, recipe: str, run_id: str, from_host: str, spec: HostSpec
 
 
 def _move_copy(
-    run_id: str, runs_root: Path, spec: HostSpec, transport: Transport
+    run_id: str, runs_root: Path, spec: HostSpec, transport: Transport, extra: dict[str, Any]
 ) -> tuple[str, str, int, int, str]:
     """Move the laptop's pulled copy of ``run_id`` (its old host unreachable or gone)."""
     import json
@@ -256,6 +259,6 @@ def _move_copy(
     if not (copy / rd.CHECKPOINTS).is_dir():
         raise NotResumable(f"the copy {copy} has no checkpoint: pippa pull {run_id} --checkpoints first")
     files = _copy_files(copy)
-    sent = _receive_into(transport, spec, run_id, files, _meta(str(meta.get("command") or ""), recipe, run_id,
-                         copy.parent.name, spec), lambda rel: _chunks_of_file(copy / rel))  # fmt: skip
+    new = {**_meta(str(meta.get("command") or ""), recipe, run_id, copy.parent.name, spec), **extra}
+    sent = _receive_into(transport, spec, run_id, files, new, lambda rel: _chunks_of_file(copy / rel))
     return run_id, copy.parent.name, len(files), sent, str(copy)

@@ -51,6 +51,7 @@ class RestartPolicy:
     retry_diverged: bool = False  # a NaN/inf loss or reward would diverge again from the same checkpoint
     backoff_s: float = attempts.BACKOFF_S  # the first wait before a retry; doubles, capped
     grace_s: float = 180.0  # after a stall's SIGINT: the time to save before SIGKILL (pippa stop's grace)
+    failover: tuple[str, ...] = ()  # --failover: hosts a gpu-fault or a lost host moves it to (runs.failover)
 
     @property
     def active(self) -> bool:
@@ -70,6 +71,7 @@ class RestartPolicy:
             "backoff_s": self.backoff_s,
             "backoff_cap_s": attempts.BACKOFF_CAP_S,
             "grace_s": self.grace_s,
+            **({"failover": list(self.failover)} if self.failover else {}),
         }
 
 
@@ -127,6 +129,7 @@ def resolve_policy(
     backoff: str | None = None,
     infra_retries: int | None = None,
     on_oom: str | None = None,
+    failover: tuple[str, ...] = (),
 ) -> RestartPolicy:
     """The recipe's policy with the command line's flags over it (a flag wins)."""
     policy = base
@@ -148,6 +151,8 @@ def resolve_policy(
         policy = replace(policy, infra_retries=_count(infra_retries, "--infra-retries"))
     if on_oom is not None:
         policy = replace(policy, on_oom=_on_oom(on_oom, "--on-oom"))
+    if failover:
+        policy = replace(policy, failover=failover)
     return policy
 
 
@@ -161,6 +166,7 @@ class RestartFlags:
     backoff: str | None = None
     infra_retries: int | None = None
     on_oom: str | None = None
+    failover: tuple[str, ...] = ()
 
     @property
     def given(self) -> bool:
@@ -172,7 +178,7 @@ class RestartFlags:
             self.infra_retries,
             self.on_oom,
         )
-        return any(v is not None for v in flags)
+        return bool(self.failover) or any(v is not None for v in flags)
 
     def policy_for(self, recipe: str | None, recipes_dir: Path) -> RestartPolicy:
         """The policy of one run: the recipe's ``[restart]`` (none for ``--cmd``) under these flags. A
@@ -182,5 +188,6 @@ class RestartFlags:
             base = replace(recipe_restart(recipes_dir / f"{recipe}.toml"), watched=True)
         return resolve_policy(base, retry=self.retry, stall_timeout=self.stall_timeout,
                               retry_diverged=self.retry_diverged, backoff=self.backoff,
-                              infra_retries=self.infra_retries, on_oom=self.on_oom)  # fmt: skip
+                              infra_retries=self.infra_retries, on_oom=self.on_oom,
+                              failover=self.failover)  # fmt: skip
 

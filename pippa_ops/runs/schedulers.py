@@ -218,6 +218,29 @@ class TmuxScheduler:
         return session
 
 
+def slurm_retries(host: str, restart: RestartFlags | None, has_cmd: bool) -> int:
+    """``--retry N`` on a SLURM host: the job requeues itself up to N times, resuming (runs.slurm);
+    the other restart flags need the tmux supervisor and are refused in one line."""
+    if restart is None or not restart.given:
+        return 0
+    flags = {
+        "--stall-timeout": restart.stall_timeout,
+        "--retry-diverged": restart.retry_diverged,
+        "--backoff": restart.backoff,
+        "--infra-retries": restart.infra_retries,
+        "--on-oom": restart.on_oom,
+        "--failover": restart.failover,
+    }
+    others = [flag for flag, value in flags.items() if value]
+    if others:
+        raise BadSetting(f"{host} is a SLURM host: {others[0]} needs the tmux session's supervisor; "
+                         "a batch job takes --retry only (a requeue with --resume)")  # fmt: skip
+    if has_cmd:
+        raise BadSetting(f"{host} is a SLURM host: --retry requeues a recipe job with --resume; "
+                         "a --cmd job has no checkpoint to resume from")  # fmt: skip
+    return max(0, restart.retry or 0)
+
+
 class SlurmScheduler:
     """One sbatch job per run (a sweep's runs queue on the cluster side by side, not one after another)."""
 
@@ -227,9 +250,7 @@ class SlurmScheduler:
 
     def submit(self, s: Submission) -> LaunchResult:
         spec = s.spec
-        if s.restart is not None and s.restart.given:
-            raise BadSetting(f"{spec.name} is a SLURM host: --retry and --stall-timeout run in a tmux "
-                             "session's supervisor and are not supported for batch jobs")  # fmt: skip
+        retries = slurm_retries(spec.name, s.restart, any(job.recipe is None for job in s.jobs))
         slurm = spec.slurm or SlurmSpec()
         if s.nodes is not None:
             slurm = dataclasses.replace(slurm, nodes=s.nodes)
@@ -243,9 +264,8 @@ class SlurmScheduler:
                 "remote_dir": spec.remote_dir,
                 "run_id": job.run_id,
                 "run_json": meta,
-                "script": render_sbatch(
-                    slurm, job.run_id, spec.remote_dir, job.command, spec.env, rendezvous=bool(job.recipe)
-                ),
+                "script": render_sbatch(slurm, job.run_id, spec.remote_dir, job.command, spec.env,
+                                        rendezvous=bool(job.recipe), retries=retries),
                 "sync_marker": marker[0] if marker and i == 0 else None,
             }
             job_ids.append(str(verbs.slurm_submit(s.agent, request)["job_id"]))

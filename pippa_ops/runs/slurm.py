@@ -54,6 +54,21 @@ def launch_words(python: Sequence[str], recipe: str, run_dir: str, sets: Sequenc
     return " ".join(words)
 
 
+# A requeued job's attempt (SLURM_RESTART_COUNT > 0) continues from its newest checkpoint.
+RESUME_LINE = 'RESUME=; [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && RESUME=--resume\n'
+# A failed attempt (not a bad setting: exit 2, not a stop) with retries left requeues the job itself, and
+# records no exit_code: the run goes on (PENDING, then RUNNING) in the same job id and run directory.
+REQUEUE_LINE = (
+    'n=$((${{SLURM_RESTART_COUNT:-0}} + 1))\n'
+    'if [ $code -ne 0 ] && [ $code -ne 2 ] && [ ! -e "$RUN_DIR/stop_requested" ] '
+    '&& [ $n -le {retries} ]; then\n'
+    '  echo "pippa: attempt $n/$(({retries} + 1)) failed (exit $code): '
+    'requeued, attempt $((n + 1)) with --resume"\n'
+    '  scontrol requeue "$SLURM_JOB_ID" && exit $code\n'
+    'fi\n'
+)
+
+
 def render_sbatch(
     spec: SlurmSpec,
     run_id: str,
@@ -61,12 +76,15 @@ def render_sbatch(
     command: str,
     env: dict[str, str],
     rendezvous: bool = True,
+    retries: int = 0,
 ) -> str:
     """The batch script; ``command`` is the launch line (``launch_words``, its words already quoted),
     to which each srun task appends its machine rank and the rendezvous address (``rendezvous``; a
-    ``--cmd`` job's shell line runs as it is, once per task)."""
+    ``--cmd`` job's shell line runs as it is, once per task). ``retries`` (``pippa run --retry N`` on a
+    recipe): the job is ``--requeue``-able and requeues itself (``scontrol requeue``) after a failed
+    attempt, up to N times, each later attempt with ``--resume`` (``SLURM_RESTART_COUNT`` > 0)."""
     run_dir = RunDir(remote_dir, run_id).path
-    head = "\n".join(directives(spec, run_id))
+    head = "\n".join(directives(spec, run_id) + (["#SBATCH --requeue"] if retries else []))
     meet = (
         'a=$1 p=$2; shift 2; exec "$@" --machines "$SLURM_NTASKS" --machine-rank "$SLURM_PROCID" '
         '--main-addr "$a" --main-port "$p"'
@@ -75,7 +93,7 @@ def render_sbatch(
         f'sh -c {shlex.quote(meet)} sh "$MAIN_ADDR" "$MAIN_PORT" {command}'
         if rendezvous
         else f"sh -c {shlex.quote(command)}"
-    )
+    ) + (" $RESUME" if retries else "")
     return render(
         rd.JOB_SBATCH,
         directives=head,
@@ -89,4 +107,6 @@ def render_sbatch(
         port_base=str(PORT_BASE),
         port_span=str(PORT_SPAN),
         step=step,
+        resume_line=RESUME_LINE if retries else "",
+        requeue_line=REQUEUE_LINE.format(retries=int(retries)) if retries else "",
     )

@@ -25,6 +25,11 @@ from pippa_ops.transport.base import Transport
 from pippa_ops.transport.retry import RECONNECT_BACKOFF_S, retry_delay
 
 Note = Callable[[str], None]
+FailOver = Callable[[RunRecord, str], RunRecord]  # (the run, why) -> its record on the host it moved to
+
+
+class HostStaysLost(HostUnreachable):
+    """The run's host stayed unreachable past ``lost_after_s`` (a ``--failover`` run moves on)."""
 
 
 def wait_run(
@@ -35,10 +40,12 @@ def wait_run(
     note: Note = lambda _m: None,
     backoff_s: Sequence[float] = RECONNECT_BACKOFF_S,
     opener: Callable[[HostSpec], Transport] = open_transport,
+    lost_after_s: float | None = None,
 ) -> RunRecord:
-    """The run's final record once it has ended; WaitTimeout when ``deadline`` (monotonic) passes."""
+    """The run's final record once it has ended; WaitTimeout when ``deadline`` (monotonic) passes;
+    HostStaysLost when the host stayed unreachable for ``lost_after_s``."""
     exit_file = RunDir(spec.remote_dir, run.run_id).exit_code
-    failures = 0
+    failures, lost_since = 0, None
     while True:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
@@ -56,7 +63,7 @@ def wait_run(
                 timer.start()
             try:
                 for _ in follower.chunks():
-                    failures = 0
+                    failures, lost_since = 0, None
             finally:
                 if timer is not None:
                     timer.cancel()
@@ -64,6 +71,10 @@ def wait_run(
                 continue  # the timer ended the follow: raised above
             return current_run(list_runs(transport, spec.remote_dir), run.run_id)
         except HostUnreachable as e:
+            lost_since = time.monotonic() if lost_since is None else lost_since
+            if lost_after_s is not None and time.monotonic() - lost_since >= lost_after_s:
+                gone = time.monotonic() - lost_since
+                raise HostStaysLost(f"{spec.name} unreachable for {gone:.0f}s") from e
             wait = retry_delay(failures, backoff_s)
             failures += 1
             if deadline is not None:
@@ -82,16 +93,31 @@ def wait_runs(
     on_end: Callable[[RunRecord], None] = lambda _r: None,
     note: Note = lambda _m: None,
     backoff_s: Sequence[float] = RECONNECT_BACKOFF_S,
+    failover: tuple[Callable[[RunRecord], str | None], FailOver, float] | None = None,
 ) -> dict[str, RunRecord | PippaError]:
-    """Wait for every run in parallel (name -> its record when found); ``on_end`` as each ends."""
+    """Wait for every run in parallel (name -> its record when found); ``on_end`` as each ends.
+    ``failover``: (why a run must move, the move, how long its host may stay unreachable): a run
+    that must move is moved and waited for on its new host (runs.failover)."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     specs = {rec.host: resolve(rec.host) for rec in runs.values()}
 
     def one(name: str) -> RunRecord:
         rec = runs[name]
-        final = wait_run(specs[rec.host], rec, deadline=deadline, note=note, backoff_s=backoff_s)
-        on_end(final)
-        return final
+        while True:
+            spec = specs.get(rec.host) or resolve(rec.host)
+            lost_after = failover[2] if failover is not None and rec.failover else None
+            try:
+                final = wait_run(spec, rec, deadline=deadline, note=note, backoff_s=backoff_s,
+                                 lost_after_s=lost_after)  # fmt: skip
+            except HostStaysLost as e:
+                assert failover is not None
+                rec = failover[1](rec, str(e))
+                continue
+            why = failover[0](final) if failover is not None else None
+            if failover is None or why is None:
+                on_end(final)
+                return final
+            rec = failover[1](final, why)
 
     out: dict[str, RunRecord | PippaError] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, min(16, len(runs))))

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pippa_contract import failures as fc
+from pippa_contract.alerts import healthy_gpus
 from pippa_ops.runs.listing import RunRecord
 
 
@@ -27,6 +28,7 @@ class AttemptWhy:
     suspect: str | None = None  # a stall's suspect (the rank not in the collective, or the shared frame)
     stuck: dict[str, list[str]] = field(default_factory=dict)  # "rank/pid" -> innermost frames first
     forensics: str | None = None  # the attempt's forensics directory, relative to the run directory
+    gpu_index: int | None = None  # a gpu-fault: the faulted GPU's index (nvidia-smi's), when known
 
 
 @dataclass(frozen=True)
@@ -65,17 +67,20 @@ def _attempt(raw: dict[str, Any]) -> AttemptWhy:
         suspect=str(suspect.get("text")) if suspect.get("text") else None,
         stuck={str(k): [str(f) for f in v] for k, v in stacks.items() if isinstance(v, list)},
         forensics=str(forensics.get("dir")) if forensics.get("dir") else None,
+        gpu_index=raw["gpu_index"] if isinstance(raw.get("gpu_index"), int) else None,
     )
 
 
-def _unsupervised(rec: RunRecord) -> AttemptWhy:
-    """The one attempt of a run without attempts.json, classed from its listing."""
+def _unsupervised(rec: RunRecord, log_tail: list[str] | None = None) -> AttemptWhy:
+    """The one attempt of a run without attempts.json, classed from its listing, or from the tail of
+    its output.log where the caller read it (a SLURM job's output: the rules of pippa_contract.failures)."""
     if rec.active:
         return AttemptWhy(1, "running", None, None)
+    tail = log_tail if log_tail else [rec.error] if rec.error else []
     verdict = fc.classify(
         fc.AttemptFacts(
             exit_code=rec.exit_code,
-            log_tail=[rec.error] if rec.error else [],
+            log_tail=tail,
             stopped=rec.state in ("stopped", "killed", "cancelled"),
             lost=rec.state == "lost",
             diverged_error=rec.error if rec.state == "diverged" else None,
@@ -94,6 +99,10 @@ def next_command(rec: RunRecord, last: AttemptWhy) -> str:
     if last.cls == fc.LOST:
         return f"pippa recover {rec.host}"
     if last.cls == fc.GPU_FAULT:
+        rest = healthy_gpus(rec.command, last.gpu_index)
+        if rest is not None:
+            return (f"pippa resume {where} --gpus {rest}   (GPU {last.gpu_index} faulted; "
+                    f"or --on OTHER_HOST)")  # fmt: skip
         return f"pippa resume {rec.run_id} --on OTHER_HOST   (a GPU fault: not on {rec.host})"
     if last.cls == fc.CONFIG:
         return f"pippa logs {where}   (fix the recipe or setting, then pippa run again)"
@@ -102,13 +111,14 @@ def next_command(rec: RunRecord, last: AttemptWhy) -> str:
     return f"pippa logs {where}"
 
 
-def explain(rec: RunRecord) -> Why:
-    """The ``why`` of one run (pure)."""
+def explain(rec: RunRecord, log_tail: list[str] | None = None) -> Why:
+    """The ``why`` of one run (pure); ``log_tail``: its output.log's last lines, for a run the host
+    supervisor did not record (a SLURM job), from its last requeued attempt on."""
     doc = rec.attempts_doc if isinstance(rec.attempts_doc, dict) else None
     raw = doc.get("attempts") if doc else None
     attempts = [_attempt(a) for a in raw if isinstance(a, dict)] if isinstance(raw, list) else []
     if not attempts:
-        attempts = [_unsupervised(rec)]
+        attempts = [_unsupervised(rec, log_tail)]
     return Why(rec.run_id, rec.host, rec.session, rec.label, rec.state_text, attempts,
                next_command(rec, attempts[-1]))  # fmt: skip
 

@@ -65,3 +65,39 @@ def test_ps_says_a_stall_in_its_own_words() -> None:
            "exit_code": "130", "started": "1", "attempts": doc}  # fmt: skip
     (rec,) = host_runs("h", {"now": 10.0, "sessions": "", "runs": [raw]}).runs
     assert rec.state_text == "stalled (no new metrics line for 15m)"
+
+
+def test_a_slurm_jobs_output_decides_its_class() -> None:
+    from pippa_ops.errors import BadSetting
+    from pippa_ops.runs.restart import RestartFlags
+    from pippa_ops.runs.schedulers import slurm_retries
+
+    tail = [
+        "step 3/8 loss 1.2",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+        "of 79.10 GiB of which 1.06 GiB is free.",
+        "srun: error: node1: task 0: Exited with exit code 1",
+    ]
+    rec = _rec(state="failed", exit_code=1, error="srun: error: node1: task 0: Exited with exit code 1",
+               job_id="41")  # fmt: skip
+    assert explain(rec).attempts[0].cls == "crash"  # the listing's error line alone
+    assert explain(rec, tail).attempts[0].cls == "oom"  # the job's output read
+    assert slurm_retries("c", RestartFlags(retry=2), has_cmd=False) == 2
+    for flags, named in ((RestartFlags(retry=1, stall_timeout="20m"), "--stall-timeout"),
+                         (RestartFlags(failover=("b",)), "--failover")):  # fmt: skip
+        try:
+            slurm_retries("c", flags, has_cmd=False)
+        except BadSetting as e:
+            assert named in str(e) and "\n" not in str(e)
+        else:
+            raise AssertionError(f"{named} was taken on a SLURM host")
+
+
+def test_a_gpu_fault_of_a_pinned_run_offers_the_pinned_gpus_left() -> None:
+    fault = {"attempt": 1, "class": "gpu-fault", "reason": "Xid 79 on GPU PCI:0000:3b:00", "exit_code": 137,
+             "gpu_index": 1}  # fmt: skip
+    pinned = _rec(state="failed", exit_code=137, command="x --set 'launch.gpus=\"0-3\"'",
+                  attempts_doc={"attempts": [fault]})  # fmt: skip
+    assert explain(pinned).next.startswith("pippa resume 20261126-1-tiny-ab12 --host h100-a --gpus 0,2,3")
+    unpinned = _rec(state="failed", exit_code=137, attempts_doc={"attempts": [fault]})
+    assert "--on OTHER_HOST" in explain(unpinned).next and "--gpus" not in explain(unpinned).next
