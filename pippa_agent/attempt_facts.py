@@ -15,6 +15,7 @@ import re
 import subprocess
 import time
 
+from pippa_agent.doctor.watch import boot_time
 from pippa_contract import failures as fc
 from pippa_contract import retry as rp
 from pippa_contract import rundir as rd
@@ -36,12 +37,6 @@ def log_tail(path: str, start: int, nbytes: int = TAIL_BYTES) -> list[str]:
         return []
 
 
-def boot_time() -> float | None:
-    try:
-        with open("/proc/uptime") as f:
-            return time.time() - float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def kernel_lines(since: float) -> list[str]:

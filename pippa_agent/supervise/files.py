@@ -13,11 +13,11 @@ import termios
 import time
 from typing import Any, Callable
 
+from pippa_agent.attempt_facts import log_tail as tail_text
 from pippa_contract import rundir as rd
 from pippa_contract import runfacts
 
 POLL_S = 0.5
-TAIL_BYTES = 65536
 
 
 def read_json(path: str) -> object:
@@ -42,15 +42,6 @@ def file_size(path: str) -> int:
         return 0
 
 
-def tail_text(path: str, start: int, nbytes: int = TAIL_BYTES) -> list[str]:
-    """The last lines of ``path`` written after byte ``start``."""
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, 2)
-            f.seek(max(start, size - nbytes))
-            return f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return []
 
 
 def drain_output(log: str, timeout_s: float = 2.0) -> None:

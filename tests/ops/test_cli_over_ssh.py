@@ -168,7 +168,7 @@ def test_ps_shows_running_and_the_last_ten_ended_and_prune_rm_never_touch_a_runn
     client_env, host, repo
 ) -> None:
     env = client_env.env
-    live = _started(start(env, repo, host, "fh-live", "sleep 120").stdout)
+    live = _started(start(env, repo, host, "fh-live", "sleep 900").stdout)  # outlives 12 launches under load
     ended = [_started(start(env, repo, host, f"fh-e{i}", f"exit {i % 2}").stdout) for i in range(12)]
     _wait_for(lambda: sum(r["state"] in ("finished", "failed") for r in _ps_json(env, repo, host)) == 12)
 

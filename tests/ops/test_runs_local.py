@@ -261,9 +261,11 @@ def test_resume_continues_a_failed_recipe_run_in_its_own_run_dir_with_resume(loc
     assert r.returncode == 2, r.stderr  # the resumed job's code
     assert f"resumed {run_id}" in r.stdout and "session: res" in r.stdout
     (rec,) = local.ps()  # the same run, not a new one
-    assert (rec["run_id"], rec["state_text"], rec["session"]) == (run_id, "failed (exit 2)", "res")
-    log = (local.run_dir(run_id) / "output.log").read_text().splitlines()
     run_dir = local.run_dir(run_id)
+    # exit 2 is the failure class `config` (issue 34); the reason line is the job's last line
+    why = f"config (train fail_2 --run-dir {run_dir} --resume) after 2 attempts"
+    assert (rec["run_id"], rec["state_text"], rec["session"]) == (run_id, why, "res")
+    log = (local.run_dir(run_id) / "output.log").read_text().splitlines()
     assert log == [f"train fail_2 --run-dir {run_dir}", f"train fail_2 --run-dir {run_dir} --resume"]
     assert len(json.loads((run_dir / "run.json").read_text())["resumed"]) == 1
 

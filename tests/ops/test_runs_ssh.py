@@ -64,7 +64,8 @@ def test_run_syncs_starts_in_tmux_and_ps_logs_stop_work_across_hosts(client_env,
     )
     assert p.returncode == 0, p.stderr
     run_id = started(p.stdout)
-    assert "ssh " in p.stdout and "tmux attach-session -t =rs" in p.stdout  # the raw attach line
+    # the short attach line (issue 32: the ~200-character raw ssh command only with -v)
+    assert f"attach:  pippa attach rs --host {h1.name}" in p.stdout and "tmux attach-session" not in p.stdout
     run_dir = h1.home / "pippa" / "runs" / run_id
     wait_for(
         lambda: (

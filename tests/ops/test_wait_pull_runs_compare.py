@@ -185,8 +185,11 @@ def test_runs_lists_steps_rewards_evals_and_wandb_from_hosts_and_pulled_copies(
     assert real["pulled"] == str(runs_dir / h / daily.real) and fake["pulled"] is None
     assert (fake["steps"], fake["best_reward"], fake["eval"]["eval/accuracy"]) == (9, 0.8, 0.5)
 
-    assert set(_runs(env, "--host", h, "--runs-dir", rd, "--recipe", "ti*")) == {daily.real}
-    assert list(_runs(env, "--host", h, "--runs-dir", rd, "--sort", "best"))[:2] == [daily.fake, daily.real]
+    # the host is shared with other modules' tests (another tiny run may be there): judge these two runs
+    tiny = _runs(env, "--host", h, "--runs-dir", rd, "--recipe", "ti*")
+    assert daily.real in tiny and daily.fake not in tiny and {r["recipe"] for r in tiny.values()} == {"tiny"}
+    ranked = list(_runs(env, "--host", h, "--runs-dir", rd, "--sort", "best"))
+    assert [r for r in ranked if r in (daily.fake, daily.real)] == [daily.fake, daily.real]
     assert _runs(env, "--host", h, "--runs-dir", rd, "--since", "2099-01-01") == {}
     daily.host.stop()  # the pulled copy is listed without its host
     try:
