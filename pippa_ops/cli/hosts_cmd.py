@@ -20,7 +20,8 @@ from pippa_ops.cli.table import Column, layout, terminal_width
 from pippa_ops.errors import ExitCode
 
 if TYPE_CHECKING:
-    from pippa_ops.provision.prep import HostRow, UpReport
+    from pippa_ops.provision.prep import UpReport
+    from pippa_ops.provision.survey import HostRow
     from pippa_ops.sync import SyncResult
 
 
@@ -53,7 +54,7 @@ def hosts_command(
         return
     from pippa_ops.hosts.connect import open_transport
     from pippa_ops.hosts.inventory import alias_spec, load_inventory, load_ssh_config, local_spec, ssh_aliases
-    from pippa_ops.provision.prep import survey
+    from pippa_ops.provision.survey import survey
 
     inventory = load_inventory()
     config = load_ssh_config()
