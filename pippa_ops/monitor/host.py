@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from pippa_contract import rundir as rd
 from pippa_contract import verbs
 from pippa_contract.rundir import RunDir
+from pippa_ops.doctor import last_result
 from pippa_ops.errors import (
     AuthFailed,
     HostKeyRejected,
@@ -31,6 +32,7 @@ from pippa_ops.gpu import Gpu, GpuStream
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.monitor.state import (
+    DoctorRead,
     GpuSampled,
     GpuState,
     HostEvent,
@@ -69,6 +71,7 @@ RUNS_EVERY_S = 3.0  # the run list is refreshed this often (after the previous p
 # A host off screen (the fleet view scrolled past it, or filtered out) is sampled slowly: what is not
 # drawn is not worth a core; it comes back to the full rate as soon as it is visible again.
 OFFSCREEN_GPU_S, OFFSCREEN_RUNS_S = 8.0, 15.0
+DOCTOR_EVERY_S = 300.0  # the last doctor verdict changes only when `pippa doctor` (or `up`) runs
 LOST = (HostUnreachable, AuthFailed, HostKeyRejected, OSError, EOFError, TimeoutError, paramiko.SSHException)
 
 
@@ -134,6 +137,7 @@ class HostMonitor:
         self._gpu_stream: GpuStream | None = None
         self._shown = threading.Event()
         self._shown.set()
+        self._doctor_due = 0.0  # monotonic time of the next doctor read: the first poll reads it
 
     # ---------------------------------------------------------------------------------- connection
     def _connect(self) -> Transport:
@@ -239,8 +243,25 @@ class HostMonitor:
                 self._records = {r.run_id: r for r in listing.runs}
                 rows = tuple(run_row(r, listing.now) for r in reversed(listing.runs))
                 emit(RunsListed(self.name, rows))
+            if time.monotonic() >= self._doctor_due:
+                self._read_doctor(t, emit)
             self._poll_now.wait(self.runs_every_s)
             self._poll_now.clear()
+
+    def _read_doctor(self, t: Transport, emit: Emit) -> None:
+        """The host's newest doctor verdict (`verbs.doctor_history`, one result), at the first poll and
+        every DOCTOR_EVERY_S; an agent that cannot say leaves the last one shown."""
+        self._doctor_due = time.monotonic() + DOCTOR_EVERY_S
+        try:
+            res = last_result(self.spec, t)
+        except LOST as e:
+            self.lose(e)
+            return
+        except PippaError:
+            return
+        stamp = res.get("time") if res else None
+        emit(DoctorRead(self.name, res.get("verdict") if res else None,
+                        stamp if isinstance(stamp, (int, float)) else None))  # fmt: skip
 
     def select(self, run_id: str | None) -> None:
         """Follow ``run_id`` from now on; stop following the previous run (its stream closes)."""

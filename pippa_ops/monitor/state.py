@@ -70,6 +70,7 @@ class HostState:
     sample_time: float | None = None  # host-side timestamp of the latest GPU sample (unix s)
     runs: tuple[RunRow, ...] = ()
     doctor: str | None = None  # the last `pippa doctor` verdict (ok / warn / fail); None: none known
+    doctor_time: float | None = None  # when that verdict was reached (unix s, the host's clock)
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,7 @@ class DoctorRead:
 
     host: str
     verdict: str | None
+    time: float | None = None  # when the doctor reached it (unix s)
 
 
 HostEvent = LinkChanged | GpuSampled | RunsListed | DoctorRead
@@ -143,7 +145,7 @@ def apply(state: HostState, event: HostEvent) -> HostState:
     if isinstance(event, LinkChanged):
         return replace(state, link=event.link, reason=event.reason, retry_in_s=event.retry_in_s)
     if isinstance(event, DoctorRead):
-        return replace(state, doctor=event.verdict)
+        return replace(state, doctor=event.verdict, doctor_time=event.time)
     if isinstance(event, GpuSampled):
         old = {g.reading.index: g for g in state.gpus or ()}
         gpus = []

@@ -10,10 +10,13 @@ from pathlib import Path
 import fake_smi
 import pytest
 
+from pippa_agent.doctor.history import store
+from pippa_ops.dash.fleet import fleet_row
 from pippa_ops.hosts.inventory import local_spec
 from pippa_ops.monitor.host import HostMonitor, RunUpdated
 from pippa_ops.monitor.state import (
     HISTORY,
+    DoctorRead,
     Gpu,
     GpuSampled,
     HostState,
@@ -115,6 +118,8 @@ def test_local_host_streams_gpus_lists_runs_and_follows_a_runs_metrics(tmp_path:
         )
     )
     (run_dir / "exit_code").write_text("0\n")
+    doctor_time = time.time() - 3 * 3600
+    store(str(tmp_path / "repo"), {"host": "local", "verdict": "warn", "time": doctor_time, "checks": []})
 
     events: list[object] = []
     got = threading.Condition()
@@ -138,6 +143,9 @@ def test_local_host_streams_gpus_lists_runs_and_follows_a_runs_metrics(tmp_path:
         g = wait_for(lambda e: isinstance(e, GpuSampled) and e.gpus, "a GPU sample")
         assert [r.index for r in g.gpus] == [0, 1] and g.gpus[0].mem_total_mib == 81559.0
         runs = wait_for(lambda e: isinstance(e, RunsListed) and e.runs, "the run list")
+        doc = wait_for(lambda e: isinstance(e, DoctorRead), "the last doctor verdict")
+        assert (doc.verdict, doc.time) == ("warn", doctor_time)
+        assert " warn 3h " in fleet_row(apply(HostState("local"), doc), 120).plain
         assert runs.runs[0].run_id == run_id and runs.runs[0].what == "tiny"
         mon.select(run_id)
         follower = threading.Thread(target=mon.follow, args=(run_id, emit), daemon=True)
