@@ -2,9 +2,9 @@
 
 Names that reach the same SSH endpoint (an inventory entry and a ~/.ssh/config alias of the same
 machine: user@address:port, the same keys (by content: two paths to one key are one key) and hops)
-are checked once: one connection, one
-probe that asks for every python setting among them, and the rows share its answer. Each name still
-gets its own row, its own python check and its own remote dir's doctor verdict.
+are checked once: one connection, and the rows share its answer. Each name still gets its own row,
+its own python check and its own remote dir's doctor verdict. The python checks and the alerts
+status are one command (one channel), the doctor verdict one agent request.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pippa_ops.alerts.commands import program_command
 from pippa_ops.doctor import last_summary
 from pippa_ops.errors import HostUnreachable, PippaError
 from pippa_ops.fanout import fan_out
@@ -96,14 +97,15 @@ def survey(
             return _Answer(0.0, frozenset(), None, {})
         pythons = list(dict.fromkeys(s.python for s in group if s.python))
         with open_transport(first) as t:
-            try:
-                r = t.run(python_probe_line(pythons), timeout=timeout, check=True)
+            try:  # the status part exits 3 where alerts were never set up: its line says so
+                r = t.run(survey_line(pythons, status=not first.is_local), timeout=timeout, check=False)
             except TimeoutError as e:
                 raise HostUnreachable(f"{first.name}: no answer within {timeout:.0f}s") from e
-            said = dict(zip(pythons, r.stdout.split(), strict=False))  # a line per python setting
-            missing = frozenset(p for p, word in said.items() if word == "missing")
+            lines = r.stdout.splitlines()
+            said = dict(zip(pythons, lines, strict=False))  # a line per python setting, then the status
+            missing = frozenset(p for p, word in said.items() if word.strip() == "missing")
             latency = (time.monotonic() - t0) * 1000
-            status = None if first.is_local else alerts.status_or_none(t, timeout)
+            status = None if first.is_local else alerts.status_of("\n".join(lines[len(pythons) :]))
             by_dir = {s.remote_dir: s for s in group}
             doctor = {d: last_summary(s, t) for d, s in by_dir.items()}
             return _Answer(latency, missing, status, doctor)
@@ -134,13 +136,16 @@ def survey(
     return rows
 
 
-def python_probe_line(pythons: list[str]) -> str:
+def survey_line(pythons: list[str], status: bool) -> str:
     """The reachability check's one command: for each ``python`` setting, a line ``ok`` or ``missing``
-    (the host has no such program: its first word, a path or a name on PATH)."""
+    (the host has no such program: its first word, a path or a name on PATH); then, with ``status``,
+    the alerts status (``alerts.host_status``)."""
     checks = []
     for python in pythons:
         first = shlex.split(python)[0]
         word = sh_path(first)
         found = f"test -f {word} && test -x {word}" if "/" in first else f"command -v {word} >/dev/null 2>&1"
         checks.append(f"if {found}; then echo ok; else echo missing; fi")
+    if status:
+        checks.append(program_command("status"))
     return "; ".join(checks) or "true"
