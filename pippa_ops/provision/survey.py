@@ -85,9 +85,10 @@ def survey(
     specs: list[HostSpec], open_transport: Callable[[HostSpec], Transport], timeout: float = 5.0
 ) -> list[HostRow]:
     """Every host of the inventory with reachability checked in parallel (one bad host stops none)."""
+    keys = {s.name: same_host_key(s) for s in specs}
     groups: dict[str, list[HostSpec]] = {}
     for spec in specs:
-        groups.setdefault(same_host_key(spec), []).append(spec)
+        groups.setdefault(keys[spec.name], []).append(spec)
 
     def check(key: str) -> _Answer:
         group = groups[key]
@@ -113,7 +114,7 @@ def survey(
     results = fan_out(list(groups), check)
     rows = []
     for spec in specs:
-        res = results[same_host_key(spec)]
+        res = results[keys[spec.name]]
         ok = isinstance(res, _Answer)
         lacks = isinstance(res, _Answer) and spec.python in res.missing
         rows.append(
