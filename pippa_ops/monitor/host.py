@@ -225,6 +225,7 @@ class HostMonitor:
 
     # ------------------------------------------------------------------------------------- polling
     def poll(self, emit: Emit) -> None:
+        agent: agent_client.Session | None = None  # one per connection: no new channel per poll
         while not self._closed.is_set():
             if not self._shown.wait(1.0):
                 continue  # the run list is hidden (full-log view): nothing to poll for
@@ -232,9 +233,11 @@ class HostMonitor:
             if t is None:
                 self._up.wait(1.0)
                 continue
+            agent = agent if agent is not None and agent.transport is t else agent_client.Session(t)
             try:
-                listing = self._prices.priced(list_runs(t, self.spec.remote_dir), t)
+                listing = self._prices.priced(list_runs(t, self.spec.remote_dir, agent=agent), t)
             except LOST as e:
+                agent = None
                 self.lose(e)
                 continue
             except RemoteCommandFailed:
@@ -249,8 +252,8 @@ class HostMonitor:
             self._poll_now.clear()
 
     def _read_doctor(self, t: Transport, emit: Emit) -> None:
-        """The host's newest doctor verdict (`verbs.doctor_history`, one result), at the first poll and
-        every DOCTOR_EVERY_S; an agent that cannot say leaves the last one shown."""
+        """The newest doctor verdict, at the first poll and every DOCTOR_EVERY_S (an agent that cannot
+        say leaves the last one shown)."""
         self._doctor_due = time.monotonic() + DOCTOR_EVERY_S
         try:
             res = last_result(self.spec, t)
@@ -259,9 +262,8 @@ class HostMonitor:
             return
         except PippaError:
             return
-        stamp = res.get("time") if res else None
-        emit(DoctorRead(self.name, res.get("verdict") if res else None,
-                        stamp if isinstance(stamp, (int, float)) else None))  # fmt: skip
+        verdict, when = (res.get("verdict"), res.get("time")) if res else (None, None)
+        emit(DoctorRead(self.name, verdict, when if isinstance(when, (int, float)) else None))
 
     def select(self, run_id: str | None) -> None:
         """Follow ``run_id`` from now on; stop following the previous run (its stream closes)."""
