@@ -8,8 +8,8 @@ Run as root (tests/sshd.py: one sshd and one Unix user per host; pdsh from ``apt
 Every host gets a fake nvidia-smi with 8 GPUs (tests/dash/fake_smi.py, a real H100 capture) and the
 first four a running run. For each N, side by side in one run (medians of ``--repeat``):
 - ``ps``, ``hosts``, ``gpus`` with pippa, cold (no connection keeper: it goes direct and starts one)
-  and warm (the keeper holds every host); ``gpus`` names one host, so over N it is N commands, 16
-  at a time. Against the same hosts: a ControlPersist ``ssh`` loop (all N at once) and pdsh -R ssh,
+  and warm (the keeper holds every host); ``gpus`` names the N hosts in one command. Against the
+  same hosts: a ControlPersist ``ssh`` loop (all N at once) and pdsh -R ssh,
   cold (fresh connections) and warm (live masters), running what each verb reads there (``tmux ls``,
   ``nvidia-smi --query-gpu``, ``true``).
 - The hosts' side: every sshd is in one cgroup v1 ``cpuacct`` group (its sessions, agents and tmux
@@ -145,7 +145,7 @@ def measure(fn: Callable[[], float], repeat: int, hosts_cg: HostsCgroup, n: int)
 
 def pippa_ways(pippa: str, c: Client, verb: str) -> Callable[[], float]:
     if verb == "gpus":
-        return lambda: in_parallel([[pippa, "gpus", h.name, "--json"] for h in c.hosts], c.env, 16)
+        return lambda: run([pippa, "gpus", *(h.name for h in c.hosts), "--json"], c.env)
     return lambda: run([pippa, verb, "--json"], c.env)
 
 

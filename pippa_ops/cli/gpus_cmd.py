@@ -1,4 +1,5 @@
-"""``pippa gpus HOST``: parsed nvidia-smi per GPU; ``--watch`` re-renders each sample of one stream."""
+"""``pippa gpus [HOST...]``: parsed nvidia-smi per GPU; several hosts (none: every inventory host) are
+asked in parallel by one process; ``--watch`` re-renders each sample of one host's stream."""
 
 from __future__ import annotations
 
@@ -12,12 +13,18 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from pippa_ops.cli.common import HOST_HELP, JsonOpt, emit_json
+from pippa_ops.cli.common import JsonOpt, emit_json
 from pippa_ops.cli.complete import host_names
-from pippa_ops.errors import ExitCode
-from pippa_ops.gpu import Gpu, GpuStream, query, with_processes
+from pippa_ops.errors import ExitCode, PippaError, UsageError
+from pippa_ops.gpu import Gpu, GpuReport, GpuStream, query, with_processes
 from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.inventory import LOCAL
+
+HostsArg = Annotated[
+    list[str] | None,
+    typer.Argument(help="Hosts (inventory names, aliases, addresses, 'local'); none: every inventory host "
+                   "('local' when the inventory is empty).", show_default=False, autocompletion=host_names),
+]  # fmt: skip
 
 
 def _fmt(v: float | None, unit: str = "", digits: int = 0) -> str:
@@ -38,7 +45,7 @@ def gpu_table(host: str, gpus: Sequence[Gpu]) -> Table:
 
 
 def gpus_cmd(
-    host: Annotated[str, typer.Argument(help=HOST_HELP, autocompletion=host_names)] = LOCAL,
+    hosts: HostsArg = None,
     as_json: JsonOpt = False,
     watch: Annotated[
         bool, typer.Option("--watch", "-w", help="Keep sampling (nvidia-smi -l) and re-render.")
@@ -48,7 +55,17 @@ def gpus_cmd(
     ] = 2.0,
 ) -> None:
     """Per GPU: index, name, utilization, memory, temperature, power, and the processes on it."""
-    spec, transport = connect(host)
+    if hosts is None or len(hosts) != 1:
+        if watch:
+            raise UsageError("--watch follows one host: name it")
+        from pippa_ops.hosts.inventory import load_inventory
+
+        names = list(hosts or []) or list(load_inventory()) or [LOCAL]
+        if len(names) > 1:
+            _many(names, as_json)
+            return
+        hosts = names
+    spec, transport = connect(hosts[0])
     with transport:
         report = query(transport)
         if report.unavailable:
@@ -76,6 +93,34 @@ def gpus_cmd(
                     live.update(gpu_table(spec.name, with_processes(sample, report)), refresh=True)
         finally:
             stream.close()
+
+
+def _many(names: list[str], as_json: bool) -> None:
+    """Every host asked at once (``fan_out``); one bad host stops none, its error comes last."""
+    from pippa_ops.fanout import fan_out
+    from pippa_ops.hosts.connect import open_transport
+    from pippa_ops.hosts.inventory import resolve
+
+    def one(name: str) -> GpuReport:
+        with open_transport(resolve(name)) as transport:
+            return query(transport)
+
+    answers = fan_out(names, one)
+    if as_json:
+        emit_json([{"host": n, "error": str(a), "exit_code": int(a.exit_code)} if isinstance(a, PippaError)
+                   else {"host": n, "gpus": [g.to_json() for g in a.gpus], "unavailable": a.unavailable}
+                   for n, a in answers.items()])  # fmt: skip
+    else:
+        console = Console()
+        for name, a in answers.items():
+            if isinstance(a, GpuReport):
+                console.print(gpu_table(name, a.gpus) if not a.unavailable else f"{name}: {a.unavailable}")
+        for name, a in answers.items():
+            if isinstance(a, PippaError):
+                typer.secho(str(a) if str(a).startswith(name) else f"{name}: {a}", fg="red", err=True)
+    failed = [a for a in answers.values() if isinstance(a, PippaError)]
+    if failed:
+        raise typer.Exit(int(failed[0].exit_code))
 
 
 def register(app: typer.Typer) -> None:

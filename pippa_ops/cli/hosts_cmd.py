@@ -21,7 +21,8 @@ from pippa_ops.cli.table import Column, layout, terminal_width
 from pippa_ops.errors import ExitCode
 
 if TYPE_CHECKING:
-    from pippa_ops.provision.prep import HostRow, UpReport
+    from pippa_ops.provision.prep import UpReport
+    from pippa_ops.provision.survey import HostRow
     from pippa_ops.sync import SyncResult
 
 
@@ -53,11 +54,18 @@ def hosts_command(
             typer.echo(f"closed {closed} kept connection(s); the connection keeper has exited")
         return
     from pippa_ops.hosts.connect import open_transport
-    from pippa_ops.hosts.inventory import alias_spec, load_inventory, load_ssh_config, local_spec, ssh_aliases
-    from pippa_ops.provision.prep import survey
+    from pippa_ops.hosts.inventory import (
+        alias_spec,
+        load_inventory,
+        load_ssh_config,
+        local_spec,
+        ssh_aliases,
+    )
+    from pippa_ops.provision.survey import survey
 
     inventory = load_inventory()
-    config = load_ssh_config()
+    # The keeper's answer carries the aliases' lookups; the inventory's addresses ride along with it
+    config = load_ssh_config(tuple(s.address for s in inventory.values() if s.address))
     aliases = [alias_spec(config, a) for a in ssh_aliases(config) if a not in inventory]
     rows = survey([local_spec(), *inventory.values(), *aliases], open_transport)
     if json_out:

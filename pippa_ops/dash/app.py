@@ -9,6 +9,7 @@ own panel say so.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -21,14 +22,12 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Header
-from textual.worker import get_current_worker
 
 from pippa_contract import states
 from pippa_ops.dash.fleet import FleetView
 from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen, MainHidden
 from pippa_ops.dash.widgets import HostPanel, RunsTable, RunView
 from pippa_ops.monitor.host import (
-    GpuSampled,
     HostEvent,
     HostState,
     Monitor,
@@ -42,25 +41,15 @@ from pippa_ops.monitor.state import ended_runs
 from pippa_ops.runs.curves import DASH_SMOOTHING
 
 APP_KEYS = frozenset({"attach", "log", "stop", "reconnect", "smooth", "fleet", "help", "quit"})
-FLEET_REDRAW_S = 0.5  # the fleet view draws the samples that came in meanwhile, at most this often
+# The fleet view folds in and draws what the monitors sent meanwhile this often: one wake-up of the
+# event loop per period however many hosts sample (GPUs are read once a second).
+FLEET_REDRAW_S = 1.0
+PANELS_CHECK_S = 1.0  # the host panels: which are scrolled into view (the others are sampled slowly)
 Attach = Callable[[str, str], object]  # (host, tmux session) -> runs the same attach as `pippa attach`
 
 
-class MonitorUpdate(Message):
-    """One event from a host monitor, posted from a worker thread."""
-
-    def __init__(self, event: HostEvent | RunUpdated) -> None:
-        super().__init__()
-        self.event = event
-
-    def can_replace(self, message: Message) -> bool:
-        # A burst of GPU samples from one host: only the newest needs drawing.
-        return (
-            isinstance(message, MonitorUpdate)
-            and isinstance(self.event, GpuSampled)
-            and isinstance(message.event, GpuSampled)
-            and message.event.host == self.event.host
-        )
+class EventsWaiting(Message):
+    """Events from the host monitors are queued (``DashApp._events``): fold them in now."""
 
 
 class DashApp(App[None]):
@@ -100,6 +89,10 @@ class DashApp(App[None]):
         self.fleet: bool | None = None  # the fleet view is shown (None: decided by the screen's size)
         self._fleet_dirty = False
         self._panels_stale: set[str] = set()
+        # Monitor threads append, the event loop drains: a GPU sample costs no message of its own.
+        self._events: deque[HostEvent | RunUpdated] = deque()
+        self._drain_asked = False
+        self._panels_visible: frozenset[str] | None = None
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
@@ -125,6 +118,7 @@ class DashApp(App[None]):
         # Hosts whose panels do not fit the screen (a panel takes ~6 lines): the fleet view.
         self.show_fleet(len(self.hosts) * 6 > self.size.height - 2 if self.fleet is None else self.fleet)
         self.set_interval(FLEET_REDRAW_S, self._redraw_fleet)
+        self.set_interval(PANELS_CHECK_S, self._check_panels)
         for host, mon in self.monitors.items():
             self.run_worker(
                 partial(mon.stream_gpus, self._emit), thread=True, exclusive=True, group=f"gpu:{host}",
@@ -144,11 +138,20 @@ class DashApp(App[None]):
 
     # ----------------------------------------------------------------------------- state from workers
     def _emit(self, event: HostEvent | RunUpdated) -> None:
-        self.post_message(MonitorUpdate(event))
+        """From any thread. In the fleet view the queue waits for the next redraw; with the panels
+        shown, the loop is woken once for whatever is queued by then."""
+        self._events.append(event)
+        if not self.fleet and not self._drain_asked:
+            self._drain_asked = True
+            self.post_message(EventsWaiting())
 
-    @on(MonitorUpdate)
-    def _handle_update(self, message: MonitorUpdate) -> None:
-        event = message.event
+    @on(EventsWaiting)
+    def _drain(self) -> None:
+        self._drain_asked = False
+        while self._events:
+            self._handle_update(self._events.popleft())
+
+    def _handle_update(self, event: HostEvent | RunUpdated) -> None:
         if isinstance(event, RunUpdated):
             d = event.detail
             if self.selected == (d.host, d.run_id):
@@ -192,7 +195,7 @@ class DashApp(App[None]):
     # ------------------------------------------------------------------------------------ fleet view
     def show_fleet(self, on: bool, *, only: str | None = None) -> None:
         """The fleet view (one line per host), or the host panels (``only``: that host's)."""
-        was, self.fleet = self.fleet, on
+        self.fleet = on
         for i, panel in enumerate(self.query(HostPanel)):
             shown = only is None or self.hosts[i] == only
             if panel.display != shown:
@@ -207,14 +210,31 @@ class DashApp(App[None]):
             for host in sorted(self._panels_stale):
                 self._draw_host(host)
             self._panels_stale.clear()
-            if was:  # every panel may be scrolled to: the full rate again
-                for mon in self.monitors.values():
-                    mon.set_visible(True)
+            self._panels_visible = None
+            self._check_panels()
 
     def _redraw_fleet(self) -> None:
+        self._drain()
         if self.fleet and self._fleet_dirty:
             self._fleet_dirty = False
             self.query_one(FleetView).show([self.states[h] for h in self.hosts])
+
+    def _check_panels(self) -> None:
+        """With the panels shown, hosts whose panel is scrolled out of view (or hidden: another
+        host's panel opened alone) are sampled slowly, as off-screen rows of the fleet view are."""
+        if self.fleet or not self.monitors:
+            return
+        scroll = self.query_one("#hosts", VerticalScroll)
+        top, bottom = scroll.scroll_y, scroll.scroll_y + scroll.size.height
+        visible = frozenset(
+            self.hosts[i] for i, panel in enumerate(self.query(HostPanel))
+            if panel.display and panel.virtual_region.y < bottom and panel.virtual_region.bottom > top
+        )  # fmt: skip
+        if visible == self._panels_visible:
+            return
+        self._panels_visible = visible
+        for host, mon in self.monitors.items():
+            mon.set_visible(host in visible)
 
     @on(FleetView.Visible)
     def _fleet_visible(self, message: FleetView.Visible) -> None:
@@ -267,26 +287,9 @@ class DashApp(App[None]):
             self._follow_sample_line(host, run_id)
 
     def _follow_sample_line(self, host: str, run_id: str) -> None:
-        """The run pane's newest-sample line, fetched now and every few seconds while the run is selected."""
-        from pippa_ops.dash.samples_screen import follow_newest
+        from pippa_ops.dash.samples_screen import follow_sample_line
 
-        mon = self.monitors[host]
-        if not hasattr(mon, "samples"):  # a monitor without samples (a test's recorder): no line
-            return
-        fetch = partial(mon.samples, run_id)
-
-        def still() -> bool:  # cancelled: another run was selected, or the app is closing
-            return self.selected == (host, run_id) and not get_current_worker().is_cancelled
-
-        def draw(line: str) -> None:
-            for view in self.query(RunView):
-                view.show_sample_line(line)
-
-        def show(line: str) -> None:
-            self.call_from_thread(draw, line)
-
-        self.run_worker(partial(follow_newest, fetch, still, show), thread=True, exclusive=True,
-                        group="sample-line", name=f"sample-line:{run_id}")  # fmt: skip
+        follow_sample_line(self, host, run_id)
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:

@@ -1,7 +1,7 @@
 """The fleet view of ``pippa dash``: one line per host, for when the host panels do not fit.
 
 A line: name, state (up / down / key: its host key is unknown or changed), the last doctor verdict
-(``HostState.doctor``, from a ``DoctorRead`` event; ``-`` while none is known),
+and its age (``HostState.doctor``, from the host monitor's ``DoctorRead``; ``-`` while none is known),
 a bar pair per GPU (utilization then memory, one block each: 8 GPUs in 16 columns), busy/idle GPUs,
 the running runs (name, step, reward, attempt) and the newest problem. ``/`` filters by name (type
 part of it; Enter opens the highlighted host, Esc clears), ``i`` ``p`` ``n`` sort by idle GPUs,
@@ -12,6 +12,7 @@ which hosts are on screen (``Visible``), so the app samples the others slowly.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -21,6 +22,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widget import Widget
 
+from pippa_ops.doctor import age
 from pippa_ops.monitor.state import GpuState, HostState, RunRow
 
 BARS = " ▁▂▃▄▅▆▇█"
@@ -28,7 +30,7 @@ STAMP = re.compile(r"^\d{8}-\d{6}-")
 BUSY_PCT = 5.0  # a GPU with this much utilization or memory in use is busy
 PROBLEMS = ("failed", "lost", "stalled", "killed", "diverged", "crashed", "unknown")
 SORTS = {"i": "idle GPUs", "p": "problems", "n": "name"}
-NAME_W, STATE_W, DOCTOR_W, GPUS_W, COUNT_W = 14, 4, 6, 17, 5
+NAME_W, STATE_W, DOCTOR_W, GPUS_W, COUNT_W = 14, 4, 8, 17, 5
 
 
 def bar(pct: float | None) -> str:
@@ -98,14 +100,16 @@ def run_text(r: RunRow) -> str:
     return " ".join(parts)
 
 
-def fleet_row(h: HostState, width: int) -> Text:
+def fleet_row(h: HostState, width: int, now: float | None = None) -> Text:
     """One host in one line of ``width`` cells."""
     doctor = h.doctor
+    if doctor and h.doctor_time is not None:
+        doctor += " " + age(max(0.0, (now or time.time()) - h.doctor_time))
     word, style = state_word(h)
     line = Text(no_wrap=True, overflow="ellipsis")
     line.append(f"{h.name[:NAME_W]:<{NAME_W}} ", style="bold")
     line.append(f"{word:<{STATE_W}} ", style=style)
-    doctor_style = {"fail": "bold red", "warn": "yellow", "ok": "green"}.get(doctor or "", "dim")
+    doctor_style = {"fail": "bold red", "warn": "yellow", "ok": "green"}.get(h.doctor or "", "dim")
     line.append(f"{(doctor or '-')[:DOCTOR_W]:<{DOCTOR_W}} ", style=doctor_style)
     gpus = h.gpus or ()
     dim = "dim" if h.link == "down" else ""

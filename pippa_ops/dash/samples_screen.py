@@ -10,6 +10,7 @@ touch the network. ``newest_line`` is the run pane's one line under the curves.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
@@ -19,11 +20,14 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
+from textual.worker import get_current_worker
 
+from pippa_ops.dash.widgets import RunView
 from pippa_ops.runs import samples
 
 if TYPE_CHECKING:
     from pippa_contract.messages import SamplesAnswer, SamplesRequest
+    from pippa_ops.dash.app import DashApp
 
     Fetch = Callable[[SamplesRequest], SamplesAnswer]
 STYLES = {"head": "bold", "prompt": "dim", "text": "", "meta": "cyan", "warn": "bold yellow"}
@@ -127,3 +131,24 @@ def follow_newest(
         deadline = time.monotonic() + every_s
         while still() and time.monotonic() < deadline:
             time.sleep(0.2)
+
+
+def follow_sample_line(app: DashApp, host: str, run_id: str) -> None:
+    """The run pane's newest-sample line, fetched now and every few seconds while the run is selected."""
+    mon = app.monitors[host]
+    if not hasattr(mon, "samples"):  # a monitor without samples (a test's recorder): no line
+        return
+    fetch = partial(mon.samples, run_id)
+
+    def still() -> bool:  # cancelled: another run was selected, or the app is closing
+        return app.selected == (host, run_id) and not get_current_worker().is_cancelled
+
+    def draw(line: str) -> None:
+        for view in app.query(RunView):
+            view.show_sample_line(line)
+
+    def show(line: str) -> None:
+        app.call_from_thread(draw, line)
+
+    app.run_worker(partial(follow_newest, fetch, still, show), thread=True, exclusive=True,
+                   group="sample-line", name=f"sample-line:{run_id}")  # fmt: skip

@@ -225,6 +225,7 @@ class HostMonitor:
 
     # ------------------------------------------------------------------------------------- polling
     def poll(self, emit: Emit) -> None:
+        agent: agent_client.Session | None = None  # one per connection: no new channel per poll
         while not self._closed.is_set():
             if not self._shown.wait(1.0):
                 continue  # the run list is hidden (full-log view): nothing to poll for
@@ -232,9 +233,11 @@ class HostMonitor:
             if t is None:
                 self._up.wait(1.0)
                 continue
+            agent = agent if agent is not None and agent.transport is t else agent_client.Session(t)
             try:
-                listing = self._prices.priced(list_runs(t, self.spec.remote_dir), t)
+                listing = self._prices.priced(list_runs(t, self.spec.remote_dir, agent=agent), t)
             except LOST as e:
+                agent = None
                 self.lose(e)
                 continue
             except RemoteCommandFailed:
@@ -257,11 +260,10 @@ class HostMonitor:
         """The host's newest doctor verdict and its time (the ``doctor_history`` verb), when it has one."""
         from pippa_ops.doctor import last_summary
 
-        found = last_summary(self.spec, t)
-        if found and isinstance(found.get("verdict"), str):
+        if (found := last_summary(self.spec, t)) and isinstance(found.get("verdict"), str):
             when = found.get("time")
-            stamp = float(when) if isinstance(when, int | float) else None
-            emit(DoctorRead(self.name, str(found["verdict"]), stamp))
+            emit(DoctorRead(self.name, str(found["verdict"]), float(when) if isinstance(when, int | float)
+                            else None))  # fmt: skip
 
     def select(self, run_id: str | None) -> None:
         """Follow ``run_id`` from now on; stop following the previous run (its stream closes)."""

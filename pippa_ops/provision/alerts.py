@@ -20,7 +20,6 @@ from pippa_contract.alerts import TARGET as TARGET
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR, ALERTS_PROGRAM
 from pippa_contract.termsafe import escape
 from pippa_ops.alerts.commands import program_command
-from pippa_ops.errors import PippaError
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
@@ -126,16 +125,13 @@ def notify_test(transport: Transport) -> TestResult:
 
 def host_status(transport: Transport, timeout: float = 10.0) -> dict[str, Any] | None:
     """The host's alerts status (pippa_agent.alerts.main.status), None where alerts were never installed."""
-    answer = _answer(transport.run(program_command("status"), timeout=timeout).stdout)
+    return status_of(transport.run(program_command("status"), timeout=timeout).stdout)
+
+
+def status_of(stdout: str) -> dict[str, Any] | None:
+    """What ``program_command("status")`` printed, as ``host_status`` returns it."""
+    answer = _answer(stdout)
     return None if not answer or answer.get("missing") else answer
-
-
-def status_or_none(transport: Transport, timeout: float) -> dict[str, Any] | None:
-    """``host_status``, or None when the host cannot say (`pippa hosts` still lists it)."""
-    try:
-        return host_status(transport, timeout)
-    except (PippaError, TimeoutError, OSError):
-        return None
 
 
 def with_rate(status: dict[str, Any] | None, spec: HostSpec) -> dict[str, Any] | None:

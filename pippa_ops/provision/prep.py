@@ -18,14 +18,13 @@ import re
 import shlex
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pippa_contract import cgroupdeleg, verbs
 from pippa_contract.runfacts import reason_line
-from pippa_ops.doctor import check_host, last_summary
-from pippa_ops.errors import HostUnreachable, PippaError, RemoteCommandFailed, ToolMissing, refused_as
-from pippa_ops.fanout import fan_out
+from pippa_ops.doctor import check_host
+from pippa_ops.errors import RemoteCommandFailed, ToolMissing
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.provision import alerts
 from pippa_ops.provision.alerts import AlertsSetup
@@ -34,7 +33,7 @@ from pippa_ops.runs.follow import read_all
 from pippa_ops.sync import SyncResult, remote_dir_expr, sync
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
-from pippa_ops.transport.shell import export_line, sh_path
+from pippa_ops.transport.shell import export_line
 
 # --locked: the committed uv.lock, so two hosts set up on different days get the same versions.
 DEFAULT_SETUP = ("uv sync --locked --extra train --extra gpu",)
@@ -305,88 +304,3 @@ def _recorded_key(text: str) -> str | None:
     except (ValueError, AttributeError):
         return None
     return value if isinstance(value, str) else None
-
-
-@dataclass(frozen=True)
-class HostRow:
-    """One line of `pippa hosts`."""
-
-    name: str
-    address: str
-    user: str | None
-    port: int | None
-    source: str
-    remote_dir: str
-    reachable: bool
-    latency_ms: float | None
-    error: str | None
-    origins: dict[str, str] = field(default_factory=dict)  # field -> hosts.toml | ssh_config | pippa.toml
-    python_missing: str | None = None  # the host's python setting, when the host has no such program
-    alerts: dict[str, object] | None = None  # the host's alerts status (pippa_agent.alerts status)
-    down_as: str = "down"  # not up: "key unknown" (it answered), "auth failed", ... (errors.refused_as)
-    doctor: dict[str, object] | None = None  # its last `pippa doctor` verdict (pippa_ops.doctor.last_summary)
-
-    def to_json(self) -> dict[str, object]:
-        return dict(self.__dict__)
-
-
-def survey(
-    specs: list[HostSpec], open_transport: Callable[[HostSpec], Transport], timeout: float = 5.0
-) -> list[HostRow]:
-    """Every host of the inventory with reachability checked in parallel (one bad host stops none)."""
-
-    by_name = {s.name: s for s in specs}
-
-    missing: set[str] = set()
-
-    def check(name: str) -> tuple[float, dict[str, object] | None, dict[str, object] | None]:
-        t0 = time.monotonic()
-        spec = by_name[name]
-        if spec.is_local and spec.python is None:
-            return 0.0, None, None
-        with open_transport(spec) as t:
-            try:
-                r = t.run(python_probe_line(spec.python), timeout=timeout, check=True)
-            except TimeoutError as e:
-                raise HostUnreachable(f"{name}: no answer within {timeout:.0f}s") from e
-            if r.stdout.strip() == "missing":
-                missing.add(name)
-            latency = (time.monotonic() - t0) * 1000
-            status = None if spec.is_local else alerts.status_or_none(t, timeout)
-            return latency, status, last_summary(spec, t)
-
-    results = fan_out(list(by_name), check)
-    rows = []
-    for spec in specs:
-        res = results[spec.name]
-        ok = not isinstance(res, PippaError)
-        rows.append(
-            HostRow(
-                name=spec.name,
-                address=spec.address or "this machine",
-                user=spec.user,
-                port=spec.port,
-                source=spec.source,
-                remote_dir=spec.remote_dir,
-                reachable=ok,
-                latency_ms=round(res[0], 1) if not isinstance(res, PippaError) else None,
-                error=None if ok else str(res),
-                origins=dict(spec.origins),
-                python_missing=spec.python if spec.name in missing else None,
-                alerts=None if isinstance(res, PippaError) else alerts.with_rate(res[1], spec),
-                down_as=(refused_as(res) or "down") if isinstance(res, PippaError) else "down",
-                doctor=None if isinstance(res, PippaError) else res[2],
-            )
-        )
-    return rows
-
-
-def python_probe_line(python: str | None) -> str:
-    """The reachability check's one command; with a ``python`` setting, it also says ``missing`` when
-    the host has no such program (its first word: a path, or a name on PATH)."""
-    if not python:
-        return "true"
-    first = shlex.split(python)[0]
-    word = sh_path(first)
-    found = f"test -f {word} && test -x {word}" if "/" in first else f"command -v {word} >/dev/null 2>&1"
-    return f"if {found}; then echo ok; else echo missing; fi"

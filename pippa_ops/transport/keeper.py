@@ -8,7 +8,9 @@ Unix socket and run their commands on its connections (``keeper_pool``), relayed
 are dispatched by.
 
 Threads do not grow with hosts or commands beyond paramiko's own one per connection: this server's
-accept loop, the relay loop, and WORKERS for blocking work (reading a request, connecting, exec).
+accept loop, the relay loop, and up to WORKERS for blocking work (reading a request, connecting,
+exec), which end when idle (``keeper_workers``): a keeper with nothing to do runs paramiko's
+threads and two of its own.
 A connection unused for the persist time (``$PIPPA_PERSIST_S``, default 300 s) is closed; the keeper
 exits once it has no connection and no client for that long, or when its socket is removed, or on
 ``pippa hosts --disconnect``.
@@ -28,7 +30,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,6 +40,7 @@ from pippa_ops.transport import keeper_wire as wire
 from pippa_ops.transport._paramiko import paramiko
 from pippa_ops.transport.keeper_pool import Pool
 from pippa_ops.transport.keeper_relay import Relay, Relays, Tally, error_frame
+from pippa_ops.transport.keeper_workers import Workers
 from pippa_ops.transport.sshconfig import read_ssh_config, ssh_aliases, ssh_config_path
 
 REQUEST_WAIT_S = 5.0  # a client that connects must send its request within this
@@ -57,13 +59,12 @@ class Keeper:
         self._last = time.monotonic()
         self._stop = threading.Event()
         self._config: tuple[tuple[int, int] | None, Any] = (None, None)
-        self._workers = ThreadPoolExecutor(WORKERS, thread_name_prefix="keeper")
+        self._workers = Workers(WORKERS)
         self.pool = Pool(self.submit)
         self.relays = Relays()
 
     def submit(self, work: Callable[[], None]) -> None:
-        with contextlib.suppress(RuntimeError):  # shutting down: nothing more to start
-            self._workers.submit(work)
+        self._workers.submit(work)  # shutting down: nothing more starts
 
     # ------------------------------------------------------------------------------------ serving
     def serve(self) -> None:
@@ -145,7 +146,7 @@ class Keeper:
         self.listener.close()
         self.relays.stop()
         self.pool.close_all()
-        self._workers.shutdown(wait=False, cancel_futures=True)
+        self._workers.shutdown()
 
     # ----------------------------------------------------------------------------------- requests
     def _handle(self, conn: socket.socket) -> None:

@@ -17,6 +17,7 @@ host agent it ran answered every request, and the keeper may keep it for the nex
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -168,6 +169,7 @@ def private_dir(path: str | Path, *, create: bool) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=1)  # the code this process runs was loaded once: stat it once
 def _code_stamp() -> str:
     """This code's identity: a keeper started by another checkout or an older version is not used."""
     from pathlib import Path

@@ -161,6 +161,9 @@ class _Recorder:
     def set_shown(self, shown: bool) -> None:
         self.calls.append(("shown", shown))
 
+    def set_visible(self, visible: bool) -> None:
+        self.calls.append(("visible", visible))
+
     def close(self) -> None:
         self.calls.append(("close", None))
 
@@ -189,6 +192,29 @@ async def test_selection_follows_one_run_the_full_log_pauses_polling_and_stop_ne
         await pilot.press("r")
         assert all(("reconnect", None) in m.calls for m in mons.values())
     assert all(("close", None) in m.calls for m in mons.values())
+
+
+async def test_host_panels_scrolled_out_of_view_are_sampled_slowly_until_scrolled_to() -> None:
+    hosts = [f"h{i:02}" for i in range(12)]
+    mons = {h: _Recorder(h) for h in hosts}
+    app = create_app(hosts, mons)
+    app.fleet = False  # the panels, though they do not all fit
+
+    def last_visible(host: str) -> bool | None:
+        said = [v for what, v in mons[host].calls if what == "visible"]
+        return said[-1] if said else None
+
+    async def wait_until(cond, what: str) -> None:
+        for _ in range(100):
+            if cond():
+                return
+            await pilot.pause(0.05)
+        raise AssertionError(what)
+
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(lambda: last_visible("h11") is False and last_visible("h00") is True, "h11 slow")
+        app.query_one("#hosts").scroll_end(animate=False)
+        await wait_until(lambda: last_visible("h11") is True and last_visible("h00") is False, "h00 slow")
 
 
 def _visible_text(widget) -> str:

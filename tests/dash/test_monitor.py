@@ -10,7 +10,8 @@ from pathlib import Path
 import fake_smi
 import pytest
 
-from pippa_contract.doctor import history_name
+from pippa_agent.doctor.history import store
+from pippa_ops.dash.fleet import fleet_row
 from pippa_ops.hosts.inventory import local_spec
 from pippa_ops.monitor.host import HostMonitor, RunUpdated
 from pippa_ops.monitor.state import (
@@ -117,9 +118,8 @@ def test_local_host_streams_gpus_lists_runs_and_follows_a_runs_metrics(tmp_path:
         )
     )
     (run_dir / "exit_code").write_text("0\n")
-    stored = tmp_path / "repo" / "doctor" / history_name(time.time() - 120, 7)  # a `pippa doctor` result
-    stored.parent.mkdir()
-    stored.write_text(json.dumps({"host": "local", "verdict": "warn", "time": time.time() - 120}))
+    doctor_time = time.time() - 3 * 3600
+    store(str(tmp_path / "repo"), {"host": "local", "verdict": "warn", "time": doctor_time, "checks": []})
 
     events: list[object] = []
     got = threading.Condition()
@@ -143,9 +143,10 @@ def test_local_host_streams_gpus_lists_runs_and_follows_a_runs_metrics(tmp_path:
         g = wait_for(lambda e: isinstance(e, GpuSampled) and e.gpus, "a GPU sample")
         assert [r.index for r in g.gpus] == [0, 1] and g.gpus[0].mem_total_mib == 81559.0
         runs = wait_for(lambda e: isinstance(e, RunsListed) and e.runs, "the run list")
+        doc = wait_for(lambda e: isinstance(e, DoctorRead), "the last doctor verdict")
+        assert (doc.verdict, doc.time) == ("warn", doctor_time)
+        assert " warn 3h " in fleet_row(apply(HostState("local"), doc), 120).plain
         assert runs.runs[0].run_id == run_id and runs.runs[0].what == "tiny"
-        seen = wait_for(lambda e: isinstance(e, DoctorRead), "the last doctor verdict")
-        assert (seen.host, seen.verdict) == ("local", "warn") and time.time() - seen.time >= 120
         mon.select(run_id)
         follower = threading.Thread(target=mon.follow, args=(run_id, emit), daemon=True)
         follower.start()

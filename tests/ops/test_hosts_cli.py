@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,25 @@ def test_hosts_explain_says_where_each_field_came_from(client_env, ssh_hosts):
     p = pippa(client_env, "hosts", "--explain")
     assert p.returncode == 0, p.stderr
     assert "address from hosts.toml" in p.stdout and "address from ssh_config" in p.stdout
+
+
+def test_gpus_over_several_hosts_in_one_process_one_down(client_env, ssh_hosts):
+    sys.path.insert(0, str(Path(__file__).parents[1] / "dash"))
+    import fake_smi
+
+    for h in ssh_hosts[:3]:
+        h.install_bin("nvidia-smi", fake_smi.script(gpus=2, python=h.python))
+    try:
+        ssh_hosts[1].stop()
+        p = pippa(client_env, "gpus", "t1", "t2", "t3", "--json")
+        assert p.returncode == ExitCode.UNREACHABLE, p.stderr
+        rows = {r["host"]: r for r in json.loads(p.stdout)}
+        assert [len(rows[n]["gpus"]) for n in ("t1", "t3")] == [2, 2]
+        assert "connection refused" in rows["t2"]["error"]
+        p = pippa(client_env, "gpus", "t1", "t3")
+        assert p.returncode == 0 and "t1" in p.stdout and "t3" in p.stdout, p.stderr
+        p = pippa(client_env, "gpus", "--json")  # none named: every inventory host
+        assert {r["host"] for r in json.loads(p.stdout)} == {"t1", "t2", "t3", "t4"}
+    finally:
+        for h in ssh_hosts[:3]:
+            (h.home / "bin" / "nvidia-smi").unlink()

@@ -208,3 +208,24 @@ def test_a_proxy_jump_chain_goes_through_every_hop_and_a_reconnect_closes_the_ol
         assert t.run("true").ok
         assert last._client is None and first._client is None, "the old hops were closed"
         assert t._jump is not last
+
+
+def test_hosts_survey_checks_an_alias_of_an_inventory_host_on_the_same_connection(ssh_env, ssh_hosts):
+    from dataclasses import replace
+
+    from pippa_ops.provision.survey import survey
+
+    h = ssh_hosts[0]
+    named = replace(resolve(h.name), python="/nonexistent/python3")
+    alias = resolve(h.ssh_alias)  # the same user@address:port and key, no python set
+    opened: list[str] = []
+
+    def counting(spec):
+        opened.append(spec.name)
+        return open_transport(spec)
+
+    rows = {r.name: r for r in survey([named, alias], counting)}
+    assert opened == [h.name]  # one connection and probe for both names
+    assert rows[h.name].reachable and rows[h.ssh_alias].reachable
+    assert rows[h.name].python_missing == "/nonexistent/python3" and rows[h.ssh_alias].python_missing is None
+    assert rows[h.ssh_alias].source == "ssh_config"
