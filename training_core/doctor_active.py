@@ -198,6 +198,18 @@ def allreduce_gbs(world: int, backend: str, nbytes: int, iters: int) -> float:
     return float(q.get())
 
 
+def _allreduce_retried(world: int, backend: str, sizes: Sizes, tries: int = 3) -> float:
+    """``allreduce_gbs``, again on a new port when a start fails: the free port it picked can be taken
+    by another process before the ranks bind it (a busy host, or tests side by side)."""
+    for left in range(tries - 1, -1, -1):
+        try:
+            return allreduce_gbs(world, backend, sizes.allreduce_bytes, sizes.allreduce_iters)
+        except Exception:
+            if not left:
+                raise
+    raise AssertionError("unreachable")
+
+
 def measure(seconds: float, cpu: bool) -> dict[str, Any]:
     import torch
 
@@ -239,8 +251,7 @@ def measure(seconds: float, cpu: bool) -> dict[str, Any]:
     world = 2 if cpu else len(devices)
     if world > 1:
         try:
-            out["allreduce_gbs"] = allreduce_gbs(world, "gloo" if cpu else "nccl", sizes.allreduce_bytes,
-                                                 sizes.allreduce_iters)  # fmt: skip
+            out["allreduce_gbs"] = _allreduce_retried(world, "gloo" if cpu else "nccl", sizes)
         except Exception as e:
             out["allreduce_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
     return out

@@ -68,7 +68,7 @@ def test_the_active_harness_runs_every_measurement_on_the_cpu() -> None:
     row = out["gpus"][0]
     assert row["gemm_tflops"] > 0 and row["copy_tbs"] > 0
     assert row["mem_gib"] > 0 and row["mem_errors"] == 0
-    assert out["allreduce_gbs"] > 0  # two processes over gloo: the same code path NCCL takes
+    assert out.get("allreduce_gbs", 0) > 0, out.get("allreduce_error")  # two gloo ranks: NCCL's code path
 
 
 @pytest.mark.skipif(_cuda(), reason="checks the answer of a machine without a GPU")

@@ -121,11 +121,11 @@ class Launcher:
                 argv += ["--symlink", os.readlink(host), host]
             elif os.path.isdir(host):
                 argv += ["--ro-bind", host, host]
-        for path in self.extra_ro:
-            argv += ["--ro-bind", path, path]
         argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(shm_bytes), "--tmpfs", "/dev/shm",
-                 "--remount-ro", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp", "--remount-ro", "/",
-                 "--chdir", "/tmp", "--hostname", "sandbox", "--clearenv",
+                 "--remount-ro", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+        for path in self.extra_ro:  # after the tmpfs mounts: a prefix under /tmp or /dev/shm stays seen
+            argv += ["--ro-bind", path, path]
+        argv += ["--remount-ro", "/", "--chdir", "/tmp", "--hostname", "sandbox", "--clearenv",
                  "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp",
                  "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8"]
         if sync_fds is not None:
