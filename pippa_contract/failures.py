@@ -6,6 +6,7 @@ The rules are tried in order (the first that holds wins) and each is tested agai
 PyTorch, NCCL, CUDA and the Linux kernel print (tests/contract/test_failures.py quotes their sources):
 
 1. ``stopped``   the user asked (``pippa stop``, Ctrl-C: ``stop_requested`` or the supervisor's SIGINT)
+   and it did not exit 0 (a trainer whose last step was under way saves it and completes: exit 0)
 2. ``lost``      the session vanished with no exit code (reboot, ``tmux kill-server``)
 3. ``stalled``   the stall watch ended it (no new metrics line for the threshold)
 4. ``completed`` exit 0
@@ -222,7 +223,7 @@ def _last_line(lines: Sequence[str]) -> str | None:
 def classify(f: AttemptFacts) -> Verdict:
     """The class of an ended attempt (the rules in order; see the module's docstring)."""
     log = [ln for ln in f.log_tail if not ln.startswith("pippa: ")]
-    if f.stopped:
+    if f.stopped and f.exit_code != 0:
         return Verdict(STOPPED, "stopped by the user")
     if f.exit_code is None or f.lost:
         return Verdict(LOST, "the session ended with no exit code (reboot, tmux killed)")

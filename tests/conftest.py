@@ -240,6 +240,7 @@ def ssh_hosts(ssh_world: sshd.World) -> Iterator[list[sshd.SSHHost]]:
             tool.unlink()
         (h.home / ".config" / "pippa" / "secrets.env").unlink(missing_ok=True)
         shutil.rmtree(h.home / "pippa" / "doctor", ignore_errors=True)  # a fail there refuses later runs
+        sshd.give_back_home(h)  # a directory a test made as root (~/.config/pippa) refuses the user's writes
 
 
 @pytest.fixture

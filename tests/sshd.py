@@ -254,6 +254,23 @@ class SSHHost:
         return f"{self.home}/bin:/usr/local/bin:/usr/bin:/bin"
 
 
+def give_back_home(h: SSHHost) -> list[Path]:
+    """Whatever in the host user's home is not the user's (a test writes as root) becomes the user's
+    again; returns what it changed. The product runs as the user and cannot make such files: a
+    directory left root-owned (``~/.config/pippa``) made a later test's `pippa up` fail to write its
+    secrets file there."""
+    uid = h.uid
+    changed = []
+    for top, dirs, files in os.walk(h.home):
+        for name in [*dirs, *files]:
+            path = Path(top) / name
+            with contextlib.suppress(FileNotFoundError):
+                if path.lstat().st_uid != uid:
+                    os.lchown(path, uid, -1)
+                    changed.append(path)
+    return changed
+
+
 @dataclass
 class World:
     """The hosts of one pytest session plus the template client directory."""

@@ -8,22 +8,28 @@ Off unless an environment variable asks; a run never sets them itself.
   at the start of step S (it sleeps in ``wander_off``), so the other ranks wait for it inside one;
   ``PIPPA_TEST_HANG_ONCE=PATH`` makes that happen only while PATH does not exist (created when it does),
   so the retry completes.
+- ``PIPPA_TEST_PAUSE_AT_STEP=S``: the run waits at the end of step S (before its metrics row) until a
+  stop signal arrives (at most 10 minutes), so a test's ``pippa stop`` lands in the middle of the run
+  however fast the steps are: the stop saves step S + 1 and ends the run there.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 OOM_ENV = "PIPPA_TEST_OOM_ABOVE_BATCH"
 HANG_RANK_ENV = "PIPPA_TEST_HANG_RANK"
 HANG_STEP_ENV = "PIPPA_TEST_HANG_AT_STEP"
 HANG_ONCE_ENV = "PIPPA_TEST_HANG_ONCE"
+PAUSE_ENV = "PIPPA_TEST_PAUSE_AT_STEP"
+PAUSE_MAX_S = 600.0
 
 
 def wanted() -> bool:
-    return any(os.environ.get(k) for k in (OOM_ENV, HANG_RANK_ENV))
+    return any(os.environ.get(k) for k in (OOM_ENV, HANG_RANK_ENV, PAUSE_ENV))
 
 
 def wander_off() -> None:
@@ -32,8 +38,9 @@ def wander_off() -> None:
         time.sleep(0.2)
 
 
-def callback() -> Any:
-    """The TrainerCallback that carries out what the environment asks."""
+def callback(stop_requested: Callable[[], object]) -> Any:
+    """The TrainerCallback that carries out what the environment asks; ``stop_requested()`` is true
+    once the run's stop signal has come."""
     import torch
     from transformers import TrainerCallback
 
@@ -41,6 +48,7 @@ def callback() -> Any:
     hang_rank = os.environ.get(HANG_RANK_ENV)
     hang_step = int(os.environ.get(HANG_STEP_ENV) or 1)
     once = os.environ.get(HANG_ONCE_ENV)
+    pause_at = int(os.environ.get(PAUSE_ENV) or 0)
 
     class FailOnDemand(TrainerCallback):  # type: ignore[misc]
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -58,5 +66,11 @@ def callback() -> Any:
                     with open(once, "w") as f:
                         f.write(f"rank {rank} hung at step {hang_step}\n")
                 wander_off()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if pause_at and state.global_step == pause_at:
+                deadline = time.monotonic() + PAUSE_MAX_S
+                while not stop_requested() and time.monotonic() < deadline:
+                    time.sleep(0.05)
 
     return FailOnDemand()

@@ -213,7 +213,11 @@ class Supervisor:
         self.oom_kills_before = af.cgroup_oom_kills()
         # NCCL ranks keep a Flight Recorder trace and dump it when asked (no effect without NCCL)
         env = {**os.environ, **forensics.flight_recorder_env(self.run_dir, n)} if self.recipe else None
-        self.child = subprocess.Popen(["sh", "-c", line], preexec_fn=self.setup, env=env)
+        # A recipe's line is one simple command (pippa_ops.runs.script): exec'd, the trainer is the child
+        # and its exit status the attempt's. Under a waiting sh, a Ctrl-C that came during the last step
+        # read as 130 (sh dies of the SIGINT it was sent) though the trainer saved that step and exited 0.
+        argv = ["sh", "-c", f"exec {line}" if self.recipe is not None else line]
+        self.child = subprocess.Popen(argv, preexec_fn=self.setup, env=env)
         if self.stopping:  # Ctrl-C came while it started
             self.signal_group(signal.SIGINT)
         return attempt

@@ -185,6 +185,8 @@ def test_a_log_never_seen_is_a_crash_with_its_last_line(log: str) -> None:
 def test_the_ordering_rules() -> None:
     assert fc.classify(facts(0, CUDA_OOM)).cls == "completed"
     assert fc.classify(facts(130, CUDA_OOM, stopped=True)).cls == "stopped"
+    # the stop came during the last step: the trainer saved it and completed, which is what it was
+    assert fc.classify(facts(0, "", stopped=True)).cls == "completed"
     assert fc.classify(facts(None, CUDA_OOM)).cls == "lost"
     assert fc.classify(facts(130, "", stalled_reason="no new metrics line for 15m")).reason.endswith("15m")
     assert fc.classify(facts(2, "error: unknown recipe 'x'\n")).reason == "error: unknown recipe 'x'"

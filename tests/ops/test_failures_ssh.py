@@ -34,7 +34,7 @@ def host_env(ssh_hosts: list[Any]) -> Iterator[Any]:
 
     def put(h: Any, **values: str) -> None:
         f = h.home / ".config" / "pippa" / "secrets.env"
-        f.parent.mkdir(parents=True, exist_ok=True)
+        h.run_as_user(["mkdir", "-p", str(f.parent)]).check_returncode()  # the user's, as `pippa up` makes it
         f.write_text("".join(f"{k}='{v}'\n" for k, v in values.items()))
         os.chmod(f, 0o600)
         os.chown(f, h.uid, -1)

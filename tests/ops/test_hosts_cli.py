@@ -65,8 +65,10 @@ def test_unknown_host_key_refused_then_accept_new_records_it(client_env, ssh_hos
     kh.write_text("".join(f"{line}\n" for line in kh.read_text().splitlines() if h.address not in line))
     listed = pippa(client_env, "hosts", "--json")
     assert {r["name"]: r["down_as"] for r in json.loads(listed.stdout)}[h.name] == "key unknown"
-    table = pippa(client_env, "hosts").stdout  # it answered: not "down"
-    assert next(ln for ln in table.splitlines() if ln.startswith(f"{h.name} ")).endswith("key unknown"), table
+    shown = pippa(client_env, "hosts")  # it answered: not "down"
+    assert shown.returncode == 0, shown.stderr
+    line = [ln for ln in shown.stdout.splitlines() if ln.startswith(f"{h.name} ")]
+    assert len(line) == 1 and line[0].endswith("key unknown"), (shown.stdout, shown.stderr)
     line = _one_line_error(pippa(client_env, "sync", h.name, cwd=repo), ExitCode.HOST_KEY)
     assert "SHA256:" in line and "--accept-new" in line
     ok = pippa(client_env, "sync", h.name, "--accept-new", cwd=repo)

@@ -27,6 +27,15 @@ def _last_step(run_dir: Path) -> dict[str, Any]:
     return {k: v for k, v in row.items() if not k.startswith("perf/") and k != "time"}
 
 
+def _paused_at_step_4(client_env: Any, host: Any) -> None:
+    """Runs on ``host`` wait at the end of step 4 until their stop (training_core.testhooks): the
+    stop lands mid-run however fast the steps (the whole tiny run takes under a second on an idle
+    machine; a stop during its last step completes it, with nothing left to move)."""
+    inv = client_env.personal_inventory
+    head = f"[hosts.{host.name}]\n"
+    inv.write_text(inv.read_text().replace(head, f'{head}env = {{ PIPPA_TEST_PAUSE_AT_STEP = "4" }}\n'))
+
+
 def _stop_after_a_checkpoint(env: dict[str, str], host: str, name: str, run_dir: Path) -> None:
     ck = run_dir / "checkpoints" / "checkpoint-2"
     wait_for(lambda: ck.is_dir() and max(steps(run_dir), default=0) >= 3, 300,
@@ -47,6 +56,7 @@ def test_a_stopped_run_moves_to_another_host_and_ends_where_an_uninterrupted_run
     env, a, b = client_env.env, ssh_hosts[2], ssh_hosts[3]
     whole = started(pippa(env, "run", "tiny", "--host", b.name, "--name", "mwhole", *SETS))
     _ended(b.home / "pippa" / "runs" / whole)
+    _paused_at_step_4(client_env, a)
     run_id = started(pippa(env, "run", "tiny", "--host", a.name, "--name", "mmove", *SETS))
     old_dir, new_dir = a.home / "pippa" / "runs" / run_id, b.home / "pippa" / "runs" / run_id
 
@@ -77,6 +87,7 @@ def test_a_run_moves_from_the_pulled_copy_when_its_host_is_down(
     client_env, ssh_hosts, tmp_path: Path
 ) -> None:
     env, a, b = client_env.env, ssh_hosts[2], ssh_hosts[3]
+    _paused_at_step_4(client_env, a)
     run_id = started(pippa(env, "run", "tiny", "--host", a.name, "--name", "mcopy", *SETS))
     old_dir, new_dir = a.home / "pippa" / "runs" / run_id, b.home / "pippa" / "runs" / run_id
     _stop_after_a_checkpoint(env, a.name, "mcopy", old_dir)

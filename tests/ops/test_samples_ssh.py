@@ -102,9 +102,13 @@ def test_step_best_worst_and_grep_select_what_they_say(sampled: Sampled) -> None
 
 def test_a_completion_with_control_sequences_is_printed_escaped(sampled: Sampled) -> None:
     row = sm.sample_row(99, "train", "1+1=", "2\x1b[2J\x1b]0;owned\x07\x1b[31mred", reward=1.0)
-    with open(sampled.run_dir / sm.SAMPLES, "ab") as f:
-        f.write(sm.encode(row))
-    p = sampled.samples("--step", "99")
+    path = sampled.run_dir / sm.SAMPLES
+    kept = path.read_bytes()  # the module's other tests read the run as it ended: put it back
+    try:
+        path.write_bytes(kept + sm.encode(row))
+        p = sampled.samples("--step", "99")
+    finally:
+        path.write_bytes(kept)
     assert p.returncode == 0, p.stderr
     assert "\x1b" not in p.stdout and "\x07" not in p.stdout
     assert "\\x1b[2J" in p.stdout and "\\x1b]0;owned\\x07" in p.stdout

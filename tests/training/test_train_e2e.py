@@ -261,3 +261,21 @@ def test_killed_run_resume_moves_redone_lines_out_of_metrics(tmp_path: Path) -> 
     assert not (run_dir / "checkpoints" / ".staging").exists()
     moved = _records(run_dir / "metrics.superseded.jsonl")
     assert [r["step"] for r in moved if r["type"] == "step"] == list(range(newest + 1, killed_at + 1))
+
+
+def test_resume_from_a_checkpoint_at_max_steps_trains_nothing_more(tmp_path: Path) -> None:
+    """A stop during the last step saves checkpoint-<max_steps>; resuming from it must not take one
+    step past max_steps (transformers' loop would, before it checks max_steps)."""
+    run_dir = tmp_path / "run"
+    metrics = run_dir / "metrics.jsonl"
+    sets = ("train.max_steps=4", "eval.task=none", "checkpoint.every=2")
+    out, _ = _start(run_dir, *sets).communicate(timeout=180)
+    assert (run_dir / "checkpoints" / "checkpoint-4").is_dir(), out
+    proc = _start(run_dir, *sets, resume=True)
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, out
+    assert "resume: step 4 is the last (train.max_steps = 4): nothing left to train" in out
+    recs = _records(metrics)
+    _one_row_per_step(recs, 4)
+    assert recs[-1]["status"] == "completed" and recs[-1]["step"] == 4
+    assert not (run_dir / "checkpoints" / "checkpoint-5").exists()

@@ -106,12 +106,15 @@ def run(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
         trainer, n_rows, n_params = _prepare(method, life)
         cfg = life.res.config
         world = trainer.accelerator.num_processes
+        # A checkpoint at max_steps (a stop that came during the last step): nothing is left to train.
+        # transformers' loop would still take one more step before it checks max_steps.
+        done = life.resumed_step is not None and 0 < cfg.train.max_steps <= life.resumed_step
         life.training(
             f"run {run_dir.name}: recipe {res.recipe}, platform {res.platform['name']}, "
             f"{method.banner(cfg)}, {n_params / 1e6:.2f}M params, {n_rows} prompts"
             + (f", {world} processes ({cfg.launch.strategy})" if world > 1 else "")
             + (f", resuming from step {life.resumed_step}" if life.resumed_step else ""),
-            step=lambda: int(trainer.state.global_step),
+            step=lambda: int(life.resumed_step or 0) if done else int(trainer.state.global_step),
         )
         from training_core.methods.trainer import quiet_tied_head_warning, stop_callback
 
@@ -119,11 +122,16 @@ def run(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
         from training_core import testhooks
 
         if testhooks.wanted():
-            trainer.add_callback(testhooks.callback())
+            trainer.add_callback(testhooks.callback(lambda: life.stop.requested))
         resume_from = life.resume_from
-        if resume_from:
-            quiet_tied_head_warning(trainer.model)
-        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        if done:
+            if life.main:
+                print(f"resume: step {life.resumed_step} is the last (train.max_steps = "
+                      f"{cfg.train.max_steps}): nothing left to train", flush=True)  # fmt: skip
+        else:
+            if resume_from:
+                quiet_tied_head_warning(trainer.model)
+            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     return life.code
 
 
