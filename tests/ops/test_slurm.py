@@ -187,7 +187,12 @@ def test_a_failing_run_is_a_failed_job_with_its_error_and_a_bad_request_is_refus
     job = submit(site, "run-bad", SlurmSpec(), [("train.max_steps", "many")])
     rec = wait("the failed job", lambda: run_of(site, "run-bad")["exit_code"] and run_of(site, "run-bad"))
     assert rec["exit_code"] == "2" and "train.max_steps" in rec["error"]
-    state = agent_slurm.slurm_states([job])[job]
+    # the job's exit code is in the run dir before slurmctld has finished the job (COMPLETING)
+    def ended() -> dict[str, str] | None:
+        s = agent_slurm.slurm_states([job])[job]
+        return s if s["state"] != "COMPLETING" else None
+
+    state = wait("the job to end", ended)
     assert state["state"] == "FAILED" and state["exit_code"] == "2:0"
     with pytest.raises(agent_errors.AgentError, match=r"sbatch failed: .*partition"):
         submit(site, "run-nowhere", SlurmSpec(partition="nosuchpartition"), [])
