@@ -314,6 +314,9 @@ def _remove_users(users: list[str]) -> None:
         subprocess.run(["userdel", "-f", "-r", user], capture_output=True)
 
 
+STALE_WITHOUT_OWNER_S = 600
+
+
 def _clean_stale() -> None:
     """Remove users and dirs of earlier sessions whose pytest process is gone."""
     if not BASE.exists():
@@ -323,6 +326,12 @@ def _clean_stale() -> None:
             owner = int((d / "owner").read_text())
             os.kill(owner, 0)
             continue  # still running
+        except FileNotFoundError:
+            # no owner yet: another xdist worker may have just made it and not yet written its owner
+            # (removed in that gap, its world was gone mid-setup); a world that died there goes later
+            with contextlib.suppress(OSError):
+                if time.time() - d.stat().st_mtime < STALE_WITHOUT_OWNER_S:
+                    continue
         except (OSError, ValueError):
             pass
         users = (d / "users").read_text().split() if (d / "users").exists() else []

@@ -15,6 +15,7 @@ import hashlib
 import importlib.util
 import json
 import re
+import threading
 import zlib
 from pathlib import Path
 
@@ -65,10 +66,22 @@ def files() -> list[Path]:
     return sorted(path for package in PACKAGES for path in package_dir(package).rglob("*.py"))
 
 
-@functools.cache
+# The bundle and the bootstrap are made once per process, one thread at a time: `pippa hosts` asks
+# every host from a thread of its own, and CPython 3.11's ast.parse run in several threads at once can
+# fail with "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905), which
+# failed the whole command.
+_BUILD_LOCK = threading.RLock()
+
+
 def modules() -> tuple[tuple[str, bool, str], ...]:
     """``(module, is_package, source)`` of every module in the bundle, sorted by name: all of
     ``pippa_agent`` and the ``pippa_contract`` modules it imports (``verbs`` is the laptop's)."""
+    with _BUILD_LOCK:
+        return _modules()
+
+
+@functools.cache
+def _modules() -> tuple[tuple[str, bool, str], ...]:
     found: dict[str, tuple[bool, str]] = {}
     for path in files():
         top = next(p for p in PACKAGES if path.is_relative_to(package_dir(p)))
@@ -105,9 +118,14 @@ def program() -> bytes:
     return zlib.compress(payload(), 9)
 
 
-@functools.cache
 def bootstrap() -> str:
     """The bootstrap's source with this bundle's sha256 filled in."""
+    with _BUILD_LOCK:
+        return _bootstrap()
+
+
+@functools.cache
+def _bootstrap() -> str:
     text = (package_dir("pippa_agent") / BOOTSTRAP_FILE).read_text(encoding="utf-8")
     if text.count(_SHA_LINE) != 1:
         raise RuntimeError(f"pippa_agent/{BOOTSTRAP_FILE} must set {_SHA_LINE} exactly once")

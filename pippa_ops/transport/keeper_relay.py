@@ -144,7 +144,7 @@ class Relays:
                 new, self._new = self._new, []
             for r in new:
                 self._start(r)
-            waiting = any(r.stdin or r.stdout_ended or r.kills for r in self._relays)
+            waiting = any(r.stdin or r.stdout_ended or r.kills for r in self._pending())
             for key, mask in self._sel.select(TICK_S if waiting else 1.0):
                 if key.data is None:
                     with contextlib.suppress(OSError):
@@ -159,10 +159,15 @@ class Relays:
                     self._from_client(r)
                 if r in self._relays and side == "client" and mask & selectors.EVENT_WRITE:
                     self._flush(r)
-            for r in list(self._relays):
+            for r in self._pending():
                 self._poll(r)
         for r in list(self._relays):
             self._end(r, lent=False)
+
+    def _pending(self) -> list[Relay]:
+        """The relays ``_poll`` has something to do for. The others (a GPU stream, an agent between
+        requests: most of a fleet's) are not polled at every wake-up, which comes once per SSH packet."""
+        return [r for r in self._relays if r.stdin or r.stdin_eof or r.lend or r.kills or r.stdout_ended]
 
     def _start(self, r: Relay) -> None:
         r.conn.setblocking(False)

@@ -81,3 +81,45 @@ def test_the_agent_imports_the_messages_only_for_annotations() -> None:
         found = [n for n in nodes if isinstance(n, ast.ImportFrom) and n.module == "pippa_contract.messages"]
         bad += [f"{path.name}:{node.lineno}" for node in found if id(node) not in guarded]
     assert bad == []
+
+
+def test_the_bundle_and_bootstrap_are_made_by_one_thread_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pippa hosts` asks every host from a thread of its own; CPython 3.11's ast.parse in several
+    threads at once raised "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905)
+    and failed the whole command. Sixteen threads asking at once: made once, never two at a time."""
+    import threading
+    import time
+
+    from pippa_ops.transport import agent_bundle
+
+    monkeypatch.setattr(agent_bundle, "_bootstrap", agent_bundle._bootstrap.__wrapped__)
+    inside, most, lock = 0, 0, threading.Lock()
+    real = agent_bundle._compact
+
+    def compact(source: str) -> str:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+        time.sleep(0.01)  # a window for another thread to come in, were it let in
+        try:
+            return real(source)
+        finally:
+            with lock:
+                inside -= 1
+
+    monkeypatch.setattr(agent_bundle, "_compact", compact)
+    start = threading.Barrier(16)
+    out: list[str] = []
+
+    def ask() -> None:
+        start.wait()
+        out.append(agent_bundle.bootstrap())
+
+    threads = [threading.Thread(target=ask) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(out) == 16 and len(set(out)) == 1
+    assert most == 1

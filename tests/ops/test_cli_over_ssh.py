@@ -206,6 +206,7 @@ def test_hosts_fits_80_columns_and_prints_an_unknown_keys_fingerprint_whole(clie
     kh = client_env.known_hosts
     kh.write_text("".join(ln for ln in kh.read_text().splitlines(True) if ln.strip() != h.host_key_line))
     p = pippa({**client_env.env, "COLUMNS": "80"}, repo, "hosts")
+    assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     below = [ln for ln in lines if ln.startswith((f"{h.name}: ", f"{h.ssh_alias}: "))]
     assert all(len(ln) <= 80 for ln in lines if ln not in below), p.stdout

@@ -64,6 +64,7 @@ def test_unknown_host_key_refused_then_accept_new_records_it(client_env, ssh_hos
     kh = client_env.known_hosts
     kh.write_text("".join(f"{line}\n" for line in kh.read_text().splitlines() if h.address not in line))
     listed = pippa(client_env, "hosts", "--json")
+    assert listed.returncode == 0, listed.stderr
     assert {r["name"]: r["down_as"] for r in json.loads(listed.stdout)}[h.name] == "key unknown"
     shown = pippa(client_env, "hosts")  # it answered: not "down"
     assert shown.returncode == 0, shown.stderr
