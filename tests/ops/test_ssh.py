@@ -69,6 +69,28 @@ def test_channels_from_many_threads_share_one_connection(ssh_env, ssh_hosts):
     t.close()  # idempotent
 
 
+def test_an_idle_connection_wakes_once_a_second_and_closes_at_once(ssh_env, ssh_hosts):
+    """paramiko's reader thread reads with a timeout only to notice a close (``_active_check_timeout``,
+    0.1 s by default; pippa_ops.transport.ssh sets 1 s): its socket has that timeout, and close()
+    still returns at once while the thread ends by itself within the second."""
+    import time
+
+    import paramiko
+
+    from pippa_ops.transport.ssh import ACTIVE_CHECK_S
+
+    assert paramiko.Transport._active_check_timeout == 0.1  # the knob paramiko reads (a rename fails here)
+    t = SSHTransport(endpoint(resolve(ssh_hosts[0].name)))
+    conn = t.connection()
+    assert conn.sock.gettimeout() == ACTIVE_CHECK_S == 1.0
+    assert t.run("echo ok", check=True).stdout == "ok\n"
+    t0 = time.monotonic()
+    t.close()
+    assert time.monotonic() - t0 < 0.5
+    conn.join(ACTIVE_CHECK_S + 2)
+    assert not conn.is_alive()
+
+
 def test_run_feeds_stdin_and_separates_stderr_and_exit_status(ssh_env, ssh_hosts):
     with connect(ssh_hosts[0].name)[1] as t:
         big = b"x" * 3_000_000
