@@ -59,6 +59,7 @@ class Keeper:
         self._last = time.monotonic()
         self._stop = threading.Event()
         self._config: tuple[tuple[int, int] | None, Any] = (None, None)
+        self._lookups: tuple[Any, dict[str, Any]] = (None, {})  # a parsed config, its answers by name
         self._workers = Workers(WORKERS)
         self.pool = Pool(self.submit)
         self.relays = Relays()
@@ -196,16 +197,31 @@ class Keeper:
 
     def _ssh_config_op(self, request: ops.SshConfig) -> dict[str, Any]:
         config = self._ssh_config()
-        lookups = {n: config.lookup(n) for n in ssh_aliases(config)}
+        lookups = {n: self._lookup(config, n) for n in ssh_aliases(config)}
         # A command's endpoint looks up the address of its host next: the address an alias
         # names, and those the command's inventory names (``addresses``), come in this answer.
         for address in [*(found["hostname"] for found in list(lookups.values())), *request.addresses]:
             if address not in lookups:
-                lookups[address] = config.lookup(address)
+                lookups[address] = self._lookup(config, address)
         return {"hostnames": sorted(config.get_hostnames()), "lookups": lookups}
 
     def _ssh_lookup(self, request: ops.SshLookup) -> dict[str, Any]:
-        return {"lookup": self._ssh_config().lookup(request.name)}
+        config = self._ssh_config()
+        return {"lookup": self._lookup(config, request.name)}
+
+    def _lookup(self, config: Any, name: str) -> Any:
+        """``config.lookup(name)``, once per name while the file is unchanged. Every command asks
+        for every alias: paramiko matches each name against every Host block, so with 64 aliases a
+        warm `pippa ps` cost the keeper 64 x 64 pattern matches (most of its CPU for that command).
+        A ``Match exec`` condition is therefore run once per version of the file, not per command."""
+        of, cache = self._lookups
+        if of is not config:  # a changed file was parsed again: its answers start afresh
+            cache = {}
+            self._lookups = (config, cache)
+        found = cache.get(name)
+        if found is None:
+            found = cache[name] = config.lookup(name)
+        return found
 
     def _home(self, request: ops.Home) -> dict[str, Any]:
         kept = self.pool.acquire(request.endpoint, request.accept_new)

@@ -383,6 +383,22 @@ def test_a_proxy_jump_host_is_reached_through_the_keeper(kept, ssh_hosts):
     assert f'"{hop.name}"' in next(h["key"] for h in keeper_client.status()["hosts"] if h["name"] == "tj")  # type: ignore[index]
 
 
+def test_the_keepers_ssh_config_answers_follow_an_edited_file(kept, ssh_hosts):
+    """The keeper answers each name's lookup once per version of ~/.ssh/config (every command asks for
+    every alias): an edit is seen by the next command, the unchanged file answers the same."""
+    h = ssh_hosts[0]
+    assert keeper_client.start() is not None
+    first = keeper_client.kept_ssh_config()
+    assert first is not None and first.lookup(h.ssh_alias)["hostname"] == h.address
+    again = keeper_client.kept_ssh_config()
+    assert again is not None and again.lookup(h.ssh_alias)["hostname"] == h.address
+    cfg = kept.home / ".ssh" / "config"
+    cfg.write_text(cfg.read_text().replace(f"HostName {h.address}\n", "HostName 127.0.0.99\n", 1))
+    keeper_client.forget()  # the command's own cache is per process: a new command, as a user runs one
+    edited = keeper_client.kept_ssh_config()
+    assert edited is not None and edited.lookup(h.ssh_alias)["hostname"] == "127.0.0.99"
+
+
 def test_the_dashboard_monitor_shares_the_keeper(kept, ssh_hosts):
     from pippa_ops.hosts.inventory import resolve
     from pippa_ops.monitor.host import HostMonitor
