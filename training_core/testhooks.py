@@ -9,8 +9,10 @@ Off unless an environment variable asks; a run never sets them itself.
   ``PIPPA_TEST_HANG_ONCE=PATH`` makes that happen only while PATH does not exist (created when it does),
   so the retry completes.
 - ``PIPPA_TEST_PAUSE_AT_STEP=S``: the run waits at the end of step S (before its metrics row) until a
-  stop signal arrives (at most 10 minutes), so a test's ``pippa stop`` lands in the middle of the run
-  however fast the steps are: the stop saves step S + 1 and ends the run there.
+  stop signal arrives (at most 10 minutes), so a test's ``pippa stop`` (or kill) lands in the middle of
+  the run however fast the steps are: a stop saves step S + 1 and ends the run there.
+  ``PIPPA_TEST_PAUSE_ONCE=PATH`` makes that happen only while PATH does not exist (created when it
+  does), so the attempt after a kill runs through.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ HANG_RANK_ENV = "PIPPA_TEST_HANG_RANK"
 HANG_STEP_ENV = "PIPPA_TEST_HANG_AT_STEP"
 HANG_ONCE_ENV = "PIPPA_TEST_HANG_ONCE"
 PAUSE_ENV = "PIPPA_TEST_PAUSE_AT_STEP"
+PAUSE_ONCE_ENV = "PIPPA_TEST_PAUSE_ONCE"
 PAUSE_MAX_S = 600.0
 
 
@@ -49,6 +52,7 @@ def callback(stop_requested: Callable[[], object]) -> Any:
     hang_step = int(os.environ.get(HANG_STEP_ENV) or 1)
     once = os.environ.get(HANG_ONCE_ENV)
     pause_at = int(os.environ.get(PAUSE_ENV) or 0)
+    pause_once = os.environ.get(PAUSE_ONCE_ENV)
 
     class FailOnDemand(TrainerCallback):  # type: ignore[misc]
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -69,6 +73,11 @@ def callback(stop_requested: Callable[[], object]) -> Any:
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if pause_at and state.global_step == pause_at:
+                if pause_once:
+                    if os.path.exists(pause_once):
+                        return
+                    with open(pause_once, "w") as f:
+                        f.write(f"paused at step {pause_at}\n")
                 deadline = time.monotonic() + PAUSE_MAX_S
                 while not stop_requested() and time.monotonic() < deadline:
                     time.sleep(0.05)

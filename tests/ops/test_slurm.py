@@ -269,9 +269,7 @@ def test_pippa_runs_ps_logs_attach_and_stops_a_job_on_a_slurm_login_node(
 
 def test_retry_on_slurm_renders_a_requeueable_job_that_resumes_on_its_next_attempt(site: Path) -> None:
     """``pippa run --retry 1`` on a SLURM host: the job is ``--requeue``-able, requeues itself after a
-    failed attempt (not exit 2, not a stop) and runs later attempts with ``--resume``. (The end-to-end
-    version on the test cluster timed out waiting for its first checkpoint in 2 of 4 runs; it is out
-    until that is understood.)"""
+    failed attempt (not exit 2, not a stop) and runs later attempts with ``--resume``."""
     run_id, sets = "run-rq", [("train.max_steps", "6"), ("checkpoint.every", "2")]
     command = launch_words(PY, str(site / "probe.toml"), f"{site}/runs/{run_id}", sets)
     script = render_sbatch(SlurmSpec(), run_id, str(site), command, {"OMP_NUM_THREADS": "1"}, retries=1)
@@ -279,3 +277,46 @@ def test_retry_on_slurm_renders_a_requeueable_job_that_resumes_on_its_next_attem
     assert '[ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && RESUME=--resume' in script
     plain = render_sbatch(SlurmSpec(), run_id, str(site), command, {"OMP_NUM_THREADS": "1"})
     assert "--requeue" not in plain and "scontrol requeue" not in plain
+
+
+def _trainer_of(run_id: str) -> int | None:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"training_core.train" in argv and any(run_id.encode() in a for a in argv):
+            return int(pid)
+    return None
+
+
+@pytest.mark.slow
+def test_retry_on_slurm_requeues_the_job_which_resumes_from_its_checkpoint(site: Path) -> None:
+    """``pippa run --retry 1`` on the test cluster: the killed attempt requeues the same job, whose next
+    attempt (SLURM_RESTART_COUNT 1) resumes from the newest checkpoint and completes, one row per step.
+    The first attempt waits at the end of step 3 (training_core.testhooks) to be killed: a 6-step tiny
+    run is over in a second on an idle machine, and this test used to miss it (2 of 4 runs)."""
+    run_id, sets = "run-rq", [("train.max_steps", "6"), ("checkpoint.every", "2")]
+    command = launch_words(PY, str(site / "probe.toml"), f"{site}/runs/{run_id}", sets)
+    env = {"OMP_NUM_THREADS": "1", "PIPPA_TEST_PAUSE_AT_STEP": "3", "PIPPA_TEST_PAUSE_ONCE": f"{site}/paused"}
+    script = render_sbatch(SlurmSpec(), run_id, str(site), command, env, retries=1)
+    meta = json.dumps({"run_id": run_id, "host": "cluster", "recipe": "probe.toml", "command": command})
+    job = agent_slurm.slurm_submit({"remote_dir": str(site), "run_id": run_id, "run_json": meta,
+                                    "script": script})["job_id"]  # fmt: skip
+    run_dir = site / "runs" / run_id
+    ck = run_dir / "checkpoints" / "checkpoint-2"
+    pid = wait("checkpoint-2 and the paused trainer",
+               lambda: ck.is_dir() and (site / "paused").exists() and _trainer_of(run_id), 240)  # fmt: skip
+    os.kill(pid, 9)  # the attempt dies (a host OOM kill, a crash): not a stop
+    rec = wait("the end", lambda: run_of(site, run_id)["exit_code"] and run_of(site, run_id), 400)
+    log = (run_dir / "output.log").read_text()
+    assert rec["exit_code"] == "0", log[-3000:]
+    assert "attempt 1/2 failed (exit" in log and "requeued, attempt 2 with --resume" in log
+
+    def ended() -> dict[str, Any] | None:
+        s = agent_slurm.slurm_states([str(job)])[str(job)]
+        return s if s.get("state") != "COMPLETING" else None
+
+    assert str(wait("the job to end", ended).get("state")) == "COMPLETED"
+    steps = [r["step"] for r in records(run_dir) if r["type"] == "step"]
+    assert steps == list(range(1, 7))  # resumed from checkpoint-2, not restarted: one row per step
