@@ -56,8 +56,8 @@ def gpu_ids(spec: str) -> list[int] | None:
     return out or None
 
 
-def pinned_gpus(command: str) -> list[int] | None:
-    """The GPU indices a run's command pins (its last ``--set launch.gpus=...``); None: all of them."""
+def _gpus_setting(command: str) -> str | None:
+    """The value of a run command's last ``--set launch.gpus=...`` (``pippa run --gpus``); None: none."""
     try:
         words = shlex.split(command)
     except ValueError:
@@ -66,8 +66,14 @@ def pinned_gpus(command: str) -> list[int] | None:
     for i, word in enumerate(words):
         item = words[i + 1] if word == "--set" and i + 1 < len(words) else ""
         if item.startswith("launch.gpus="):
-            found = gpu_ids(item.split("=", 1)[1])
+            found = item.split("=", 1)[1]
     return found
+
+
+def pinned_gpus(command: str) -> list[int] | None:
+    """The GPU indices a run's command pins (its last ``--set launch.gpus=...``); None: all of them."""
+    setting = _gpus_setting(command)
+    return None if setting is None else gpu_ids(setting)
 
 
 def healthy_gpus(command: str, faulted: int | None) -> str | None:
@@ -81,16 +87,8 @@ def healthy_gpus(command: str, faulted: int | None) -> str | None:
 
 def run_gpus(command: str) -> int | None:
     """The GPUs a run asked for (its ``--set launch.gpus=...``, i.e. ``pippa run --gpus``); None: all."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return None
-    found = None
-    for i, word in enumerate(words):
-        item = words[i + 1] if word == "--set" and i + 1 < len(words) else ""
-        if item.startswith("launch.gpus="):
-            found = gpu_ids_count(item.split("=", 1)[1])
-    return found
+    setting = _gpus_setting(command)
+    return None if setting is None else gpu_ids_count(setting)
 
 
 def cost_so_far(

@@ -17,6 +17,7 @@ from pippa_contract import samples as contract
 from pippa_contract.alerts import redact_secrets
 from pippa_contract.secrets import read_secret_values
 from training_core.config import RunConfig
+from training_core.run.metrics import move_redone
 
 # Tokens a job may hold in its environment without a pippa secrets file (a run started by hand).
 SECRET_ENV = ("WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
@@ -126,33 +127,11 @@ class NullSamples(SamplesWriter):
 
 def supersede(run_dir: Path, resumed_from_step: int) -> int:
     """Before a resumed run samples again: the rows of the steps it redoes (and a torn last line) move
-    from samples.jsonl to samples.superseded.jsonl (appended, fsynced), then samples.jsonl is rewritten
-    through a temp file and ``os.replace``; one row per (step, kind, index) afterwards. Returns how
-    many lines moved; with none the file is untouched. -1 supersedes every row."""
-    path = run_dir / contract.SAMPLES
-    if not path.is_file():
-        return 0
-    keep: list[bytes] = []
-    moved: list[bytes] = []
-    lines = path.read_bytes().split(b"\n")
-    torn = lines.pop()
-    for line in lines:
-        (moved if contract.redone(line, resumed_from_step) else keep).append(line + b"\n")
-    if torn:
-        moved.append(torn + b"\n")
-    if not moved:
-        return 0
-    with (run_dir / contract.SAMPLES_SUPERSEDED).open("ab") as f:
-        f.writelines(moved)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as f:
-        f.writelines(keep)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return len(moved)
+    from samples.jsonl to samples.superseded.jsonl, as metrics.jsonl's do (``metrics.move_redone``);
+    one row per (step, kind, index) afterwards. Returns how many lines moved; with none the file is
+    untouched. -1 supersedes every row."""
+    return move_redone(run_dir / contract.SAMPLES, run_dir / contract.SAMPLES_SUPERSEDED,
+                       lambda line: contract.redone(line, resumed_from_step))  # fmt: skip
 
 
 def prompt_text(prompt: Any) -> str:

@@ -232,7 +232,6 @@ class Transport(abc.ABC):
     is_local: bool = False
     agent_python: str = "python3"  # what runs the host agent (pippa_agent, through agent_client)
 
-    @abc.abstractmethod
     def run(
         self,
         command: Command,
@@ -240,7 +239,9 @@ class Transport(abc.ABC):
         input: bytes | None = None,
         timeout: float | None = None,
         check: bool = False,
-    ) -> CommandResult: ...
+    ) -> CommandResult:
+        """The command to its end, through ``start`` (``run_started``)."""
+        return run_started(self.name, self.start, command, input=input, timeout=timeout, check=check)
 
     @abc.abstractmethod
     def start(self, command: Command) -> Process:

@@ -16,11 +16,9 @@ from pippa_ops.transport import keeper_wire as wire
 from pippa_ops.transport.base import (
     CONNECT_TIMEOUT_S,
     Command,
-    CommandResult,
     Process,
     Transport,
     as_shell_line,
-    run_started,
 )
 from pippa_ops.transport.endpoint import Endpoint
 
@@ -234,16 +232,6 @@ class KeeperTransport(Transport):
             with contextlib.suppress(wire.ProtocolError):
                 self.client.raise_typed(wire.parse_json(got[1]))
         return None
-
-    def run(
-        self,
-        command: Command,
-        *,
-        input: bytes | None = None,
-        timeout: float | None = None,
-        check: bool = False,
-    ) -> CommandResult:
-        return run_started(self.name, self.start, command, input=input, timeout=timeout, check=check)
 
     def home(self) -> str:
         if self._home is None:

@@ -24,11 +24,9 @@ from pippa_ops.transport._paramiko import paramiko
 from pippa_ops.transport.base import (
     CONNECT_TIMEOUT_S,
     Command,
-    CommandResult,
     Process,
     Transport,
     as_shell_line,
-    run_started,
 )
 from pippa_ops.transport.endpoint import Endpoint
 from pippa_ops.transport.sshconfig import known_hosts_path
@@ -229,16 +227,6 @@ class SSHTransport(Transport):
                 self._jump = None
 
     # -- commands -----------------------------------------------------------------------------
-    def run(
-        self,
-        command: Command,
-        *,
-        input: bytes | None = None,
-        timeout: float | None = None,
-        check: bool = False,
-    ) -> CommandResult:
-        return run_started(self.name, self.start, command, input=input, timeout=timeout, check=check)
-
     def start(self, command: Command) -> SSHProcess:
         chan = self.channel()
         try:

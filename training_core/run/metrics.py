@@ -156,26 +156,31 @@ def supersede(path: Path, resumed_from_step: int) -> int:
     """Before a resumed run appends its header: move the killed run's lines that the resume redoes
     (step and eval lines past ``resumed_from_step``, end lines, a torn last line) out of ``path`` into
     ``metrics.superseded.jsonl`` beside it, so readers see one row per step (docs/CONTRACTS.md).
+    Returns how many lines moved (``move_redone``). ``resumed_from_step`` -1 supersedes every step
+    (no checkpoint)."""
+    return move_redone(path, path.with_name(SUPERSEDED), lambda line: redone(line, resumed_from_step))
 
-    The moved lines are appended to the superseded file and fsynced first, then ``path`` is rewritten
+
+def move_redone(path: Path, superseded: Path, is_redone: Callable[[bytes], bool]) -> int:
+    """Move the lines of ``path`` that ``is_redone`` picks, and a torn last line, to ``superseded``.
+
+    The moved lines are appended to ``superseded`` and fsynced first, then ``path`` is rewritten
     through a temp file in the same directory and ``os.replace`` (a reader sees the old or the new
     file, never a mix; a follower notices the new inode). Returns how many lines moved; with none to
-    move the file is left untouched. ``resumed_from_step`` -1 supersedes every step (no checkpoint)."""
+    move (or no file) ``path`` is left untouched. metrics.jsonl and samples.jsonl both use it."""
     if not path.is_file():
         return 0
-    raw = path.read_bytes()
     keep: list[bytes] = []
     moved: list[bytes] = []
-    lines = raw.split(b"\n")
+    lines = path.read_bytes().split(b"\n")
     torn = lines.pop()  # b"" when the file ends with a newline, else a line cut by the kill
     for line in lines:
-        (moved if redone(line, resumed_from_step) else keep).append(line + b"\n")
+        (moved if is_redone(line) else keep).append(line + b"\n")
     if torn:
         moved.append(torn + b"\n")
     if not moved:
         return 0
-    old = path.with_name(SUPERSEDED)
-    with old.open("ab") as f:
+    with superseded.open("ab") as f:
         f.writelines(moved)
         f.flush()
         os.fsync(f.fileno())
