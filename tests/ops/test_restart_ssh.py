@@ -66,6 +66,19 @@ def attempts(run_dir: Path) -> list[dict[str, Any]]:
     return list(json.loads(path.read_text())["attempts"]) if path.exists() else []
 
 
+def held_at_step_4_once(client_env: Any, host: Any, tag: str) -> Path:
+    """The first attempt of runs on ``host`` waits at the end of step 4, before its metrics row, until
+    it is stopped or killed (training_core.testhooks): on an idle machine the whole 8-step run takes
+    under a second and could end before the test's kill; the next attempt runs through. The file
+    returned exists once the first attempt waits there (kill it only then)."""
+    inv = client_env.personal_inventory
+    head = f"[hosts.{host.name}]\n"
+    once = host.home / f"paused-{tag}"
+    env = f'env = {{ PIPPA_TEST_PAUSE_AT_STEP = "4", PIPPA_TEST_PAUSE_ONCE = "{once}" }}\n'
+    inv.write_text(inv.read_text().replace(head, head + env))
+    return once
+
+
 def at_a_checkpoint_and_past_it(run_dir: Path) -> bool:
     """Step 3 logged with checkpoint-2 saved: a kill now loses step 3, which the resume redoes."""
     return (run_dir / "checkpoints" / "checkpoint-2").is_dir() and max(steps(run_dir), default=0) >= 3
@@ -91,10 +104,12 @@ def finished(env: dict[str, str], host: str, run_id: str, run_dir: Path) -> dict
 
 def test_a_killed_trainer_resumes_from_its_newest_checkpoint_and_completes(client_env, ssh_hosts) -> None:
     env, h = client_env.env, ssh_hosts[2]
+    held = held_at_step_4_once(client_env, h, "killed")
     run_id = started(pippa(env, "run", "tiny", "--host", h.name, "--name", "rkill", "--retry", "2",
                            "--backoff", "1s", *SETS))  # fmt: skip
     run_dir = h.home / "pippa" / "runs" / run_id
-    wait_for(lambda: at_a_checkpoint_and_past_it(run_dir), 300, lambda: (run_dir / "output.log").read_text())
+    wait_for(lambda: at_a_checkpoint_and_past_it(run_dir) and held.exists(), 300,
+             lambda: (run_dir / "output.log").read_text())  # fmt: skip
     pid = trainer_pid(run_id)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
@@ -117,10 +132,12 @@ def test_a_killed_trainer_resumes_from_its_newest_checkpoint_and_completes(clien
 
 def test_a_frozen_trainer_is_detected_stopped_resumed_and_completes(client_env, ssh_hosts) -> None:
     env, h = client_env.env, ssh_hosts[2]
+    held = held_at_step_4_once(client_env, h, "frozen")
     run_id = started(pippa(env, "run", "tiny", "--host", h.name, "--name", "rstall", "--retry", "1",
                            "--stall-timeout", "5s", "--backoff", "1s", *SETS))  # fmt: skip
     run_dir = h.home / "pippa" / "runs" / run_id
-    wait_for(lambda: at_a_checkpoint_and_past_it(run_dir), 300, lambda: (run_dir / "output.log").read_text())
+    wait_for(lambda: at_a_checkpoint_and_past_it(run_dir) and held.exists(), 300,
+             lambda: (run_dir / "output.log").read_text())  # fmt: skip
     pid = trainer_pid(run_id)
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)  # a hang: alive, silent
@@ -136,9 +153,11 @@ def test_a_frozen_trainer_is_detected_stopped_resumed_and_completes(client_env, 
 
 def test_a_run_whose_tmux_server_died_is_lost_and_recover_completes_it(client_env, ssh_hosts) -> None:
     env, h = client_env.env, ssh_hosts[2]
+    held = held_at_step_4_once(client_env, h, "lost")
     run_id = started(pippa(env, "run", "tiny", "--host", h.name, "--name", "rlost", "--retry", "1", *SETS))
     run_dir = h.home / "pippa" / "runs" / run_id
-    wait_for(lambda: at_a_checkpoint_and_past_it(run_dir), 300, lambda: (run_dir / "output.log").read_text())
+    wait_for(lambda: at_a_checkpoint_and_past_it(run_dir) and held.exists(), 300,
+             lambda: (run_dir / "output.log").read_text())  # fmt: skip
     h.run_as_user(["tmux", "kill-server"])  # a reboot, an OOM killer taking tmux: no exit code
     wait_for(lambda: trainer_pid(run_id) is None, 30)
     p = pippa(env, "ps", "--host", h.name, "--json")

@@ -249,7 +249,9 @@ def test_bad_set_key_or_value_is_refused_before_anything_starts(tmp_path: Path) 
         )  # fmt: skip
         assert p.returncode == 2 and p.stdout == ""
         assert p.stderr.startswith(f"pippa: recipe tiny: {why}") and p.stderr.count("\n") == 1
-    assert (set((root / "runs").glob("*")) if (root / "runs").is_dir() else set()) == runs_before
+    # other tests may start runs in this checkout meanwhile: none of the new dirs may be this one's
+    new = (set((root / "runs").glob("*")) if (root / "runs").is_dir() else set()) - runs_before
+    assert not [d for d in new for f in d.rglob("*") if f.is_file() and b"badset" in f.read_bytes()]
     assert not list((tmp_path / "tmux").rglob("default"))  # no tmux server was ever started
 
 
