@@ -83,8 +83,8 @@ def parse_json(payload: bytes) -> dict[str, Any]:
 class FrameReader:
     """Frames from a stream socket; a read that times out keeps the partial frame for the next one."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
+    def __init__(self, sock: socket.socket | None = None) -> None:
+        self.sock = sock  # None: bytes arrive only through ``feed`` (the keeper's loop reads them)
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> None:
@@ -112,6 +112,7 @@ class FrameReader:
 
         The socket stays blocking (a deadline is a poll, not a socket timeout), so another thread
         can write to it meanwhile without its writes timing out."""
+        assert self.sock is not None, "a FrameReader without a socket is fed"
         while True:
             got = self.pop()
             if got is not None:
@@ -183,6 +184,8 @@ def _code_stamp() -> str:
         "keeper_ops.py",
         "keeper_pool.py",
         "keeper_relay.py",
+        "keeper_conn.py",
+        "hostkey.py",
         "ssh.py",
         "endpoint.py",
         "ready.py",

@@ -4,9 +4,10 @@ Why paramiko and one connection: a command (sync, up, the dashboard's pollers, f
 channels to one host; one TCP+SSH handshake serves them all, from any thread. The connection opens
 on first use and closes idempotently.
 
-Host keys are checked against ~/.ssh/known_hosts, like OpenSSH with ``StrictHostKeyChecking=yes``:
-an unknown key is refused with its SHA256 fingerprint unless ``accept_new`` (then it is recorded, like
-OpenSSH's ``accept-new``); a changed key is always refused. Connection failures become one-line
+Host keys are checked against ~/.ssh/known_hosts by ``hostkey`` (the policy the keeper's connections
+use too), like OpenSSH with ``StrictHostKeyChecking=yes``: an unknown key is refused with its SHA256
+fingerprint unless ``accept_new`` (then it is recorded, like OpenSSH's ``accept-new``); a changed key
+is always refused. Connection failures become one-line
 typed errors (unreachable, auth, host key).
 """
 
@@ -15,11 +16,11 @@ from __future__ import annotations
 import contextlib
 import getpass
 import logging
-import os
 import socket
 import threading
 
-from pippa_ops.errors import AuthFailed, HostKeyChanged, HostKeyUnknown, HostUnreachable
+from pippa_ops.errors import AuthFailed, HostKeyRejected, HostUnreachable
+from pippa_ops.transport import hostkey
 from pippa_ops.transport._paramiko import paramiko
 from pippa_ops.transport.base import (
     CONNECT_TIMEOUT_S,
@@ -29,10 +30,8 @@ from pippa_ops.transport.base import (
     as_shell_line,
 )
 from pippa_ops.transport.endpoint import Endpoint
-from pippa_ops.transport.sshconfig import known_hosts_path
 
 KEEPALIVE_S = 15
-_known_hosts_lock = threading.Lock()
 
 # paramiko's transport thread logs a failed handshake ("Error reading SSH protocol banner") with a
 # traceback; with no handler configured Python's last-resort handler prints it to stderr. The same
@@ -41,50 +40,35 @@ _known_hosts_lock = threading.Lock()
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
-class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
-    """Called only for a host absent from known_hosts: refuse, or record it (accept-new)."""
-
-    def __init__(self, host: str, accept_new: bool) -> None:
-        self._host = host
-        self._accept_new = accept_new
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        if not self._accept_new:
-            raise HostKeyUnknown(
-                f"{self._host}: host key not in ~/.ssh/known_hosts ({hostname} {key.get_name()} "
-                f"{key.fingerprint}); check it, then `pippa up {self._host} --accept-new` records it"
-            )
-        record_host_key(hostname, key)
-
-
-def record_host_key(known_name: str, key: paramiko.PKey) -> None:
-    """Append ``known_name keytype base64`` to ~/.ssh/known_hosts (created 0600 in a 0700 ~/.ssh)."""
-    path = known_hosts_path()
-    with _known_hosts_lock:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        existing = path.read_text() if path.exists() else ""
-        line = f"{known_name} {key.get_name()} {key.get_base64()}\n"
-        with open(path, "a", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
-            if existing and not existing.endswith("\n"):
-                fh.write("\n")
-            fh.write(line)
-
-
 def _unreachable(name: str, ep: Endpoint, why: str) -> HostUnreachable:
     return HostUnreachable(f"{name}: cannot reach {ep.hostname}:{ep.port}: {why}")
+
+
+def auth_failed(name: str, ep: Endpoint, why: object) -> AuthFailed:
+    # without a user, both stacks log in as the local user: name the one tried either way
+    who = f"{ep.user}@{ep.hostname}" if ep.user else f"{getpass.getuser()}@{ep.hostname} (no user set)"
+    return AuthFailed(
+        f"{name}: authentication failed for {who} (no key accepted from the agent, "
+        f"{', '.join(ep.identity_files) or '~/.ssh/id_*'}): {why}"
+    )
+
+
+def open_socket_error(name: str, ep: Endpoint, e: OSError, timeout: float) -> HostUnreachable:
+    """A failed TCP connect as one line (both SSH stacks open their sockets the same way)."""
+    if isinstance(e, socket.gaierror):
+        return _unreachable(name, ep, f"address does not resolve ({e.strerror})")
+    if isinstance(e, ConnectionRefusedError):
+        return _unreachable(name, ep, "connection refused (is sshd running?)")
+    if isinstance(e, TimeoutError):
+        return _unreachable(name, ep, f"no answer within {timeout:.0f}s")
+    return _unreachable(name, ep, e.strerror or str(e))
 
 
 def _open_socket(name: str, ep: Endpoint, timeout: float) -> socket.socket:
     try:
         return socket.create_connection((ep.hostname, ep.port), timeout=timeout)
-    except socket.gaierror as e:
-        raise _unreachable(name, ep, f"address does not resolve ({e.strerror})") from e
-    except ConnectionRefusedError as e:
-        raise _unreachable(name, ep, "connection refused (is sshd running?)") from e
-    except TimeoutError as e:
-        raise _unreachable(name, ep, f"no answer within {timeout:.0f}s") from e
     except OSError as e:
-        raise _unreachable(name, ep, e.strerror or str(e)) from e
+        raise open_socket_error(name, ep, e, timeout) from e
 
 
 _AEAD_FIRST = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
@@ -162,13 +146,8 @@ class SSHTransport(Transport):
                 raise _unreachable(self.name, ep, f"via {ep.jump.name}: {e}") from e
         else:
             sock = _open_socket(self.name, ep, self._timeout)
-        client = paramiko.SSHClient()
-        kh = known_hosts_path()
-        if kh.is_file():
-            client.load_host_keys(str(kh))
-        client.set_missing_host_key_policy(_KnownHostsPolicy(self.name, self._accept_new))
-        # paramiko logs in as the local user when none is set: name the one it tried either way
-        who = f"{ep.user}@{ep.hostname}" if ep.user else f"{getpass.getuser()}@{ep.hostname} (no user set)"
+        client = paramiko.SSHClient()  # no host keys loaded: every key offered goes to the one policy
+        client.set_missing_host_key_policy(hostkey.Policy(self.name, ep.known_hosts_name, self._accept_new))
         try:
             client.connect(
                 ep.hostname,
@@ -184,23 +163,12 @@ class SSHTransport(Transport):
                 sock=sock,
                 transport_factory=_transport_factory,  # type: ignore[arg-type]
             )
-        except HostKeyUnknown:
+        except HostKeyRejected:
             client.close()
             raise
-        except paramiko.BadHostKeyException as e:
-            client.close()
-            raise HostKeyChanged(
-                f"{self.name}: HOST KEY CHANGED for {ep.known_hosts_name}: it now offers "
-                f"{e.key.get_name()} {e.key.fingerprint}, known_hosts has {e.expected_key.fingerprint}; "
-                "refusing to connect (possible man-in-the-middle). If the host was reinstalled, "
-                f"remove the old key: ssh-keygen -R '{ep.known_hosts_name}'"
-            ) from e
         except paramiko.AuthenticationException as e:
             client.close()
-            raise AuthFailed(
-                f"{self.name}: authentication failed for {who} (no key accepted from the agent, "
-                f"{', '.join(ep.identity_files) or '~/.ssh/id_*'}): {e}"
-            ) from e
+            raise auth_failed(self.name, ep, e) from e
         except (paramiko.SSHException, EOFError, OSError) as e:
             client.close()
             raise _unreachable(self.name, ep, f"SSH handshake failed: {e or type(e).__name__}") from e

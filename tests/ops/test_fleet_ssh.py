@@ -94,6 +94,19 @@ class Term:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True)
 
 
+def _keeper_threads(env: dict[str, str]) -> int:
+    """The thread count of this client's keeper (its socket is under the client's runtime dir)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            if b"pippa_ops.transport.keeper" in cmdline and env["PIPPA_RUNTIME_DIR"].encode() in cmdline:
+                status = (proc / "status").read_text()
+                return int(next(x for x in status.splitlines() if x.startswith("Threads:")).split()[1])
+        except (OSError, StopIteration, ValueError):
+            continue
+    raise AssertionError("no keeper is running for this client")
+
+
 def _row(screen: str, name: str) -> str:
     return next((ln for ln in screen.splitlines() if ln.startswith(f"{name} ")), "")
 
@@ -138,6 +151,11 @@ def test_32_hosts_in_ps_hosts_and_the_fleet_view(fleet, env) -> None:
             assert (name in run_ids) == any(n in row for n in names), row
             if name in run_ids:
                 assert run_name(run_ids[name]) in row, row
+
+        # Every host's connection, GPU stream and agents are on the keeper's one event loop: its
+        # threads do not grow with hosts (paramiko's keeper ran one per host, 34 here).
+        threads = _keeper_threads(env)
+        assert threads <= 16, f"the keeper runs {threads} threads for {N} hosts"
 
         # A host goes away mid-session: unreachable within one refresh (the GPU stream's stall,
         # 10 s at the full rate), then back by itself once it listens again.

@@ -21,7 +21,7 @@ import pytest
 from conftest import PIPPA, ClientEnv
 from projects import make_project
 
-from pippa_ops.errors import ExitCode, HostKeyChanged
+from pippa_ops.errors import AuthFailed, ExitCode, HostKeyChanged, HostKeyUnknown
 from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.endpoint import endpoint
 from pippa_ops.transport import keeper_client, reuse
@@ -332,6 +332,37 @@ def test_a_changed_host_key_is_refused_when_the_keeper_reconnects(kept, ssh_host
     assert isinstance(t, KeeperTransport) and t.relayed  # refused by the keeper, not a fallback
     r = _pippa(kept, "ps", "--host", h.name)
     assert r.returncode == int(ExitCode.HOST_KEY) and "HOST KEY CHANGED" in r.stderr
+
+
+def test_the_keepers_connections_keep_the_host_key_policy_and_one_line_errors(kept, ssh_hosts):
+    """The keeper's SSH (asyncssh) and a direct connection's (paramiko) call one host-key policy:
+    an unknown key is refused with its fingerprint, --accept-new records it, a hashed known_hosts
+    entry is found; a refused key is an auth failure; every one of them is the keeper's answer."""
+    assert keeper_client.start() is not None
+    h = ssh_hosts[2]
+    kh = kept.known_hosts
+    kh.write_text("".join(line + "\n" for line in kh.read_text().splitlines() if h.address not in line))
+    with pytest.raises(HostKeyUnknown, match="--accept-new") as err, connect(h.name)[1] as t:
+        t.run("true")
+    assert isinstance(t, KeeperTransport) and t.relayed
+    fingerprint = subprocess.run(["ssh-keygen", "-lf", str(h.state_dir / "host_key.pub")],
+                                 capture_output=True, text=True, check=True).stdout.split()[1]  # fmt: skip
+    assert fingerprint in str(err.value)
+    with connect(h.name, accept_new=True)[1] as t:
+        assert t.run("echo ok", check=True).stdout == "ok\n" and t.relayed
+    assert f"[{h.address}]:{h.port} ssh-ed25519 " in kh.read_text()
+    subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(kh)], check=True, capture_output=True)
+    assert h.address not in kh.read_text()  # every name hashed (HashKnownHosts)
+    with connect(h.name)[1] as t:  # a new connection (no --accept-new): found by its hashed name
+        assert t.run("echo ok", check=True).stdout == "ok\n" and t.relayed
+    assert h.address not in kh.read_text()  # nothing recorded again
+
+    key = kept.home / ".ssh" / "id_ed25519"
+    key.unlink()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    with pytest.raises(AuthFailed, match="authentication failed"), connect(ssh_hosts[0].name)[1] as t:
+        t.run("true")
+    assert isinstance(t, KeeperTransport) and t.relayed
 
 
 def test_an_idle_keeper_exits_by_itself(kept, ssh_hosts, monkeypatch):

@@ -1,0 +1,81 @@
+"""The host-key policy, once for both SSH stacks (paramiko for a command's own connection, asyncssh in
+the connection keeper): ~/.ssh/known_hosts decides, like OpenSSH with ``StrictHostKeyChecking=yes``.
+
+- the key offered is one known_hosts has for the name: accepted;
+- the name is in known_hosts with other keys: refused, always (``HostKeyChanged``), ``accept_new`` or not;
+- the name is not there: refused with the key's SHA256 fingerprint (``HostKeyUnknown``), or with
+  ``accept_new`` recorded and accepted (OpenSSH's ``accept-new``).
+
+The name is the one OpenSSH files keys under (``Endpoint.known_hosts_name``: ``host`` on port 22, else
+``[host]:port``); hashed entries (``HashKnownHosts``) match too: paramiko's ``HostKeys`` reads the file.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+from dataclasses import dataclass
+
+from pippa_ops.errors import HostKeyChanged, HostKeyUnknown
+from pippa_ops.transport._paramiko import paramiko
+from pippa_ops.transport.sshconfig import known_hosts_path
+
+_known_hosts_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Offered:
+    """The key a host offered: its type (``ssh-ed25519``), its public blob, its SHA256 fingerprint."""
+
+    key_type: str
+    blob: bytes
+    fingerprint: str
+
+
+def check(host: str, known_name: str, key: Offered, *, accept_new: bool) -> None:
+    """Accept ``key`` for ``known_name`` or raise; ``host`` is the name the user gave (for messages)."""
+    path = known_hosts_path()
+    with _known_hosts_lock:
+        known = paramiko.HostKeys(str(path)) if path.is_file() else paramiko.HostKeys()
+        entry = known.lookup(known_name)
+        if entry is None:
+            if not accept_new:
+                raise HostKeyUnknown(
+                    f"{host}: host key not in ~/.ssh/known_hosts ({known_name} {key.key_type} "
+                    f"{key.fingerprint}); check it, then `pippa up {host} --accept-new` records it"
+                )
+            _record(known_name, key)
+            return
+        keys = dict(entry.items())
+        if any(k.asbytes() == key.blob for k in keys.values()):
+            return
+        expected = keys.get(key.key_type) or next(iter(keys.values()))
+    raise HostKeyChanged(
+        f"{host}: HOST KEY CHANGED for {known_name}: it now offers {key.key_type} {key.fingerprint}, "
+        f"known_hosts has {expected.fingerprint}; refusing to connect (possible man-in-the-middle). "
+        f"If the host was reinstalled, remove the old key: ssh-keygen -R '{known_name}'"
+    )
+
+
+def _record(known_name: str, key: Offered) -> None:
+    """Append ``known_name keytype base64`` to ~/.ssh/known_hosts (created 0600 in a 0700 ~/.ssh)."""
+    path = known_hosts_path()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    existing = path.read_text() if path.exists() else ""
+    line = f"{known_name} {key.key_type} {base64.b64encode(key.blob).decode()}\n"
+    with open(path, "a", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
+        if existing and not existing.endswith("\n"):
+            fh.write("\n")
+        fh.write(line)
+
+
+class Policy(paramiko.MissingHostKeyPolicy):
+    """paramiko's side: the client loads no host keys, so every key it is offered comes here."""
+
+    def __init__(self, host: str, known_name: str, accept_new: bool) -> None:
+        self._host, self._known_name, self._accept_new = host, known_name, accept_new
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        offered = Offered(key.get_name(), key.asbytes(), key.fingerprint)
+        check(self._host, self._known_name, offered, accept_new=self._accept_new)
