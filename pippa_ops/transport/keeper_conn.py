@@ -32,6 +32,7 @@ from pippa_ops.transport.ssh import KEEPALIVE_S, _unreachable, auth_failed, open
 logging.getLogger("asyncssh").addHandler(logging.NullHandler())
 logging.getLogger("asyncssh").propagate = False
 
+Conn = asyncssh.SSHClientConnection
 DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")  # what paramiko's look_for_keys tries too
 
 
@@ -182,6 +183,16 @@ class HostConn:
             tunnel = await self._jump.connection()
         else:
             sock = await open_socket(self.name, ep, self._timeout)
+        try:
+            return await self._login(ep, client, sock, tunnel)
+        except BaseException:
+            if sock is not None:
+                sock.close()  # (a no-op once asyncssh's transport has closed it)
+            raise
+
+    async def _login(
+        self, ep: Endpoint, client: _Client, sock: socket.socket | None, tunnel: Conn | None
+    ) -> Conn:
         try:
             return await asyncio.wait_for(
                 asyncssh.connect(

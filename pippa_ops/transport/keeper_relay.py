@@ -157,6 +157,8 @@ class Relay:
     def _stdout(self, data: bytes) -> None:
         if self.tally is not None:
             self.tally.stdout(data)
+        if self.writer.is_closing():
+            return  # the client went: the relay ends at its next read
         self.writer.write(wire.frame(wire.STDOUT, data))
         if not self._paused and self.writer.transport.get_write_buffer_size() > OUT_HIGH:
             self._paused = True
