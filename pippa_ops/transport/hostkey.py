@@ -23,6 +23,14 @@ from pippa_ops.transport.sshconfig import known_hosts_path
 
 _known_hosts_lock = threading.Lock()
 
+# The host-key algorithms asked for, in order, when known_hosts has no key for the host (OpenSSH's and
+# paramiko's order, without certificates: neither stack here trusts a host CA).
+PREFERRED = (
+    "ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
+    "rsa-sha2-512", "rsa-sha2-256",
+)  # fmt: skip
+_RSA = ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")  # the algorithms of a key filed as ``ssh-rsa``
+
 
 @dataclass(frozen=True)
 class Offered:
@@ -56,6 +64,22 @@ def check(host: str, known_name: str, key: Offered, *, accept_new: bool) -> None
         f"known_hosts has {expected.fingerprint}; refusing to connect (possible man-in-the-middle). "
         f"If the host was reinstalled, remove the old key: ssh-keygen -R '{known_name}'"
     )
+
+
+def algorithms(known_name: str) -> list[str]:
+    """The host-key algorithms to ask for: those of the keys known_hosts has for ``known_name`` first,
+    as OpenSSH orders them. A host offers several keys (ed25519, ECDSA, RSA) and shows the first one
+    the client asks for; known_hosts often holds one. Asked in a fixed order, a host known by its
+    ECDSA key would show its ed25519 key and be refused as changed."""
+    path = known_hosts_path()
+    with _known_hosts_lock:
+        entry = paramiko.HostKeys(str(path)).lookup(known_name) if path.is_file() else None
+    known: list[str] = []
+    for key_type in entry.keys() if entry is not None else ():
+        for alg in _RSA if key_type == "ssh-rsa" else (key_type,):
+            if alg not in known:
+                known.append(alg)
+    return known + [a for a in PREFERRED if a not in known]
 
 
 def _record(known_name: str, key: Offered) -> None:

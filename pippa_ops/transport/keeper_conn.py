@@ -200,6 +200,7 @@ class HostConn:
                     config=[], client_factory=lambda: client, known_hosts=([], [], []),
                     username=ep.user or (), client_keys=_identities(ep), ignore_encrypted=True,
                     keepalive_interval=KEEPALIVE_S, login_timeout=self._timeout,
+                    server_host_key_algs=_host_key_algs(ep.known_hosts_name),
                 ),
                 self._timeout,
             )  # fmt: skip
@@ -250,6 +251,12 @@ class HostConn:
         if self._jump is not None:
             self._jump.close()
             self._jump = None
+
+
+def _host_key_algs(known_name: str) -> list[str]:
+    """``hostkey.algorithms`` that asyncssh has (the known keys' first; no certificates)."""
+    have = {a.decode() for a in asyncssh.public_key.get_public_key_algs()}
+    return [a for a in hostkey.algorithms(known_name) if a in have]
 
 
 def _identities(ep: Endpoint) -> list[str] | tuple[()]:

@@ -14,6 +14,7 @@ typed errors (unreachable, auth, host key).
 from __future__ import annotations
 
 import contextlib
+import functools
 import getpass
 import logging
 import socket
@@ -88,13 +89,19 @@ class _Transport(paramiko.Transport):
     _active_check_timeout = ACTIVE_CHECK_S
 
 
-def _transport_factory(sock: socket.socket | paramiko.Channel, **kwargs: object) -> paramiko.Transport:
+def _transport_factory(
+    sock: socket.socket | paramiko.Channel, host_key_algs: list[str], **kwargs: object
+) -> paramiko.Transport:
     """Prefer AES-GCM (one AEAD pass per packet instead of AES-CTR plus a separate HMAC): faster bulk
-    sync; OpenSSH has offered it since 6.2, and the rest of paramiko's list stays as a fallback."""
+    sync; OpenSSH has offered it since 6.2, and the rest of paramiko's list stays as a fallback. Ask
+    for the host keys known_hosts has first (``hostkey.algorithms``)."""
     t = _Transport(sock, **kwargs)  # type: ignore[arg-type]
     opts = t.get_security_options()
     ciphers = list(opts.ciphers)
     opts.ciphers = [c for c in _AEAD_FIRST if c in ciphers] + [c for c in ciphers if c not in _AEAD_FIRST]
+    offered = list(opts.key_types)
+    first = [a for a in host_key_algs if a in offered]
+    opts.key_types = first + [a for a in offered if a not in first]
     return t
 
 
@@ -161,7 +168,9 @@ class SSHTransport(Transport):
                 allow_agent=True,
                 look_for_keys=True,
                 sock=sock,
-                transport_factory=_transport_factory,  # type: ignore[arg-type]
+                transport_factory=functools.partial(  # type: ignore[arg-type]
+                    _transport_factory, host_key_algs=hostkey.algorithms(ep.known_hosts_name)
+                ),
             )
         except HostKeyRejected:
             client.close()

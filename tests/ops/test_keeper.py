@@ -365,6 +365,43 @@ def test_the_keepers_connections_keep_the_host_key_policy_and_one_line_errors(ke
     assert isinstance(t, KeeperTransport) and t.relayed
 
 
+def test_a_host_with_several_host_keys_is_asked_for_the_one_known_hosts_holds(kept, ssh_hosts, tmp_path):
+    """A host offers ed25519, ECDSA and RSA keys, and known_hosts often holds one of them: both SSH
+    stacks ask for the known one first (as OpenSSH does), so neither refuses the host as changed."""
+    assert keeper_client.start() is not None
+    h = ssh_hosts[1]
+    config = h.state_dir / "sshd_config"
+    original = config.read_text()
+    lines = {"ed25519": h.host_key_line}
+    for kind in ("rsa", "ecdsa"):
+        key = tmp_path / f"host_key_{kind}"
+        subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(key)], check=True)
+        key_type, b64 = Path(f"{key}.pub").read_text().split()[:2]
+        lines[kind] = f"[{h.address}]:{h.port} {key_type} {b64}"
+        config.write_text(config.read_text() + f"\nHostKey {key}\n")
+    kh = kept.known_hosts
+    others = [line for line in kh.read_text().splitlines() if h.address not in line]
+    try:
+        for kind, line in lines.items():
+            kh.write_text("".join(x + "\n" for x in [*others, line]))
+            h.drop()  # the kept connection goes: the next command connects, and checks, again
+            h.start()
+            time.sleep(0.3)
+            for way in ("keeper", "direct"):
+                spec, t = connect(h.name)
+                assert isinstance(t, KeeperTransport)
+                if way == "direct":
+                    t = SSHTransport(endpoint(spec))
+                with t:
+                    assert t.run("echo ok", check=True).stdout == "ok\n", (kind, way)
+                assert way == "direct" or t.relayed
+            assert kh.read_text().count(h.address) == 1  # nothing recorded
+    finally:
+        config.write_text(original)
+        h.drop()
+        h.start()
+
+
 def test_an_idle_keeper_exits_by_itself(kept, ssh_hosts, monkeypatch):
     monkeypatch.setenv("PIPPA_PERSIST_S", "0.5")
     pid = keeper_client.start()
