@@ -25,7 +25,7 @@ import asyncssh
 from pippa_ops.errors import HostKeyRejected, HostUnreachable, PippaError
 from pippa_ops.transport import hostkey
 from pippa_ops.transport.endpoint import Endpoint
-from pippa_ops.transport.ssh import KEEPALIVE_S, _unreachable, auth_failed, open_socket_error
+from pippa_ops.transport.ssh import _AEAD_FIRST, KEEPALIVE_S, _unreachable, auth_failed, open_socket_error
 
 # asyncssh logs every connection at INFO and a failed one at WARNING; the failure reaches the client
 # as one typed error already, so nothing is printed (the keeper's stderr is its log file).
@@ -200,7 +200,7 @@ class HostConn:
                     config=[], client_factory=lambda: client, known_hosts=([], [], []),
                     username=ep.user or (), client_keys=_identities(ep), ignore_encrypted=True,
                     keepalive_interval=KEEPALIVE_S, login_timeout=self._timeout,
-                    server_host_key_algs=_host_key_algs(ep.known_hosts_name),
+                    server_host_key_algs=_host_key_algs(ep.known_hosts_name), encryption_algs=_CIPHERS,
                 ),
                 self._timeout,
             )  # fmt: skip
@@ -251,6 +251,14 @@ class HostConn:
         if self._jump is not None:
             self._jump.close()
             self._jump = None
+
+
+# AES-GCM first, as for a direct connection (ssh._AEAD_FIRST): one AEAD pass per packet with AES-NI,
+# where asyncssh's default first choice, chacha20-poly1305, is two passes; the rest as asyncssh has them.
+_CIPHERS = [
+    *_AEAD_FIRST,
+    *(a.decode() for a in asyncssh.encryption.get_default_encryption_algs() if a.decode() not in _AEAD_FIRST),
+]
 
 
 def _host_key_algs(known_name: str) -> list[str]:
