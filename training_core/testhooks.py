@@ -41,6 +41,15 @@ def wander_off() -> None:
         time.sleep(0.2)
 
 
+def _first_time(path: str, note: str) -> bool:
+    """True the first time (``path`` is then created, saying ``note``); False once it exists."""
+    if os.path.exists(path):
+        return False
+    with open(path, "w") as f:
+        f.write(note + "\n")
+    return True
+
+
 def callback(stop_requested: Callable[[], object]) -> Any:
     """The TrainerCallback that carries out what the environment asks; ``stop_requested()`` is true
     once the run's stop signal has come."""
@@ -64,20 +73,14 @@ def callback(stop_requested: Callable[[], object]) -> Any:
                 )
             rank = int(os.environ.get("RANK", "0"))
             if hang_rank is not None and rank == int(hang_rank) and state.global_step + 1 == hang_step:
-                if once:
-                    if os.path.exists(once):
-                        return
-                    with open(once, "w") as f:
-                        f.write(f"rank {rank} hung at step {hang_step}\n")
+                if once and not _first_time(once, f"rank {rank} hung at step {hang_step}"):
+                    return
                 wander_off()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if pause_at and state.global_step == pause_at:
-                if pause_once:
-                    if os.path.exists(pause_once):
-                        return
-                    with open(pause_once, "w") as f:
-                        f.write(f"paused at step {pause_at}\n")
+                if pause_once and not _first_time(pause_once, f"paused at step {pause_at}"):
+                    return
                 deadline = time.monotonic() + PAUSE_MAX_S
                 while not stop_requested() and time.monotonic() < deadline:
                     time.sleep(0.05)

@@ -43,11 +43,9 @@ class Offered:
 
 def check(host: str, known_name: str, key: Offered, *, accept_new: bool) -> None:
     """Accept ``key`` for ``known_name`` or raise; ``host`` is the name the user gave (for messages)."""
-    path = known_hosts_path()
     with _known_hosts_lock:
-        known = paramiko.HostKeys(str(path)) if path.is_file() else paramiko.HostKeys()
-        entry = known.lookup(known_name)
-        if entry is None:
+        keys = _known(known_name)
+        if keys is None:
             if not accept_new:
                 raise HostKeyUnknown(
                     f"{host}: host key not in ~/.ssh/known_hosts ({known_name} {key.key_type} "
@@ -55,7 +53,6 @@ def check(host: str, known_name: str, key: Offered, *, accept_new: bool) -> None
                 )
             _record(known_name, key)
             return
-        keys = dict(entry.items())
         if any(k.asbytes() == key.blob for k in keys.values()):
             return
         expected = keys.get(key.key_type) or next(iter(keys.values()))
@@ -71,15 +68,21 @@ def algorithms(known_name: str) -> list[str]:
     as OpenSSH orders them. A host offers several keys (ed25519, ECDSA, RSA) and shows the first one
     the client asks for; known_hosts often holds one. Asked in a fixed order, a host known by its
     ECDSA key would show its ed25519 key and be refused as changed."""
-    path = known_hosts_path()
     with _known_hosts_lock:
-        entry = paramiko.HostKeys(str(path)).lookup(known_name) if path.is_file() else None
+        keys = _known(known_name)
     known: list[str] = []
-    for key_type in entry.keys() if entry is not None else ():
+    for key_type in keys or {}:
         for alg in _RSA if key_type == "ssh-rsa" else (key_type,):
             if alg not in known:
                 known.append(alg)
     return known + [a for a in PREFERRED if a not in known]
+
+
+def _known(known_name: str) -> dict[str, paramiko.PKey] | None:
+    """The keys known_hosts files under ``known_name``, by type (None: the name is not there)."""
+    path = known_hosts_path()
+    entry = paramiko.HostKeys(str(path)).lookup(known_name) if path.is_file() else None
+    return None if entry is None else dict(entry.items())
 
 
 def _record(known_name: str, key: Offered) -> None:

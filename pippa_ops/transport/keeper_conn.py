@@ -25,7 +25,7 @@ import asyncssh
 from pippa_ops.errors import HostKeyRejected, HostUnreachable, PippaError
 from pippa_ops.transport import hostkey
 from pippa_ops.transport.endpoint import Endpoint
-from pippa_ops.transport.ssh import _AEAD_FIRST, KEEPALIVE_S, _unreachable, auth_failed, open_socket_error
+from pippa_ops.transport.ssh import AEAD_FIRST, KEEPALIVE_S, auth_failed, open_socket_error, unreachable
 
 # asyncssh logs every connection at INFO and a failed one at WARNING; the failure reaches the client
 # as one typed error already, so nothing is printed (the keeper's stderr is its log file).
@@ -99,6 +99,12 @@ class Chan(asyncssh.SSHClientSession[bytes]):
         ``fresh`` one has said at most its bootstrap's status byte, which its first client reads)."""
         return not self.ended and not self.err and len(self.held) <= (1 if fresh else 0)
 
+    async def until(self, done: Callable[[], bool]) -> None:
+        """Wait until ``done()`` holds; it is asked again at each EOF, exit status and close."""
+        while not done():
+            self.changed.clear()
+            await self.changed.wait()
+
     def write(self, data: bytes) -> None:
         if self.channel is not None and not self.closed:
             self.channel.write(data)
@@ -163,7 +169,7 @@ class HostConn:
 
     async def connection(self) -> asyncssh.SSHClientConnection:
         async with self._lock:
-            if self._conn is not None and self._client is not None and self._client.alive:
+            if self._conn is not None and self.alive():
                 return self._conn
             self.close()
             self._conn = await self._connect()
@@ -207,16 +213,16 @@ class HostConn:
         except (asyncssh.HostKeyNotVerifiable, asyncssh.KeyExchangeFailed) as e:
             if client.refused is not None:
                 raise client.refused from e
-            raise _unreachable(self.name, ep, f"SSH handshake failed: {e}") from e
+            raise unreachable(self.name, ep, f"SSH handshake failed: {e}") from e
         except asyncssh.PermissionDenied as e:
             raise auth_failed(self.name, ep, e.reason or "no method left") from e
         except asyncssh.ChannelOpenError as e:
-            raise _unreachable(self.name, ep, f"via {ep.jump.name if ep.jump else '?'}: {e.reason}") from e
+            raise unreachable(self.name, ep, f"via {ep.jump.name if ep.jump else '?'}: {e.reason}") from e
         except TimeoutError as e:
             why = f"SSH handshake failed: no answer within {self._timeout:.0f}s"
-            raise _unreachable(self.name, ep, why) from e
+            raise unreachable(self.name, ep, why) from e
         except (asyncssh.Error, OSError, EOFError) as e:
-            raise _unreachable(self.name, ep, f"SSH handshake failed: {e or type(e).__name__}") from e
+            raise unreachable(self.name, ep, f"SSH handshake failed: {e or type(e).__name__}") from e
 
     async def exec(self, command: str) -> Chan:
         """``command`` started on a new channel; a host that does not answer within the timeout (laptop
@@ -253,11 +259,11 @@ class HostConn:
             self._jump = None
 
 
-# AES-GCM first, as for a direct connection (ssh._AEAD_FIRST): one AEAD pass per packet with AES-NI,
+# AES-GCM first, as for a direct connection (ssh.AEAD_FIRST): one AEAD pass per packet with AES-NI,
 # where asyncssh's default first choice, chacha20-poly1305, is two passes; the rest as asyncssh has them.
 _CIPHERS = [
-    *_AEAD_FIRST,
-    *(a.decode() for a in asyncssh.encryption.get_default_encryption_algs() if a.decode() not in _AEAD_FIRST),
+    *AEAD_FIRST,
+    *(a.decode() for a in asyncssh.encryption.get_default_encryption_algs() if a.decode() not in AEAD_FIRST),
 ]
 
 

@@ -200,8 +200,9 @@ class Pool:
             chan = await kept.conn.exec('printf %s "$HOME"')
             out = bytearray(chan.held)
             chan.sink = out.extend
+            ended = chan.until(lambda: chan.closed or (chan.eof and chan.status is not None))
             try:
-                await asyncio.wait_for(_ended(chan), CONNECT_TIMEOUT_S * 3)
+                await asyncio.wait_for(ended, CONNECT_TIMEOUT_S * 3)
             except TimeoutError as e:
                 chan.close()
                 raise errors.HostUnreachable(f"{kept.conn.name}: no answer to a $HOME query") from e
@@ -211,8 +212,3 @@ class Pool:
             kept.home = out.decode(errors="replace").strip()
         return kept.home
 
-
-async def _ended(chan: Chan) -> None:
-    while not (chan.closed or (chan.eof and chan.status is not None)):
-        chan.changed.clear()
-        await chan.changed.wait()

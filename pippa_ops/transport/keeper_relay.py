@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 
 from pippa_contract.errors import ErrorKind
 from pippa_ops.transport import keeper_wire as wire
@@ -176,9 +175,9 @@ class Relay:
     async def _until_end(self) -> None:
         """stdout's end, then stderr and the exit status (or the lost connection) to the client."""
         chan = self.chan
-        await _until(chan, lambda: chan.eof or chan.closed)
+        await chan.until(lambda: chan.eof or chan.closed)
         self.writer.write(wire.frame(wire.STDOUT))  # stdout ended (the command may still run)
-        await _until(chan, lambda: chan.closed or chan.status is not None)
+        await chan.until(lambda: chan.closed or chan.status is not None)
         out = wire.frame(wire.STDERR, bytes(chan.err))
         if chan.status is None and chan.lost:  # no exit status: the link went, say so
             out += error_frame(ErrorKind.HOST_UNREACHABLE, "lost the SSH connection")
@@ -197,11 +196,6 @@ class Relay:
             if gone() or not chan.signal("KILL"):
                 break
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(_until(chan, gone), KILL_EVERY_S)
+                await asyncio.wait_for(chan.until(gone), KILL_EVERY_S)
         chan.close()
 
-
-async def _until(chan: Chan, done: Callable[[], bool]) -> None:
-    while not done():
-        chan.changed.clear()
-        await chan.changed.wait()

@@ -41,7 +41,7 @@ KEEPALIVE_S = 15
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
-def _unreachable(name: str, ep: Endpoint, why: str) -> HostUnreachable:
+def unreachable(name: str, ep: Endpoint, why: str) -> HostUnreachable:
     return HostUnreachable(f"{name}: cannot reach {ep.hostname}:{ep.port}: {why}")
 
 
@@ -57,12 +57,12 @@ def auth_failed(name: str, ep: Endpoint, why: object) -> AuthFailed:
 def open_socket_error(name: str, ep: Endpoint, e: OSError, timeout: float) -> HostUnreachable:
     """A failed TCP connect as one line (both SSH stacks open their sockets the same way)."""
     if isinstance(e, socket.gaierror):
-        return _unreachable(name, ep, f"address does not resolve ({e.strerror})")
+        return unreachable(name, ep, f"address does not resolve ({e.strerror})")
     if isinstance(e, ConnectionRefusedError):
-        return _unreachable(name, ep, "connection refused (is sshd running?)")
+        return unreachable(name, ep, "connection refused (is sshd running?)")
     if isinstance(e, TimeoutError):
-        return _unreachable(name, ep, f"no answer within {timeout:.0f}s")
-    return _unreachable(name, ep, e.strerror or str(e))
+        return unreachable(name, ep, f"no answer within {timeout:.0f}s")
+    return unreachable(name, ep, e.strerror or str(e))
 
 
 def _open_socket(name: str, ep: Endpoint, timeout: float) -> socket.socket:
@@ -72,7 +72,7 @@ def _open_socket(name: str, ep: Endpoint, timeout: float) -> socket.socket:
         raise open_socket_error(name, ep, e, timeout) from e
 
 
-_AEAD_FIRST = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+AEAD_FIRST = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 ACTIVE_CHECK_S = 1.0  # how often an idle connection's reader thread wakes (paramiko: 0.1 s)
 
 
@@ -80,8 +80,9 @@ class _Transport(paramiko.Transport):
     """paramiko's Transport, its reader thread waking once a second instead of ten times.
 
     The thread reads its socket with a timeout (``_active_check_timeout``, paramiko's class attribute,
-    0.1 s) only to notice a close and to send keepalives. The connection keeper holds one connection
-    per host, so at 64 hosts it woke 640 times a second with nothing to read. Nothing waits on that
+    0.1 s) only to notice a close and to send keepalives. A command that holds one connection per host
+    (a dashboard or fan-out without the keeper, whose own connections are asyncssh's on one loop)
+    woke 640 times a second at 64 hosts with nothing to read. Nothing waits on that
     timeout: ``close()`` does not join the thread (paramiko's ``stop_thread`` returns once the
     packetizer is closed), so a closed connection's thread ends within ACTIVE_CHECK_S, unseen, and
     keepalives (KEEPALIVE_S) and handshake timeouts are checked to the second."""
@@ -98,7 +99,7 @@ def _transport_factory(
     t = _Transport(sock, **kwargs)  # type: ignore[arg-type]
     opts = t.get_security_options()
     ciphers = list(opts.ciphers)
-    opts.ciphers = [c for c in _AEAD_FIRST if c in ciphers] + [c for c in ciphers if c not in _AEAD_FIRST]
+    opts.ciphers = [c for c in AEAD_FIRST if c in ciphers] + [c for c in ciphers if c not in AEAD_FIRST]
     offered = list(opts.key_types)
     first = [a for a in host_key_algs if a in offered]
     opts.key_types = first + [a for a in offered if a not in first]
@@ -150,7 +151,7 @@ class SSHTransport(Transport):
                     "direct-tcpip", (ep.hostname, ep.port), ("127.0.0.1", 0), timeout=self._timeout
                 )
             except paramiko.SSHException as e:
-                raise _unreachable(self.name, ep, f"via {ep.jump.name}: {e}") from e
+                raise unreachable(self.name, ep, f"via {ep.jump.name}: {e}") from e
         else:
             sock = _open_socket(self.name, ep, self._timeout)
         client = paramiko.SSHClient()  # no host keys loaded: every key offered goes to the one policy
@@ -180,7 +181,7 @@ class SSHTransport(Transport):
             raise auth_failed(self.name, ep, e) from e
         except (paramiko.SSHException, EOFError, OSError) as e:
             client.close()
-            raise _unreachable(self.name, ep, f"SSH handshake failed: {e or type(e).__name__}") from e
+            raise unreachable(self.name, ep, f"SSH handshake failed: {e or type(e).__name__}") from e
         t = client.get_transport()
         assert t is not None
         t.set_keepalive(KEEPALIVE_S)
