@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import time
 
-from pippa_agent.doctor.watch import boot_time
 from pippa_contract import failures as fc
 from pippa_contract import retry as rp
 from pippa_contract import rundir as rd
 from pippa_contract import stall
+from pippa_contract.xids import boot_time, logged_at, pci_key
 
 TAIL_BYTES = 65536
 KERNEL_TIMEOUT_S = 5.0
-_DMESG_TIME = re.compile(r"^\[\s*(\d+\.\d+)\]")
 
 
 def log_tail(path: str, start: int, nbytes: int = TAIL_BYTES) -> list[str]:
@@ -48,8 +46,8 @@ def kernel_lines(since: float) -> list[str]:
         if p.returncode == 0 and boot is not None:
             out = []
             for line in p.stdout.decode(errors="replace").splitlines():
-                m = _DMESG_TIME.match(line)
-                if m and boot + float(m.group(1)) >= since - 1.0:
+                at = logged_at(line, boot)
+                if at is not None and at >= since - 1.0:
                     out.append(line)
             return out
     except (OSError, subprocess.TimeoutExpired):
@@ -208,7 +206,7 @@ def verdict(
 def gpu_index(pci: str) -> int | None:
     """The nvidia-smi index of the GPU an Xid line names (``PCI:0000:3b:00``), from nvidia-smi's
     ``index,pci.bus_id`` (``00000000:3B:00.0``); None when nvidia-smi cannot say."""
-    want = pci.lower().replace("pci:", "").split(":")[-2:]
+    want = pci_key(pci)
     try:
         p = subprocess.run(["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"],
                            capture_output=True, timeout=KERNEL_TIMEOUT_S)  # fmt: skip
@@ -216,6 +214,6 @@ def gpu_index(pci: str) -> int | None:
         return None
     for line in p.stdout.decode(errors="replace").splitlines() if p.returncode == 0 else []:
         index, _, bus = (x.strip() for x in line.partition(","))
-        if index.isdigit() and bus.lower().split(".")[0].split(":")[-2:] == want:
+        if index.isdigit() and pci_key(bus) == want:
             return int(index)
     return None

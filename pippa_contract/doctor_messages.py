@@ -21,6 +21,7 @@ class DoctorResult(TypedDict, total=False):
     measured: dict[str, Any]  # {"gpus": {"<index>": {"uuid", "gemm_tflops", "copy_tbs"}}, "allreduce_gbs"}
     time: float  # unix seconds when the host answered
     quick: bool  # the active checks were skipped (--quick)
+    source: str  # "watcher": Xids the host's alert watcher saw during a run (absent: a `pippa doctor`)
 
 
 class DoctorRequest(TypedDict, total=False):

@@ -10,7 +10,8 @@ PyTorch, NCCL, CUDA and the Linux kernel print (tests/contract/test_failures.py 
 2. ``lost``      the session vanished with no exit code (reboot, ``tmux kill-server``)
 3. ``stalled``   the stall watch ended it (no new metrics line for the threshold)
 4. ``completed`` exit 0
-5. ``gpu-fault`` a new NVIDIA Xid of a hardware kind, or an uncorrectable ECC error, during the attempt
+5. ``gpu-fault`` a new NVIDIA Xid of a hardware kind (``pippa_contract.xids``), or an uncorrectable ECC
+   error, during the attempt
 6. ``host-oom``  killed by SIGKILL, and the kernel's OOM killer (kernel log, cgroup oom_kill) says so
 7. ``diverged``  the metrics end line says NaN/inf
 8. ``config``    exit 2 (training_core's bad recipe or setting)
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from pippa_contract.xids import events as xid_events
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -64,13 +67,6 @@ _NCCL = re.compile(
 # "Out of memory" or "Memory cgroup out of memory"; dump_oom_victim prints "oom-kill:constraint=...,pid=%d".
 _KERNEL_OOM_KILLED = re.compile(r"(?:Out of memory|out of memory): Killed process (\d+) \(([^)]*)\)")
 _KERNEL_OOM_SUMMARY = re.compile(r"oom-kill:constraint=[^\n]*?[,:]pid=(\d+)")
-# NVIDIA's driver: "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus."
-_XID = re.compile(r"NVRM: Xid \((PCI:[0-9a-fA-F:.]+)\): (\d+)\b")
-# Xids that mean the hardware, not the program (docs.nvidia.com/deploy/xid-errors: "Xid catalog"):
-# 48 double-bit ECC, 63/64 row remapping, 74 NVLink, 79 fallen off the bus, 92 high single-bit ECC rate,
-# 94/95 contained/uncontained ECC, 119/120 GSP, 140 unrecovered ECC. 13, 31, 43, 45 are usually the
-# program's own fault and are left to the other rules.
-HARDWARE_XIDS = frozenset({48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140})
 # cudaErrorECCUncorrectable's message (CUDA runtime API, cudaGetErrorString).
 _ECC = re.compile(r"uncorrectable ECC error encountered")
 _RANK_PREFIX = re.compile(r"^\[(?:rank|Rank|default)\s*\d+\]:\s?")
@@ -192,16 +188,6 @@ def last_traceback(lines: Sequence[str], root: str = "") -> Crash | None:
     return found[-1] if found else None
 
 
-def xid_events(kernel_lines: Sequence[str]) -> list[tuple[str, int, str]]:
-    """``(pci, xid, line)`` for each NVIDIA Xid line of the kernel log."""
-    out = []
-    for line in kernel_lines:
-        m = _XID.search(line)
-        if m:
-            out.append((m.group(1), int(m.group(2)), line.strip()))
-    return out
-
-
 def oom_victims(kernel_lines: Sequence[str]) -> list[tuple[int, str]]:
     """``(pid, line)`` for each process the kernel's OOM killer took."""
     out = []
@@ -231,10 +217,10 @@ def classify(f: AttemptFacts) -> Verdict:
         return Verdict(STALLED, f.stalled_reason)
     if f.exit_code == 0:
         return Verdict(COMPLETED, "exit 0")
-    hardware = [x for x in xid_events(f.kernel_lines) if x[1] in HARDWARE_XIDS]
+    hardware = [e for e in xid_events(f.kernel_lines) if e.hardware]
     if hardware:
-        pci, xid, xid_line = hardware[0]
-        return Verdict(GPU_FAULT, _short(f"Xid {xid} on GPU {pci}"), (xid_line,), gpu=pci)
+        e = hardware[0]
+        return Verdict(GPU_FAULT, _short(f"Xid {e.xid} on GPU PCI:{e.pci}"), (e.line,), gpu=f"PCI:{e.pci}")
     ecc = _first(_ECC, log)
     if ecc is not None:
         return Verdict(GPU_FAULT, _short(strip_rank(ecc).strip()), (ecc.strip(),))

@@ -99,11 +99,17 @@ class Refusal:
     host: str
     checks: tuple[str, ...]
     age_s: float
+    source: str = "doctor"  # "watcher": a GPU fault the host's alert watcher saw during a run
 
     def line(self) -> str:
         names = ", ".join(self.checks) or "a check"
-        return (f"{self.host}: its last `pippa doctor` ({age(self.age_s)} ago) failed {names}: fix the box "
-                f"and run `pippa doctor {self.host}` again, or start anyway with --force")  # fmt: skip
+        when = age(self.age_s)
+        if self.source == "watcher":
+            what = f"its alert watcher saw a GPU fault ({names}) {when} ago"
+        else:
+            what = f"its last `pippa doctor` ({when} ago) failed {names}"
+        fix = f"fix the box and run `pippa doctor {self.host}` again, or start anyway with --force"
+        return f"{self.host}: {what}: {fix}"
 
 
 def refusal(res: DoctorResult | None, now: float | None = None) -> Refusal | None:
@@ -114,7 +120,7 @@ def refusal(res: DoctorResult | None, now: float | None = None) -> Refusal | Non
     if age_s > FAIL_MAX_AGE_S:
         return None
     names = tuple(dict.fromkeys(str(c.get("check")) for c in failed(res)))
-    return Refusal(str(res.get("host") or ""), names, max(0.0, age_s))
+    return Refusal(str(res.get("host") or ""), names, max(0.0, age_s), str(res.get("source") or "doctor"))
 
 
 def age(seconds: float) -> str:

@@ -118,7 +118,24 @@ def check_gpu_faults(health: Any, remote_dir: str, run: str | None) -> int:
     for _subject, why in faults:
         run_dir = os.path.join(os.path.expanduser(remote_dir), "runs", str(run))
         emit(run_event(run_dir, state="gpu fault", reason=why))
+    if health.found:
+        record_faults(health.found, gpus or [], remote_dir)
+        health.found = []
     return len(faults)
+
+
+def record_faults(found: list[Any], gpus: list[Any], remote_dir: str) -> None:
+    """The Xids the watch saw, as a result in the host's doctor history (the doctor's own ``xid`` checks),
+    so the dashboard's badge, ``pippa doctor --history`` and ``--failover``'s choice of a healthy host
+    see them at their next read, not at the next ``pippa doctor``. A write that fails is passed over: the
+    alert went out, and the next ``pippa doctor`` reads the same kernel log."""
+    from pippa_agent.doctor import gpu_checks, history
+    from pippa_contract.doctor import result
+
+    res = result(str(load_config().get("host") or ""), gpu_checks.xid_checks(gpus, found), {}, quick=True)
+    res["source"] = "watcher"
+    with contextlib.suppress(OSError):
+        history.store(remote_dir, res)
 
 
 def poll_interval(idle_s: float) -> float:

@@ -3,13 +3,12 @@ the NVLink states) to checks. Each failing line says what is wrong and what to d
 
 from __future__ import annotations
 
-from pippa_agent.doctor.kernel import XIDS, pci_key
 from pippa_agent.doctor.smi import SLOWDOWNS
 from pippa_contract.doctor import FAIL, OK, SKIPPED, WARN, check
+from pippa_contract.xids import XidEvent, info, pci_key
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pippa_agent.doctor.kernel import Xid
     from pippa_agent.doctor.smi import Gpu
     from pippa_contract.messages import Check
 
@@ -173,16 +172,17 @@ def nvlink(gpus: list[Gpu], links: dict[int, list[tuple[int, bool]]]) -> list[Ch
     return out
 
 
-def xid_checks(gpus: list[Gpu], events: list[Xid]) -> list[Check]:
+def xid_checks(gpus: list[Gpu], events: list[XidEvent]) -> list[Check]:
     """One check per (GPU, Xid), the worst first; counts repeated events."""
     by_bus = {pci_key(g["bus_id"]): g["index"] for g in gpus if g["bus_id"]}
     seen: dict[tuple[int | None, int], int] = {}
-    for address, xid, _ in events:
-        key = (by_bus.get(pci_key(address)), xid)
+    for e in events:
+        key = (by_bus.get(pci_key(e.pci)), e.xid)
         seen[key] = seen.get(key, 0) + 1
     out = []
     for (gpu, xid), n in seen.items():
-        status, meaning, todo = XIDS.get(xid, (WARN, "an Xid event", "look it up in NVIDIA's Xid catalog"))
+        row = info(xid)
+        status, meaning, todo = row.status, row.meaning, row.todo
         who = f"GPU {gpu}" if gpu is not None else "a GPU not listed by nvidia-smi"
         times = f" ({n} times)" if n > 1 else ""
         out.append(check("xid", status, f"{who}: Xid {xid} ({meaning}) since boot{times}: {todo}", gpu))

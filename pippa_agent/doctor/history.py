@@ -46,7 +46,11 @@ def load(remote_dir: str, limit: int) -> list[DoctorResult]:
 def store(remote_dir: str, res: DoctorResult) -> str:
     d = directory(remote_dir)
     os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, history_name(res.get("time", 0.0), os.getpid()))
+    stamp = res.get("time", 0.0)
+    path = os.path.join(d, history_name(stamp, os.getpid()))
+    while os.path.exists(path):  # two results of one process in one millisecond (the watcher's, a doctor's)
+        stamp += 0.001
+        path = os.path.join(d, history_name(stamp, os.getpid()))
     write_atomic(path, (json.dumps(res) + "\n").encode())
     old = sorted((n for n in os.listdir(d) if is_history_name(n)), reverse=True)[KEEP:]
     for name in old:

@@ -4,11 +4,10 @@ began (or before the run) is the baseline, never an alert."""
 
 from __future__ import annotations
 
-import re
 import time
 
 from pippa_agent.doctor import kernel, smi
-from pippa_agent.doctor.kernel import XIDS, pci_key
+from pippa_contract.xids import XidEvent, boot_time, logged_at, pci_key
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -17,22 +16,13 @@ if TYPE_CHECKING:
     from pippa_agent.doctor.smi import Gpu
 
 POLL_S = 30.0  # the kernel log and nvidia-smi -q -x every 30 s while a run is active
-_STAMP = re.compile(r"^\[\s*(\d+\.\d+)\]")
+__all__ = ["GpuHealthWatch", "boot_time", "observe"]
 
 
 def _clock(line: str, boot: float | None) -> str:
     """The event's wall-clock time (HH:MM) from dmesg's seconds since boot, else now."""
-    m = _STAMP.match(line)
-    when = boot + float(m.group(1)) if (m and boot is not None) else time.time()
-    return time.strftime("%H:%M", time.localtime(when))
-
-
-def boot_time() -> float | None:
-    try:
-        with open("/proc/uptime") as f:
-            return time.time() - float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
+    when = logged_at(line, boot)
+    return time.strftime("%H:%M", time.localtime(time.time() if when is None else when))
 
 
 class GpuHealthWatch:
@@ -42,6 +32,7 @@ class GpuHealthWatch:
         self.xid_lines: set[str] | None = None  # None: no baseline yet
         self.ecc: dict[str, int] = {}  # GPU uuid (else bus id) -> uncorrectable errors since boot
         self.remap_failed: set[str] = set()
+        self.found: list[XidEvent] = []  # Xid events alerted and not yet recorded in the doctor's history
 
     def sample(self, lines: list[str] | None, gpus: list[Gpu] | None, run: str | None,
                boot: float | None = None) -> list[tuple[str, str]]:  # fmt: skip
@@ -49,14 +40,16 @@ class GpuHealthWatch:
         by_bus = {pci_key(g["bus_id"]): g["index"] for g in gpus or [] if g.get("bus_id")}
         during = f" during run {run}" if run else ""
         if lines is not None:
-            xid_lines = {ln for ln in lines if "NVRM: Xid" in ln}
+            xid_lines = {e.line for e in kernel.xids(lines)}
             if self.xid_lines is not None and run is not None:
                 for line in sorted(xid_lines - self.xid_lines):
-                    for address, xid, _ in kernel.xids([line]):
-                        idx = by_bus.get(pci_key(address))
-                        who = f"GPU {idx}" if idx is not None else f"GPU at PCI {address}"
-                        meaning = XIDS.get(xid, ("", "an Xid event", ""))[1]
-                        alerts.append((who, f"{who}: Xid {xid} ({meaning}) at {_clock(line, boot)}{during}"))
+                    for e in kernel.xids([line]):  # one event: the line, whole
+                        idx = by_bus.get(pci_key(e.pci))
+                        who = f"GPU {idx}" if idx is not None else f"GPU at PCI {e.pci}"
+                        what = "GPU fault" if e.hardware else "program fault on the GPU"
+                        at = _clock(line, boot)
+                        alerts.append((who, f"{who}: {what}: Xid {e.xid} ({e.info.meaning}) at {at}{during}"))
+                        self.found.append(e)
             self.xid_lines = xid_lines if self.xid_lines is None else self.xid_lines | xid_lines
         for g in gpus or []:
             key = str(g.get("uuid") or g.get("bus_id"))

@@ -96,8 +96,15 @@ def test_a_new_xid_during_a_run_is_one_alert_without_idle_alert(
         post = hook.wait_for(lambda p: p.fields.get("state") == "gpu fault", timeout=60)
         name = f"xidrun (cmd, {run_id.rsplit('-', 1)[1]})"  # the run as its user knows it (session, short id)
         assert post.json["title"] == f"pippa: gpu fault {name} on {h.name}"
-        assert post.fields["reason"].startswith("GPU 5: Xid 79 (fallen off the bus) at ")
+        assert post.fields["reason"].startswith("GPU 5: GPU fault: Xid 79 (fallen off the bus) at ")
         assert post.fields["reason"].endswith(f" during run {run_id}")
+        # the fault is in the host's doctor history at once: the badge, `hosts` and --failover read it
+        hist = pippa(env, repo, "doctor", h.name, "--history", "--json")
+        newest = json.loads(hist.stdout)[0]["results"][0]
+        assert (newest["verdict"], newest["source"]) == ("fail", "watcher"), hist.stdout
+        hosts = {e["name"]: e for e in json.loads(pippa(env, repo, "hosts", "--json").stdout)}
+        doctor = hosts[h.name]["doctor"]
+        assert (doctor["verdict"], doctor["failed"]) == ("fail", ["xid"]), doctor
 
         seen = watch_state(h).get("sample_time", 0.0)  # several more polls: still one alert
         wait_until(lambda: watch_state(h).get("sample_time", 0.0) > seen + 4)

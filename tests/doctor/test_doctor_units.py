@@ -109,7 +109,7 @@ def test_xid_lines_map_to_gpus_by_pci_address() -> None:
              "[  14.0] NVRM: Xid (PCI:0000:99:00): 13, Graphics Exception",
              "[  15.0] something else"]  # fmt: skip
     events = kernel.xids(lines)
-    assert [(a, x) for a, x, _ in events] == [("0000:5d:00", 79), ("0000:5d:00", 79), ("0000:99:00", 13)]
+    assert [(e.pci, e.xid) for e in events] == [("0000:5d:00", 79), ("0000:5d:00", 79), ("0000:99:00", 13)]
     gpus = [{"index": 0, "bus_id": "00000000:18:00.0"}, {"index": 1, "bus_id": "00000000:5D:00.0"}]
     checks = gpu_checks.xid_checks(gpus, events)
     assert _not_ok(checks) == [("xid", "fail", 1), ("xid", "warn", None)]
@@ -174,7 +174,7 @@ def test_the_health_watch_alerts_once_per_new_xid_or_ecc_error_during_a_run() ->
     w = GpuHealthWatch()
     assert w.sample(["boot", old], gpus, "tiny-a3f9", boot=0.0) == []  # the baseline: never an alert
     (alert,) = w.sample(["boot", old, new], gpus, "tiny-a3f9", boot=0.0)
-    assert alert[0] == "GPU 5" and alert[1].startswith("GPU 5: Xid 79 (fallen off the bus) at ")
+    assert alert[0] == "GPU 5" and alert[1].startswith("GPU 5: GPU fault: Xid 79 (fallen off the bus) at ")
     assert alert[1].endswith(" during run tiny-a3f9")
     assert w.sample(["boot", old, new], gpus, "tiny-a3f9", boot=0.0) == []  # the same line: once
     later = "[ 900.000000] NVRM: Xid (PCI:0000:ab:00): 48, pid=9, DBE"
