@@ -6,8 +6,10 @@ OSC 52 writes the clipboard, OSC 0 the window title, CSI sequences clear or redr
 others query the terminal (its answer lands in the input) or switch character sets. ``TerminalText``
 keeps printable text, newline, tab and SGR colour (``ESC [ ... m``) and drops every other control
 sequence and control character (C0, DEL, C1), including ones split across chunks of a stream; a lone
-carriage return (a progress bar redrawing its line) becomes a newline. ``escape`` is for one-line
-strings in tables and notices: control characters become visible ``\\x1b``-style escapes.
+carriage return (a progress bar redrawing its line) becomes a newline; Unicode's bidirectional controls
+(which reorder what the screen shows) are dropped too. ``escape`` is for one-line strings in tables and
+notices (and, keeping newlines, for samples): control and format characters become visible
+``\\x1b``/``\\u202e``-style escapes. This is the one rule: the samples view uses it too.
 
 Stdlib only, python3 >= 3.8 (shared by the laptop and the host agent).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import codecs
 import re
+import unicodedata
 
 # ECMA-48: CSI = ESC [ params intermediates final; OSC = ESC ] ... (BEL | ST); DCS/SOS/PM/APC =
 # ESC P/X/^/_ ... ST; any other escape = ESC intermediates final. ST is ESC \.
@@ -28,7 +31,13 @@ _SEQ = re.compile(
 _SGR = re.compile(r"\x1b\[[0-9;:]*m\Z")
 # an escape sequence not finished yet at the end of a chunk (held for the next one)
 _OPEN = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[PX^_][^\x1b]*\x1b?|[ -/]*)?\Z")
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but \t and \n (\r handled first)
+# Characters that reorder or hide what a terminal shows (Unicode's bidirectional controls, as in "Trojan
+# Source", CVE-2021-42574, and the line and paragraph separators): dropped from streams like C0/C1.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029"
+_CONTROLS = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}]")  # all but \t and \n (\r handled first)
+# What ``escape`` shows as an escape: controls, format characters (bidi controls, zero-width ones),
+# surrogates, private use, line and paragraph separators (Unicode general categories).
+_ESCAPED_CATEGORIES = frozenset(("Cc", "Cf", "Cs", "Co", "Zl", "Zp"))
 MAX_HELD = 4096  # an unfinished sequence longer than this is dropped, not held without end
 
 
@@ -82,10 +91,20 @@ def screen_line(line: bytes) -> str:
     return terminal_text(line.rstrip(b"\r").rsplit(b"\r", 1)[-1], keep_sgr=False)
 
 
-def escape(text: object) -> str:
-    """A host-supplied string for one line of a table or notice: control characters (newlines and
-    escape sequences included) shown as ``\\n``, ``\\x1b``, ... instead of acting on the terminal."""
+def escape(text: object, keep_newlines: bool = False) -> str:
+    """A host-supplied string for one line of a table or notice: control and format characters (newlines,
+    escape sequences and bidi overrides included) shown as ``\\n``, ``\\x1b``, ``\\u202e``, ... instead of
+    acting on the terminal. ``keep_newlines``: for a block of text (a sample), newlines stay."""
     s = str(text)
-    if not _CONTROLS.search(s) and "\t" not in s and "\n" not in s and "\r" not in s:
+    if s.isascii() and not _CONTROLS.search(s) and "\t" not in s and "\n" not in s and "\r" not in s:
         return s
-    return re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: m.group(0).encode("unicode_escape").decode("ascii"), s)
+    out = []
+    for ch in s:
+        plain = (ch == "\n" and keep_newlines) or (ch.isascii() and ch.isprintable())
+        if plain or unicodedata.category(ch) not in _ESCAPED_CATEGORIES:
+            out.append(ch)
+        elif ord(ch) < 0x100:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(f"\\u{ord(ch):04x}")
+    return "".join(out)

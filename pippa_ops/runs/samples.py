@@ -10,12 +10,11 @@ completion cannot move the cursor, recolour the screen or set the window title.
 from __future__ import annotations
 
 import textwrap
-import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pippa_contract import samples as sm
-from pippa_contract import verbs
+from pippa_contract import termsafe, verbs
 
 if TYPE_CHECKING:
     from pippa_contract.messages import SamplesAnswer, SamplesRequest
@@ -41,19 +40,8 @@ def local_answer(run_dir: Path, request: SamplesRequest) -> SamplesAnswer:
 
 
 def escape(text: str) -> str:
-    """``text`` safe for a terminal: control and format characters (but newline) as escapes, tabs
-    as spaces."""
-    out = []
-    for ch in text.replace("\t", "    "):
-        if ch == "\n":
-            out.append(ch)
-            continue
-        cat = unicodedata.category(ch)
-        if cat in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp"):
-            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    """``text`` safe for a terminal (``termsafe.escape``'s one rule, newlines kept), tabs as spaces."""
+    return termsafe.escape(text.replace("\t", "    "), keep_newlines=True)
 
 
 def wrap(text: str, width: int, max_lines: int | None = None) -> list[str]:

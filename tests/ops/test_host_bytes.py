@@ -33,10 +33,27 @@ SAFE = "step 1\nstep 2 \x1b[32mgreen\x1b[0m\tdone\nstep 3\n"
 def test_terminal_text_keeps_text_tabs_newlines_and_colour_only() -> None:
     assert terminal_text(LOG) == SAFE
     t = TerminalText()  # the same when the stream comes a byte at a time (sequences split anywhere)
-    assert "".join(t.feed(LOG[i:i + 1]) for i in range(len(LOG))) + t.close() == SAFE
+    assert "".join(t.feed(LOG[i : i + 1]) for i in range(len(LOG))) + t.close() == SAFE
     assert terminal_text(b"a\x1b[31;1mb\x1bc\x1b(0\x9b\x07\x7fc\r\nd\rE") == "a\x1b[31;1mb\ufffdc\nd\nE"
     assert terminal_text(b"\x1b[32mx", keep_sgr=False) == "x"
     assert escape("run\x1b]0;t\x07 \nx") == "run\\x1b]0;t\\x07 \\nx" and escape("plain") == "plain"
+
+
+def test_one_rule_for_bidi_overrides_in_streams_tables_and_samples() -> None:
+    """A right-to-left override (U+202E, "Trojan Source") or an isolate reorders what the screen shows:
+    dropped from a log stream, shown escaped in a table cell, a notice and a sample (one rule, termsafe)."""
+    from pippa_ops.runs.samples import escape as sample_escape
+
+    evil = "rm -rf /tmp/x \u202e#gnp.tac\u2066 ok"
+    assert terminal_text(evil.encode()) == "rm -rf /tmp/x #gnp.tac ok"
+    t = TerminalText()  # split inside the three bytes of U+202E: still dropped
+    data = evil.encode()
+    assert (
+        "".join(t.feed(data[i : i + 1]) for i in range(len(data))) + t.close() == "rm -rf /tmp/x #gnp.tac ok"
+    )
+    assert escape(evil) == "rm -rf /tmp/x \\u202e#gnp.tac\\u2066 ok"
+    assert sample_escape("line\u202e1\n\tline 2 é") == "line\\u202e1\n    line 2 é"
+    assert escape("zero\u200bwidth") == "zero\\u200bwidth" and escape("héllo 😀") == "héllo 😀"
 
 
 def _local_run(tmp_path: Path, log: bytes) -> tuple[Path, dict[str, str], str]:
@@ -88,8 +105,9 @@ def test_pippa_logs_on_a_terminal_strips_escape_sequences_a_pipe_and_raw_keep_th
     assert text.decode() == SAFE
     rc, raw = _under_pty([PIPPA, "logs", run_id, "--host", "local", "--raw"], repo, env)
     assert rc == 0 and raw.replace(b"\r\n", b"\n") == LOG
-    piped = subprocess.run([PIPPA, "logs", run_id, "--host", "local"], cwd=repo, env=env, capture_output=True,
-                           timeout=60)
+    piped = subprocess.run(
+        [PIPPA, "logs", run_id, "--host", "local"], cwd=repo, env=env, capture_output=True, timeout=60
+    )
     assert piped.returncode == 0 and piped.stdout == LOG
 
 
@@ -124,24 +142,38 @@ def test_a_pull_from_a_host_announcing_a_50_gb_frame_stops_with_one_line(tmp_pat
 
 
 def test_a_pull_refuses_more_than_the_manifest_announced_or_the_cap(tmp_path: Path) -> None:
-    endless = ("import sys\nout = sys.stdout.buffer\nwhile True:\n"
-               "    out.write(b'%d\\n' % (1 << 20) + b'x' * (1 << 20))\n")
+    endless = (
+        "import sys\nout = sys.stdout.buffer\nwhile True:\n"
+        "    out.write(b'%d\\n' % (1 << 20) + b'x' * (1 << 20))\n"
+    )
     err, dest, peak = _hostile_stream(tmp_path, 100, endless)  # 100 bytes announced, 1 MiB frames sent
     assert "more of big.bin than its manifest announced" in str(err)
     assert not list(dest.rglob("*.bin")) and not list(dest.rglob(f"{PART}*")) and peak < 8 << 20
     with pytest.raises(RemoteCommandFailed, match="over the cap of 1000"):
-        _receive(LocalTransport("evil").start(["true"]), {"files": [["a", 5000, 0, 0]], "send": 5000},
-                 tmp_path / "p2", None, max_bytes=1000)
+        _receive(
+            LocalTransport("evil").start(["true"]),
+            {"files": [["a", 5000, 0, 0]], "send": 5000},
+            tmp_path / "p2",
+            None,
+            max_bytes=1000,
+        )
     with pytest.raises(RemoteCommandFailed, match="announces 10 bytes but lists 5000"):
-        _receive(LocalTransport("evil").start(["true"]), {"files": [["a", 5000, 0, 0]], "send": 10},
-                 tmp_path / "p3", None)
+        _receive(
+            LocalTransport("evil").start(["true"]),
+            {"files": [["a", 5000, 0, 0]], "send": 10},
+            tmp_path / "p3",
+            None,
+        )
 
 
 def test_host_strings_in_tables_show_escaped() -> None:
     from pippa_ops.cli.table import Column, layout
 
-    lines = layout([Column("RUN"), Column("RECIPE/COMMAND", flex=True)],
-                   [["r1", "python x.py \x1b]52;c;eA==\x07 \x1b[2J"]], 200)
+    lines = layout(
+        [Column("RUN"), Column("RECIPE/COMMAND", flex=True)],
+        [["r1", "python x.py \x1b]52;c;eA==\x07 \x1b[2J"]],
+        200,
+    )
     assert "\x1b" not in "".join(lines) and "\\x1b]52;c;eA==\\x07" in lines[1]
 
 
@@ -154,7 +186,8 @@ def test_the_dashboard_log_panes_show_plain_text() -> None:
 
 
 def test_an_error_quoting_a_host_reaches_the_terminal_without_its_escape_sequences(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """The one line an error ends with may quote a host's stderr: its escape sequences are dropped."""
     from pippa_ops.cli.typer_app import fail
     from pippa_ops.errors import ExitCode
