@@ -31,6 +31,7 @@ PROGRAM_ONLY = (
     "pippa_agent.supervise",
     "pippa_agent.program",
     "pippa_agent.zipmain",
+    "pippa_agent.zipapp",
     "pippa_contract.alerts",
     "pippa_contract.attempts",
 )

@@ -4,16 +4,9 @@ recover REMOTE_DIR|alerts ...}`` by cmd.sh, the ``@reboot`` line and the alert h
 
 from __future__ import annotations
 
-import os
 import sys
 
 USAGE = "usage: agent.pyz serve | supervise RUN_DIR | recover REMOTE_DIR | alerts ...\n"
-
-
-def program_file() -> str | None:
-    """The zipapp this process runs from (None when it runs some other way: the bootstrap, a test)."""
-    argv0 = sys.argv[0] if sys.argv else ""
-    return os.path.abspath(argv0) if argv0.endswith(".pyz") and os.path.isfile(argv0) else None
 
 
 def main(argv: list[str]) -> int:

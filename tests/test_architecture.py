@@ -5,7 +5,7 @@ so a rule holds for every module, not only those a test happens to load):
   contract import only the standard library and each other; training_core never imports pippa_ops,
   textual or typer;
 - no module-level import cycle anywhere, no pippa_ops subpackage importing one that imports it, and in
-  training_core no cycle even through function-level imports;
+  training_core, pippa_agent and pippa_contract no cycle even through function-level imports;
 - no production file over 400 lines; no run-file name written as a literal outside pippa_contract;
 - training_core: no module imports another's private names, one module decides the method.
 
@@ -22,6 +22,8 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("pippa_ops", "pippa_agent", "pippa_contract", "training_core")
@@ -229,8 +231,11 @@ def test_no_module_level_import_cycle_anywhere() -> None:
     assert cycle is None, f"import cycle between modules: {' -> '.join(cycle or [])}"
 
 
-def test_training_core_has_no_import_cycle_even_through_function_level_imports() -> None:
-    cycle = find_cycle(graph(("training_core",), load_time_only=False))
+@pytest.mark.parametrize("package", ["training_core", "pippa_agent", "pippa_contract"])
+def test_no_import_cycle_even_through_function_level_imports(package: str) -> None:
+    """A deferred import hides a circle from Python, not from a reader (pippa_agent's program_file once
+    closed one through the alert modules; it lives in a leaf, pippa_agent/zipapp.py, now)."""
+    cycle = find_cycle(graph((package,), load_time_only=False))
     assert cycle is None, " -> ".join(cycle or [])
 
 

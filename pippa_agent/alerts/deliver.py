@@ -11,7 +11,7 @@ import sys
 import time
 
 from pippa_agent.alerts.files import here, load_config, secret_target, secret_values, tail_lines
-from pippa_agent.program import program_file
+from pippa_agent.zipapp import program_file
 from pippa_contract.alerts import message, redact_secrets
 from pippa_contract.hostdirs import DELIVERIES
 

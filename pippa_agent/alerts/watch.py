@@ -16,7 +16,7 @@ import time
 from pippa_agent.alerts.deliver import emit
 from pippa_agent.alerts.events import host_event, run_event
 from pippa_agent.alerts.files import here, load_config, read_json, read_text, write_json
-from pippa_agent.program import program_file
+from pippa_agent.zipapp import program_file
 from pippa_contract import rundir as rd
 from pippa_contract.alerts import DEFAULT_IDLE_THRESHOLD, format_elapsed
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR, WATCH_LOCK, WATCH_STATE

@@ -33,7 +33,6 @@ import time
 
 from pippa_agent import attempt_facts as af
 from pippa_agent import forensics
-from pippa_agent.program import program_file
 from pippa_agent.supervise.ending import StallWatch, attempt_of, capture, conclude, fault_offer, saving
 from pippa_agent.supervise.files import (
     POLL_S,
@@ -46,6 +45,7 @@ from pippa_agent.supervise.files import (
     read_json,
     write_json,
 )
+from pippa_agent.zipapp import program_file
 from pippa_contract import failures as fc
 from pippa_contract import rundir as rd
 from pippa_contract import stall as stl
