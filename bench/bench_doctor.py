@@ -156,7 +156,7 @@ def warm(h: object, tmp: Path, env: dict[str, str], repeat: int) -> dict[str, fl
 
     from _common import PIPPA
 
-    from pippa_ops.transport import keeper_client, reuse
+    from pippa_ops.transport import reuse
 
     kept = {k: v for k, v in env.items() if k != "PIPPA_NO_REUSE"}
     kept["PIPPA_RUNTIME_DIR"] = str(tmp / "run")
@@ -180,8 +180,8 @@ def warm(h: object, tmp: Path, env: dict[str, str], repeat: int) -> dict[str, fl
         saved = dict(os.environ)
         os.environ.update(kept)
         reuse.configure(True, spawn=False)
-        keeper_client.forget()
-        keeper_client.disconnect()
+        reuse.forget()
+        reuse.disconnect()
         os.environ.clear()
         os.environ.update(saved)
     d, b = statistics.median(doc[1:]), statistics.median(hand[1:])

@@ -50,7 +50,8 @@ from pippa_ops.instant import client as instant
 from pippa_ops.runs.launch import launch
 from pippa_ops.runs.listing import current_run, list_runs, read_run
 from pippa_ops.sync import sync
-from pippa_ops.transport import keeper_client, reuse
+from pippa_ops.transport import reuse
+from pippa_ops.transport.keeper import client as keeper_client
 
 
 class DelayProxy:
@@ -119,8 +120,8 @@ def main() -> None:
 
 def with_env_disconnect() -> None:
     reuse.configure(True, spawn=False)
-    keeper_client.forget()
-    keeper_client.disconnect()
+    reuse.forget()
+    reuse.disconnect()
 
 
 def run_bench(world, h, tmp: Path, repeat: int, delay_s: float) -> None:  # type: ignore[no-untyped-def]
@@ -183,9 +184,9 @@ def run_bench(world, h, tmp: Path, repeat: int, delay_s: float) -> None:  # type
             deadline = time.monotonic() + 10
             while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
                 time.sleep(0.02)
-        keeper_client.forget()
-        st = keeper_client.status()
-        keeper_client.disconnect()
+        reuse.forget()
+        st = reuse.status()
+        reuse.disconnect()
         if st:
             deadline = time.monotonic() + 10
             while Path(f"/proc/{st['pid']}").exists() and time.monotonic() < deadline:
@@ -195,8 +196,8 @@ def run_bench(world, h, tmp: Path, repeat: int, delay_s: float) -> None:  # type
     def keeper_connected() -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            keeper_client.forget()
-            st = keeper_client.status()
+            reuse.forget()
+            st = reuse.status()
             if st and any(x["connections"] for x in st["hosts"]) and instant.socket_path().exists():
                 return
             time.sleep(0.05)

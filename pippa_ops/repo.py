@@ -103,7 +103,7 @@ def fallback_root(cwd: Path | None = None) -> Path:
 
 def team_inventory_path(repo: Path | None = None) -> Path:
     """The team's inventory: ``$PIPPA_INVENTORY``, else ``pippa.toml`` at the project root. Here, not in
-    ``hosts``, because it also names the connection keeper's context (``transport.keeper_client``)."""
+    ``hosts``, because it also names the connection keeper's context (``transport.keeper.client``)."""
     override = os.environ.get("PIPPA_INVENTORY")
     return Path(override) if override else (repo or fallback_root()) / "pippa.toml"
 

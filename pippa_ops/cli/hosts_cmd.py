@@ -43,7 +43,7 @@ def hosts_command(
 ) -> None:
     """Hosts (local, pippa.toml, ~/.config/pippa/hosts.toml, ~/.ssh/config aliases), checked in parallel."""
     if disconnect:
-        from pippa_ops.transport.keeper_client import disconnect as close_kept
+        from pippa_ops.transport.reuse import disconnect as close_kept
 
         closed = close_kept()
         if json_out:

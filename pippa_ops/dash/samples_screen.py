@@ -9,9 +9,9 @@ touch the network. ``newest_line`` is the run pane's one line under the curves.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from rich.text import Text
 from textual import work
@@ -27,8 +27,6 @@ from pippa_ops.runs import samples
 
 if TYPE_CHECKING:
     from pippa_contract.messages import SamplesAnswer, SamplesRequest
-    from pippa_ops.dash.app import DashApp
-
     Fetch = Callable[[SamplesRequest], SamplesAnswer]
 STYLES = {"head": "bold", "prompt": "dim", "text": "", "meta": "cyan", "warn": "bold yellow"}
 ROWS = 16  # rows fetched per step (the screen scrolls)
@@ -133,7 +131,31 @@ def follow_newest(
             time.sleep(0.2)
 
 
-def follow_sample_line(app: DashApp, host: str, run_id: str) -> None:
+class SampleLineApp(Protocol):
+    """What the run pane's sample line needs of the dashboard (``dash.app.DashApp``): declared here so
+    that this module never imports the app that opens it."""
+
+    monitors: dict[str, Any]
+    selected: tuple[str, str] | None
+
+    def query(self, selector: type[RunView]) -> Iterable[RunView]: ...
+
+    def call_from_thread(self, callback: Callable[[str], None], *args: Any) -> Any: ...
+
+    def run_worker(
+        self,
+        work: Callable[[], None],
+        name: str | None = "",
+        group: str = "default",
+        description: str = "",
+        exit_on_error: bool = True,
+        start: bool = True,
+        exclusive: bool = False,
+        thread: bool = False,
+    ) -> Any: ...
+
+
+def follow_sample_line(app: SampleLineApp, host: str, run_id: str) -> None:
     """The run pane's newest-sample line, fetched now and every few seconds while the run is selected."""
     mon = app.monitors[host]
     if not hasattr(mon, "samples"):  # a monitor without samples (a test's recorder): no line

@@ -27,16 +27,13 @@ __all__ = ["connect", "direct_transport", "open_transport", "resolve", "ssh_argv
 
 def open_transport(spec: HostSpec, *, accept_new: bool = False) -> Transport:
     """A transport for ``spec``; nothing connects until the first command. With reuse on (the CLI,
-    see ``transport.keeper_client``) its commands run on the connection keeper's kept connection."""
+    see ``transport.keeper.client``) its commands run on the connection keeper's kept connection."""
     if spec.is_local:
         return LocalTransport(spec.name)
     from pippa_ops.transport import reuse
 
-    if reuse.requested():
-        from pippa_ops.transport import keeper_client
-
-        if keeper_client.reuse_enabled():
-            return reuse.keeper().transport(endpoint(spec), accept_new=accept_new)
+    if reuse.enabled():
+        return reuse.keeper().transport(endpoint(spec), accept_new=accept_new)
     return direct_transport(spec, accept_new=accept_new)
 
 

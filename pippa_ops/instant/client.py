@@ -1,6 +1,6 @@
 """Hands a hot verb to the warm process (``instant.server``) instead of importing typer here.
 
-Standard library only (and ``keeper_wire``, which is too): this module is all a warm ``pippa ps``
+Standard library only (and ``keeper.wire``, which is too): this module is all a warm ``pippa ps``
 imports. The command line, working directory, environment and umask go to the warm process with
 this process's stdin, stdout and stderr (SCM_RIGHTS), so its child writes to this terminal, sees its
 width and whether it is one; this process forwards Ctrl-C (and TERM, HUP, QUIT) to that child and
@@ -25,8 +25,8 @@ import sys
 import time
 
 from pippa_ops.instant import hot_verb
-from pippa_ops.transport import keeper_wire as wire
 from pippa_ops.transport import reuse
+from pippa_ops.transport.keeper import wire
 
 try:  # hashlib's import (OpenSSL) costs a command ~3 ms; the built-in module is the same function
     from _sha256 import sha256  # type: ignore[import-not-found]  # Python < 3.12

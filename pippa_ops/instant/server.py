@@ -31,7 +31,7 @@ from typing import Any
 
 from pippa_ops.instant import HOT, client, hot_verb
 from pippa_ops.transport import agent_bundle
-from pippa_ops.transport import keeper_wire as wire
+from pippa_ops.transport.keeper import wire
 
 # What the hot verbs import; a child imports anything else itself, as a cold command would.
 PRELOAD = (
@@ -59,7 +59,7 @@ PRELOAD = (
     "pippa_ops.provision.alerts",
     "pippa_ops.hosts.endpoint",
     "pippa_ops.notify",
-    "pippa_ops.transport.keeper_client",
+    "pippa_ops.transport.keeper.client",
     "pippa_ops.transport.agent_client",
     "typer._click.decorators",  # what typer imports as a command runs (found by diffing sys.modules)
     "typer._click._textwrap",

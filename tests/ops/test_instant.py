@@ -20,7 +20,7 @@ from conftest import PIPPA, ClientEnv
 from test_keeper import kept  # noqa: F401 (the fixture: reuse on, a private runtime dir)
 
 from pippa_ops.instant import client, server
-from pippa_ops.transport import keeper_client
+from pippa_ops.transport import reuse
 
 pytestmark = pytest.mark.ssh
 HEAVY = ("typer", "click", "rich", "paramiko", "textual", "torch")
@@ -52,7 +52,7 @@ def _until(check, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def
 @pytest.fixture
 def warm(kept: ClientEnv) -> Iterator[ClientEnv]:  # noqa: F811
     """The keeper and the warm process, both running for this client."""
-    assert keeper_client.start() is not None
+    assert reuse.start() is not None
     path = client.socket_path()
     proc = subprocess.Popen([sys.executable, "-c", client.SERVER_MAIN, str(path)], env=kept.env,
                               cwd="/", stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip

@@ -24,8 +24,9 @@ from projects import make_project
 from pippa_ops.errors import AuthFailed, ExitCode, HostKeyChanged, HostKeyUnknown
 from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.endpoint import endpoint
-from pippa_ops.transport import keeper_client, reuse
-from pippa_ops.transport.keeper_client import KeeperTransport
+from pippa_ops.transport import reuse
+from pippa_ops.transport.keeper import client as keeper_client
+from pippa_ops.transport.keeper.client import KeeperTransport
 from pippa_ops.transport.ssh import SSHTransport
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "dash"))
@@ -42,13 +43,13 @@ def kept(ssh_env: ClientEnv, monkeypatch: pytest.MonkeyPatch) -> Iterator[Client
     monkeypatch.setenv("PIPPA_RUNTIME_DIR", str(run_dir))
     monkeypatch.delenv("PIPPA_NO_REUSE")
     reuse.configure(True, spawn=False)
-    keeper_client.forget()
+    reuse.forget()
     try:
         yield ssh_env
     finally:
-        keeper_client.disconnect()
+        reuse.disconnect()
         reuse.configure(False)
-        keeper_client.forget()
+        reuse.forget()
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
@@ -57,7 +58,7 @@ def _pippa(env: ClientEnv, *args: str, cwd: Path | None = None) -> subprocess.Co
 
 
 def _host(name: str) -> dict[str, object]:
-    status = keeper_client.status()
+    status = reuse.status()
     assert status is not None, "no keeper answers"
     found = [h for h in status["hosts"] if h["name"] == name]
     return found[0] if found else {"connections": 0, "commands": 0}
@@ -94,11 +95,11 @@ def test_every_verb_runs_on_one_kept_connection(kept, ssh_hosts, tmp_path):
     r = _pippa(kept, "--no-reuse", "ps", "--host", h.name)
     assert r.returncode == 0, r.stderr
     time.sleep(0.5)
-    assert keeper_client.status() is None
+    assert reuse.status() is None
     # The first command goes direct and starts the keeper, which connects to the host at once.
     r = _pippa(kept, "ps", "--host", h.name)
     assert r.returncode == 0, r.stderr
-    _until(lambda: keeper_client.status() is not None and _host(h.name)["connections"] == 1)
+    _until(lambda: reuse.status() is not None and _host(h.name)["connections"] == 1)
 
     def via_keeper(*args: str, code: int = 0) -> str:
         before = int(_host(h.name)["commands"])  # type: ignore[call-overload]
@@ -127,11 +128,11 @@ def test_every_verb_runs_on_one_kept_connection(kept, ssh_hosts, tmp_path):
         in h.run_as_user(["pgrep", "-a", "-u", h.user, "-f", "--", "python3 -S -I -c"]).stdout
     )
 
-    pid = int(keeper_client.status()["pid"])  # type: ignore[index]
+    pid = int(reuse.status()["pid"])  # type: ignore[index]
     r = _pippa(kept, "hosts", "--disconnect")
     assert r.returncode == 0 and "closed" in r.stdout, r.stderr
     _until(lambda: not _alive(pid), 5)
-    assert keeper_client.status() is None
+    assert reuse.status() is None
     assert "no connection keeper" in _pippa(kept, "hosts", "--disconnect").stdout
 
     # The agent started ahead went with its connection: nothing of pippa's is left on the host.
@@ -146,7 +147,7 @@ def test_every_verb_runs_on_one_kept_connection(kept, ssh_hosts, tmp_path):
 @pytest.mark.parametrize("way", ["keeper", "direct"])
 def test_a_relayed_process_behaves_like_an_ssh_one(kept, ssh_hosts, way):
     """The same script, through the keeper and on a direct SSHTransport: the same observations."""
-    assert keeper_client.start() is not None
+    assert reuse.start() is not None
     h = ssh_hosts[0]
     spec, t = connect(h.name)
     assert isinstance(t, KeeperTransport)
@@ -206,7 +207,7 @@ def test_a_relayed_process_behaves_like_an_ssh_one(kept, ssh_hosts, way):
 
 
 def test_a_warm_command_imports_no_paramiko(kept, ssh_hosts):
-    assert keeper_client.start() is not None
+    assert reuse.start() is not None
     code = f"""
 import sys
 from pippa_ops.transport import reuse
@@ -229,7 +230,7 @@ def test_a_stale_killed_wedged_or_foreign_keeper_never_hangs_a_command(kept, ssh
     path.parent.mkdir(mode=0o700, exist_ok=True)
 
     def direct_in_bounds() -> None:
-        keeper_client.forget()
+        reuse.forget()
         t0 = time.monotonic()
         with connect(name)[1] as t:
             assert t.run("echo ok", check=True).stdout == "ok\n"
@@ -258,7 +259,7 @@ def test_a_stale_killed_wedged_or_foreign_keeper_never_hangs_a_command(kept, ssh
     srv.close()
     os.unlink(path)
     # killed: a keeper that was serving, then SIGKILLed (its socket file stays behind)
-    pid = keeper_client.start()
+    pid = reuse.start()
     assert pid is not None
     with connect(name)[1] as t:
         t.run("true", check=True)
@@ -268,12 +269,12 @@ def test_a_stale_killed_wedged_or_foreign_keeper_never_hangs_a_command(kept, ssh
     assert path.exists()
     direct_in_bounds()
     # wedged: a stopped keeper still accepts connections (backlog) but never answers
-    pid = keeper_client.start()
+    pid = reuse.start()
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)
     try:
         direct_in_bounds()
-        assert keeper_client.disconnect() == 0  # ends it by the pid in its lock file
+        assert reuse.disconnect() == 0  # ends it by the pid in its lock file
         _until(lambda: not _alive(pid), 5)
     finally:
         if _alive(pid):
@@ -282,12 +283,12 @@ def test_a_stale_killed_wedged_or_foreign_keeper_never_hangs_a_command(kept, ssh
     shutil.rmtree(path.parent)
     path.parent.mkdir()
     os.chown(path.parent, ssh_hosts[0].uid, -1)
-    assert keeper_client.start() is None
+    assert reuse.start() is None
     direct_in_bounds()
 
 
 def test_another_user_cannot_use_the_keeper(kept, ssh_hosts):
-    assert keeper_client.start() is not None
+    assert reuse.start() is not None
     path = keeper_client.socket_path()
     probe = (
         "import socket,struct,sys\n"
@@ -307,12 +308,12 @@ def test_another_user_cannot_use_the_keeper(kept, ssh_hosts):
     os.chmod(path, 0o666)
     r = other.run_as_user([other.python, "-c", probe, str(path)], timeout=30)
     assert r.stdout.strip() == "answer b''", r.stderr
-    assert keeper_client.status() is not None  # still serving its own user
+    assert reuse.status() is not None  # still serving its own user
 
 
 def test_a_changed_host_key_is_refused_when_the_keeper_reconnects(kept, ssh_hosts, tmp_path):
     h = ssh_hosts[3]
-    assert keeper_client.start() is not None
+    assert reuse.start() is not None
     with connect(h.name)[1] as t:
         t.run("true", check=True)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")], check=True)
@@ -338,7 +339,7 @@ def test_the_keepers_connections_keep_the_host_key_policy_and_one_line_errors(ke
     """The keeper's SSH (asyncssh) and a direct connection's (paramiko) call one host-key policy:
     an unknown key is refused with its fingerprint, --accept-new records it, a hashed known_hosts
     entry is found; a refused key is an auth failure; every one of them is the keeper's answer."""
-    assert keeper_client.start() is not None
+    assert reuse.start() is not None
     h = ssh_hosts[2]
     kh = kept.known_hosts
     kh.write_text("".join(line + "\n" for line in kh.read_text().splitlines() if h.address not in line))
@@ -368,7 +369,7 @@ def test_the_keepers_connections_keep_the_host_key_policy_and_one_line_errors(ke
 def test_a_host_with_several_host_keys_is_asked_for_the_one_known_hosts_holds(kept, ssh_hosts, tmp_path):
     """A host offers ed25519, ECDSA and RSA keys, and known_hosts often holds one of them: both SSH
     stacks ask for the known one first (as OpenSSH does), so neither refuses the host as changed."""
-    assert keeper_client.start() is not None
+    assert reuse.start() is not None
     h = ssh_hosts[1]
     config = h.state_dir / "sshd_config"
     original = config.read_text()
@@ -404,7 +405,7 @@ def test_a_host_with_several_host_keys_is_asked_for_the_one_known_hosts_holds(ke
 
 def test_an_idle_keeper_exits_by_itself(kept, ssh_hosts, monkeypatch):
     monkeypatch.setenv("PIPPA_PERSIST_S", "0.5")
-    pid = keeper_client.start()
+    pid = reuse.start()
     assert pid is not None
     with connect(ssh_hosts[0].name)[1] as t:
         t.run("true", check=True)
@@ -417,7 +418,7 @@ def test_logs_follow_through_the_keeper_rides_out_a_dropped_connection(kept, ssh
     """The kept connection dies mid-follow: the relay ends as a dropped SSH channel does, the
     follower reconnects (the keeper connects again) and goes on from its offset."""
     h = ssh_hosts[2]
-    assert keeper_client.start() is not None
+    assert reuse.start() is not None
     job = "for i in $(seq 1 30); do echo n$i; sleep 0.1; done; exit 3"
     r = _pippa(kept, "run", "--host", h.name, "--name", "kdrop", "--cmd", job)
     assert r.returncode == 0, r.stderr
@@ -444,26 +445,26 @@ def test_a_proxy_jump_host_is_reached_through_the_keeper(kept, ssh_hosts):
     inventory = kept.personal_inventory
     entry = inventory.read_text().split(f"[hosts.{target.name}]\n", 1)[1].split("\n\n", 1)[0]
     inventory.write_text(inventory.read_text() + f'\n[hosts.tj]\n{entry}\nproxy_jump = "{hop.name}"\n')
-    assert keeper_client.start() is not None
+    assert reuse.start() is not None
     with connect("tj")[1] as t:
         assert t.run("whoami", check=True).stdout.strip() == target.user
         assert isinstance(t, KeeperTransport) and t.relayed
-    assert f'"{hop.name}"' in next(h["key"] for h in keeper_client.status()["hosts"] if h["name"] == "tj")  # type: ignore[index]
+    assert f'"{hop.name}"' in next(h["key"] for h in reuse.status()["hosts"] if h["name"] == "tj")  # type: ignore[index]
 
 
 def test_the_keepers_ssh_config_answers_follow_an_edited_file(kept, ssh_hosts):
     """The keeper answers each name's lookup once per version of ~/.ssh/config (every command asks for
     every alias): an edit is seen by the next command, the unchanged file answers the same."""
     h = ssh_hosts[0]
-    assert keeper_client.start() is not None
-    first = keeper_client.kept_ssh_config()
+    assert reuse.start() is not None
+    first = reuse.kept_ssh_config()
     assert first is not None and first.lookup(h.ssh_alias)["hostname"] == h.address
-    again = keeper_client.kept_ssh_config()
+    again = reuse.kept_ssh_config()
     assert again is not None and again.lookup(h.ssh_alias)["hostname"] == h.address
     cfg = kept.home / ".ssh" / "config"
     cfg.write_text(cfg.read_text().replace(f"HostName {h.address}\n", "HostName 127.0.0.99\n", 1))
-    keeper_client.forget()  # the command's own cache is per process: a new command, as a user runs one
-    edited = keeper_client.kept_ssh_config()
+    reuse.forget()  # the command's own cache is per process: a new command, as a user runs one
+    edited = reuse.kept_ssh_config()
     assert edited is not None and edited.lookup(h.ssh_alias)["hostname"] == "127.0.0.99"
 
 
@@ -474,7 +475,7 @@ def test_the_dashboard_monitor_shares_the_keeper(kept, ssh_hosts):
 
     h = ssh_hosts[1]
     h.install_bin("nvidia-smi", fake_smi.script(gpus=2, python=h.python))
-    assert keeper_client.start() is not None
+    assert reuse.start() is not None
     events: list[object] = []
     mon = HostMonitor(resolve(h.name), interval_s=0.3, runs_every_s=0.3)
     threads = [

@@ -17,7 +17,7 @@ from conftest import ClientEnv
 from pippa_contract import wire as verbs
 from pippa_ops.hosts.connect import connect
 from pippa_ops.runs.listing import list_runs
-from pippa_ops.transport import agent_client, keeper_client, reuse
+from pippa_ops.transport import agent_client, reuse
 
 pytestmark = pytest.mark.ssh
 
@@ -28,19 +28,19 @@ def kept(ssh_env: ClientEnv, monkeypatch: pytest.MonkeyPatch) -> Iterator[Client
     monkeypatch.setenv("PIPPA_RUNTIME_DIR", str(run_dir))
     monkeypatch.delenv("PIPPA_NO_REUSE")
     reuse.configure(True, spawn=False)
-    keeper_client.forget()
+    reuse.forget()
     try:
-        assert keeper_client.start() is not None
+        assert reuse.start() is not None
         yield ssh_env
     finally:
-        keeper_client.disconnect()
+        reuse.disconnect()
         reuse.configure(False)
-        keeper_client.forget()
+        reuse.forget()
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _host(name: str) -> dict[str, int]:
-    status = keeper_client.status()
+    status = reuse.status()
     assert status is not None, "no keeper answers"
     found = [h for h in status["hosts"] if h["name"] == name]
     return found[0] if found else {"reused": 0, "ahead_used": 0, "commands": 0, "ready": 0}

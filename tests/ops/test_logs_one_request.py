@@ -18,7 +18,7 @@ from conftest import PIPPA, ClientEnv
 from test_keeper import kept  # noqa: F401 (the fixture: reuse on, a private runtime dir)
 
 from pippa_ops.errors import ExitCode
-from pippa_ops.transport import keeper_client
+from pippa_ops.transport import reuse
 
 pytestmark = pytest.mark.ssh
 
@@ -29,7 +29,7 @@ def _pippa(env: ClientEnv, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _commands(host: str) -> int:
     """The commands the keeper has run on ``host``: each one starts one agent process there."""
-    status = keeper_client.status()
+    status = reuse.status()
     assert status is not None, "no keeper answers"
     return sum(int(h["commands"]) for h in status["hosts"] if h["name"] == host)
 
@@ -53,7 +53,7 @@ def _read(path: Path) -> str:
 
 def test_logs_is_one_agent_request_with_the_output_errors_and_exit_codes_of_before(kept, ssh_hosts):  # noqa: F811
     h = ssh_hosts[1]
-    assert keeper_client.start() is not None
+    assert reuse.start() is not None
     runs = h.home / "pippa" / "runs"
     tag = f"lg{os.getpid()}"  # sessions of its own: the hosts are shared by the session's tests
     done = _start(kept, h.name, f"{tag}d", "for i in 1 2 3 4 5; do echo line$i; done; exit 3")
@@ -108,7 +108,7 @@ def test_logs_without_host_is_one_request_where_the_inventory_has_one_host(kept,
     conf = kept.home / ".config" / "pippa" / "hosts.toml"
     blocks = [b for b in conf.read_text().split("\n\n") if b.strip()]
     conf.write_text("".join(b + "\n\n" for b in blocks if b.startswith(f"[hosts.{h.name}]")))
-    assert keeper_client.start() is not None
+    assert reuse.start() is not None
     runs = h.home / "pippa" / "runs"
     tag = f"l1{os.getpid()}"
     done = _start(kept, h.name, f"{tag}d", "echo one; echo two; exit 4")

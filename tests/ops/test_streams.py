@@ -10,8 +10,8 @@ import time
 import pytest
 
 from pippa_ops.hosts.connect import connect
-from pippa_ops.transport import keeper_wire
 from pippa_ops.transport.base import LocalTransport, Process
+from pippa_ops.transport.keeper import wire as keeper_wire
 
 MIXED = "printf 'a\\nbc\\nrest'"
 

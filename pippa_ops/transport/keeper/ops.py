@@ -1,6 +1,6 @@
 """The connection keeper's requests as typed messages: one class per op, one table to parse them by.
 
-A client sends one request (``keeper_wire.REQUEST``, JSON with an ``op``); the keeper parses it with
+A client sends one request (``wire.REQUEST``, JSON with an ``op``); the keeper parses it with
 ``parse`` into one of these and dispatches on its type (``keeper.Keeper.HANDLERS``). Both sides build
 and read requests only through these classes, so a new op is a class here and a handler there.
 Imports no paramiko (a warm command imports this module).
@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from pippa_ops.transport.endpoint import Endpoint
-from pippa_ops.transport.keeper_wire import ProtocolError
+from pippa_ops.transport.keeper.wire import ProtocolError
 
 
 @dataclass(frozen=True)

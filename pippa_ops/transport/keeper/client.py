@@ -1,5 +1,5 @@
 """The command side of the connection keeper (``transport.keeper``): a ``KeeperClient`` reaches it,
-asks it typed requests (``keeper_ops``), relays commands through it (``keeper_process``), and starts it.
+asks it typed requests (``keeper.ops``), relays commands through it (``keeper.process``), and starts it.
 
 Reuse is off for a library caller and on for the CLI (``reuse.configure``), unless ``--no-reuse`` or
 ``PIPPA_NO_REUSE=1``. The process's client is owned by its composition root (``reuse.keeper``); tests
@@ -15,73 +15,51 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import socket
 import stat
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pippa_contract.errors import ErrorKind
 from pippa_ops import errors
 from pippa_ops.repo import team_inventory_path
-from pippa_ops.transport import keeper_ops as ops
-from pippa_ops.transport import keeper_wire as wire
-from pippa_ops.transport import reuse
 from pippa_ops.transport.endpoint import Endpoint
-from pippa_ops.transport.keeper_process import ANSWER_WAIT_S, KILL_WAIT_S, KeeperProcess, KeeperTransport
+from pippa_ops.transport.keeper import ops, wire
+from pippa_ops.transport.keeper.process import ANSWER_WAIT_S, KILL_WAIT_S, KeeperProcess, KeeperTransport
+from pippa_ops.transport.keeper.wire import Conn
 from pippa_ops.transport.sshconfig import ssh_config_path
 
 __all__ = [
     "ACK_WAIT_S", "ANSWER_WAIT_S", "KILL_WAIT_S", "KeeperClient", "KeeperProcess", "KeeperTransport",
-    "KeptSSHConfig", "disconnect", "forget", "kept_ssh_config", "reuse_enabled", "socket_path", "start",
-    "status",
+    "KeptSSHConfig", "socket_path",
 ]  # fmt: skip
 
 ACK_WAIT_S = 2.0  # a live keeper answers A at once; a stopped or wedged one is given up after this
-
-
-def reuse_enabled() -> bool:
-    """Reuse asked for (``reuse.configure``), and a platform that can tell a socket peer's uid."""
-    if not reuse.requested():
-        return False
-    return hasattr(socket, "SO_PEERCRED") or sys.platform == "darwin" or "bsd" in sys.platform
 
 
 def socket_path() -> Path:
     return wire.socket_path(wire.context(str(team_inventory_path())))
 
 
-class Conn:
-    """One connection to the keeper."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.reader = wire.FrameReader(sock)
-        self._send_lock = threading.Lock()
-
-    def send(self, data: bytes) -> None:
-        with self._send_lock:
-            self.sock.sendall(data)
-
-    def shutdown(self) -> None:
-        """Ends the stream both ways; wakes a thread blocked reading or writing it."""
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self.shutdown()
-        with self._send_lock:
-            self.sock.close()
-
-
 class KeeperClient:
     """This process's way to the keeper of its context, and what it learnt about it: keepers found
     unusable (straight to direct), hosts to prefetch in a keeper started at exit, ssh_config answers."""
 
-    def __init__(self, *, spawn: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        spawn: bool = True,
+        may_spawn: Callable[[], bool] = lambda: True,
+        enabled: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.spawn_at_exit = spawn
+        # Asked at each use, from the composition root (``transport.reuse``): whether an absent keeper
+        # may be started at exit (the CLI's switch), and whether reuse is on at all (PIPPA_NO_REUSE).
+        self._may_spawn = may_spawn
+        self._enabled = enabled
         self._lock = threading.Lock()
         self._broken: set[Path] = set()
         self._prefetch: dict[str, dict[str, Any]] = {}
@@ -101,7 +79,7 @@ class KeeperClient:
     # -------------------------------------------------------------------------------- connections
     def _absent(self, ep: Endpoint | None, ahead: str | None) -> None:
         """No keeper: remember the host, and start one when this process exits (the CLI only)."""
-        if ep is None or not self.spawn_at_exit or not reuse.spawn():
+        if ep is None or not self.spawn_at_exit or not self._may_spawn():
             return
         with self._lock:
             self._prefetch[ep.name] = {**ep.as_json(), "ahead": ahead}
@@ -188,7 +166,7 @@ class KeeperClient:
     def ssh_config(self, addresses: tuple[str, ...] = ()) -> KeptSSHConfig | None:
         """~/.ssh/config from the keeper (no paramiko import here), or None without a keeper; the
         lookups of ``addresses`` come in the same answer."""
-        if not reuse_enabled():
+        if not self._enabled():
             return None
         path = ssh_config_path()
         try:
@@ -211,7 +189,7 @@ class KeeperClient:
         with self._lock:
             hosts = list(self._prefetch.values())
             self._prefetch.clear()
-        if hosts and reuse_enabled():
+        if hosts and self._enabled():
             with contextlib.suppress(Exception):  # never a failure of the command that just ran
                 if _spawn(hosts, after_exit=True):
                     self._broken.discard(socket_path())
@@ -276,31 +254,6 @@ class KeptSSHConfig:
                 return dict(self._local.lookup(hostname))
             self._lookups[hostname] = answer["lookup"]
         return dict(self._lookups[hostname])
-
-
-# -- the process's client (its composition root owns it through ``reuse``) -----------------------------
-def _client() -> KeeperClient:
-    return reuse.keeper()
-
-
-def forget() -> None:
-    _client().forget()
-
-
-def kept_ssh_config(addresses: tuple[str, ...] = ()) -> KeptSSHConfig | None:
-    return _client().ssh_config(addresses)
-
-
-def start(wait_s: float = 10.0) -> int | None:
-    return _client().start(wait_s)
-
-
-def status() -> dict[str, Any] | None:
-    return _client().status()
-
-
-def disconnect() -> int | None:
-    return _client().disconnect()
 
 
 # -- starting the keeper process ------------------------------------------------------------------------

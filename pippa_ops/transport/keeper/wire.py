@@ -1,4 +1,4 @@
-"""What the connection keeper (``transport.keeper``) and its clients (``transport.keeper_client``) share:
+"""What the connection keeper (``transport.keeper``) and its clients (``transport.keeper.client``) share:
 where the socket lives, who may use it, and the frames they exchange. Imports no paramiko.
 
 Where: one keeper per user and per client context (HOME, XDG_CONFIG_HOME, team inventory, ssh-agent
@@ -17,6 +17,7 @@ host agent it ran answered every request, and the keeper may keep it for the nex
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -24,6 +25,7 @@ import socket
 import stat
 import struct
 import sys
+import threading
 import time
 
 from pippa_ops.transport.ready import readable
@@ -178,17 +180,18 @@ def _code_stamp() -> str:
     here = Path(__file__).parent
     parts = [str(here)]
     names = (
-        "keeper.py",
-        "keeper_client.py",
-        "keeper_wire.py",
-        "keeper_ops.py",
-        "keeper_pool.py",
-        "keeper_relay.py",
-        "keeper_conn.py",
-        "hostkey.py",
-        "ssh.py",
-        "endpoint.py",
-        "ready.py",
+        "server.py",
+        "client.py",
+        "process.py",
+        "wire.py",
+        "ops.py",
+        "pool.py",
+        "relay.py",
+        "conn.py",
+        "../hostkey.py",
+        "../ssh.py",
+        "../endpoint.py",
+        "../ready.py",
     )
     for name in names:
         try:
@@ -290,3 +293,26 @@ def listen(path: Path) -> socket.socket | None:
         os.umask(old)
     sock.listen(64)
     return sock
+
+
+class Conn:
+    """One connection to the keeper."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader = FrameReader(sock)
+        self._send_lock = threading.Lock()
+
+    def send(self, data: bytes) -> None:
+        with self._send_lock:
+            self.sock.sendall(data)
+
+    def shutdown(self) -> None:
+        """Ends the stream both ways; wakes a thread blocked reading or writing it."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.shutdown()
+        with self._send_lock:
+            self.sock.close()

@@ -1,7 +1,7 @@
 """The keeper's relay: every command's Unix-socket client spliced to its SSH channel, on the keeper's loop.
 
 An SSH channel cannot be handed to another process, so the keeper relays it (frames in
-``keeper_wire``): stdin, stdin's EOF, kill and lend-back from the client; stdout as it arrives, then
+``keeper.wire``): stdin, stdin's EOF, kill and lend-back from the client; stdout as it arrives, then
 stderr and the exit status (or a lost connection) to it. Each relay is a coroutine on the keeper's
 one asyncio loop, beside asyncssh's reading of every connection: no thread per command or host.
 Output to a slow client is buffered up to OUT_HIGH, then the channel is no longer read (its SSH
@@ -15,8 +15,8 @@ import asyncio
 import contextlib
 
 from pippa_contract.errors import ErrorKind
-from pippa_ops.transport import keeper_wire as wire
-from pippa_ops.transport.keeper_conn import Chan
+from pippa_ops.transport.keeper import wire
+from pippa_ops.transport.keeper.conn import Chan
 
 OUT_HIGH = 4 << 20  # bytes buffered for a client before its channel is no longer read
 STDIN_HIGH = 4 << 20  # stdin buffered for a channel before its client is no longer read

@@ -9,10 +9,8 @@ import contextlib
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
-from pippa_ops.transport import keeper_ops as ops
-from pippa_ops.transport import keeper_wire as wire
 from pippa_ops.transport.base import (
     CONNECT_TIMEOUT_S,
     Command,
@@ -21,9 +19,21 @@ from pippa_ops.transport.base import (
     as_shell_line,
 )
 from pippa_ops.transport.endpoint import Endpoint
+from pippa_ops.transport.keeper import ops, wire
 
 if TYPE_CHECKING:
-    from pippa_ops.transport.keeper_client import Conn, KeeperClient
+    from pippa_ops.transport.keeper.wire import Conn
+
+
+class KeeperService(Protocol):
+    """What a ``KeeperTransport`` asks of its client (``keeper.client.KeeperClient``): declared here so
+    that the client imports this module and never the other way round."""
+
+    def open(self, request: ops.Op, ep: Endpoint | None = None, ahead: str | None = None) -> Conn | None: ...
+
+    def ask(self, request: ops.Op, wait_s: float, ep: Endpoint | None = None) -> dict[str, Any] | None: ...
+
+    def raise_typed(self, answer: dict[str, Any]) -> None: ...
 
 ANSWER_WAIT_S = 6 * CONNECT_TIMEOUT_S  # the keeper's own connect (TCP, banner, auth, jump hops)
 KILL_WAIT_S = 2.0  # how long kill() waits for the command's end, as SSHProcess.kill does
@@ -149,7 +159,7 @@ class KeeperProcess(Process):
 
     def release(self) -> None:
         """Lend the host agent back to the keeper, which keeps it for the next command when it is at a
-        request boundary with nothing unread (``keeper_relay``), else closes it."""
+        request boundary with nothing unread (``keeper.relay``), else closes it."""
         if self._status is None and not self._killed and not self._stdin_closed:
             with contextlib.suppress(OSError):
                 self._c.send(wire.frame(wire.LEND))
@@ -172,7 +182,7 @@ class KeeperTransport(Transport):
     def __init__(
         self,
         endpoint: Endpoint,
-        client: KeeperClient,
+        client: KeeperService,
         *,
         accept_new: bool = False,
         timeout: float = CONNECT_TIMEOUT_S,

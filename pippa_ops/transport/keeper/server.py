@@ -2,9 +2,9 @@
 
 Every pippa command used to pay a TCP + SSH handshake and authentication (4-6 round trips) before its
 first byte of work; OpenSSH users avoid that with ControlMaster/ControlPersist. This is the same idea:
-the first command starts the keeper (``keeper_client``), later commands reach it over a Unix socket
-and run their commands on its connections (``keeper_pool``, asyncssh in ``keeper_conn``), relayed
-by ``keeper_relay``. Requests are typed (``keeper_ops``); ``Keeper.HANDLERS`` is the one table they
+the first command starts the keeper (``keeper.client``), later commands reach it over a Unix socket
+and run their commands on its connections (``keeper.pool``, asyncssh in ``keeper.conn``), relayed
+by ``keeper.relay``. Requests are typed (``keeper.ops``); ``Keeper.HANDLERS`` is the one table they
 are dispatched by.
 
 Everything runs on one asyncio loop: the accept loop, every client, every relay, and every host's
@@ -37,10 +37,9 @@ from typing import Any, ClassVar
 
 from pippa_contract.errors import ErrorKind
 from pippa_ops import errors
-from pippa_ops.transport import keeper_ops as ops
-from pippa_ops.transport import keeper_wire as wire
-from pippa_ops.transport.keeper_pool import Pool
-from pippa_ops.transport.keeper_relay import Relay, Tally, error_frame
+from pippa_ops.transport.keeper import ops, wire
+from pippa_ops.transport.keeper.pool import Pool
+from pippa_ops.transport.keeper.relay import Relay, Tally, error_frame
 from pippa_ops.transport.sshconfig import read_ssh_config, ssh_aliases, ssh_config_path
 
 REQUEST_WAIT_S = 5.0  # a client that connects must send its request within this
