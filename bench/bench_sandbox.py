@@ -8,6 +8,8 @@ own uid, cgroup caps, rlimits, wall clock, output caps, tree kill); the sandbox 
 cgroup (what the cgroup move costs); without the seccomp filter and keyring (what they cost); and
 with the filter of the round before issue 35 (no page-cache and futex rules: what those cost); and
 every code reward's sandbox (``default_pool``), whose /usr is a memory-resident copy (``resident``).
+The CPU lines also measure the sandbox as it was before issue 46 (no Landlock view of /proc, no
+sysinfo and mlock rules): isolation's CPU per run, now / then, goal <= 1.2.
 Goals: sandbox / bare >= 0.8; sandbox / sandbox with the earlier filter >= 0.9 (issue 35). Wall
 time on a shared machine swings with its load; the CPU lines at the end (the filters on a
 syscall-heavy program, the interpreter's start-up, and every process of one program through a
@@ -29,6 +31,8 @@ from pathlib import Path
 
 from training_core.sandbox import SandboxLimits, SandboxPool, detect, resident, run_python, seccomp
 from training_core.sandbox.isolation import Launcher
+
+BEFORE_46 = "sandbox before issue 46"
 
 
 def programs(n: int) -> list[str]:
@@ -126,6 +130,10 @@ def cpu_per_run(sides: dict[str, Launcher | None], n: int, rounds: int) -> None:
     for name, ms in best.items():
         extra = f", isolation {ms - bare_ms:.1f} ms" if name != "bare python -I -S" else ""
         print(f"CPU per program, all its processes, {name}: {ms:.1f} ms{extra} (best of {rounds} x {n})")
+    if BEFORE_46 in best and "sandbox" in best:
+        ratio = (best["sandbox"] - bare_ms) / (best[BEFORE_46] - bare_ms)
+        print(f"isolation CPU per run, sandbox / {BEFORE_46} = {ratio:.2f} (goal <= 1.20: Landlock and "
+              f"the machine-state rules)")
 
 
 def main() -> None:
@@ -139,6 +147,8 @@ def main() -> None:
     no_filter = dataclasses.replace(launcher, seccomp=None)
     earlier = dataclasses.replace(launcher, seccomp=seccomp.build(kernel_state=False))
     on_copy = resident(launcher)
+    # the sandbox before issue 46: no Landlock view of /proc, no sysinfo and mlock rules
+    before_46 = dataclasses.replace(launcher, landlock=0, seccomp=seccomp.build(machine_state=False))
     print(launcher.isolation.header())
     print(f"sandbox python: {launcher.python}\nbare python: {sys.executable}")
     codes = programs(args.n)
@@ -173,7 +183,7 @@ def main() -> None:
     heavy(launcher, earlier, on_copy, args.rounds)
     cpu_per_run({"bare python -I -S": None, "sandbox": launcher, "sandbox, earlier filter": earlier,
                  "sandbox, resident /usr": on_copy, "sandbox, no seccomp": no_filter,
-                 "sandbox, no cgroup": plain}, 40, args.rounds)
+                 "sandbox, no cgroup": plain, BEFORE_46: before_46}, 40, args.rounds)
     per_run = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["bare -I -S"])
     cgroup = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["sandbox, no cgroup"])
     filt = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["sandbox, no seccomp"])
