@@ -11,13 +11,63 @@ case is contained when the value does not arrive; ``GAME`` are the same channels
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from training_core.sandbox.procview import PROC_SELF
+
 Run = Callable[[str], Any]
+
+# open every file under /proc and /sys (without following links out of them) and say which opened
+SURVEY = """
+import json, os
+me = os.getpid()
+opened, seen = [], 0
+for top in ('/proc', '/sys'):
+    for d, dirs, files in os.walk(top):
+        for f in files:
+            p = os.path.join(d, f)
+            seen += 1
+            try:
+                fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+            except OSError:
+                continue
+            os.close(fd)
+            opened.append(p)
+print(json.dumps({'me': me, 'seen': seen, 'opened': opened[:400], 'total': len(opened),
+                  'sys': os.path.exists('/sys'), 'cpus': os.cpu_count()}))
+"""
+# links in a process's own directory that resolve to the sandbox's own files (its fds, /usr's python)
+# or to its own namespaces (nsfs: opening one gives a handle setns would take, and setns is refused)
+OWN_LINKS = ("fd", "exe", "cwd", "root", "map_files", "ns")
+
+
+def own(path: str, me: int) -> bool:
+    """``path`` is one of the program's own per-process files (``PROC_SELF``) or links, also
+    as seen through one of its threads (``task/<tid>/``)."""
+    own = f"/proc/{me}/"
+    if not path.startswith(own):
+        return False
+    parts = path[len(own):].split("/")
+    if parts[0] == "task" and len(parts) > 2:
+        parts = parts[2:]
+    return parts[0] in PROC_SELF or parts[0] in OWN_LINKS
+
+
+def survey(run: Run) -> tuple[bool, str]:
+    """Every file under the sandbox's /proc and /sys: which a program can open that are not its own."""
+    r = run(SURVEY)
+    try:
+        got = json.loads(r.stdout)
+    except ValueError:
+        return False, f"no survey: {r.status} {r.stdout[-80:]!r} {r.stderr[-160:]!r}"
+    machine_wide = [p for p in got["opened"] if not own(p, got["me"])]
+    return machine_wide == [] and not got["sys"], f"{got['seen']} files seen, opened {machine_wide[:6]}"
+
 
 # read a figure of /proc/vmstat or /proc/meminfo: prints "value N" or "refused ..."
 READ = """
@@ -160,6 +210,7 @@ def accounting_concurrent(prog: str, hold: int) -> Callable[[Run], tuple[bool, s
 
 
 CHANNELS: dict[str, Callable[[Run], tuple[bool, str]]] = {
+    "proc_and_sys_survey": survey,
     "mlock_counter_between_runs": mlock_counter_between_runs,
     "mlocked_gauge_concurrent": gauge_concurrent("Mlocked", HOLD_MLOCKED, 4096),
     "shmem_gauge_concurrent": gauge_concurrent("Shmem", HOLD_SHMEM, 8192),

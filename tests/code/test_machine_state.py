@@ -15,41 +15,6 @@ from training_core.code.mbpp_game import play
 from training_core.sandbox import SandboxLimits, SandboxUnavailable, detect, isolation, procview, run_python
 from training_core.sandbox.pool import default_pool
 
-# open every file under /proc and /sys (without following links out of them) and say which opened
-SURVEY = """
-import json, os
-me = os.getpid()
-opened, seen = [], 0
-for top in ('/proc', '/sys'):
-    for d, dirs, files in os.walk(top):
-        for f in files:
-            p = os.path.join(d, f)
-            seen += 1
-            try:
-                fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
-            except OSError:
-                continue
-            os.close(fd)
-            opened.append(p)
-print(json.dumps({'me': me, 'seen': seen, 'opened': opened[:400], 'total': len(opened),
-                  'sys': os.path.exists('/sys'), 'cpus': os.cpu_count()}))
-"""
-# links in a process's own directory that resolve to the sandbox's own files (its fds, /usr's python)
-# or to its own namespaces (nsfs: opening one gives a handle setns would take, and setns is refused)
-OWN_LINKS = ("fd", "exe", "cwd", "root", "map_files", "ns")
-
-
-def _own(path: str, me: int) -> bool:
-    """``path`` is one of the program's own per-process files (``procview.PROC_SELF``) or links, also
-    as seen through one of its threads (``task/<tid>/``)."""
-    own = f"/proc/{me}/"
-    if not path.startswith(own):
-        return False
-    parts = path[len(own):].split("/")
-    if parts[0] == "task" and len(parts) > 2:
-        parts = parts[2:]
-    return parts[0] in procview.PROC_SELF or parts[0] in OWN_LINKS
-
 
 @pytest.mark.parametrize("where", ["detect", "default_pool"])
 def test_a_survey_of_the_sandboxs_proc_and_sys_finds_nothing_machine_wide(where: str) -> None:
@@ -57,10 +22,10 @@ def test_a_survey_of_the_sandboxs_proc_and_sys_finds_nothing_machine_wide(where:
     files and nothing else (no meminfo, vmstat, stat, loadavg, pressure, keys, sys/fs, mountinfo, net,
     another process's), and /sys is not there. The code game's sandboxes (``default_pool``) too."""
     launcher = detect() if where == "detect" else default_pool().launcher
-    r = run_python(SURVEY, SandboxLimits(timeout_s=30, max_output_bytes=1 << 20), launcher)
+    r = run_python(hms.SURVEY, SandboxLimits(timeout_s=30, max_output_bytes=1 << 20), launcher)
     assert r.ok, r.stderr[-2000:]
     got = json.loads(r.stdout)
-    machine_wide = [p for p in got["opened"] if not _own(p, got["me"])]
+    machine_wide = [p for p in got["opened"] if not hms.own(p, got["me"])]
     assert machine_wide == [] and got["total"] == len(got["opened"]), machine_wide[:40]
     assert got["seen"] > 1000 and not got["sys"]  # the walk saw /proc's thousands of files
     assert f"/proc/{got['me']}/status" in got["opened"]  # a program still reads its own status
