@@ -89,3 +89,21 @@ def test_the_games_invariant_holds_for_its_own_pool_and_names_each_gap_elsewhere
             pytest.warns(RuntimeWarning, match="no Landlock"):
         assert play(["print(1)"], lambda ps: ["<answer>1</answer>"] * len(ps), pool=pool,
                     limits=SandboxLimits(timeout_s=0.5)) == [-1.0]
+
+
+def test_the_same_sandbox_without_landlock_and_the_new_rules_shows_the_machine() -> None:
+    """The control that gives the tests above their teeth: the strict sandbox without Landlock and
+    without the filter's sysinfo and mlock rules opens meminfo, vmstat, loadavg and /proc/sys, and reads
+    the mlock counter; the prelude's RLIMIT_MEMLOCK 0 alone still keeps a program from moving it (on
+    the code before issue 46 this channel carried the value exactly: moved by 582, read back 582)."""
+    import dataclasses
+
+    from training_core.sandbox import seccomp
+
+    before = dataclasses.replace(detect(), landlock=0, seccomp=seccomp.build(machine_state=False))
+    r = run_python(hms.SURVEY, SandboxLimits(timeout_s=30, max_output_bytes=1 << 20), before)
+    opened = json.loads(r.stdout)["opened"]
+    assert {"/proc/meminfo", "/proc/vmstat", "/proc/loadavg"} <= set(opened)
+    assert any(p.startswith("/proc/sys/") for p in opened)
+    contained, evidence = hms.mlock_counter_between_runs(lambda code: run_python(code, launcher=before))
+    assert "read 'value" in evidence and "(locked 0)" in evidence and contained, evidence
