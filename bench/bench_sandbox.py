@@ -8,12 +8,15 @@ own uid, cgroup caps, rlimits, wall clock, output caps, tree kill); the sandbox 
 cgroup (what the cgroup move costs); without the seccomp filter and keyring (what they cost); and
 with the filter of the round before issue 35 (no page-cache and futex rules: what those cost); and
 every code reward's sandbox (``default_pool``), whose /usr is a memory-resident copy (``resident``).
+The CPU lines also measure the sandbox as it was before issue 46 (no Landlock view of /proc, no
+sysinfo and mlock rules): isolation's CPU per run, now / then, goal <= 1.2; and, where runsc is
+installed, a program in its own gVisor sandbox (``runsc do``) beside the strict one.
 Goals: sandbox / bare >= 0.8; sandbox / sandbox with the earlier filter >= 0.9 (issue 35). Wall
 time on a shared machine swings with its load; the CPU lines at the end (the filters on a
 syscall-heavy program, the interpreter's start-up, and every process of one program through a
 cpuacct cgroup) are the figures to compare across runs.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/bench_sandbox.py [--n 200] [--workers 2] [--rounds 3]
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_sandbox.py [--n 200] [--workers 2] [--rounds 3] [--cpu-only]
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +33,11 @@ from pathlib import Path
 
 from training_core.sandbox import SandboxLimits, SandboxPool, detect, resident, run_python, seccomp
 from training_core.sandbox.isolation import Launcher
+
+BEFORE_46 = "sandbox before issue 46"
+# a program in its own gVisor sandbox, as `runsc do` starts it (the host's root read-only under a tmpfs
+# overlay, no network): what a gVisor level would cost per program; not a level pippa offers yet
+GVISOR = "runsc --rootless --ignore-cgroups --network=none do"
 
 
 def programs(n: int) -> list[str]:
@@ -92,12 +101,13 @@ def heavy(launcher: Launcher, earlier: Launcher, resident: Launcher, rounds: int
           f"{best['earlier filter'] / best['new filter']:.2f} (goal >= 0.90)")
 
 
-def cpu_per_run(sides: dict[str, Launcher | None], n: int, rounds: int) -> None:
+def cpu_per_run(sides: dict[str, Launcher | list[str] | None], n: int, rounds: int) -> None:
     """CPU time of every process one program takes (the trainer's work, setpriv, bwrap, its namespace
     init, the interpreter), which load disturbs far less than wall time: this process and all it starts
     sit in a cpuacct cgroup of their own (cgroup v1, root: what this machine allows), whose usage counts
     the processes no one waits for too. A side None is bare ``python -I -S``; isolation's cost per run
-    is a sandbox side minus it. Sides alternate, best of each."""
+    is a sandbox side minus it; a side that is an argv is run as it is (gVisor's ``runsc do``). Sides
+    alternate, best of each."""
     acct = Path(f"/sys/fs/cgroup/cpuacct/pippa-bench-{os.getpid()}")
     try:
         acct.mkdir()
@@ -107,15 +117,15 @@ def cpu_per_run(sides: dict[str, Launcher | None], n: int, rounds: int) -> None:
         return
     limits = SandboxLimits()
     best = dict.fromkeys(sides, float("inf"))
-    python = next(lau.python for lau in sides.values() if lau is not None)
+    python = next(lau.python for lau in sides.values() if isinstance(lau, Launcher))
     try:
         for _ in range(rounds):
             for name, lau in sides.items():
                 u0 = int((acct / "cpuacct.usage").read_text())
                 for _ in range(n):
-                    if lau is None:
-                        subprocess.run([python, "-I", "-S", "-c", "print(1)"], capture_output=True,
-                                       timeout=10)
+                    if lau is None or isinstance(lau, list):
+                        argv = [*(lau or []), python, "-I", "-S", "-c", "print(1)"]
+                        assert subprocess.run(argv, capture_output=True, timeout=30).stdout.strip() == b"1"
                     else:
                         assert run_python("print(1)", limits, lau).ok
                 best[name] = min(best[name], (int((acct / "cpuacct.usage").read_text()) - u0) / n / 1e6)
@@ -126,20 +136,18 @@ def cpu_per_run(sides: dict[str, Launcher | None], n: int, rounds: int) -> None:
     for name, ms in best.items():
         extra = f", isolation {ms - bare_ms:.1f} ms" if name != "bare python -I -S" else ""
         print(f"CPU per program, all its processes, {name}: {ms:.1f} ms{extra} (best of {rounds} x {n})")
+    if GVISOR in best:
+        print(f"a program in its own gVisor sandbox ({GVISOR}) / in the strict sandbox, CPU per run: "
+              f"{best[GVISOR] / best['sandbox']:.2f}")
+    if BEFORE_46 in best and "sandbox" in best:
+        ratio = (best["sandbox"] - bare_ms) / (best[BEFORE_46] - bare_ms)
+        print(f"isolation CPU per run, sandbox / {BEFORE_46} = {ratio:.2f} (goal <= 1.20: Landlock and "
+              f"the machine-state rules)")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=200, help="programs per round and side")
-    ap.add_argument("--workers", type=int, default=2, help="parallel programs on each side")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best of each side counts")
-    args = ap.parse_args()
-    launcher = detect()
-    plain = dataclasses.replace(launcher, cgroups=None)
-    no_filter = dataclasses.replace(launcher, seccomp=None)
-    earlier = dataclasses.replace(launcher, seccomp=seccomp.build(kernel_state=False))
-    on_copy = resident(launcher)
-    print(launcher.isolation.header())
+def throughput(launcher: Launcher, plain: Launcher, no_filter: Launcher, earlier: Launcher, on_copy: Launcher,
+               args: argparse.Namespace) -> None:
+    """Programs per second on each side, alternating rounds (wall time: the machine's load shows)."""
     print(f"sandbox python: {launcher.python}\nbare python: {sys.executable}")
     codes = programs(args.n)
     sides = ("bare", "bare -I -S", "sandbox", "sandbox, no cgroup", "sandbox, no seccomp",
@@ -170,15 +178,41 @@ def main() -> None:
           f"futex rules)")
     print(f"code rewards' sandbox (resident /usr) / sandbox on the host's /usr = "
           f"{best['sandbox, resident /usr'] / best['sandbox']:.2f} (goal >= 0.90)")
-    heavy(launcher, earlier, on_copy, args.rounds)
-    cpu_per_run({"bare python -I -S": None, "sandbox": launcher, "sandbox, earlier filter": earlier,
-                 "sandbox, resident /usr": on_copy, "sandbox, no seccomp": no_filter,
-                 "sandbox, no cgroup": plain}, 40, args.rounds)
     per_run = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["bare -I -S"])
     cgroup = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["sandbox, no cgroup"])
     filt = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["sandbox, no seccomp"])
     print(f"isolation cost per run: {per_run:.1f} ms, of which the cgroup move {cgroup:.1f} ms and the "
           f"seccomp filter with the fresh keyring {filt:.1f} ms ({args.workers} workers)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=200, help="programs per round and side")
+    ap.add_argument("--workers", type=int, default=2, help="parallel programs on each side")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best of each side counts")
+    ap.add_argument("--cpu-only", action="store_true", help="only the CPU per program lines")
+    args = ap.parse_args()
+    launcher = detect()
+    plain = dataclasses.replace(launcher, cgroups=None)
+    no_filter = dataclasses.replace(launcher, seccomp=None)
+    earlier = dataclasses.replace(launcher, seccomp=seccomp.build(kernel_state=False))
+    on_copy = resident(launcher)
+    # the sandbox before issue 46: no Landlock view of /proc, no sysinfo and mlock rules
+    before_46 = dataclasses.replace(launcher, landlock=0, seccomp=seccomp.build(machine_state=False))
+    print(launcher.isolation.header())
+    if not args.cpu_only:
+        throughput(launcher, plain, no_filter, earlier, on_copy, args)
+        heavy(launcher, earlier, on_copy, args.rounds)
+    cpu_sides: dict[str, Launcher | list[str] | None] = {
+        "bare python -I -S": None, "sandbox": launcher, "sandbox, earlier filter": earlier,
+        "sandbox, resident /usr": on_copy, "sandbox, no seccomp": no_filter, "sandbox, no cgroup": plain,
+        BEFORE_46: before_46}
+    if runsc := shutil.which("runsc"):
+        # --ignore-cgroups: its sandbox and gofer stay in this process's cgroup, where their CPU is counted
+        cpu_sides[GVISOR] = [runsc, "--rootless", "--ignore-cgroups", "--network=none", "do", "--quiet"]
+    else:
+        print("gVisor: not measured (no runsc; Debian: apt-get install runsc)")
+    cpu_per_run(cpu_sides, 40, args.rounds)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import hostile_kernel_state as hks
+import hostile_machine_state as hms
 
 from training_core.code.mbpp_game import play
 from training_core.rewards import code as rc
@@ -580,7 +581,20 @@ KERNEL_STATE = [
 ] + [prog("kernel_state", name, code.replace("@FILE@", "/usr/bin/env"), lambda r, c: "ESCAPED" not in r.stdout)
      for name, code in hks.single_calls().items()]
 
-CASES = NETWORK + FS_READ + FS_WRITE + PERSISTENCE + PROCESSES + RESOURCES + SOCKETS + KERNEL + FORGING + KERNEL_STATE
+def _machine_game(ctx: Ctx) -> tuple[bool, str]:
+    """The code game against programs that read machine-wide state: each invalid (-1), never a win."""
+    progs = [*hms.GAME.values(), "print(6 * 7)"]
+    got = play(progs, lambda ps: ["<answer>0</answer>"] * len(ps))
+    return got == [-1.0] * len(hms.GAME) + [1.0], f"rewards {got} ({', '.join(hms.GAME)}, honest)"
+
+
+MACHINE_STATE = [
+    Case("machine_state", name, lambda ctx, ch=ch: ch(lambda code: run_python(code, SMALL, ctx.launcher)))
+    for name, ch in hms.CHANNELS.items()
+] + [prog("machine_state", name, code, lambda r, c: "ESCAPED" not in r.stdout and r.stdout != "")
+     for name, code in hms.SINGLE.items()] + [Case("reward_forging", "code_game_reads_machine_state", _machine_game)]
+
+CASES = NETWORK + FS_READ + FS_WRITE + PERSISTENCE + PROCESSES + RESOURCES + SOCKETS + KERNEL + FORGING + KERNEL_STATE + MACHINE_STATE
 
 
 @dataclass(frozen=True)

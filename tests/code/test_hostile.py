@@ -111,16 +111,18 @@ def test_every_hostile_program_is_contained_as_an_ordinary_user(user_python: str
 def test_an_ordinary_user_gets_strict_isolation_in_a_delegated_cgroup(user_python: str) -> None:
     """A user whose memory and pids cgroups are its own (delegated) runs at isolation = strict: each
     run in a cgroup of its own under the delegated one, whose limits cap all of the user's runs. The
-    memory, fork and disk programs are held by the run's cgroup; before issue 35 strict was refused."""
+    memory, fork and disk programs are held by the run's cgroup; before issue 35 strict was refused.
+    The machine-state channels (per-user signal and message-queue accounting among them) are held too."""
     report = _as_throwaway_user(
         user_python, ["--only", "resources", "--only", "processes", "--only", "kernel_state",
-                      "--only", "persistence"],
+                      "--only", "persistence", "--only", "machine_state",
+                      "--only", "reward_forging/code_game_reads_machine_state"],
         delegate={"memory.limit_in_bytes": 6 << 30, "pids.max": 2048})
     escaped = [o for o in report["outcomes"] if not o["contained"]]
     assert report["mode"] == "bwrap-user" and report["level"] == "strict", report["summary"]
     assert report["memory_cap"] == "cgroup v1 (delegated)", report["summary"]
     assert escaped == [], report["summary"]
-    assert len(report["outcomes"]) >= 30
+    assert len(report["outcomes"]) >= 40
 
 
 def test_pippa_up_reports_a_delegated_cgroup_as_strict_and_its_absence_with_the_way_to_get_it(

@@ -231,8 +231,11 @@ assert libc.syscall(L(nr("keyctl")), L(1), ring) > 0  # this helper joins a sess
 key = libc.syscall(L(nr("add_key")), b"user", desc.encode(), b"s3cret", L(6), L(-3))
 assert key > 0 and libc.syscall(L(nr("keyctl")), L(5), L(key), L(0x3F000000)) == 0  # possessor-only
 launcher = detect(force_mode="bwrap-user", level="rlimits")  # /proc/keys lists only keys of mapped uids
-if sys.argv[1] == "control":  # the same filter, without the prelude's join
-    launcher = dataclasses.replace(launcher, seccomp=dataclasses.replace(launcher.seccomp, keyctl_nr=-1))
+if sys.argv[1] == "control":  # the same filter, without the prelude's join or Landlock (hides /proc/keys)
+    launcher = dataclasses.replace(launcher, seccomp=dataclasses.replace(launcher.seccomp, keyctl_nr=-1),
+                                   landlock=0)
+elif sys.argv[1] == "join only":  # the prelude's join alone: a fresh keyring where /proc/keys is readable
+    launcher = dataclasses.replace(launcher, landlock=0)
 r = run_python("print(open('/proc/keys').read())", launcher=launcher)
 print("visible" if desc in r.stdout else "hidden")
 """
@@ -249,12 +252,12 @@ def test_the_sandbox_has_a_fresh_session_keyring() -> None:
     import sys
 
     got = {}
-    for side in ("control", "sandbox"):
+    for side in ("control", "join only", "sandbox"):
         r = subprocess.run([sys.executable, "-c", KEYRING_HELPER, side], capture_output=True, text=True,
                            timeout=60)
         assert r.returncode == 0, r.stderr[-2000:]
         got[side] = r.stdout.split()[-1]
-    assert got == {"control": "visible", "sandbox": "hidden"}
+    assert got == {"control": "visible", "join only": "hidden", "sandbox": "hidden"}
 
 
 def test_ordinary_programs_still_run_under_the_filter() -> None:

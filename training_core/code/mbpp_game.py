@@ -18,12 +18,14 @@ import random
 import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from training_core.code.extract import extract_code
 from training_core.sandbox import SandboxLimits, SandboxPool, SandboxResult, Status, default_pool
+from training_core.sandbox.isolation import Launcher
 
 Predictor = Callable[[list[str]], list[str]]
 
@@ -93,6 +95,26 @@ class GameStats:
                 "code_game/invalid_programs": float(self.invalid)}
 
 
+# The game's invariant (docs/sandbox.md, "The code game's invariant"): nothing a program's first run
+# does can be read by its second, and nothing the machine shows reaches either. ``invariant_gaps``
+# names what a launcher leaves open; the game's own pool (``default_pool``) leaves nothing.
+INVARIANT = "nothing the first run does can be read by the second, and no run reads the machine's state"
+
+
+def invariant_gaps(launcher: Launcher) -> tuple[str, ...]:
+    """What ``launcher`` leaves open of ``INVARIANT``: () where it holds."""
+    gaps = []
+    if launcher.bwrap is None:
+        gaps.append("no sandbox: the program sees the host")
+    if not launcher.landlock:
+        gaps.append("no Landlock: the machine's /proc files are readable")
+    if launcher.seccomp is None:
+        gaps.append("no seccomp filter: page cache, futexes, locks, keyrings, mlock and sysinfo are open")
+    if launcher.usr == "/usr":
+        gaps.append("the host's /usr: its page cache is shared by every run")
+    return tuple(gaps)
+
+
 def run_twice(pool: SandboxPool, codes: Sequence[str], limits: SandboxLimits,
               rng: random.Random | None = None) -> list[tuple[SandboxResult, SandboxResult]]:
     """Each program's two runs, at different times in fresh sandboxes: all first runs (in a shuffled
@@ -106,11 +128,12 @@ def run_twice(pool: SandboxPool, codes: Sequence[str], limits: SandboxLimits,
     no page a run could load or evict, so nothing to probe, not even by timing or fault-around), and
     the seccomp filter refuses every call that writes or probes state the two could share: the page
     cache (fadvise, readahead, madvise advice, RWF_NOWAIT, mincore, cachestat), shared futexes, locks,
-    file watches, keyrings, SysV IPC. A program
+    file watches, keyrings, SysV IPC, mlock, sysinfo; and no run reads a machine-wide file. A program
     cannot tell which of its runs it is (same argv, environment, pid 1 tree, clock only coarser than
     the gap), so a scheme "draw in the first run, replay in the second" prints two different numbers:
     invalid. A coarse clock does agree nearly always (``int(time.time()) // 3600`` differs only when
-    an hour starts between the runs): that and global counters (load) are not isolated (docs)."""
+    an hour starts between the runs): that is not isolated (docs). The machine's counters and gauges
+    are unreadable (Landlock: ``procview``), sysinfo and mlock refused: ``invariant_gaps``."""
     if not codes:
         return []
     rng = rng or random.SystemRandom()
@@ -135,6 +158,9 @@ def play(completions: Sequence[Any], predict: Predictor, stats: GameStats | None
     ``opponent_prompt`` is the opponent's question with a ``{code}`` slot."""
     codes = [prefix + code if (code := extract_code(c)) else "" for c in completions]
     pool = pool or default_pool()  # /usr in memory: no page cache a run could leave for another
+    if gaps := invariant_gaps(pool.launcher):  # Python's warning filter shows it once per process
+        warnings.warn(f"code game: the invariant ({INVARIANT}) does not hold here: {'; '.join(gaps)}",
+                      RuntimeWarning, stacklevel=2)
     limits = limits or SandboxLimits(timeout_s=2.0)
     todo = [c for c in codes if c]
     # twice, each in a fresh sandbox: a program whose output differs between runs (os.urandom, random,

@@ -19,8 +19,14 @@ def equivalent(gold: str, pred: str) -> bool:
 
     Both are read as the content of ``\\boxed{}`` so bare LaTeX ("\\frac12", "2^{1/2}") parses as
     LaTeX; a prediction that does not parse that way is read as free text ("The answer is 42.").
+    A percent is the number written before it on both sides (``answer_form.strip_percent``): math-verify
+    would also pay ``400\\%`` for 4.
     """
     from math_verify import parse, verify
+
+    from training_core.rewards.answer_form import strip_percent
+
+    gold, pred = strip_percent(gold), strip_percent(pred)
 
     gold_parsed = parse(f"\\boxed{{{gold}}}", parsing_timeout=None)  # type: ignore[arg-type]
     pred_parsed = parse(f"\\boxed{{{pred}}}", parsing_timeout=None)  # type: ignore[arg-type]

@@ -5,8 +5,10 @@ The prompt (``training_core.data.prompts.R1_ZERO_PROMPT``) ends inside ``<think>
 completion is ``reasoning </think> <answer> answer </answer>``: exactly one ``</think>``, then only
 whitespace, then exactly one non-empty ``<answer>`` block; text after ``</answer>`` is ignored (a
 generation may run on to its length limit). A second ``<answer>`` or ``</think>`` anywhere breaks the
-format, so the answer graded is never one of several tries. Graded by ``math_grader`` (worker processes,
-a time bound that holds on any thread).
+format, so the answer graded is never one of several tries; so does an answer that is not one answer
+(``answer_form.several_answers``: a disjunction, a ``cases`` block, several boxes, an equation with a
+number on more than one side), which math-verify would pay when any branch or the right-hand side
+matches. Graded by ``math_grader`` (worker processes, a time bound that holds on any thread).
 
 - ``r1_zero_reward_fn(response, ground_truth)``: CS336's ``{"reward", "format_reward", "answer_reward"}``
   for ``training_core.rl.compute_group_normalized_rewards`` and custom loops.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from training_core.rewards.answer_form import several_answers
 from training_core.rewards.math_grader import MathGrader, default_grader
 from training_core.rewards.registry import register
 from training_core.rewards.text import completion_text
@@ -27,11 +30,12 @@ _FORMAT_RE = re.compile(r"</think>\s*<answer>(?P<answer>.*?)</answer>", re.DOTAL
 
 
 def r1_zero_answer(text: str) -> str | None:
-    """The answer of a well-formed completion, stripped, or None when the format is broken."""
+    """The answer of a well-formed completion, stripped, or None when the format is broken or the block
+    holds more than one answer."""
     if text.count("</think>") != 1 or text.count("<answer>") != 1 or text.count("</answer>") != 1:
         return None
     m = _FORMAT_RE.search(text)
-    if m is None or not m.group("answer").strip():
+    if m is None or not m.group("answer").strip() or several_answers(m.group("answer")) is not None:
         return None
     return m.group("answer").strip()
 

@@ -7,7 +7,8 @@ with user namespaces what we would otherwise hand-roll:
   interpreter's prefix are visible; ``/tmp`` (the working directory) and ``/dev/shm`` are private,
   size-limited tmpfs that vanish with the run; everything else (``/root``, ``/home``, ``/etc``,
   ``/run``, ``/var``, the repo, other sandboxes, host unix-socket files) is simply not there; the root
-  and ``/dev`` are read-only; ``/proc`` is a fresh one that shows only the sandbox's own processes;
+  and ``/dev`` are read-only; ``/proc`` is a fresh one that shows only the sandbox's own processes,
+  and of it the program reads only its own process's files (Landlock, ``procview``); no ``/sys``;
 - network, IPC, UTS, cgroup and PID namespaces (the whole tree dies with the namespace's first
   process), a new session (no TIOCSTI into our terminal), all capabilities dropped, no new
   privileges, and no further user namespaces inside (``--disable-userns``);
@@ -26,8 +27,9 @@ Modes, best first:
 
 Levels (the recipe's ``sandbox.isolation``) say which modes are acceptable, and ``detect`` refuses
 with one line naming what is missing rather than weaken on its own: ``strict`` (the default) needs
-bwrap, the filter and cgroup caps (``bwrap-root`` with writable cgroups, or ``bwrap-user`` in a
-delegated cgroup); ``rlimits`` accepts per-process caps; ``unsafe`` accepts mode 3.
+bwrap, the filter, Landlock and cgroup caps (``bwrap-root`` with writable cgroups, or ``bwrap-user``
+in a delegated cgroup); ``rlimits`` accepts per-process caps and a kernel without Landlock; ``unsafe``
+accepts mode 3.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 
 from pippa_contract import cgroupdeleg
 from training_core.errors import SandboxMissing
-from training_core.sandbox import seccomp
+from training_core.sandbox import procview, seccomp
 from training_core.sandbox.cgroups import CgroupSlots
 from training_core.sandbox.seccomp import Filter, SeccompUnavailable
 
@@ -100,6 +102,7 @@ class Launcher:
     setpriv: str | None = None  # util-linux setpriv: drops to the run's uid without forking the trainer
     seccomp: Filter | None = None  # installed by bwrap on the sandbox's processes (``--seccomp FD``)
     usr: str = "/usr"  # bound read-only as /usr: the host's, or a memory-resident copy (``usrcopy``)
+    landlock: int = 0  # the kernel's Landlock ABI the prelude restricts reads with (``procview``); 0: none
 
     def prefix(self, tmp_bytes: int, shm_bytes: int, sync_fds: tuple[int, int] | None = None,
                uid: int | None = None, seccomp_fd: int | None = None) -> list[str]:
@@ -133,6 +136,10 @@ class Launcher:
         if seccomp_fd is not None:
             argv += ["--seccomp", str(seccomp_fd)]
         return argv
+
+    def read_roots(self) -> str:
+        """The prelude's Landlock argument: where the program may read files, or "-" for no Landlock."""
+        return procview.readable(self.extra_ro) if self.landlock and self.bwrap else "-"
 
     @property
     def needs_uid(self) -> bool:
@@ -312,6 +319,7 @@ def _detect(force_mode: str | None, level: str) -> Launcher:
         why.append("bwrap not found")
         hints.append(INSTALL_HINT)
     elif flt is not None:
+        landlock = procview.landlock_abi()
         modes = ["bwrap-root", "bwrap-user"] if root else ["bwrap-user"]
         if force_mode is not None:
             modes = [m for m in modes if m == force_mode]
@@ -324,17 +332,23 @@ def _detect(force_mode: str | None, level: str) -> Launcher:
                            f"({slots})")
                 hints.append(CGROUP_HINT_ROOT if root else CGROUP_HINT_USER)
                 continue
+            if not landlock and level == "strict":
+                why.append(f"{mode}: no Landlock to keep the machine's /proc files from the program")
+                hints.append(procview.HINT)
+                continue
             cap = cg.kind if cg else "rlimit"
-            notes: list[str] = []
+            notes: list[str] = [f"/proc: only the program's own process (Landlock ABI {landlock})" if landlock
+                                else "NO Landlock: the machine's /proc files are readable"]
             if cg is None:
                 notes.append("memory and process caps are per process (rlimits): no cgroup for this run")
             if mode == "bwrap-user":
                 notes.append("runs with the caller's uid inside a user namespace")
             iso = Isolation(mode, True, True, mode == "bwrap-root", True, cap, cap, tuple(notes),
-                            seccomp=flt.summary(), level="strict" if cg else "rlimits")
+                            seccomp=flt.summary(), level="strict" if cg and landlock else "rlimits")
             for python, binds in _python_candidates():
                 launcher = Launcher(iso, python, bwrap, cg, binds,
-                                    shutil.which("setpriv", path="/usr/bin:/bin") if root else None, flt)
+                                    shutil.which("setpriv", path="/usr/bin:/bin") if root else None, flt,
+                                    landlock=landlock)
                 err = _probe(launcher, UIDS.probe_uid if mode == "bwrap-root" else None)
                 if not err:
                     return launcher

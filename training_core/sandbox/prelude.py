@@ -7,7 +7,10 @@ sits in the sandbox's file system, and ``open(__file__)`` finds nothing.
 
 Why a prelude rather than ``preexec_fn``: rlimits set here apply to the program and everything it
 spawns, while the parent keeps using ``vfork``-fast spawning with no Python code between fork and exec.
-The prelude compiles the program itself, so a syntax error is told apart from a program that raises
+Before the program, the prelude restricts what it can read with Landlock (``procview``: its own mounts
+and its own process, nothing machine-wide) and sets the rlimits, also those that keep it out of the
+per-user and global counters (locked memory, message queues, pending signals). The prelude compiles
+the program itself, so a syntax error is told apart from a program that raises
 ``SyntaxError`` at run time.
 
 Status fd protocol: ``S`` compile failed, ``R`` started, then for test calls one line
@@ -21,7 +24,10 @@ from it, never verdicts, and compares them with expected values the sandbox neve
 
 from __future__ import annotations
 
+from training_core.sandbox.procview import PROC_SELF
 from training_core.sandbox.values import LIMITS, Limits
+
+SIGPENDING = 64  # queued signals a sandbox may hold: a program needs a few, not the user's 60,000
 
 _TEMPLATE = r"""
 import os, sys, resource, marshal
@@ -44,9 +50,29 @@ def _pippa_prelude():
     del chunks
     os.dup2(err_fd, 2)
     os.close(err_fd)
+    if sys.argv[6] != "-":  # Landlock: files are read only under the sandbox's mounts and PROC_SELF
+        import ctypes, struct
+        sc = ctypes.CDLL(None, use_errno=True).syscall
+        rs = sc(444, struct.pack("=Q", 4), 8, 0)  # handles LANDLOCK_ACCESS_FS_READ_FILE
+        me = "/proc/%d/" % os.getpid()
+        for path in sys.argv[6].split("|") + [me + e for e in "@PROC_SELF@".split(",")]:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            sc(445, rs, 1, struct.pack("=Qi", 4, fd), 0)
+            os.close(fd)
+        if rs < 0 or sc(446, rs, 0) != 0:
+            write(2, b"pippa sandbox: Landlock refused: the program does not run\n")
+            exit_(125)
+        os.close(rs)
+        del ctypes, struct, sc
     R = resource
+    # locked memory, message queues and pending signals are counted per host user and in global
+    # counters: none for the program (mlock is also refused by the filter), a few pending signals
     for res, val in ((R.RLIMIT_AS, mem), (R.RLIMIT_CPU, cpu), (R.RLIMIT_NPROC, nproc),
-                     (R.RLIMIT_FSIZE, fsize), (R.RLIMIT_NOFILE, nofile), (R.RLIMIT_CORE, 0)):
+                     (R.RLIMIT_FSIZE, fsize), (R.RLIMIT_NOFILE, nofile), (R.RLIMIT_CORE, 0),
+                     (R.RLIMIT_MEMLOCK, 0), (R.RLIMIT_MSGQUEUE, 0), (R.RLIMIT_SIGPENDING, @SIGPENDING@)):
         if val >= 0:
             resource.setrlimit(res, (val, val))
     stderr = sys.stderr
@@ -138,7 +164,8 @@ def _build(limits: Limits) -> str:
     """The prelude with the encoder's limits filled in (the decoder checks the same ones)."""
     text = _TEMPLATE
     for key, value in {"@DEPTH@": limits.depth, "@NODES@": limits.nodes, "@ELEMENTS@": limits.elements,
-                       "@INT_HEX@": limits.int_hex_digits, "@BYTES@": limits.bytes}.items():
+                       "@INT_HEX@": limits.int_hex_digits, "@BYTES@": limits.bytes,
+                       "@PROC_SELF@": ",".join(PROC_SELF), "@SIGPENDING@": SIGPENDING}.items():
         text = text.replace(key, str(value))
     return text
 

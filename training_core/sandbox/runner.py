@@ -248,7 +248,8 @@ def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launche
         disk = limits.disk_mb << 20
         argv = [*launcher.prefix(disk - disk // 4, disk // 4, sync, uid, flt), launcher.python,
                 "-I", "-S", "-B", "-c", PRELUDE, str(src), str(err_w), str(st_w), limits.rlimit_arg(),
-                str(launcher.seccomp.keyctl_nr if launcher.seccomp is not None else -1)]
+                str(launcher.seccomp.keyctl_nr if launcher.seccomp is not None else -1),
+                launcher.read_roots()]
         env = {"PATH": _ENV_PATH, "HOME": workdir or "/tmp", "TMPDIR": workdir or "/tmp", "LANG": "C.UTF-8"}
         before = cg.counters(slot) if cg and slot is not None else None
         popen_uid = uid if launcher.bwrap is None or launcher.setpriv is None else None

@@ -69,6 +69,10 @@ DENIED: tuple[tuple[str, tuple[str, ...], int], ...] = (
     ("io_uring", ("io_uring_setup", "io_uring_enter", "io_uring_register"), errno.ENOSYS),
     ("page cache of shared files", ("fadvise64", "readahead", "mincore", "cachestat", "process_madvise"),
      errno.EPERM),
+    # sysinfo(2) answers the machine's free, shared and buffered memory, its load and uptime; locked
+    # pages move the global unevictable and Mlocked counters (RLIMIT_MEMLOCK 0 holds MAP_LOCKED too)
+    ("machine-wide counters", ("sysinfo", "mlock", "mlock2", "munlock", "mlockall", "munlockall"),
+     errno.EPERM),
     # the waiters' flags sit in memory a filter cannot read; glibc does not use them
     ("futexes by vector", ("futex_waitv", "futex_requeue"), errno.ENOSYS),
     ("tracing and kernel programs", ("userfaultfd", "perf_event_open", "bpf", "ptrace", "process_vm_readv",
@@ -132,11 +136,13 @@ class Filter:
 # the groups that close kernel state shared between sandboxes (issue 35); ``build(kernel_state=False)``
 # leaves them out, for bench_sandbox's side-by-side with the filter before them
 KERNEL_STATE = ("page cache of shared files", "futexes by vector")
+MACHINE_STATE = ("machine-wide counters",)  # issue 46; ``build(machine_state=False)``: a bench baseline
 
 
-def build(kernel_state: bool = True) -> Filter:
+def build(kernel_state: bool = True, machine_state: bool = True) -> Filter:
     """The filter for this machine's native architecture; ``SeccompUnavailable`` says what is missing.
-    ``kernel_state=False``: without the page-cache and futex rules (a benchmark's baseline only)."""
+    ``kernel_state=False`` / ``machine_state=False``: without the page-cache and futex rules / the
+    sysinfo and mlock rules (a benchmark's baselines only)."""
     try:
         import pyseccomp as sc
     except (ImportError, OSError, AttributeError, RuntimeError) as e:  # pyseccomp loads the .so on import
@@ -146,7 +152,7 @@ def build(kernel_state: bool = True) -> Filter:
         low32 = 0xFFFFFFFF  # the kernel reads these arguments as 32-bit ints: compare the low half only
         denied: list[str] = []
         for group, names, err in DENIED:
-            if group in KERNEL_STATE and not kernel_state:
+            if (group in KERNEL_STATE and not kernel_state) or (group in MACHINE_STATE and not machine_state):
                 continue
             for name in names:
                 if name == "keyctl":

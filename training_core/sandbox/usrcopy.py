@@ -100,12 +100,18 @@ class UsrCopy:
                 return f"{base} is not a tmpfs"
         if shutil.which("ldd") is None:
             return "no ldd to find the interpreter's libraries"
-        for d in base.glob("pippa-usr-*"):  # left by a trainer that was killed
-            pid = d.name.split("-")[2]
-            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-                shutil.rmtree(d, ignore_errors=True)
-        root = base / f"pippa-usr-{os.getpid()}-{secrets.token_hex(4)}"
+        for owner in base.glob(".pippa-usr-*.pid"):  # left by a trainer that was killed
+            with contextlib.suppress(OSError, ValueError):
+                if not Path(f"/proc/{int(owner.read_text())}").exists():
+                    shutil.rmtree(base / owner.name[1:-4], ignore_errors=True)
+                    owner.unlink()
+        # the name is random and the owner's pid lies beside it: a sandbox sees the name (mountinfo's
+        # root of /usr), so it must name no process of the host
+        name = f"pippa-usr-{secrets.token_hex(8)}"
+        root, owner = base / name, base / f".{name}.pid"
         try:
+            owner.write_text(str(os.getpid()))
+            atexit.register(owner.unlink, True)
             out = subprocess.run([python, "-I", "-S", "-c", _PATHS], capture_output=True, text=True,
                                  timeout=60, check=True).stdout
             stdlib, platstdlib, dynload = json.loads(out)

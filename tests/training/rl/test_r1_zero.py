@@ -57,11 +57,56 @@ def test_format_needs_one_answer_block_right_after_the_thinking(text: str, answe
         ("(1,2)", "(1, 2)", True),
         ("2", "-2", False),
         ("2", "1, 2", False),  # a list of tries is a set, not the answer
-        ("2", "\\boxed{1} \\boxed{2}", False),
-        ("2", "1 or 2", False),
     ],
 )
 def test_answers_are_graded_by_mathematical_equivalence(gold: str, pred: str, right: bool) -> None:
+    got = r1_zero_reward_fn(done(pred), gold)
+    assert got == {"format_reward": 1.0, "answer_reward": float(right), "reward": float(right)}
+
+
+@pytest.mark.parametrize(
+    ("gold", "pred"),
+    [
+        ("4", "5 = 4"),  # math-verify takes the right-hand side of an equation
+        ("17", "1=2=3=17"),  # and the last link of a chain
+        ("4", "x = 3 \\lor x = 4"),  # any branch of a disjunction
+        ("4", "x = 3 \\vee x = 4"),
+        ("4", "3 \\text{ or } 4"),
+        ("4", "\\begin{cases} x = 3 \\\\ x = 4 \\end{cases}"),
+        ("4", "3 \\\\ 4"),  # several lines
+        ("4", "x = 3 \\quad x = 4"),  # several equations
+        ("\\frac{1}{2}", "\\frac{1}{2} = 0.5"),  # a true equation is still two answers
+        ("2", "\\boxed{1} \\boxed{2}"),  # several candidates
+        ("2", "1 or 2"),
+    ],
+)
+def test_an_answer_that_is_not_one_answer_is_a_format_failure(gold: str, pred: str) -> None:
+    from training_core.rewards.math_worker import equivalent
+
+    if pred not in ("3 \\text{ or } 4", "\\boxed{1} \\boxed{2}", "1 or 2"):
+        assert equivalent(gold, pred)  # math-verify alone pays these: the form check is what refuses them
+    assert r1_zero_answer(done(pred)) is None
+    assert r1_zero_reward_fn(done(pred), gold) == {"format_reward": 0.0, "answer_reward": 0.0, "reward": 0.0}
+    assert r1_zero([done(pred), done(gold)], answer=[gold, gold]) == [0.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("gold", "pred", "right"),
+    [
+        ("4", "400\\%", False),  # math-verify pays a percent at both scales
+        ("20\\%", "0.2", False),
+        ("0.2", "20\\%", False),
+        ("20\\%", "20", True),  # the scale the ground truth states
+        ("20", "20\\%", True),
+        ("20\\%", "20 \\text{ percent}", True),
+        ("3", "x = 3", True),  # one equation naming the answer is one answer
+        ("y = 2x + 1", "y = 2x + 1", True),
+        ("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", True),
+        ("(-\\infty, 1) \\cup (2, \\infty)", "(-\\infty,1)\\cup(2,\\infty)", True),
+        ("x \\le 3", "x \\leq 3", True),
+    ],
+)
+def test_a_percent_counts_at_the_scale_the_ground_truth_states(gold: str, pred: str, right: bool) -> None:
     got = r1_zero_reward_fn(done(pred), gold)
     assert got == {"format_reward": 1.0, "answer_reward": float(right), "reward": float(right)}
 
