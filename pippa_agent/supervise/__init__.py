@@ -15,4 +15,6 @@ def supervise(run_dir: str) -> int:
     signal.signal(signal.SIGINT, sup.on_interrupt)
     signal.signal(signal.SIGTERM, sup.on_hangup)
     signal.signal(signal.SIGHUP, sup.on_hangup)
+    signal.signal(signal.SIGUSR1, sup.on_save_signal)
+    signal.signal(signal.SIGUSR2, sup.on_save_signal)
     return sup.run()
