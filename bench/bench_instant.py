@@ -3,8 +3,9 @@
 One loopback sshd host (tests/sshd.py) with a fake nvidia-smi and one finished run; the commands are
 ps, logs, gpus, two with no network, a launch (``run --no-wait --cmd true``) and a no-change sync; each is
 run once by each pippa to warm its connection keeper (and this checkout's warm process), then both are
-timed alternately ``--repeat`` times, medians of wall and CPU seconds (the command's own user + system,
-which a loaded machine disturbs less) printed with ``python -c pass`` for the interpreter's own start.
+timed alternately ``--repeat`` times (which goes first swaps every round), medians of wall and CPU
+seconds (the command's own user + system, which a loaded machine disturbs less) printed with
+``python -c pass`` for the interpreter's own start.
 On loopback the network costs almost nothing, so this is what a warm command costs locally.
 Bytecode is cached under the bench's temporary directory (neither tree is written).
 
@@ -71,12 +72,14 @@ def main() -> None:
         times: dict[tuple[str, str], list[float]] = {}
         cpus: dict[tuple[str, str], list[float]] = {}
         bare = []
-        for _ in range(args.repeat):
+        for i in range(args.repeat):
             t0 = time.perf_counter()
             subprocess.run([sys.executable, "-c", "pass"], check=True)
             bare.append(time.perf_counter() - t0)
+            # which pippa goes first swaps every round: the second of a pair ran measurably slower
+            order = list(ways.items()) if i % 2 == 0 else list(reversed(ways.items()))
             for argv in argvs:
-                for way, pippa in ways.items():
+                for way, pippa in order:
                     wall, cpu, _ = timed_cpu([pippa, *argv], env, repo)
                     times.setdefault((" ".join(argv), way), []).append(wall)
                     cpus.setdefault((" ".join(argv), way), []).append(cpu)

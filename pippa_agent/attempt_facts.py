@@ -14,6 +14,7 @@ import os
 import subprocess
 import time
 
+from pippa_contract import exitcodes as ec
 from pippa_contract import failures as fc
 from pippa_contract import retry as rp
 from pippa_contract import rundir as rd
@@ -179,6 +180,9 @@ def verdict(
     pids: list[int] | None = None,
 ) -> fc.Verdict:
     """The class of the attempt that just ended, from everything this host can tell about it."""
+    saved = None if stopped or lost else ec.saved_class(code)
+    if saved is not None:  # the trainer's own status after an outside engine's save signal
+        return fc.Verdict(saved, f"saved and stopped at the {ec.SIGNAL_NAMES[saved]} signal (exit {code})")
     start = attempt.get("start")
     since = float(start) if isinstance(start, (int, float)) else time.time()
     offset = attempt.get("log_offset")

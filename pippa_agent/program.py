@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-USAGE = "usage: agent.pyz serve | supervise RUN_DIR | recover REMOTE_DIR | alerts ...\n"
+USAGE = "usage: agent.pyz serve | supervise RUN_DIR | task DIR RECIPE LINE | recover DIR | alerts ...\n"
 
 
 def main(argv: list[str]) -> int:
@@ -21,6 +21,10 @@ def main(argv: list[str]) -> int:
         from pippa_agent.supervise import supervise
 
         return supervise(rest[0])
+    if cmd == "task" and len(rest) == 3:  # an exported task's run (pippa export --to skypilot)
+        from pippa_agent.supervise import supervise_task
+
+        return supervise_task(*rest)
     if cmd == "recover" and len(rest) == 1:
         import json
 
@@ -34,3 +38,7 @@ def main(argv: list[str]) -> int:
         return alerts_main(rest)
     sys.stderr.write(USAGE)
     return 2
+
+
+if __name__ == "__main__":  # ``python -m pippa_agent.program``, from a checkout (an exported task)
+    sys.exit(main(sys.argv[1:]))

@@ -7,6 +7,8 @@
   spending ``--retry``. ``--on-oom fail`` turns it off (then it is a crash like any other).
 - ``gpu-fault``: not retried on this host (a retry would land on the same broken GPU).
 - ``config``, ``stopped``: never; ``diverged`` only with ``retry_diverged``.
+- ``timelimit``, ``preempted`` (pippa_contract.exitcodes): never here and without spending ``--retry``:
+  the engine that asked for the save (SLURM, SkyPilot) restarts the run.
 - ``crash``, ``host-oom`` (and ``oom`` with ``--on-oom fail``): retried while ``--retry`` lasts.
 
 Standard library only, python3 >= 3.8.
@@ -17,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pippa_contract import attempts
+from pippa_contract import exitcodes as ec
 from pippa_contract import failures as fc
 
 TYPE_CHECKING = False
@@ -62,7 +65,8 @@ def spent(classes: Sequence[str], on_oom: str = "halve") -> tuple[int, int, int]
     """(budget attempts, infra retries, oom retries) used by the ended attempts of ``classes``."""
     infra = sum(1 for c in classes if c in fc.INFRA)
     oom = sum(1 for c in classes if c == fc.OOM and on_oom == "halve")
-    budget = len(classes) - infra - oom
+    outside = sum(1 for c in classes if c in (ec.TIMELIMIT, ec.PREEMPTED))  # an outside engine's restart
+    budget = len(classes) - infra - oom - outside
     return budget, infra, oom
 
 
@@ -88,6 +92,8 @@ def decide(
         return Decision(False, None, "stopped by the user: not retried")
     if cls == fc.CONFIG:
         return Decision(False, None, "a configuration or usage error (exit 2): not retried")
+    if cls in (ec.TIMELIMIT, ec.PREEMPTED):
+        return Decision(False, None, f"saved at the {cls} signal: the engine that sent it restarts the run")
     if cls == fc.DIVERGED and not retry_diverged:
         return Decision(False, None, "diverged: not retried (--retry-diverged retries it)")
     if cls == fc.GPU_FAULT:

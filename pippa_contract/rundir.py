@@ -22,6 +22,7 @@ SAMPLES_SUPERSEDED = "samples.superseded.jsonl"
 ALARMS_JSON = "alarms.json"  # pippa_contract.alarms
 ALARMS_SENT = "alarms.sent"  # the alarms the host's alerts told (pippa_agent.alerts.alarms)
 JOB_SBATCH = "job.sbatch"
+SLURM_FREE_REQUEUES = "slurm_free_requeues"  # requeues after a time-limit save, not counted in --retry
 SLURM_JOB = "slurm_job"
 SUPERVISE_PY = "supervise.py"
 ATTEMPTS_JSON = "attempts.json"

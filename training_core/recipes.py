@@ -25,6 +25,7 @@ from training_core.platform import PLATFORMS, PlatformFacts, resolve_auto
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 _NAME_ONLY_KEYS = ("description", "platform")
+_AUTO_KEYS = ("model.precision", "train.use_vllm")  # what "auto" leaves to the platform (resolve_auto)
 
 
 def recipe_path(recipe: str, recipes_dir: Path = RECIPES_DIR) -> Path:
@@ -257,3 +258,36 @@ def _validate(cfg: RunConfig) -> None:
 
 
 __all__ = ["CallbackSpec", "Resolved", "RewardSpec", "available", "parse_value", "recipe_path", "resolve"]
+
+
+def explain(
+    recipe: str, sets: list[str], facts: PlatformFacts, recipes_dir: Path = RECIPES_DIR
+) -> list[tuple[str, Any, str]]:
+    """Every setting of the resolved recipe: ``(key, value, where it came from)``, in key order. The
+    source is the last layer that set it (module docstring): ``default``, the base file, the recipe
+    file, ``[platform.<name>]``, ``--set``, or ``auto (<platform>)`` for an "auto" the platform decided."""
+    res = resolve(recipe, sets, facts, recipes_dir)
+    path, base_file = recipe_path(recipe, recipes_dir), recipes_dir / "base.toml"
+    final = _flatten(_to_plain(res.config))
+    origin = dict.fromkeys(final, "default")
+    for layer_file in (base_file, path):
+        if not layer_file.is_file():
+            continue
+        layer = {k: v for k, v in _load_toml(layer_file).items() if k not in ("restart", "platform")}
+        where = layer_file.name if layer_file.parent == recipes_dir else str(layer_file)
+        origin.update({k: f"recipes/{where}" if layer_file.parent == recipes_dir else where
+                       for k in _flatten(layer) if k in origin})  # fmt: skip
+    name = str(res.platform["name"])
+    changed = res.platform["preset"]
+    decided = {k for k in _AUTO_KEYS if isinstance(changed.get(k), dict) and changed[k]["from"] == "auto"}
+    preset_keys = set(changed) - decided
+    origin.update({k: f"[platform.{name}]" for k in preset_keys if k in origin})
+    for item in sets:
+        key = item.partition("=")[0].strip()
+        while key and key not in origin:
+            key = key.rpartition(".")[0]
+        if key:
+            origin[key] = "--set"
+    origin.update({k: f"auto ({name})" for k in decided if k in origin})
+    return [(k, final[k], origin[k]) for k in sorted(final)]
+

@@ -41,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only check the recipe and --set values (no platform probe, no model): exit 0, or 2 and why",
     )
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="print every setting, its value and where it came from as JSON (default CPU platform, no probe)",
+    )
     p.add_argument("--debug", action="store_true", help="print the traceback of an error, not only its line")
     return p
 
@@ -56,7 +61,14 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
     args = _parser().parse_args(argv)
     try:
         # --check resolves against default (CPU) facts: keys, types and names do not depend on the platform.
-        res = resolve(args.recipe, args.sets, facts or (PlatformFacts() if args.check else detect()))
+        quick = args.check or args.explain
+        res = resolve(args.recipe, args.sets, facts or (PlatformFacts() if quick else detect()))
+        if args.explain:
+            from training_core.recipes import explain
+
+            rows = explain(args.recipe, args.sets, facts or PlatformFacts())
+            print(json.dumps([{"key": k, "value": v, "source": src} for k, v, src in rows]))
+            return 0
         check_names(res)
         if args.check:
             return 0

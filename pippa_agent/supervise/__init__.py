@@ -15,4 +15,34 @@ def supervise(run_dir: str) -> int:
     signal.signal(signal.SIGINT, sup.on_interrupt)
     signal.signal(signal.SIGTERM, sup.on_hangup)
     signal.signal(signal.SIGHUP, sup.on_hangup)
+    signal.signal(signal.SIGUSR1, sup.on_save_signal)
+    signal.signal(signal.SIGUSR2, sup.on_save_signal)
     return sup.run()
+
+
+def supervise_task(run_dir: str, recipe: str, command: str) -> int:
+    """``task RUN_DIR RECIPE COMMAND``: the run of an exported task (SkyPilot, ``pippa export``), whose
+    engine restarts it by exit status: record run.json when the directory has none (the command line and
+    a policy that hands every infrastructure failure out: ``infra_retries`` 0, no ``--retry``), then
+    supervise it. A restart finds the record and continues the attempts with ``--resume``, with this
+    start's command line (a recovered multi-node task may meet at another address)."""
+    import json
+    import time
+
+    from pippa_contract import rundir as rd
+
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, rd.RUN_JSON)
+    policy = {"max_attempts": 1, "infra_retries": 0}
+    meta = {"run_id": os.path.basename(os.path.abspath(run_dir)), "session": "task", "host": "task",
+            "recipe": recipe, "started": time.time(), "restart": policy}  # fmt: skip
+    try:
+        with open(path) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        pass
+    meta["command"] = command
+    with open(path + ".tmp", "w") as f:
+        json.dump(meta, f)
+    os.replace(path + ".tmp", path)
+    return supervise(run_dir)

@@ -18,7 +18,10 @@ line as a child in its own process group, waits for it, and:
 Every attempt is recorded in ``attempts.json`` (docs/CONTRACTS.md; pippa_contract.attempts) and every
 event goes through one function, ``Supervisor.emit``: a banner line in output.log, the record
 rewritten (tmp + rename). The supervisor exits with the last attempt's exit code, so cmd.sh records
-it as before.
+it as before; an attempt of an infrastructure class it does not retry (``--infra-retries`` spent or 0,
+a GPU fault, a lost session) ends it with that class's status instead (pippa_contract.exitcodes), for
+an engine outside that retries by status. SIGUSR1 / SIGUSR2 (a scheduler's time limit, a preemption)
+go on to the job, which saves and ends ``timelimit`` / ``preempted``, not retried here.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from pippa_agent.supervise.files import (
     write_json,
 )
 from pippa_agent.zipapp import program_file
+from pippa_contract import exitcodes as ec
 from pippa_contract import failures as fc
 from pippa_contract import rundir as rd
 from pippa_contract import stall as stl
@@ -97,6 +101,7 @@ class Supervisor:
         self.stopping = False
         self.setup = child_setup()
         self.oom_kills_before: int | None = None
+        self.asked: int | None = None  # SIGUSR1 / SIGUSR2 passed on to the job (a save for an outside engine)
 
     # -- the one place an event leaves the supervisor ---------------------------------------------
     def emit(self, event: str, message: str | None = None) -> None:
@@ -171,7 +176,7 @@ class Supervisor:
                 self.emit("diverged" if verdict.cls == fc.DIVERGED else "gave_up",
                           None if quiet else f"{of} {said} (exit {code}): {decision.why}"
                           + fault_offer(self.run_dir, self.command, attempt))  # fmt: skip
-                return code
+                return ec.tree_exit(verdict.cls, code)
             if decision.batch is not None:
                 self.doc["overrides"] = decision.set_args()
             wait = backoff(n, self.policy)
@@ -247,6 +252,9 @@ class Supervisor:
                 rc = self.end_child(self.policy["grace_s"])
                 break
         code = exit_status(rc)
+        asked = ec.signal_class(self.asked)
+        if asked is not None and code not in (0, ec.INFRA_EXIT[asked]):  # a job that had no save to make
+            code = ec.INFRA_EXIT[asked]
         if stalled:
             return code, STALLED
         if self.stopping:
@@ -305,6 +313,11 @@ class Supervisor:
         self.stopping = True
         self.signal_group(signum)
 
+    def on_save_signal(self, signum: int, frame: object) -> None:
+        """SIGUSR1 / SIGUSR2 from a scheduler: the job saves and ends with the signal's class."""
+        self.asked = signum
+        self.signal_group(signum)
+
     def on_hangup(self, signum: int, frame: object) -> None:
         """The session is going (``tmux kill-session``: SIGHUP; a shutdown: SIGTERM, and the trainer
         saves): end the job with it and record the attempt; a run nobody asked to stop is ``lost``
@@ -330,4 +343,4 @@ class Supervisor:
             self.emit(
                 "lost", f"attempt {n} lost: the session ended (signal {signum}); pippa recover resumes it"
             )
-        os._exit(128 + signum)
+        os._exit(128 + signum if stopped else ec.INFRA_EXIT[fc.LOST])

@@ -88,6 +88,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "pippa_ops.cli.pull_cmd",
         "Every run on the hosts and pulled here: recipe, state, steps, final/best reward, eval, W&B link.",
     ),
+    "export": (
+        "pippa_ops.cli.export_cmd",
+        "A recipe's run as a SkyPilot task YAML or a SLURM job script, for an engine pippa does not drive.",
+    ),
     "compare": (
         "pippa_ops.cli.compare_cmd",
         "Runs side by side: config keys that differ, final/best reward, curves (terminal and --png).",

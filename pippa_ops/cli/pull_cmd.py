@@ -7,6 +7,7 @@ copies, filters) and ``runs.wandb_api``; this module parses options and draws ta
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -22,7 +23,7 @@ from pippa_ops.cli.common import (
     emit_json,
     human_bytes,
 )
-from pippa_ops.errors import PippaError
+from pippa_ops.errors import PippaError, UsageError
 from pippa_ops.repo import project, pulled_runs_dir
 
 if TYPE_CHECKING:
@@ -88,8 +89,9 @@ def render_pull(r: PullResult) -> None:
 
 def pull_cmd(
     names: Annotated[
-        list[str], typer.Argument(help="Run ids (or sessions: their current run).", show_default=False)
-    ],
+        list[str] | None,
+        typer.Argument(help="Run ids (or sessions: their current run).", show_default=False),
+    ] = None,
     host: HostOpt = None,
     checkpoints: Annotated[
         bool, typer.Option("--checkpoints", help="Also pull the newest checkpoint.")
@@ -113,6 +115,14 @@ def pull_cmd(
                           "more is refused."),
     ] = None,
     runs_dir: RunsDirOpt = None,
+    from_dir: Annotated[
+        Path | None,
+        typer.Option("--from", show_default=False,
+                     help="A plain directory holding runs/<run-id>/ (a bucket's copy of an exported task)."),
+    ] = None,
+    as_name: Annotated[
+        str, typer.Option("--as", help="With --from: the host name the copies go under.")
+    ] = "task",
     as_json: JsonOpt = False,
 ) -> None:
     """Bring runs' records (run.json, metrics, log, evals; --checkpoints) into runs/<host>/<run-id>/ here."""
@@ -124,11 +134,22 @@ def pull_cmd(
     root = pulled_runs_dir(runs_dir)
     if not as_json:
         typer.echo(f"writing into {root}" if runs_dir is not None else project().line("writing into", root))
+    which = checkpoint if checkpoint else ("latest" if checkpoints else None)
+    if from_dir is not None:
+        from pippa_ops.runs.pull import pull_from_dir
+
+        results = pull_from_dir(from_dir, as_name, root, list(names or []), checkpoint=which)
+        if as_json:
+            emit_json([r.to_json() for r in results])
+        for r in [] if as_json else results:
+            render_pull(r)
+        return
+    if not names:
+        raise UsageError("name the runs to pull (or --from DIR)")
     records = locate(names, host)
     by_host: dict[str, list[str]] = {}
     for rec in records.values():
         by_host.setdefault(rec.host, []).append(rec.run_id)
-    which = checkpoint if checkpoint else ("latest" if checkpoints else None)
     done: list[dict[str, Any]] = []
     failed: list[PippaError] = []
     for h, run_ids in by_host.items():

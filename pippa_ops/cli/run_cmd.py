@@ -184,6 +184,11 @@ def run_cmd(
     force: Annotated[
         bool, typer.Option("--force", help="Start even where the last `pippa doctor` verdict is fail.")
     ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the cmd.sh / job.sbatch, every setting and its source, and "
+                     "the host checks; start nothing, touch nothing on the host."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start recipes (one after another) or a command in a named tmux session on a host."""
@@ -196,6 +201,10 @@ def run_cmd(
         names = ["tiny"]  # the README's main job
     sets = [*(set_ or []), *launch_sets(gpus, processes, strategy)]
     _say_tree()
+    if dry_run:
+        from pippa_ops.cli.dryrun_out import dry_run_cmd
+
+        return dry_run_cmd(host or default_host(), names, cmd, sets, nodes, restart, hosts, as_json)
     if hosts is not None:
         if host is not None or cmd is not None or len(names) != 1:
             raise BadSetting("--hosts runs one recipe over several hosts (no --host, no --cmd, no sweep)")

@@ -3,20 +3,31 @@ frames of a stall, and the next command (``runs.why``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from pippa_ops.cli.common import HostOpt, JsonOpt, emit_json
+from pippa_ops.cli.common import HostOpt, JsonOpt, RunsDirOpt, emit_json
+from pippa_ops.errors import UsageError
+from pippa_ops.runs.listing import RunRecord
 from pippa_ops.runs.locate import locate
 from pippa_ops.runs.why import explain, render
 
 RunArg = Annotated[str, typer.Argument(help="Run id, short id or session name.", show_default=False)]
 
 
-def why_cmd(name: RunArg, host: HostOpt = None, as_json: JsonOpt = False) -> None:
+def why_cmd(
+    name: RunArg,
+    host: HostOpt = None,
+    pulled: Annotated[
+        bool, typer.Option("--pulled", help="Read the pulled copy (pippa pull), ask no host.")
+    ] = False,
+    runs_dir: RunsDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Why a run's attempts ended: class, retry, deciding log lines, stuck frames, next command."""
-    rec = locate([name], host)[name]
+    rec = _pulled(name, host, runs_dir) if pulled or runs_dir is not None else locate([name], host)[name]
     tail = None
     if rec.job_id is not None and rec.attempts_doc is None and not rec.active:  # a SLURM job: its output
         from pippa_ops.runs.logs import last_lines, read_logs
@@ -32,6 +43,18 @@ def why_cmd(name: RunArg, host: HostOpt = None, as_json: JsonOpt = False) -> Non
         return
     for line in render(why, rec.max_attempts):
         typer.echo(line)
+
+
+def _pulled(name: str, host: str | None, runs_dir: Path | None) -> RunRecord:
+    """The pulled copy of run ``name`` (``<runs-dir>/<host>/<run-id>``), as ``runs --pulled`` reads it."""
+    from pippa_ops.repo import pulled_runs_dir
+    from pippa_ops.runs.catalog import pulled_infos
+
+    found = [i.record for i in pulled_infos(pulled_runs_dir(runs_dir))
+             if name in (i.record.run_id, i.record.session) and host in (None, i.host)]  # fmt: skip
+    if not found:
+        raise UsageError(f"no pulled copy of {name}{f' from {host}' if host else ''} (pippa pull brings one)")
+    return found[-1]
 
 
 def register(app: typer.Typer) -> None:

@@ -221,6 +221,34 @@ def pull_run(
     )
 
 
+def pull_from_dir(
+    source: Path, name: str, root: Path, run_ids: list[str], *, checkpoint: str | None = None
+) -> list[PullResult]:
+    """Runs from a plain directory (a bucket's copy of an exported task's ``$PIPPA_RUNS``, another
+    machine's ``remote_dir``): ``SOURCE/runs/<run-id>/`` (or SOURCE is that ``runs``) into
+    ``root/<name>/<run-id>/``, by the same pull as from a host (the agent on this machine reads SOURCE),
+    so ``pippa runs --pulled``, ``why --pulled``, ``samples`` and ``compare`` read them as pulled runs.
+    No ``run_ids``: every run there."""
+    from pippa_contract.names import NAME_RE
+    from pippa_contract.rundir import RUNS
+    from pippa_ops.transport.base import LocalTransport
+
+    validate_name("name", name)
+    base = source if (source / RUNS).is_dir() else source.parent if source.name == RUNS else None
+    if base is None or not source.is_dir():
+        raise UsageError(f"--from {source}: no {RUNS}/ directory of run directories there")
+    if name == "local":
+        raise UsageError("--as local: the name of this machine's own runs; pick another")
+    found = sorted(d.name for d in (base / RUNS).iterdir() if d.is_dir() and NAME_RE.fullmatch(d.name))
+    missing = [r for r in run_ids if r not in found]
+    if missing:
+        raise UsageError(f"--from {source}: no run {missing[0]} there")
+    spec = HostSpec(name=name, remote_dir=str(base.resolve()), source="local")
+    transport = LocalTransport(name)
+    with transport:
+        return [pull_run(transport, spec, r, root, checkpoint=checkpoint) for r in (run_ids or found)]
+
+
 def wandb_sync(transport: Transport, spec: HostSpec, run_id: str, timeout_s: float = 600) -> list[str]:
     """Upload the run's offline W&B runs from the host (``wandb sync`` there); their names."""
     remote_dir = spec.remote_dir.rstrip("/")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from pippa_contract import rundir as rd
 from pippa_contract import verbs
 from pippa_ops.errors import BadSetting, SessionExists
 from pippa_ops.hosts.inventory import HostSpec
@@ -131,12 +132,23 @@ def start_session(agent: agent_client.Session, request: messages.LaunchRequest, 
 
 class Scheduler(Protocol):
     name: str
+    artifact: str  # the file a run directory gets: cmd.sh or job.sbatch
     has_terminal: bool  # a run has a terminal to attach to (a tmux session; a batch job has none)
     starts_at_once: bool  # a started run begins now (tmux), so ``pippa run`` can watch its start-up;
     # a batch job may wait in the queue
 
     def submit(self, s: Submission) -> LaunchResult:
         """Start the planned jobs."""
+        ...
+
+    def scripts(
+        self, spec: HostSpec, jobs: list[Job], restart: RestartFlags | None, nodes: int | None
+    ) -> list[str]:
+        """The file each job's run directory gets (``artifact``), as ``submit`` writes it (``--dry-run``)."""
+        ...
+
+    def checks(self, spec: HostSpec, recipe: bool) -> list[str]:
+        """What ``submit`` checks on the host before it starts anything, one line each (``--dry-run``)."""
         ...
 
     def resume(
@@ -160,14 +172,33 @@ class TmuxScheduler:
     """Runs in a named tmux session; a sweep's runs one after another in it."""
 
     name = "tmux"
+    artifact = rd.CMD_SH
     has_terminal = True
     starts_at_once = True
 
+    def scripts(
+        self, spec: HostSpec, jobs: list[Job], restart: RestartFlags | None, nodes: int | None
+    ) -> list[str]:
+        if nodes is not None:
+            raise BadSetting(f"--nodes needs a SLURM host; {spec.name} runs jobs in tmux")
+        policies = [(restart or RestartFlags()).policy_for(job.recipe, recipes_dir()) for job in jobs]
+        return [render_cmd_sh(job, spec.remote_dir, spec.env, supervised=policy.active)
+                for job, policy in zip(jobs, policies, strict=True)]  # fmt: skip
+
+    def checks(self, spec: HostSpec, recipe: bool) -> list[str]:
+        return [
+            *_connect_checks(spec),
+            "the host's last `pippa doctor` verdict is not fail (--force starts anyway)",
+            "GPUs another process uses are named (a warning, nothing refused)",
+            f"the repo is synced to {spec.remote_dir} (changed files only)",
+            *(["the host's python can run the trainer (`pippa up` installs it)"] if recipe else []),
+            "no tmux session of that name is running (--replace replaces it)",
+        ]
+
     def submit(self, s: Submission) -> LaunchResult:
-        if s.nodes is not None:
-            raise BadSetting(f"--nodes needs a SLURM host; {s.spec.name} runs jobs in tmux")
         spec, restart = s.spec, s.restart or RestartFlags()
-        policies = [restart.policy_for(job.recipe, recipes_dir()) for job in s.jobs]  # checked before a sync
+        scripts = self.scripts(spec, s.jobs, s.restart, s.nodes)  # settings checked before a sync
+        policies = [restart.policy_for(job.recipe, recipes_dir()) for job in s.jobs]
         marker: list[dict[str, object]] = []  # a no-change sync's marker: written by the launch request
         sync_info = sync_for_launch(spec, s.transport, marker, s.agent) if s.sync else None
         if any(job.recipe for job in s.jobs):  # nothing starts with a python that cannot run the trainer
@@ -185,9 +216,9 @@ class TmuxScheduler:
                     sweep_size=len(s.jobs),
                     restart=policy.to_json() if policy.active else None,
                 ),
-                "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env, supervised=policy.active),
+                "cmd_sh": script,
             }
-            for i, (job, policy) in enumerate(zip(s.jobs, policies, strict=True))
+            for i, (job, policy, script) in enumerate(zip(s.jobs, policies, scripts, strict=True))
         ]
         request = launch_request(spec.remote_dir, s.session, runs, stamp=s.now, gap_s=s.gap_s,
                                  replace=s.replace, marker=marker)  # fmt: skip
@@ -245,15 +276,32 @@ class SlurmScheduler:
     """One sbatch job per run (a sweep's runs queue on the cluster side by side, not one after another)."""
 
     name = "slurm"
+    artifact = rd.JOB_SBATCH
     has_terminal = False
     starts_at_once = False
 
+    def scripts(
+        self, spec: HostSpec, jobs: list[Job], restart: RestartFlags | None, nodes: int | None
+    ) -> list[str]:
+        retries = slurm_retries(spec.name, restart, any(job.recipe is None for job in jobs))
+        slurm = spec.slurm or SlurmSpec()
+        if nodes is not None:
+            slurm = dataclasses.replace(slurm, nodes=nodes)
+        return [render_sbatch(slurm, job.run_id, spec.remote_dir, job.command, spec.env,
+                              rendezvous=bool(job.recipe), retries=retries) for job in jobs]  # fmt: skip
+
+    def checks(self, spec: HostSpec, recipe: bool) -> list[str]:
+        return [
+            *_connect_checks(spec),
+            "the host's last `pippa doctor` verdict is not fail (--force starts anyway)",
+            f"the repo is synced to {spec.remote_dir} (changed files only; the cluster's shared file system)",
+            "sbatch is installed on the login node; sbatch accepts the job (its own checks: partition, "
+            "account, time limit)",
+        ]
+
     def submit(self, s: Submission) -> LaunchResult:
         spec = s.spec
-        retries = slurm_retries(spec.name, s.restart, any(job.recipe is None for job in s.jobs))
-        slurm = spec.slurm or SlurmSpec()
-        if s.nodes is not None:
-            slurm = dataclasses.replace(slurm, nodes=s.nodes)
+        scripts = self.scripts(spec, s.jobs, s.restart, s.nodes)
         marker: list[dict[str, object]] = []
         sync_info = sync_for_launch(spec, s.transport, marker, s.agent) if s.sync else None
         job_ids = []
@@ -264,8 +312,7 @@ class SlurmScheduler:
                 "remote_dir": spec.remote_dir,
                 "run_id": job.run_id,
                 "run_json": meta,
-                "script": render_sbatch(slurm, job.run_id, spec.remote_dir, job.command, spec.env,
-                                        rendezvous=bool(job.recipe), retries=retries),
+                "script": scripts[i],
                 "sync_marker": marker[0] if marker and i == 0 else None,
             }
             job_ids.append(str(verbs.slurm_submit(s.agent, request)["job_id"]))
@@ -292,6 +339,12 @@ class SlurmScheduler:
 
     def follow_session(self, session: str) -> str | None:
         return None  # a batch job has no session: its exit_code ends the follow
+
+
+def _connect_checks(spec: HostSpec) -> list[str]:
+    if spec.is_local:
+        return ["none to connect: the host `local` is this machine"]
+    return [f"{spec.name} answers over SSH and its host key is the one known_hosts holds"]
 
 
 TMUX: Scheduler = TmuxScheduler()

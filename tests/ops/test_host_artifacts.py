@@ -37,6 +37,19 @@ CASES = {
         launch_words([".venv/bin/python"], "tiny", f"~/pippa/runs/{RID}", [("train.max_steps", "3")]),
         ENV,
     ),
+    "job_sbatch_site.sh": lambda: render_sbatch(
+        SlurmSpec(
+            signal_s=120,
+            extra=("#SBATCH --exclusive", "#SBATCH --mem=0"),
+            template=str(GOLDEN / "site_template.sbatch"),
+            container_image="nvcr.io/nvidia/pytorch:25.01-py3",
+        ),
+        RID,
+        "/scratch/me/pippa",
+        launch_words(["python3"], "tiny", f"/scratch/me/pippa/runs/{RID}", []),
+        {},
+        retries=2,
+    ),
     "job_sbatch_cmd.sh": lambda: render_sbatch(
         SlurmSpec(), "20260101-120000-cmd-abcd", "/srv/p", "nvidia-smi; echo done", {}, rendezvous=False
     ),

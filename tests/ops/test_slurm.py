@@ -42,7 +42,8 @@ def test_the_script_asks_for_what_the_host_entry_says_and_quotes_every_value() -
     heads = [ln for ln in text.splitlines() if ln.startswith("#SBATCH")]
     assert [h.removeprefix("#SBATCH ") for h in heads] == [
         "--job-name=r1", "--output=output.log", "--open-mode=append", "--nodes=2", "--ntasks-per-node=1",
-        "--partition=gpu", "--account=rl-team", "--time=04:00:00", "--gres=gpu:8"]  # fmt: skip
+        "--partition=gpu", "--account=rl-team", "--time=04:00:00", "--gres=gpu:8",
+        "--requeue", "--signal=B:USR1@90"]  # fmt: skip  (a recipe job saves before its time limit)
     assert "'train.learning_rate=1e-5; rm -rf ~'" in text and "HF_HOME='/scratch/hf cache'" in text
     assert '--machine-rank "$SLURM_PROCID"' in text and "scontrol show hostnames" in text
     assert "WANDB_API_KEY" not in text and "secrets.env" in text
@@ -241,9 +242,18 @@ def test_pippa_runs_ps_logs_attach_and_stops_a_job_on_a_slurm_login_node(
         return subprocess.run([PIPPA, *args], cwd=repo, env=client_env.env, capture_output=True, text=True,
                               timeout=timeout)  # fmt: skip
 
-    p = pippa("run", "--host", host.name, "--cmd", "echo hello from slurm on $SLURM_JOB_NODELIST; sleep 120")
+    job = "echo hello from slurm on $SLURM_JOB_NODELIST; sleep 120"
+    runs = host.home / "pippa" / "runs"
+    before = sorted(runs.iterdir()) if runs.exists() else None
+    dry = pippa("run", "--host", host.name, "--cmd", job, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    (planned,) = json.loads(dry.stdout)["runs"]
+    assert (sorted(runs.iterdir()) if runs.exists() else None) == before  # the dry run wrote nothing there
+    p = pippa("run", "--host", host.name, "--cmd", job)
     assert p.returncode == 0, p.stderr
     run_id = next(ln.split()[1] for ln in p.stdout.splitlines() if ln.startswith("started "))
+    written = (runs / run_id / "job.sbatch").read_bytes()  # the dry run printed these bytes (its own run id)
+    assert written == planned["script"].replace(planned["run_id"], run_id).encode()
     assert "(SLURM job " in p.stdout and "session:" not in p.stdout
 
     def ps() -> dict[str, Any]:
@@ -275,8 +285,10 @@ def test_retry_on_slurm_renders_a_requeueable_job_that_resumes_on_its_next_attem
     script = render_sbatch(SlurmSpec(), run_id, str(site), command, {"OMP_NUM_THREADS": "1"}, retries=1)
     assert "#SBATCH --requeue" in script and 'scontrol requeue "$SLURM_JOB_ID"' in script
     assert '[ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && RESUME=--resume' in script
-    plain = render_sbatch(SlurmSpec(), run_id, str(site), command, {"OMP_NUM_THREADS": "1"})
+    plain = render_sbatch(SlurmSpec(signal_s=0), run_id, str(site), command, {"OMP_NUM_THREADS": "1"})
     assert "--requeue" not in plain and "scontrol requeue" not in plain
+    at_limit = render_sbatch(SlurmSpec(), run_id, str(site), command, {"OMP_NUM_THREADS": "1"})
+    assert "#SBATCH --requeue" in at_limit and "failed (exit $code): requeued" not in at_limit  # no --retry
 
 
 def _trainer_of(run_id: str) -> int | None:
@@ -320,3 +332,77 @@ def test_retry_on_slurm_requeues_the_job_which_resumes_from_its_checkpoint(site:
     assert str(wait("the job to end", ended).get("state")) == "COMPLETED"
     steps = [r["step"] for r in records(run_dir) if r["type"] == "step"]
     assert steps == list(range(1, 7))  # resumed from checkpoint-2, not restarted: one row per step
+
+
+@pytest.mark.slow
+def test_a_job_at_its_time_limit_saves_is_requeued_resumes_and_completes_without_spending_retry(
+    site: Path,
+) -> None:
+    """A 2-minute job with ``--signal=B:USR1@30`` and no ``--retry``: its trainer waits at step 3
+    (training_core.testhooks) until SLURM's USR1 comes before the limit; it saves, exits ``timelimit``,
+    the job requeues itself and its next attempt resumes from that checkpoint and completes, one row
+    per step. (The one test here that waits for a time limit: it takes over a minute.)"""
+    run_id, sets = "run-tl", [("train.max_steps", "6"), ("checkpoint.every", "1000")]  # no periodic save
+    command = launch_words(PY, str(site / "probe.toml"), f"{site}/runs/{run_id}", sets)
+    env = {"OMP_NUM_THREADS": "1", "PIPPA_TEST_PAUSE_AT_STEP": "3", "PIPPA_TEST_PAUSE_ONCE": f"{site}/paused"}
+    script = render_sbatch(SlurmSpec(time="00:02:00", signal_s=30), run_id, str(site), command, env)
+    assert "#SBATCH --signal=B:USR1@30" in script and "#SBATCH --time=00:02:00" in script
+    meta = json.dumps({"run_id": run_id, "host": "cluster", "recipe": "probe.toml", "command": command})
+    job = agent_slurm.slurm_submit({"remote_dir": str(site), "run_id": run_id, "run_json": meta,
+                                    "script": script})["job_id"]  # fmt: skip
+    run_dir = site / "runs" / run_id
+    rec = wait("the end", lambda: run_of(site, run_id)["exit_code"] and run_of(site, run_id), 480)
+    log = (run_dir / "output.log").read_text()
+    assert rec["exit_code"] == "0", log[-3000:]
+    assert "timelimit: stopped after saving, exit 94" in log
+    assert "saved before the time limit (exit 94): requeued with --resume (not counted in --retry)" in log
+    assert "failed (exit" not in log  # no --retry was asked, and none was spent
+    assert (run_dir / "slurm_free_requeues").read_text() == "1\n"
+    headers = [r for r in records(run_dir) if r["type"] == "header"]
+    assert len(headers) == 2 and headers[1]["resumed_from_step"] >= 3  # from the save at the signal
+    steps = [r["step"] for r in records(run_dir) if r["type"] == "step"]
+    assert steps == list(range(1, 7))  # one row per step across the requeue
+
+    def ended() -> dict[str, Any] | None:
+        s = agent_slurm.slurm_states([str(job)])[str(job)]
+        return s if s.get("state") != "COMPLETING" else None
+
+    assert str(wait("the job to end", ended).get("state")) == "COMPLETED"
+
+
+def test_a_slurm_entry_takes_extra_lines_a_template_and_an_image_and_refuses_bad_ones_in_one_line(
+    tmp_path: Path,
+) -> None:
+    template = tmp_path / "site.sbatch"
+    template.write_text(
+        "#!/bin/bash\n#SBATCH --qos=normal\n{{pippa_sbatch}}\nmodule load cuda\n{{pippa_job}}\n"
+    )
+    team = tmp_path / "pippa.toml"
+    env = {**os.environ, "PIPPA_INVENTORY": str(team)}
+    head = 'scheduler = "slurm"\n[hosts.cluster.slurm]\n'
+
+    def dry(table: str) -> subprocess.CompletedProcess[str]:
+        team.write_text(f'[hosts.cluster]\naddress = "login.example.org"\nremote_dir = "/p"\n{head}{table}')
+        argv = [sys.executable, "-m", "pippa_ops", "run", "tiny", "--host", "cluster", "--dry-run", "--json"]
+        return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+    image = 'container_image = "nvcr.io/nv/pt:25.01"\n'
+    ok = dry(f'extra = ["#SBATCH --exclusive"]\ntemplate = "{template}"\n{image}')
+    assert ok.returncode == 0, ok.stderr
+    (planned,) = json.loads(ok.stdout)["runs"]
+    script = planned["script"]
+    assert planned["file"] == "job.sbatch" and script.startswith("#!/bin/bash\n#SBATCH --qos=normal\n")
+    assert "#SBATCH --exclusive\n" in script and "#SBATCH --signal=B:USR1@90\n" in script
+    assert script.index("#SBATCH --signal") < script.index("module load cuda") < script.index("srun ")
+    assert "srun --kill-on-bad-exit=1 --container-image=nvcr.io/nv/pt:25.01 " in script
+    for table, why in (('extra = ["--exclusive"]', "extra line '--exclusive'"),
+                       ('extra = ["#SBATCH --x=1; rm -rf ~"]', "extra line"),
+                       (f'template = "{tmp_path / "none"}"', "cannot be read"),
+                       ('container_image = "a b"', "container_image")):  # fmt: skip
+        bad = dry(table + "\n")
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        assert why in bad.stderr and "Traceback" not in bad.stderr
+    template.write_text("#!/bin/bash\n{{pippa_job}}\n")
+    bad = dry(f'template = "{template}"\n')
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "needs {{pippa_sbatch}} exactly once" in bad.stderr

@@ -3,7 +3,8 @@
 A run writes ``<run-dir>/metrics.jsonl`` (header, steps, evals, end) and
 ``<run-dir>/checkpoints/checkpoint-<step>`` (docs/CONTRACTS.md). Every way out writes an end line:
 completed, interrupted (SIGINT / SIGTERM, exit 130; with checkpointing on, after saving the current
-step's checkpoint), diverged, or failed (exception, exit 1). Only SIGKILL leaves no end line. A failure
+step's checkpoint; SIGUSR1 / SIGUSR2 the same with exit ``timelimit`` / ``preempted``,
+pippa_contract.exitcodes), diverged, or failed (exception, exit 1). Only SIGKILL leaves no end line. A failure
 before the first step (model or data that does not load) still writes a header and a ``failed`` end line,
 then raises: a TrainingError as itself, anything else as StartFailed, which the entry point prints as one
 line. ``--resume`` continues from the newest checkpoint into the same metrics file, after moving the
@@ -31,6 +32,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from pippa_contract import exitcodes
 from training_core.config import Resolved
 from training_core.errors import StartFailed, TrainingError
 from training_core.run import layout as run_layout
@@ -45,8 +47,11 @@ class StopOnSignal:
     def __init__(self, save: bool) -> None:
         self.save = save
         self.requested: int | None = None
+        self.received: int | None = None  # the first signal (its class sets the exit status)
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signum
         if self.save and self.requested is None:
             self.requested = signum
             print(
@@ -214,7 +219,9 @@ class RunLifecycle:
         if self.main:
             print(banner, flush=True)
         self._step = step
-        self._old_handlers = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        # SIGUSR1 / SIGUSR2: an outside engine's time limit or preemption (pippa_contract.exitcodes)
+        stops = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+        self._old_handlers = {s: signal.signal(s, self.stop) for s in stops}
 
     # the end ---------------------------------------------------------------------------------------
 
@@ -230,6 +237,10 @@ class RunLifecycle:
             status, code = "completed", 0
         elif isinstance(e, KeyboardInterrupt):
             status, error, code = "interrupted", str(e) or "interrupted", 130
+            asked = exitcodes.signal_class(self.stop.received)
+            if asked is not None:  # saved for the engine that sent it, which restarts the run
+                code = exitcodes.INFRA_EXIT[asked]
+                print(f"{asked}: stopped after saving, exit {code}", file=sys.stderr, flush=True)
             print(f"interrupted at step {self._step()}", file=sys.stderr, flush=True)
         elif isinstance(e, Diverged):  # no checkpoint: it would hold the broken weights
             status, error, code = "diverged", str(e), e.exit_code

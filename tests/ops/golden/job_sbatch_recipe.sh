@@ -9,6 +9,8 @@
 #SBATCH --time=04:00:00
 #SBATCH --gres=gpu:8
 #SBATCH --cpus-per-task=16
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@90
 # pippa run 20260101-120000-tiny-abcd: written by pippa at launch. Holds no secrets: they are sourced from
 # ~/.config/pippa/secrets.env (mode 0600) inside the job.
 RUN_DIR="$HOME"/pippa/runs/20260101-120000-tiny-abcd
@@ -21,8 +23,19 @@ export HF_HOME='/data/hf cache'
 if [ -f "$HOME"/.config/pippa/secrets.env ]; then set -a; . "$HOME"/.config/pippa/secrets.env; set +a; unset PIPPA_NOTIFY; fi
 MAIN_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 MAIN_PORT=$((20000 + SLURM_JOB_ID % 20000))
-srun --kill-on-bad-exit=1 sh -c 'a=$1 p=$2; shift 2; exec "$@" --machines "$SLURM_NTASKS" --machine-rank "$SLURM_PROCID" --main-addr "$a" --main-port "$p"' sh "$MAIN_ADDR" "$MAIN_PORT" .venv/bin/python -m training_core.launch tiny --run-dir "$HOME"/pippa/runs/20260101-120000-tiny-abcd --set train.max_steps=3
-code=$?
+RESUME=; [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && RESUME=--resume
+asked=; trap 'asked=1; kill -USR1 "$step" 2>/dev/null' USR1
+srun --kill-on-bad-exit=1 sh -c 'a=$1 p=$2; shift 2; exec "$@" --machines "$SLURM_NTASKS" --machine-rank "$SLURM_PROCID" --main-addr "$a" --main-port "$p"' sh "$MAIN_ADDR" "$MAIN_PORT" .venv/bin/python -m training_core.launch tiny --run-dir "$HOME"/pippa/runs/20260101-120000-tiny-abcd --set train.max_steps=3 $RESUME &
+step=$!
+wait "$step"; code=$?
+while kill -0 "$step" 2>/dev/null; do wait "$step"; code=$?; done
+[ -n "$asked" ] && [ $code -ne 0 ] && code=94  # ended before it could save: still the limit
+free=$(cat "$RUN_DIR/slurm_free_requeues" 2>/dev/null || echo 0)
+if [ $code -eq 94 ] || [ $code -eq 95 ]; then
+  echo "pippa: attempt saved before the time limit (exit $code): requeued with --resume (not counted in --retry)"
+  echo $((free + 1)) > "$RUN_DIR/slurm_free_requeues"
+  scontrol requeue "$SLURM_JOB_ID" && exit $code
+fi
 echo $code > "$RUN_DIR/exit_code.tmp"
 mv -f "$RUN_DIR/exit_code.tmp" "$RUN_DIR/exit_code"
 exit $code
