@@ -29,7 +29,7 @@ from training_core.sandbox import (
     seccomp,
 )
 
-needs_runsc = pytest.mark.skipif(shutil.which("runsc") is None,
+needs_runsc = pytest.mark.skipif(shutil.which("runsc", path=gvisor.SEARCH) is None,
                                  reason="no runsc (scripts/setup --test-deps installs it)")
 
 
@@ -96,9 +96,9 @@ def test_the_machine_state_channels_are_contained_in_gvisor_as_an_ordinary_user(
 
 def test_gvisor_without_a_working_runsc_fails_closed_in_one_line(monkeypatch: pytest.MonkeyPatch,
                                                                  tmp_path: Path) -> None:
-    """No runsc on PATH, a runsc path that does not exist, a runsc that fails: one line naming it and
-    how to get it, never a weaker level in its place."""
-    monkeypatch.setenv("PATH", "/nonexistent")
+    """No runsc where it is looked for, a runsc path that does not exist, a runsc that fails: one line
+    naming it and how to get it, never a weaker level in its place."""
+    monkeypatch.setattr(gvisor, "SEARCH", "/nonexistent")
     for attempt in (lambda: isolation.detect(level="gvisor"), lambda: gvisor.detect("/nonexistent/runsc")):
         with pytest.raises(SandboxUnavailable) as err:
             attempt()

@@ -58,6 +58,7 @@ from training_core.sandbox.results import SandboxLimits, SandboxResult, Status, 
 from training_core.sandbox.values import decode
 
 RUNSC = "runsc"
+SEARCH = "/usr/local/bin:/usr/bin:/bin"  # where runsc is looked for: not the trainer's PATH, as for bwrap
 HINT = "install gVisor's runsc (Debian/Ubuntu: apt-get install runsc)"
 FRAME = b"\0pippa-status:"
 SENTRY_MB = 256  # gVisor's own memory (sentry and gofer) on top of the program's cap
@@ -233,9 +234,9 @@ def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxL
 
 
 def detect(runsc: str = RUNSC) -> Launcher:
-    """A launcher at the gVisor level, or ``SandboxUnavailable`` with one line: runsc missing, or a probe
-    program that does not run in it (what runsc said)."""
-    path = shutil.which(runsc)
+    """A launcher at the gVisor level, or ``SandboxUnavailable`` with one line: runsc missing (a name is
+    looked for in ``SEARCH``), or a probe program that does not run in it (what runsc said)."""
+    path = shutil.which(runsc, path=SEARCH)
     if path is None:
         raise SandboxUnavailable(f"no sandbox for model-written code at isolation = gvisor ({runsc} not "
                                  f"found): {HINT}; or set sandbox.isolation = \"strict\" in the recipe")
