@@ -161,3 +161,27 @@ def test_the_code_game_holds_its_invariant_in_gvisor(gv: isolation.Launcher) -> 
                        lambda ps: ["<answer>0</answer>"] * len(ps), pool=pool,
                        limits=SandboxLimits(timeout_s=1))
     assert rewards == [-1.0, 1.0]
+
+
+FORK_BOMB = ("import os\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+             "            import time\n            time.sleep(3)\n            os._exit(0)\n        n += 1\n"
+             "except OSError as e:\n    print('refused after', n, e.errno)\n")
+# five processes of 200 MiB each, every one under its own RLIMIT_AS of 256 MiB
+HOG = ("import os, time\nfor _ in range(5):\n    if os.fork() == 0:\n        b = bytearray(200 << 20)\n"
+       "        for i in range(0, len(b), 4096):\n            b[i] = 1\n"
+       "        time.sleep(2)\n        os._exit(0)\n"
+       "for _ in range(5):\n    os.wait()\nprint('all held')\n")
+
+
+@needs_runsc
+def test_gvisor_caps_a_runs_processes_and_their_memory_together(gv: isolation.Launcher) -> None:
+    """gVisor enforces the prelude's RLIMIT_NPROC on the program's processes (a fork bomb stops at
+    max_processes), and the run's cgroup slot caps all of them together with gVisor's own memory: five
+    processes of 200 MiB, each under its 256 MiB RLIMIT_AS, pass 512 MiB + 256 MiB for gVisor."""
+    bomb = run_python(FORK_BOMB, SandboxLimits(max_processes=8), launcher=gv)
+    assert bomb.ok and bomb.stdout.split()[:3] == ["refused", "after", "7"], bomb
+    if gv.cgroups is None:
+        pytest.skip("no writable cgroup here for the aggregate memory cap")
+    hog = run_python(HOG, SandboxLimits(timeout_s=8, memory_mb=256, total_memory_mb=512), launcher=gv)
+    assert hog.status is Status.MEMORY_LIMIT and "all held" not in hog.stdout, hog
+    assert "MiB for gVisor" in hog.reason
