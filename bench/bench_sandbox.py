@@ -10,7 +10,9 @@ with the filter of the round before issue 35 (no page-cache and futex rules: wha
 every code reward's sandbox (``default_pool``), whose /usr is a memory-resident copy (``resident``).
 The CPU lines also measure the sandbox as it was before issue 46 (no Landlock view of /proc, no
 sysinfo and mlock rules): isolation's CPU per run, now / then, goal <= 1.2; and, where runsc is
-installed, a program in its own gVisor sandbox (``runsc do``) beside the strict one.
+installed, a program in its own gVisor sandbox: ``runsc do`` and the gVisor level itself
+(``sandbox.isolation = "gvisor"``: an OCI bundle per run, ``runsc run``, the prelude, the cgroup slot,
+the cleanup), on the host's /usr and on the resident copy, beside the strict sandbox.
 Goals: sandbox / bare >= 0.8; sandbox / sandbox with the earlier filter >= 0.9 (issue 35). Wall
 time on a shared machine swings with its load; the CPU lines at the end (the filters on a
 syscall-heavy program, the interpreter's start-up, and every process of one program through a
@@ -31,13 +33,24 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from training_core.sandbox import SandboxLimits, SandboxPool, detect, resident, run_python, seccomp
+from training_core.sandbox import (
+    SandboxLimits,
+    SandboxPool,
+    SandboxUnavailable,
+    detect,
+    isolation,
+    resident,
+    run_python,
+    seccomp,
+)
 from training_core.sandbox.isolation import Launcher
 
 BEFORE_46 = "sandbox before issue 46"
 # a program in its own gVisor sandbox, as `runsc do` starts it (the host's root read-only under a tmpfs
-# overlay, no network): what a gVisor level would cost per program; not a level pippa offers yet
+# overlay, no network), and the gVisor level (``training_core.sandbox.gvisor``) on each /usr
 GVISOR = "runsc --rootless --ignore-cgroups --network=none do"
+GVISOR_LEVEL = "gVisor level"
+GVISOR_RESIDENT = "gVisor level, resident /usr"
 
 
 def programs(n: int) -> list[str]:
@@ -139,6 +152,10 @@ def cpu_per_run(sides: dict[str, Launcher | list[str] | None], n: int, rounds: i
     if GVISOR in best:
         print(f"a program in its own gVisor sandbox ({GVISOR}) / in the strict sandbox, CPU per run: "
               f"{best[GVISOR] / best['sandbox']:.2f}")
+    if GVISOR_LEVEL in best:
+        print(f"CPU per run, {GVISOR_LEVEL} / strict sandbox = {best[GVISOR_LEVEL] / best['sandbox']:.2f}; "
+              f"{GVISOR_RESIDENT} / strict sandbox, resident /usr (the code rewards' pool) = "
+              f"{best[GVISOR_RESIDENT] / best['sandbox, resident /usr']:.2f}")
     if BEFORE_46 in best and "sandbox" in best:
         ratio = (best["sandbox"] - bare_ms) / (best[BEFORE_46] - bare_ms)
         print(f"isolation CPU per run, sandbox / {BEFORE_46} = {ratio:.2f} (goal <= 1.20: Landlock and "
@@ -210,6 +227,13 @@ def main() -> None:
     if runsc := shutil.which("runsc"):
         # --ignore-cgroups: its sandbox and gofer stay in this process's cgroup, where their CPU is counted
         cpu_sides[GVISOR] = [runsc, "--rootless", "--ignore-cgroups", "--network=none", "do", "--quiet"]
+        try:
+            gv = isolation.detect(level="gvisor")
+        except SandboxUnavailable as e:
+            print(f"gVisor level: not measured ({e})")
+        else:
+            cpu_sides[GVISOR_LEVEL] = gv
+            cpu_sides[GVISOR_RESIDENT] = resident(gv)
     else:
         print("gVisor: not measured (no runsc; Debian: apt-get install runsc)")
     cpu_per_run(cpu_sides, 40, args.rounds)

@@ -217,8 +217,10 @@ class SandboxConfig:
     # seccomp filter, and cgroup caps on all of a run's processes together (root); the run refuses to
     # start without them. "rlimits": the same but memory and processes capped per process (rlimits),
     # what an ordinary user or root without writable cgroups gets. "unsafe": rlimits only, the program
-    # sees the host's file system and network with the trainer's rights. The run header shows which.
-    isolation: Literal["strict", "rlimits", "unsafe"] = "strict"
+    # sees the host's file system and network with the trainer's rights. "gvisor": each program in a
+    # gVisor sandbox of its own (runsc: a kernel of its own, no host counters; ~6x strict's CPU per
+    # program), refused in one line where runsc is missing or fails. The run header shows which.
+    isolation: Literal["gvisor", "strict", "rlimits", "unsafe"] = "strict"
 
 
 @dataclass(frozen=True)

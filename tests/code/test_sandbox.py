@@ -328,15 +328,15 @@ def test_a_run_that_exited_is_not_a_timeout_when_its_thread_looks_late() -> None
     the deadline: a launcher that had already exited is drained and judged by its exit, not timed out."""
     import subprocess
 
-    from training_core.sandbox.runner import _pump, _Streams
+    from training_core.sandbox.results import Streams, pump
 
     proc = subprocess.Popen(["/bin/echo", "done"], stdout=subprocess.PIPE)
     pidfd = os.pidfd_open(proc.pid)
     try:
         assert select.select([pidfd], [], [], 10)[0]  # exited (a condition, not a sleep)
-        streams = _Streams()
+        streams = Streams()
         assert proc.stdout is not None
-        why = _pump({proc.stdout.fileno(): streams.out}, pidfd, time.monotonic() - 1.0, 1 << 20, streams)
+        why = pump({proc.stdout.fileno(): streams.out}, pidfd, time.monotonic() - 1.0, 1 << 20, streams)
     finally:
         os.close(pidfd)
         proc.communicate()

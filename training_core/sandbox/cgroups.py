@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import os
 import secrets
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -159,6 +160,28 @@ class CgroupSlots:
         """Move ``pid`` (not yet forked) into the slot's cgroups."""
         for base in {self._mem_base, self._pids_base}:
             (base / str(slot) / "cgroup.procs").write_text(str(pid))
+
+    def procs_files(self, slot: int) -> list[str]:
+        """The files a process writes its pid to, to join the slot (``join`` from inside)."""
+        bases = dict.fromkeys((self._mem_base, self._pids_base))  # one directory on cgroup v2
+        return [str(base / str(slot) / "cgroup.procs") for base in bases]
+
+    def kill_all(self, slot: int, wait_s: float = 10.0) -> None:
+        """SIGKILL every process in the slot until it is empty (processes that do not die with their
+        launcher: gVisor's sandbox and gofer)."""
+        procs = self._pids_base / str(slot) / "cgroup.procs"
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                pids = [int(p) for p in procs.read_text().split()]
+            except (OSError, ValueError):
+                return
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
 
     def counters(self, slot: int) -> Counters:
         mem, pids = self._mem_base / str(slot), self._pids_base / str(slot)

@@ -40,6 +40,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pippa_contract import cgroupdeleg
@@ -103,6 +104,8 @@ class Launcher:
     seccomp: Filter | None = None  # installed by bwrap on the sandbox's processes (``--seccomp FD``)
     usr: str = "/usr"  # bound read-only as /usr: the host's, or a memory-resident copy (``usrcopy``)
     landlock: int = 0  # the kernel's Landlock ABI the prelude restricts reads with (``procview``); 0: none
+    runsc: str | None = None  # gVisor's runsc: each run in a gVisor sandbox (``gvisor``), bwrap is None
+    rootfs: str = ""  # the gVisor level's empty, read-only root file system
 
     def prefix(self, tmp_bytes: int, shm_bytes: int, sync_fds: tuple[int, int] | None = None,
                uid: int | None = None, seccomp_fd: int | None = None) -> list[str]:
@@ -204,7 +207,10 @@ class UidAllocator:
 
 UIDS = UidAllocator()
 
-LEVELS = ("strict", "rlimits", "unsafe")  # recipe's sandbox.isolation, strongest first
+LEVELS = ("gvisor", "strict", "rlimits", "unsafe")  # recipe's sandbox.isolation, strongest first
+# levels detected by a module of their own, which registers here when imported (``gvisor``: the package
+# imports it); this module does not import them
+LEVEL_DETECTORS: dict[str, Callable[[], Launcher]] = {}
 
 _lock = threading.Lock()
 _cached: Launcher | None = None
@@ -212,7 +218,7 @@ _level = "strict"
 _cgroups: list[CgroupSlots | str] = []  # this process's one set of slots (every launcher shares it)
 
 
-def _process_cgroups() -> CgroupSlots | str:
+def process_cgroups() -> CgroupSlots | str:
     """One ``CgroupSlots`` per process (two would hand out the same slot directories), or why none."""
     if not _cgroups:
         _cgroups.append(CgroupSlots.create())
@@ -236,7 +242,7 @@ def allow_unsafe(on: bool = True) -> None:
     set_level("unsafe" if on else "strict")
 
 
-def _python_candidates() -> list[tuple[str, tuple[str, ...]]]:
+def python_candidates() -> list[tuple[str, tuple[str, ...]]]:
     """(interpreter, read-only binds it needs): the system python first, it needs nothing but /usr."""
     seen: list[tuple[str, tuple[str, ...]]] = []
     for p in ("/usr/bin/python3", "/usr/local/bin/python3", getattr(sys, "_base_executable", sys.executable)):
@@ -305,6 +311,8 @@ def _detect(force_mode: str | None, level: str) -> Launcher:
         raise ValueError(f"sandbox isolation {level!r} is not one of {', '.join(LEVELS)}")
     if force_mode == "unsafe":
         return _unsafe()
+    if level in LEVEL_DETECTORS:  # gvisor: only where asked for, never a weaker level in its place
+        return LEVEL_DETECTORS[level]()
     root = os.geteuid() == 0
     bwrap = shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
     why: list[str] = []
@@ -325,7 +333,7 @@ def _detect(force_mode: str | None, level: str) -> Launcher:
             modes = [m for m in modes if m == force_mode]
         for mode in modes:
             # root's bwrap-user stands for a user without delegation (tests); bwrap-root uses root's cgroups
-            slots = _process_cgroups() if mode == "bwrap-root" or not root else "root runs bwrap-root"
+            slots = process_cgroups() if mode == "bwrap-root" or not root else "root runs bwrap-root"
             cg = slots if isinstance(slots, CgroupSlots) else None
             if cg is None and level == "strict":
                 why.append(f"{mode}: no cgroup to cap memory and processes of a run's processes together "
@@ -345,7 +353,7 @@ def _detect(force_mode: str | None, level: str) -> Launcher:
                 notes.append("runs with the caller's uid inside a user namespace")
             iso = Isolation(mode, True, True, mode == "bwrap-root", True, cap, cap, tuple(notes),
                             seccomp=flt.summary(), level="strict" if cg and landlock else "rlimits")
-            for python, binds in _python_candidates():
+            for python, binds in python_candidates():
                 launcher = Launcher(iso, python, bwrap, cg, binds,
                                     shutil.which("setpriv", path="/usr/bin:/bin") if root else None, flt,
                                     landlock=landlock)

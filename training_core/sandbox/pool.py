@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from training_core.sandbox.isolation import Launcher, SandboxUnavailable, detect
-from training_core.sandbox.runner import SandboxLimits, SandboxResult, failed_result, run_python
+from training_core.sandbox.results import SandboxLimits, SandboxResult
+from training_core.sandbox.runner import failed_result, run_python
 from training_core.sandbox.usrcopy import UsrCopy
 
 
@@ -70,7 +71,7 @@ def resident(launcher: Launcher) -> Launcher:
     """``launcher`` with, as /usr, a memory-resident copy of the interpreter's files and the common tools
     (``usrcopy``: no page cache state one run could leave for another, nothing to time), made now; where
     no copy can be made, ``launcher`` itself, with a note in its header saying why."""
-    copy = UsrCopy.create(launcher.python) if launcher.bwrap is not None else "no bwrap"
+    copy = UsrCopy.create(launcher.python) if launcher.bwrap or launcher.runsc else "no bwrap"
     if isinstance(copy, UsrCopy):
         launcher = replace(launcher, usr=str(copy.root))
         note = "/usr: a memory-resident copy of the interpreter's files and the common tools"

@@ -15,7 +15,9 @@ the program itself, so a syntax error is told apart from a program that raises
 
 Status fd protocol: ``S`` compile failed, ``R`` started, then for test calls one line
 ``V[...]\\n`` with every call's value encoded (``values.decode`` reads it outside), then ``D`` ran to
-the end or ``X`` raised / exited early. Everything the prelude uses after the program started is
+the end or ``X`` raised / exited early. Under gVisor, which passes the sandbox only stdio, the
+program arrives on stdin and each status record travels on stderr as ``\\0pippa-status:<record>\\0``
+(``gvisor.split_status``). Everything the prelude uses after the program started is
 bound to its own locals first, so rebinding ``os.write`` or a builtin changes nothing (``traceback``,
 which only formats the program's own error, is imported late because it costs ~30 ms). The program
 shares the process, so whatever it writes on the status fd is untrusted: the trainer reads values
@@ -33,7 +35,11 @@ _TEMPLATE = r"""
 import os, sys, resource, marshal
 def _pippa_prelude():
     write, exit_ = os.write, os._exit
-    src_fd, err_fd, st = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    src_fd, err_fd = int(sys.argv[1]), int(sys.argv[2])
+    framed = sys.argv[3] == "-"  # gVisor passes only stdio: the status travels framed on stderr
+    st = 2 if framed else int(sys.argv[3])
+    def status(b, write=write, st=st, framed=framed):
+        write(st, b"\0pippa-status:" + b + b"\0" if framed else b)
     mem, cpu, nproc, fsize, nofile = (int(x) for x in sys.argv[4].split(","))
     chunks = []
     while True:
@@ -41,15 +47,21 @@ def _pippa_prelude():
         if not b:
             break
         chunks.append(b)
-    os.close(src_fd)
+    if src_fd == 0:  # the program came on stdin: the program's stdin is empty, as elsewhere
+        nul = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(nul, 0)
+        os.close(nul)
+    else:
+        os.close(src_fd)
     if int(sys.argv[5]) >= 0:  # a fresh anonymous session keyring: the trainer's is left behind
         import ctypes
         ctypes.CDLL(None).syscall(int(sys.argv[5]), 1, None)
         del ctypes
     src, calls = marshal.loads(b"".join(chunks))
     del chunks
-    os.dup2(err_fd, 2)
-    os.close(err_fd)
+    if err_fd != 2:
+        os.dup2(err_fd, 2)
+        os.close(err_fd)
     if sys.argv[6] != "-":  # Landlock: files are read only under the sandbox's mounts and PROC_SELF
         import ctypes, struct
         sc = ctypes.CDLL(None, use_errno=True).syscall
@@ -69,18 +81,19 @@ def _pippa_prelude():
         del ctypes, struct, sc
     R = resource
     # locked memory, message queues and pending signals are counted per host user and in global
-    # counters: none for the program (mlock is also refused by the filter), a few pending signals
+    # counters: none for the program (mlock is also refused by the filter), a few pending signals;
+    # gVisor's kernel counts the last two itself (and refuses to lower them)
     for res, val in ((R.RLIMIT_AS, mem), (R.RLIMIT_CPU, cpu), (R.RLIMIT_NPROC, nproc),
                      (R.RLIMIT_FSIZE, fsize), (R.RLIMIT_NOFILE, nofile), (R.RLIMIT_CORE, 0),
                      (R.RLIMIT_MEMLOCK, 0), (R.RLIMIT_MSGQUEUE, 0), (R.RLIMIT_SIGPENDING, @SIGPENDING@)):
-        if val >= 0:
+        if val >= 0 and not (framed and res in (R.RLIMIT_MSGQUEUE, R.RLIMIT_SIGPENDING)):
             resource.setrlimit(res, (val, val))
     stderr = sys.stderr
     try:
         code = compile(src, "main.py", "exec", dont_inherit=True)
         tests = [compile(c, "<test %d>" % i, "eval", dont_inherit=True) for i, c in enumerate(calls)]
     except (SyntaxError, ValueError) as e:
-        write(st, b"S")
+        status(b"S")
         import traceback
         stderr.write("".join(traceback.format_exception_only(type(e), e)))
         stderr.flush()
@@ -122,7 +135,7 @@ def _pippa_prelude():
             return '["%s",[%s]]' % (tags[t], join([enc(x, depth + 1, budget) for x in L(v)]))
         raise TypeError
 
-    write(st, b"R")
+    status(b"R")
     sys.argv = ["main.py"]
     env = {"__name__": "__main__", "__file__": "main.py", "__builtins__": __builtins__}
     try:
@@ -143,18 +156,18 @@ def _pippa_prelude():
             except BaseException:
                 out.append('["o"]')
         if tests:
-            write(st, b"V[" + join(out).encode() + b"]\n")
+            status(b"V[" + join(out).encode() + b"]\n")
     except SystemExit:
-        write(st, b"X")
+        status(b"X")
         raise
     except BaseException as e:
-        write(st, b"X")
+        status(b"X")
         import traceback  # only here: importing it costs more than starting the interpreter
         stderr.write("".join(traceback.format_exception(type(e), e, e.__traceback__.tb_next)))
         stderr.flush()
         sys.stdout.flush()
         exit_(1)
-    write(st, b"D")
+    status(b"D")
 _pippa_prelude()
 """
 

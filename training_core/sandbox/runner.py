@@ -3,13 +3,13 @@
 Model-written code runs only through here, never in the trainer's process. See ``isolation`` for
 what keeps it away from the host and ``prelude`` for the limits applied inside the interpreter.
 The parent enforces what the child cannot be trusted with: the wall clock, the output caps, and
-killing the whole tree at the end.
+killing the whole tree at the end. A launcher at the gVisor level runs its program through
+``gvisor.run`` instead.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import functools
 import json
 import marshal
@@ -21,83 +21,23 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
-from training_core.sandbox.isolation import UIDS, Isolation, Launcher, detect
+from training_core.sandbox import gvisor
+from training_core.sandbox.isolation import UIDS, Launcher, detect
 from training_core.sandbox.prelude import PRELUDE
+from training_core.sandbox.results import (
+    SandboxLimits,
+    SandboxResult,
+    Status,
+    Streams,
+    classify,
+    pump,
+    readable,
+)
 from training_core.sandbox.values import decode
 
-
-class Status(enum.StrEnum):
-    OK = "ok"  # exit status 0
-    SYNTAX_ERROR = "syntax_error"  # the program did not compile (SyntaxError, IndentationError)
-    RUNTIME_ERROR = "runtime_error"  # non-zero exit status
-    TIMEOUT = "timeout"  # wall clock or CPU time ran out
-    MEMORY_LIMIT = "memory_limit"  # the address-space limit was hit (MemoryError or killed)
-    OUTPUT_LIMIT = "output_limit"  # stdout or stderr went past its cap; the program was killed
-    KILLED = "killed"  # died from a signal for another reason
-    ERROR = "error"  # the sandbox itself failed for this run (``reason`` says how); scored as a failure
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Per-run limits. The 3 s default is the code_execution reward's budget per program."""
-
-    timeout_s: float = 3.0  # wall clock, seconds; the tree is killed when it passes
-    cpu_s: int = 0  # CPU seconds per process (RLIMIT_CPU); 0 = ceil(timeout_s) + 1
-    memory_mb: int = 512  # address space per process (RLIMIT_AS), MiB
-    total_memory_mb: int = 1024  # all processes and tmpfs pages together (cgroup memory limit), MiB
-    max_processes: int = 16  # processes+threads (cgroup pids.max and RLIMIT_NPROC); stops fork bombs
-    disk_mb: int = 64  # writable space: /tmp (the working dir) gets 3/4, /dev/shm 1/4; both are tmpfs
-    max_output_bytes: int = 1 << 20  # per stream; more and the program is killed (output_limit)
-    max_file_bytes: int = 16 << 20  # largest file the program may write (RLIMIT_FSIZE)
-    max_open_files: int = 256  # RLIMIT_NOFILE
-
-    def rlimit_arg(self) -> str:
-        cpu = self.cpu_s or int(self.timeout_s) + 2
-        return ",".join(str(v) for v in (self.memory_mb << 20, cpu, self.max_processes,
-                                         self.max_file_bytes, self.max_open_files))
-
-
-@dataclass(frozen=True)
-class SandboxResult:
-    status: Status
-    exit_code: int | None  # the program's exit status; negative = signal; None when unknown
-    stdout: str  # capped at max_output_bytes
-    stderr: str  # the program's stderr only (launcher messages are kept apart), capped
-    duration_s: float  # wall clock from spawn to reap
-    cpu_s: float  # user+system CPU of the reaped tree
-    completed: bool  # the program ran to its last line (no exception, no early sys.exit/os._exit)
-    isolation: Isolation
-    launcher_error: str = ""  # what bwrap itself printed, if anything
-    truncated: bool = False  # some output was cut at the cap
-    values: tuple[Any, ...] | None = None  # the test calls' values (``values.Opaque`` if not built-in data)
-    reason: str = ""  # which cap ended or hampered the run (memory, processes, disk, output, time)
-
-    @property
-    def ok(self) -> bool:
-        return self.status is Status.OK
-
-
-@dataclass
-class _Streams:
-    out: bytearray = field(default_factory=bytearray)
-    err: bytearray = field(default_factory=bytearray)
-    launcher: bytearray = field(default_factory=bytearray)
-    status: bytearray = field(default_factory=bytearray)
-    over_cap: bool = False
-
-
 _ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-
-def _readable(fd: int, timeout_s: float) -> bool:
-    """Whether ``fd`` (a pidfd: readable once the process exited) is readable within ``timeout_s``.
-    poll, not select: select refuses fds >= 1024, which a trainer with many files open hands out."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(timeout_s * 1000))
 
 
 def _kill_tree(pid: int, pidfd: int, launcher: Launcher, init_fd: int | None = None) -> None:
@@ -114,7 +54,7 @@ def _kill_tree(pid: int, pidfd: int, launcher: Launcher, init_fd: int | None = N
         with contextlib.suppress(OSError):
             signal.pidfd_send_signal(init_fd, signal.SIGKILL)
         deadline = time.monotonic() + 10.0
-        while not _readable(init_fd, max(deadline - time.monotonic(), 0)) and time.monotonic() < deadline:
+        while not readable(init_fd, max(deadline - time.monotonic(), 0)) and time.monotonic() < deadline:
             pass
     elif launcher.isolation.pid_namespace:
         kids: list[int] = []
@@ -130,7 +70,7 @@ def _kill_tree(pid: int, pidfd: int, launcher: Launcher, init_fd: int | None = N
                     signal.pidfd_send_signal(fd, signal.SIGKILL)
             deadline = time.monotonic() + 10.0
             for fd in held:  # readable = exited, and an init exits after its namespace is empty
-                while not _readable(fd, max(deadline - time.monotonic(), 0)):
+                while not readable(fd, max(deadline - time.monotonic(), 0)):
                     if time.monotonic() >= deadline:
                         break
         finally:
@@ -144,73 +84,6 @@ def _kill_tree(pid: int, pidfd: int, launcher: Launcher, init_fd: int | None = N
         os.killpg(pid, signal.SIGKILL)
 
 
-def _pump(fds: dict[int, bytearray], pidfd: int, deadline: float,
-          cap: int, streams: _Streams) -> str:
-    """Read all pipes until they close and the launcher exits.
-
-    Returns "" or why the tree must die: timeout, output (a cap was passed), leftover (pipes still
-    held after the launcher exited, possible only without a PID namespace)."""
-    poller = select.poll()
-    for fd in fds:
-        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-    poller.register(pidfd, select.POLLIN)
-    open_fds = set(fds)
-    exited_at: float | None = None
-    while open_fds or exited_at is None:
-        now = time.monotonic()
-        if now >= deadline and exited_at is None:
-            # late here is not late there: this thread may have been kept from running (the GIL held
-            # elsewhere), so a launcher that already exited is drained, not called a timeout
-            if not _readable(pidfd, 0):
-                return "timeout"
-            exited_at = now
-            poller.unregister(pidfd)
-        wait_s = deadline - now
-        if exited_at is not None:  # launcher gone: drain briefly, then kill whatever holds pipes
-            if now - exited_at > 0.5:
-                return "leftover"
-            wait_s = 0.5 - (now - exited_at)
-        for fd, _ev in poller.poll(wait_s * 1000):
-            if fd == pidfd:
-                exited_at = time.monotonic()
-                poller.unregister(pidfd)
-                continue
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                poller.unregister(fd)
-                open_fds.discard(fd)
-                continue
-            buf = fds[fd]
-            room = cap - len(buf)
-            buf += chunk[:max(room, 0)]
-            if len(chunk) > room:
-                streams.over_cap = True
-                return "output"
-    return ""
-
-
-def _classify(streams: _Streams, kill_reason: str, rc: int, cpu_s: float, cpu_limit: int,
-              err_text: str) -> Status:
-    st = bytes(streams.status)
-    signaled = rc < 0
-    if kill_reason == "output":
-        return Status.OUTPUT_LIMIT
-    if kill_reason == "timeout":
-        return Status.TIMEOUT
-    if st.startswith(b"S"):
-        return Status.SYNTAX_ERROR
-    if rc == 0 and not signaled:
-        return Status.OK
-    tail = err_text.strip().splitlines()[-1:] if err_text.strip() else []
-    if tail and tail[0].startswith("MemoryError"):
-        return Status.MEMORY_LIMIT
-    if signaled and cpu_s >= cpu_limit - 0.1:
-        return Status.TIMEOUT
-    if signaled:
-        return Status.KILLED
-    return Status.RUNTIME_ERROR
-
-
 def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launcher | None = None,
                calls: Sequence[str] = ()) -> SandboxResult:
     """Run ``code`` as a ``__main__`` program in a fresh sandbox and wait for the result.
@@ -219,6 +92,8 @@ def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launche
     come back in ``SandboxResult.values`` (for tests compared outside the sandbox)."""
     limits = limits or SandboxLimits()
     launcher = launcher or detect()
+    if launcher.runsc is not None:
+        return gvisor.run(code, limits, launcher, calls)
     cg = launcher.cgroups
     uid = UIDS.acquire() if launcher.needs_uid else None
     slot = cg.acquire(limits.total_memory_mb << 20, limits.max_processes + 1) if cg else None
@@ -335,12 +210,12 @@ def _hold_init(info_r: int, block_w: int, deadline: float, join: Callable[[int],
 def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxLimits, start: float,
              released: float, err_r: int, st_r: int, n_calls: int, init_fd: int | None) -> SandboxResult:
     assert proc.stdout is not None and proc.stderr is not None
-    streams = _Streams()
+    streams = Streams()
     fds = {proc.stdout.fileno(): streams.out, err_r: streams.err, proc.stderr.fileno(): streams.launcher,
            st_r: streams.status}
     pidfd = os.pidfd_open(proc.pid)
     try:
-        reason = _pump(fds, pidfd, released + limits.timeout_s, limits.max_output_bytes, streams)
+        reason = pump(fds, pidfd, released + limits.timeout_s, limits.max_output_bytes, streams)
     finally:
         # after a normal exit the launcher is an unreaped zombie, so its pid cannot have been reused
         _kill_tree(proc.pid, pidfd, launcher, init_fd)
@@ -356,7 +231,7 @@ def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxL
     cpu = usage.ru_utime + usage.ru_stime
     err_text = streams.err.decode("utf-8", "replace")
     cpu_limit = limits.cpu_s or int(limits.timeout_s) + 2
-    status = _classify(streams, reason if reason != "leftover" else "", rc, cpu, cpu_limit, err_text)
+    status = classify(streams, reason if reason != "leftover" else "", rc, cpu, cpu_limit, err_text)
     st = bytes(streams.status)
     values = None
     if n_calls and st.startswith(b"R") and b"V" in st:
