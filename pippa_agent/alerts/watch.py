@@ -15,11 +15,13 @@ import time
 
 from pippa_agent.alerts.deliver import emit
 from pippa_agent.alerts.events import host_event, run_event
-from pippa_agent.alerts.files import here, load_config, read_json, read_text, write_json
+from pippa_agent.alerts.files import here, load_config, read_json, read_text, secret_values, write_json
+from pippa_agent.alerts.heartbeat import Heartbeat, heartbeat_of
 from pippa_agent.program import program_file
 from pippa_contract import rundir as rd
 from pippa_contract.alerts import DEFAULT_IDLE_THRESHOLD, format_elapsed
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR, WATCH_LOCK, WATCH_STATE
+from pippa_contract.secrets import HEARTBEAT
 from pippa_contract.sessions import IDENTITY_FORMAT
 
 TYPE_CHECKING = False
@@ -71,26 +73,32 @@ def gpu_utilization() -> list[float] | None:
 
 def active_run(remote_dir: str) -> str | None:
     """A pippa run under ``remote_dir`` whose job is going: no exit_code and its tmux session alive."""
+    going = active_runs(remote_dir)
+    return going[0] if going else None
+
+
+def active_runs(remote_dir: str) -> list[str]:
+    """The pippa runs under ``remote_dir`` whose job is going: no exit_code and its tmux session alive."""
     base = os.path.join(os.path.expanduser(remote_dir), "runs")
     candidates = []
     try:
         entries = list(os.scandir(base))
     except OSError:
-        return None
+        return []
     for entry in entries:
         if entry.is_dir() and not os.path.exists(os.path.join(entry.path, rd.EXIT_CODE)):
             ident = read_text(os.path.join(entry.path, rd.TMUX_SESSION), 128)
             if ident:
                 candidates.append((ident, entry.name))
     if not candidates:
-        return None
+        return []
     try:
         p = subprocess.run(["tmux", "list-sessions", "-F", IDENTITY_FORMAT],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
-        return None
+        return []
     alive = set(p.stdout.decode("utf-8", "replace").split())
-    return next((name for ident, name in candidates if ident in alive), None)
+    return sorted(name for ident, name in candidates if ident in alive)
 
 
 def health_interval(idle_s: float | None, fault_poll_s: float | None = None) -> float:
@@ -214,6 +222,7 @@ def watch_main() -> int:
     cfg_mtime = None
     watch = IdleWatch(1200.0, DEFAULT_IDLE_THRESHOLD)
     idle_on, faults_on, fault_poll = False, False, None
+    beat: Heartbeat | None = None
     from pippa_agent.doctor.watch import GpuHealthWatch
 
     health, next_health = GpuHealthWatch(), 0.0
@@ -227,8 +236,9 @@ def watch_main() -> int:
         if m != cfg_mtime:
             cfg_mtime, cfg = m, load_config()
             idle_on, faults_on = bool(cfg.get("idle_alert_s")), bool(cfg.get("fault_watch"))
-            if not (idle_on or faults_on):
-                break  # alerts and idle_alert were removed: `pippa up` stops us too, this is the belt
+            beat = heartbeat_of(cfg, secret_values().get(HEARTBEAT), beat)
+            if not (idle_on or faults_on or beat):
+                break  # alerts, idle_alert and the heartbeat were removed: `pippa up` stops us too
             poll = cfg.get("fault_poll_s")
             fault_poll = float(poll) if isinstance(poll, (int, float)) else None
             watch.idle_s = float(cfg["idle_alert_s"]) if idle_on else 1200.0
@@ -236,7 +246,10 @@ def watch_main() -> int:
             next_health = 0.0
         now = time.time()
         utils = gpu_utilization() if idle_on else None
-        run = active_run(str(cfg.get("remote_dir") or "~/pippa"))
+        going = active_runs(str(cfg.get("remote_dir") or "~/pippa"))
+        run = going[0] if going else None
+        if beat is not None:
+            beat.tick(now, going)
         due = watch.sample(now, utils, run) if idle_on else None
         if due == "idle":
             idle_for = now - (watch.idle_since or now)
@@ -252,7 +265,8 @@ def watch_main() -> int:
         state = {"pid": os.getpid(), "started": started, "sample_time": now, "utilization": utils,
                  "active_run": run, "idle_since": watch.idle_since, "alerted": watch.alerted}  # fmt: skip
         write_json(here(WATCH_STATE), state)
-        deadline = time.time() + (poll_interval(watch.idle_s) if idle_on else health_every)
+        wait = poll_interval(watch.idle_s) if idle_on else health_every
+        deadline = time.time() + (min(wait, beat.every_s) if beat is not None else wait)
         while not stopping and time.time() < deadline:
             time.sleep(min(0.5, max(0.0, deadline - time.time())))
     with contextlib.suppress(OSError):

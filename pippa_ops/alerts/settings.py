@@ -2,7 +2,9 @@
 
 ``idle_alert = "20m"`` and ``idle_threshold = 5`` (% utilization) turn on the host's idle-GPU watcher;
 ``cost_per_hour`` (the whole host) or ``cost_per_gpu_hour`` give runs and idle time a price, in
-``currency`` (an ISO code such as ``"EUR"`` or a symbol; default ``"$"``).
+``currency`` (an ISO code such as ``"EUR"`` or a symbol; default ``"$"``). ``heartbeat_every = "60s"``
+is how often the host pings PIPPA_HEARTBEAT while a run makes progress, and ``heartbeat = "always"``
+pings while no run goes on too (pippa_agent.alerts.heartbeat).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any
 from pippa_contract.alerts import DEFAULT_CURRENCY, DEFAULT_IDLE_THRESHOLD, parse_duration
 from pippa_ops.errors import UsageError
 
-FIELDS = ("idle_alert", "idle_threshold", "cost_per_hour", "cost_per_gpu_hour", "currency")
+FIELDS = ("idle_alert", "idle_threshold", "cost_per_hour", "cost_per_gpu_hour", "currency", "heartbeat_every",
+          "heartbeat")
 _CURRENCY_RE = re.compile(r"^(?:[A-Z]{3}|[^\sA-Za-z0-9]{1,3})$")  # "USD", "EUR", or a symbol: "$", "€"
 
 
@@ -49,7 +52,21 @@ def alert_settings(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
     currency = entry.get("currency", DEFAULT_CURRENCY)
     if not isinstance(currency, str) or not _CURRENCY_RE.match(currency):
         raise UsageError(f'{where}.currency must be an ISO code like "USD" or a symbol like "$"')
+    every = entry.get("heartbeat_every")
+    if every is not None:
+        try:
+            if not isinstance(every, str) or parse_duration(every) <= 0:
+                raise ValueError("zero")
+        except ValueError as e:
+            raise UsageError(
+                f'{where}.heartbeat_every must be a duration like "60s" or "1m", not {every!r}'
+            ) from e
+    beat = entry.get("heartbeat")
+    if beat is not None and beat != "always":
+        raise UsageError(f'{where}.heartbeat can only be "always" (pings with no run too), not {beat!r}')
     return {
+        "heartbeat_every": every,
+        "heartbeat": beat,
         "idle_alert": idle,
         "idle_threshold": DEFAULT_IDLE_THRESHOLD if threshold is None else threshold,
         "cost_per_hour": per_host,

@@ -123,13 +123,15 @@ def test_messages_are_redacted_of_every_secret_value_but_keep_addresses_and_numb
 def test_settings_are_validated_where_the_inventory_is_read() -> None:
     ok = alert_settings({"idle_alert": "20m", "cost_per_gpu_hour": 2}, "f: hosts.a")
     assert ok == {"idle_alert": "20m", "idle_threshold": 5.0, "cost_per_hour": None, "cost_per_gpu_hour": 2.0,
-                  "currency": "$"}  # fmt: skip
+                  "currency": "$", "heartbeat_every": None, "heartbeat": None}  # fmt: skip
     for bad in ({"idle_alert": "soon"}, {"idle_alert": 20}, {"idle_threshold": 120}, {"cost_per_hour": -1},
                 {"cost_per_hour": True}, {"cost_per_hour": 1, "cost_per_gpu_hour": 1},
-                {"currency": "dollars"}, {"currency": 1}):  # fmt: skip
+                {"currency": "dollars"}, {"currency": 1}, {"heartbeat_every": "often"},
+                {"heartbeat_every": 60}, {"heartbeat": "sometimes"}):  # fmt: skip
         with pytest.raises(UsageError):
             alert_settings(bad, "f: hosts.a")
     assert HostSpec(name="x", idle_alert="1h30m").idle_alert_s == 5400
+    assert HostSpec(name="x", heartbeat_every="2s").heartbeat_every_s == 2.0
 
 
 def test_a_cost_reads_as_money_in_the_hosts_currency() -> None:

@@ -18,7 +18,7 @@ cd "$HOME"/pippa || exit 1
 export PATH="$HOME/.local/bin:$PATH" PYTHONUNBUFFERED=1
 export PIPPA_RUN_ID=20260101-120000-tiny-abcd PIPPA_RUN_DIR="$RUN_DIR"
 export HF_HOME='/data/hf cache'
-if [ -f "$HOME"/.config/pippa/secrets.env ]; then set -a; . "$HOME"/.config/pippa/secrets.env; set +a; unset PIPPA_NOTIFY; fi
+if [ -f "$HOME"/.config/pippa/secrets.env ]; then set -a; . "$HOME"/.config/pippa/secrets.env; set +a; unset PIPPA_NOTIFY PIPPA_HEARTBEAT; fi
 MAIN_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 MAIN_PORT=$((20000 + SLURM_JOB_ID % 20000))
 srun --kill-on-bad-exit=1 sh -c 'a=$1 p=$2; shift 2; exec "$@" --machines "$SLURM_NTASKS" --machine-rank "$SLURM_PROCID" --main-addr "$a" --main-port "$p"' sh "$MAIN_ADDR" "$MAIN_PORT" .venv/bin/python -m training_core.launch tiny --run-dir "$HOME"/pippa/runs/20260101-120000-tiny-abcd --set train.max_steps=3
