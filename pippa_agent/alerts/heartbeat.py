@@ -27,7 +27,7 @@ import queue
 import threading
 import time
 
-from pippa_agent.alerts.files import here, read_text
+from pippa_agent.alerts.files import ended_since, here, read_text
 from pippa_contract import rundir as rd
 from pippa_contract.stall import FLOOR_S
 
@@ -140,6 +140,7 @@ class Heartbeat:
         self.sender, self.every_s, self.always = sender, every_s, always
         self.runs_dir, self.host = runs_dir, host
         self.going: set[str] = set()
+        self.looked = time.time()  # runs that end after this are told, however short
         self.next_at = 0.0
 
     def tick(self, now: float, active: list[str]) -> None:
@@ -147,7 +148,9 @@ class Heartbeat:
             if run_id not in self.going:
                 self.going.add(run_id)
                 self.sender.ping("/start")
-        for run_id in sorted(self.going - set(active)):
+        ended = (self.going - set(active)) | set(ended_since(self.runs_dir, self.looked))
+        self.looked = now
+        for run_id in sorted(ended):
             self.going.discard(run_id)
             suffix, body = ending(os.path.join(self.runs_dir, run_id), run_id, self.host)
             self.sender.ping(suffix, body)
@@ -171,5 +174,5 @@ def heartbeat_of(cfg: dict[str, Any], url: str | None, old: Heartbeat | None = N
     sender = old.sender if same and old is not None else Sender(url, here(HEARTBEAT_LOG))
     beat = Heartbeat(sender, every_s, cfg.get("heartbeat") == "always", runs_dir, str(cfg.get("host") or ""))
     if old is not None:
-        beat.going = old.going
+        beat.going, beat.looked = old.going, old.looked
     return beat

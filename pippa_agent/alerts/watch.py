@@ -17,6 +17,7 @@ from pippa_agent.alerts.deliver import emit
 from pippa_agent.alerts.events import host_event, run_event
 from pippa_agent.alerts.files import here, load_config, read_json, read_text, secret_values, write_json
 from pippa_agent.alerts.heartbeat import Heartbeat, heartbeat_of
+from pippa_agent.alerts.stopper import Stopper, stopper_of
 from pippa_agent.program import program_file
 from pippa_contract import rundir as rd
 from pippa_contract.alerts import DEFAULT_IDLE_THRESHOLD, format_elapsed
@@ -200,6 +201,14 @@ def is_watcher(pid: object) -> bool:
     return b"watch" in args and any(a.endswith((b".pyz", b"hostalerts.py")) for a in args)
 
 
+def tell_host(state: str, subject: str, why: str) -> None:
+    """An alert about the host (the stop command's: armed, cancelled, ran), with what to do next."""
+    event = host_event(state, subject or "host", why)
+    if state == "stop armed":
+        event["look"] = f"pippa keep {event['host']}  (cancels the stop)"
+    emit(event)
+
+
 def watch_main() -> int:
     """``watch``: until stopped (or config.json asks for neither watch), alert each new GPU fault during a
     run and, with ``idle_alert``, once when the GPUs idle and once when busy again."""
@@ -223,6 +232,7 @@ def watch_main() -> int:
     watch = IdleWatch(1200.0, DEFAULT_IDLE_THRESHOLD)
     idle_on, faults_on, fault_poll = False, False, None
     beat: Heartbeat | None = None
+    stopper: Stopper | None = None
     from pippa_agent.doctor.watch import GpuHealthWatch
 
     health, next_health = GpuHealthWatch(), 0.0
@@ -237,7 +247,8 @@ def watch_main() -> int:
             cfg_mtime, cfg = m, load_config()
             idle_on, faults_on = bool(cfg.get("idle_alert_s")), bool(cfg.get("fault_watch"))
             beat = heartbeat_of(cfg, secret_values().get(HEARTBEAT), beat)
-            if not (idle_on or faults_on or beat):
+            stopper = stopper_of(cfg, stopper, tell_host)
+            if not (idle_on or faults_on or beat or stopper):
                 break  # alerts, idle_alert and the heartbeat were removed: `pippa up` stops us too
             poll = cfg.get("fault_poll_s")
             fault_poll = float(poll) if isinstance(poll, (int, float)) else None
@@ -245,11 +256,13 @@ def watch_main() -> int:
             watch.threshold = float(cfg.get("idle_threshold", DEFAULT_IDLE_THRESHOLD))
             next_health = 0.0
         now = time.time()
-        utils = gpu_utilization() if idle_on else None
+        utils = gpu_utilization() if idle_on or (stopper is not None and stopper.idle_s) else None
         going = active_runs(str(cfg.get("remote_dir") or "~/pippa"))
         run = going[0] if going else None
         if beat is not None:
             beat.tick(now, going)
+        if stopper is not None:
+            stopper.tick(now, going, utils)
         due = watch.sample(now, utils, run) if idle_on else None
         if due == "idle":
             idle_for = now - (watch.idle_since or now)
@@ -266,7 +279,9 @@ def watch_main() -> int:
                  "active_run": run, "idle_since": watch.idle_since, "alerted": watch.alerted}  # fmt: skip
         write_json(here(WATCH_STATE), state)
         wait = poll_interval(watch.idle_s) if idle_on else health_every
-        deadline = time.time() + (min(wait, beat.every_s) if beat is not None else wait)
+        wait = min(wait, beat.every_s) if beat is not None else wait
+        wait = min(wait, stopper.poll_s()) if stopper is not None else wait
+        deadline = time.time() + wait
         while not stopping and time.time() < deadline:
             time.sleep(min(0.5, max(0.0, deadline - time.time())))
     with contextlib.suppress(OSError):

@@ -78,6 +78,11 @@ class HostSpec:
     # and "always" to ping while no run goes on too.
     heartbeat_every: str | None = None
     heartbeat: str | None = None
+    # The meter that stops itself: the command the host's watcher runs (once per trigger) when one of
+    # stop_when ("done", "stalled", "idle:30m") says so, stop_notice ("5m") after the alert that arms it.
+    stop: str | None = None
+    stop_when: tuple[str, ...] = ()
+    stop_notice: str | None = None
 
     @property
     def idle_alert_s(self) -> float | None:

@@ -20,6 +20,7 @@ from pippa_contract.alerts import TARGET as TARGET
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR, ALERTS_PROGRAM
 from pippa_contract.termsafe import escape
 from pippa_ops.alerts.commands import program_command
+from pippa_ops.alerts.settings import stop_config
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
@@ -48,6 +49,7 @@ def host_config(
         "heartbeat_on": heartbeat,  # PIPPA_HEARTBEAT went to the secrets file (the URL itself stays there)
         "heartbeat_every_s": spec.heartbeat_every_s,
         "heartbeat": spec.heartbeat,
+        **stop_config(spec.stop, spec.stop_when, spec.stop_notice),
     }
 
 
@@ -93,7 +95,7 @@ def install(
         verbs.link_program(agent, ALERTS_PROGRAM, agent_client.digest(), "alerts")
     transport.run(f"chmod 700 {sh_path(base)}", timeout=30)
     transport.run(program_command("retire-legacy"), timeout=60)
-    wanted = configured or bool(spec.idle_alert_s) or heartbeat
+    wanted = configured or bool(spec.idle_alert_s) or heartbeat or bool(spec.stop and spec.stop_when)
     verb = "watch-ensure" if wanted else "watch-stop"
     answer = _answer(transport.run(program_command(verb), timeout=60).stdout)
     if not wanted:
@@ -164,6 +166,9 @@ def status_line(status: dict[str, Any]) -> str:
         since = f", GPUs idle {format_elapsed(idle)}" if isinstance(idle, int | float) else ""
         what = "idle watch" if status.get("idle_alert_s") else "GPU watch"
         parts.append(f"{what} pid {status['watcher']}{since}")
+    stop = status.get("stop")
+    if isinstance(stop, dict) and stop.get("when"):
+        parts.append(stop_text(stop))
     failures = status.get("failures") or 0
     last = status.get("last_failure")
     if failures and isinstance(last, dict):
@@ -179,3 +184,15 @@ def _answer(stdout: str) -> dict[str, Any]:
         return {}
     return value if isinstance(value, dict) else {}
 
+
+
+def stop_text(stop: dict[str, Any]) -> str:
+    """``stop on done, idle:1800`` or ``stop armed (done): runs in 4m12s, pippa keep H cancels``."""
+    armed = stop.get("armed")
+    if isinstance(armed, dict):
+        left = stop.get("in_s")
+        when = f"runs in {format_elapsed(left)}" if isinstance(left, int | float) and left > 0 else "due now"
+        return f"stop armed ({armed.get('trigger')}): {when}, `pippa keep` cancels"
+    last = stop.get("last")
+    ran = f", last: {last.get('trigger')} -> {last.get('how')}" if isinstance(last, dict) else ""
+    return f"stop on {', '.join(str(w) for w in stop.get('when') or [])}{ran}"
