@@ -4,6 +4,7 @@
 - ``done``: the last pippa run the watcher saw going ended and nothing else goes on or waits (a queued
   run of a sweep keeps its session, so it counts as going);
 - ``stalled``: a run ended stalled with no retry left (its supervisor gave up: attempts.json);
+- ``budget``: a run ended at its ``--budget`` (class ``budget``: pippa_agent.supervise.budget);
 - ``idle:30m``: every GPU under the idle threshold (idle_alert's rule), no pippa run going or queued and
   no tmux client attached, for that long.
 
@@ -59,12 +60,13 @@ def saving(run_dir: str, now: float | None = None) -> bool:
     return False
 
 
-def stalled_for_good(run_dir: str) -> bool:
-    """The run ended with its last attempt stalled and no retry left (its supervisor gave up)."""
+def ended_as(run_dir: str) -> str | None:
+    """The class of an ended run's last attempt (``stalled`` with no retry left, ``budget``, ...)."""
     doc = read_json(os.path.join(run_dir, rd.ATTEMPTS_JSON))
     attempts = doc.get("attempts") if isinstance(doc, dict) else None
     last = attempts[-1] if isinstance(attempts, list) and attempts and isinstance(attempts[-1], dict) else {}
-    return last.get("class") == "stalled" and os.path.exists(os.path.join(run_dir, rd.EXIT_CODE))
+    cls = last.get("class")
+    return str(cls) if cls and os.path.exists(os.path.join(run_dir, rd.EXIT_CODE)) else None
 
 
 def attached_clients() -> int:
@@ -125,8 +127,11 @@ class Stopper:
         ended = sorted((self.seen - set(going)) | set(ended_since(self.runs_dir, self.looked)))
         self.seen, self.looked = set(going), now
         for run_id in ended:
-            if "stalled" in self.when and stalled_for_good(os.path.join(self.runs_dir, run_id)):
+            cls = ended_as(os.path.join(self.runs_dir, run_id))
+            if cls == "stalled" and "stalled" in self.when:
                 self._arm("stalled", f"stalled:{run_id}", f"run {run_id} stalled with no retry left", now)
+            if cls == "budget" and "budget" in self.when:
+                self._arm("budget", f"budget:{run_id}", f"run {run_id} spent its budget", now)
         if "done" in self.when and ended and not going:
             self._arm("done", "done:" + ",".join(ended), f"the last run ({ended[-1]}) ended, none waits", now)
         self._idle(now, going, utils)

@@ -18,7 +18,7 @@ from pippa_ops.errors import UsageError
 
 FIELDS = ("idle_alert", "idle_threshold", "cost_per_hour", "cost_per_gpu_hour", "currency", "heartbeat_every",
           "heartbeat", "stop", "stop_when", "stop_notice")
-TRIGGERS = ("done", "stalled", "idle:<duration>")  # stop_when's words (pippa_agent.alerts.stopper)
+TRIGGERS = ("done", "stalled", "budget", "idle:<duration>")  # stop_when's words (pippa_agent.alerts.stopper)
 _CURRENCY_RE = re.compile(r"^(?:[A-Z]{3}|[^\sA-Za-z0-9]{1,3})$")  # "USD", "EUR", or a symbol: "$", "€"
 
 
@@ -103,9 +103,7 @@ def stop_settings(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
         for w in when:
             if w.startswith("idle:"):
                 _duration(w[5:], f"{where}.stop_when's idle", "idle:30m")
-            elif w == "budget":
-                raise UsageError(f"{where}.stop_when: budget is not there yet (use {', '.join(TRIGGERS)})")
-            elif w not in ("done", "stalled"):
+            elif w not in ("done", "stalled", "budget"):
                 raise UsageError(f"{where}.stop_when: unknown {w!r} (use {', '.join(TRIGGERS)})")
             words.append(w)
     if words and stop is None:

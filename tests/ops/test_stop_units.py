@@ -86,3 +86,15 @@ def test_a_checkpoint_being_written_holds_the_stop(home: Path) -> None:
     (staging / "shard").write_text("x")
     assert saving(str(home / "runs" / "r1"))
     assert not saving(str(home / "runs" / "r1"), time.time() + 31)
+
+
+def test_a_run_that_ended_at_its_budget_arms_the_budget_stop(home: Path) -> None:
+    told: list[tuple[str, str, str]] = []
+    s = _stopper(home, "echo x >> $HOME/ran", told, stop_when=["budget"])
+    run = home / "runs" / "r1"
+    (run / "attempts.json").write_text('{"attempts": [{"attempt": 1, "class": "budget"}]}')
+    s.tick(time.time(), ["r1"], None)
+    (run / "exit_code").write_text("130\n")
+    s.tick(time.time(), [], None)
+    _until(s, told, "stop ran")
+    assert told[0][:2] == ("stop armed", "budget") and (home / "ran").read_text() == "x\n"
