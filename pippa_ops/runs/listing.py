@@ -102,8 +102,21 @@ class RunRecord:
             return f"{self.state} ({self.slurm_state})"  # e.g. "queued (PENDING (Resources))"
         return self.state
 
+    @property
+    def spend(self) -> dict[str, float] | None:
+        """Its goodput ledger (money per part, pippa_contract.ledger) where its attempts have a price."""
+        doc = self.attempts_doc if isinstance(self.attempts_doc, dict) else {}
+        rows = [a for a in doc.get("attempts") or [] if isinstance(a, dict)]
+        if not any(a.get("price_s") is not None for a in rows):
+            return None
+        import time
+
+        from pippa_contract.ledger import ledger
+
+        return ledger(rows, (), self.ended or time.time())
+
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "label": self.label, "state_text": self.state_text}
+        return {**asdict(self), "label": self.label, "state_text": self.state_text, "ledger": self.spend}
 
 
 @dataclass(frozen=True)

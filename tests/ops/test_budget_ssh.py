@@ -49,4 +49,10 @@ def test_a_run_at_its_budget_saves_and_stops_with_the_class_budget(
     total = float(spent.split()[1].removeprefix("$"))
     assert total == pytest.approx(billed, rel=1e-3)  # the ledger: wall x price
     ps = json.loads(pippa(env, "ps", "--host", h.name, "--json").stdout)[h.name]["runs"]
-    assert next(r for r in ps if r["run_id"] == run_id)["state_text"].startswith("budget")
+    mine = next(r for r in ps if r["run_id"] == run_id)
+    assert mine["state_text"].startswith("budget")
+    assert sum(mine["ledger"].values()) == pytest.approx(billed, rel=1e-3)
+    runs = pippa(env, "runs", "--host", h.name)
+    assert "% productive" in next(ln for ln in runs.stdout.splitlines() if run_id.rsplit("-", 1)[1] in ln)
+    compare = pippa(env, "compare", run_id, "--host", h.name)
+    assert compare.returncode == 0 and "% productive)" in compare.stdout, compare.stdout + compare.stderr
