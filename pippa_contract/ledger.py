@@ -86,3 +86,14 @@ def ledger(attempts: Sequence[dict[str, Any]], step_times: Sequence[float], now:
 def spent(attempts: Sequence[dict[str, Any]], now: float) -> float:
     """The money the run's attempts and backoffs cost so far (the ledger's total, without the steps)."""
     return sum(ledger(attempts, (), now).values())
+
+
+def spent_since(attempts: Sequence[dict[str, Any]], since: float, now: float) -> float:
+    """What the attempts (and their backoffs) cost after ``since`` (a host's day, for ``daily_budget``)."""
+    clipped = []
+    for a in attempts:
+        start, end = _num(a.get("start")), _num(a.get("end"))
+        if start is None or (end is not None and end <= since):
+            continue
+        clipped.append({**a, "start": max(start, since)})
+    return spent(clipped, now)

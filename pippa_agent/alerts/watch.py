@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+from pippa_agent.alerts.daily import check_daily
 from pippa_agent.alerts.deliver import emit
 from pippa_agent.alerts.events import host_event, run_event
 from pippa_agent.alerts.files import here, load_config, read_json, read_text, secret_values, write_json
@@ -248,7 +249,7 @@ def watch_main() -> int:
             idle_on, faults_on = bool(cfg.get("idle_alert_s")), bool(cfg.get("fault_watch"))
             beat = heartbeat_of(cfg, secret_values().get(HEARTBEAT), beat)
             stopper = stopper_of(cfg, stopper, tell_host)
-            if not (idle_on or faults_on or beat or stopper):
+            if not (idle_on or faults_on or beat or stopper or cfg.get("daily_budget")):
                 break  # alerts, idle_alert and the heartbeat were removed: `pippa up` stops us too
             poll = cfg.get("fault_poll_s")
             fault_poll = float(poll) if isinstance(poll, (int, float)) else None
@@ -261,6 +262,8 @@ def watch_main() -> int:
         run = going[0] if going else None
         if beat is not None:
             beat.tick(now, going)
+        if cfg.get("daily_budget"):
+            check_daily(cfg, going, now, tell_host)
         if stopper is not None:
             stopper.tick(now, going, utils)
         due = watch.sample(now, utils, run) if idle_on else None

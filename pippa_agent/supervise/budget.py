@@ -10,6 +10,7 @@ import os
 
 from pippa_agent.supervise.files import read_json
 from pippa_contract import ledger
+from pippa_contract import rundir as rd
 from pippa_contract.alerts import cost_so_far, money, run_gpus
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR
 
@@ -37,7 +38,10 @@ class Budget:
         self.amount, self.currency = amount, currency
         self.hit = False
 
-    def check(self, doc: dict[str, Any], now: float) -> str | None:
+    def check(self, doc: dict[str, Any], now: float, run_dir: str | None = None) -> str | None:
+        if run_dir is not None and not self.hit and os.path.exists(os.path.join(run_dir, rd.BUDGET_STOP)):
+            self.hit = True  # the host's daily_budget is spent (pippa_agent.alerts.daily)
+            return "stop"
         if self.amount is None:
             return None
         spent = ledger.spent(doc.get("attempts") or [], now)
@@ -51,6 +55,8 @@ class Budget:
 
     def said(self, doc: dict[str, Any], now: float) -> str:
         spent = ledger.spent(doc.get("attempts") or [], now)
+        if self.amount is None:
+            return f"the host's daily budget is spent ({money(spent, self.currency)} by this run)"
         return f"{money(spent, self.currency)} of its budget {money(self.amount, self.currency)} spent"
 
 

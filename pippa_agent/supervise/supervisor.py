@@ -259,7 +259,7 @@ class Supervisor:
                           f"(what it was doing: {where}/)")  # fmt: skip
                 rc = self.end_child(self.policy["grace_s"])
                 break
-            due = self.budget.check(self.doc, time.time())
+            due = self.budget.check(self.doc, time.time(), self.run_dir)
             if due == "alert":
                 self.emit("budget", f"{self.budget.said(self.doc, time.time())}: it stops at its budget")
             elif due == "stop":

@@ -17,7 +17,7 @@ from pippa_contract.alerts import DEFAULT_CURRENCY, DEFAULT_IDLE_THRESHOLD, pars
 from pippa_ops.errors import UsageError
 
 FIELDS = ("idle_alert", "idle_threshold", "cost_per_hour", "cost_per_gpu_hour", "currency", "heartbeat_every",
-          "heartbeat", "stop", "stop_when", "stop_notice")
+          "heartbeat", "stop", "stop_when", "stop_notice", "daily_budget")
 TRIGGERS = ("done", "stalled", "budget", "idle:<duration>")  # stop_when's words (pippa_agent.alerts.stopper)
 _CURRENCY_RE = re.compile(r"^(?:[A-Z]{3}|[^\sA-Za-z0-9]{1,3})$")  # "USD", "EUR", or a symbol: "$", "€"
 
@@ -65,8 +65,13 @@ def alert_settings(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
     beat = entry.get("heartbeat")
     if beat is not None and beat != "always":
         raise UsageError(f'{where}.heartbeat can only be "always" (pings with no run too), not {beat!r}')
+    daily = number("daily_budget")
+    if daily is not None and (daily <= 0 or (per_host is None and per_gpu is None)):
+        raise UsageError(f"{where}.daily_budget needs an amount > 0 and a price (cost_per_hour or "
+                         "cost_per_gpu_hour)")  # fmt: skip
     return {
         **stop_settings(entry, where),
+        "daily_budget": daily,
         "heartbeat_every": every,
         "heartbeat": beat,
         "idle_alert": idle,

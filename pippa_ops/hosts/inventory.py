@@ -83,6 +83,7 @@ class HostSpec:
     stop: str | None = None
     stop_when: tuple[str, ...] = ()
     stop_notice: str | None = None
+    daily_budget: float | None = None  # the most the host's runs may spend a day (its currency; the ledger)
 
     @property
     def idle_alert_s(self) -> float | None:

@@ -50,6 +50,7 @@ def host_config(
         "heartbeat_every_s": spec.heartbeat_every_s,
         "heartbeat": spec.heartbeat,
         **stop_config(spec.stop, spec.stop_when, spec.stop_notice),
+        "daily_budget": spec.daily_budget,
     }
 
 
@@ -96,6 +97,7 @@ def install(
     transport.run(f"chmod 700 {sh_path(base)}", timeout=30)
     transport.run(program_command("retire-legacy"), timeout=60)
     wanted = configured or bool(spec.idle_alert_s) or heartbeat or bool(spec.stop and spec.stop_when)
+    wanted = wanted or spec.daily_budget is not None
     verb = "watch-ensure" if wanted else "watch-stop"
     answer = _answer(transport.run(program_command(verb), timeout=60).stdout)
     if not wanted:

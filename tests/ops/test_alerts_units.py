@@ -124,14 +124,16 @@ def test_settings_are_validated_where_the_inventory_is_read() -> None:
     ok = alert_settings({"idle_alert": "20m", "cost_per_gpu_hour": 2}, "f: hosts.a")
     assert ok == {"idle_alert": "20m", "idle_threshold": 5.0, "cost_per_hour": None, "cost_per_gpu_hour": 2.0,
                   "currency": "$", "heartbeat_every": None, "heartbeat": None,
-                  "stop": None, "stop_when": (), "stop_notice": None}  # fmt: skip
+                  "stop": None, "stop_when": (), "stop_notice": None, "daily_budget": None}  # fmt: skip
     for bad in ({"idle_alert": "soon"}, {"idle_alert": 20}, {"idle_threshold": 120}, {"cost_per_hour": -1},
                 {"cost_per_hour": True}, {"cost_per_hour": 1, "cost_per_gpu_hour": 1},
                 {"currency": "dollars"}, {"currency": 1}, {"heartbeat_every": "often"},
                 {"heartbeat_every": 60}, {"heartbeat": "sometimes"}, {"stop_when": ["done"]},
                 {"stop": "x", "stop_when": ["soon"]}, {"stop": "x", "stop_when": ["idle:later"]},
                 {"stop": "a\nb"}, {"stop": "x", "stop_notice": "1 week"},
-                {"stop": "x", "stop_when": "done"}):  # fmt: skip
+                {"stop": "x", "stop_when": "done"}, {"daily_budget": 100},
+                {"daily_budget": 0, "cost_per_hour": 1},
+                {"daily_budget": "lots", "cost_per_hour": 1}):  # fmt: skip
         with pytest.raises(UsageError):
             alert_settings(bad, "f: hosts.a")
     assert HostSpec(name="x", idle_alert="1h30m").idle_alert_s == 5400
