@@ -142,7 +142,9 @@ def mark_replaced(base: str, session: str, stamp: int) -> None:
 
 def stop(req: StopRequest) -> StopAnswer:
     """Mark the runs stop_requested, Ctrl-C the session, wait for the exit code up to the grace
-    period, then kill the session (ends a sweep's remaining runs; kills a job that ignored Ctrl-C)."""
+    period, then kill the session (ends a sweep's remaining runs; kills a job that ignored Ctrl-C).
+    No grace (a stale copy of a run that moved on, pippa_ops.runs.stale): no Ctrl-C, whose save would
+    finish a step and log it; the hang-up ends the job at once."""
     base = runs_dir(req["remote_dir"])
     session = req["session"]
     if not SESSION_RE.match(session):
@@ -151,7 +153,8 @@ def stop(req: StopRequest) -> StopAnswer:
         if NAME_RE.match(rid):
             with open(os.path.join(base, rid, rd.STOP_REQUESTED), "w") as f:
                 f.write(f"{int(req['stamp'])}\n")
-    tmux("send-keys", "-t", f"={session}:", "C-c")
+    if float(req["grace_s"]) > 0:
+        tmux("send-keys", "-t", f"={session}:", "C-c")
     watch = os.path.join(base, req["watch"], rd.EXIT_CODE)
     deadline = time.monotonic() + float(req["grace_s"])
     while time.monotonic() < deadline:

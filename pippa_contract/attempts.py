@@ -36,6 +36,8 @@ def policy_of(meta: dict[str, Any]) -> dict[str, Any]:
         "stall_timeout_s": "off" if stall == "off" else float(str(stall)) if stall else None,
         "retry_diverged": bool(raw.get("retry_diverged", False)),
         "grace_s": float(str(raw.get("grace_s", GRACE_S))),
+        # pippa run --budget: the most the run may spend (money; pippa_contract.ledger), None: no limit
+        "budget": float(str(raw["budget"])) if raw.get("budget") else None,
     }
 
 

@@ -42,6 +42,10 @@ CLASSES = (COMPLETED, STOPPED, CONFIG, DIVERGED, OOM, HOST_OOM, GPU_FAULT, NCCL,
 INFRA = (LOST, NCCL, STALLED)
 # Never retried: a retry would end the same way, or the user asked.
 FINAL = (CONFIG, DIVERGED, STOPPED)
+# Its --budget was spent: the supervisor saved and stopped it, never retried (pippa_agent.supervise.budget).
+BUDGET = "budget"
+CLASSES = (*CLASSES, BUDGET)  # type: ignore[assignment]  # a row added after the others
+FINAL = (*FINAL, BUDGET)  # type: ignore[assignment]
 
 USAGE_EXIT = 2
 SIGKILL_EXIT = 128 + 9

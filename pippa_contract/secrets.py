@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 SECRETS_PATH = "~/.config/pippa/secrets.env"
 TARGET = "PIPPA_NOTIFY"  # the secrets file's key holding the Apprise URLs
+HEARTBEAT = "PIPPA_HEARTBEAT"  # the dead-man's switch's ping URL (pippa_agent.alerts.heartbeat)
 _ADDRESS = re.compile(r"[0-9.]{1,15}")  # an IPv4 address or a port: parts of a URL that are no secret
 
 

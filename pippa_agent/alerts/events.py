@@ -16,7 +16,8 @@ from pippa_contract.failures import label
 from pippa_contract.metrics import header_max_steps
 from pippa_contract.runfacts import reason_line
 
-SUPERVISOR_STATES = ("retrying", "lost", "stalled", "gave_up", "diverged")  # told by pippa_agent.supervise
+# told by pippa_agent.supervise
+SUPERVISOR_STATES = ("retrying", "lost", "stalled", "gave_up", "diverged", "budget")
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

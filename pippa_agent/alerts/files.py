@@ -11,6 +11,7 @@ import shlex
 
 from pippa_contract.alerts import TARGET
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR
+from pippa_contract.rundir import EXIT_CODE
 from pippa_contract.secrets import SECRETS_PATH
 
 TYPE_CHECKING = False
@@ -94,3 +95,20 @@ def first_line(path: str) -> str | None:
             return f.readline(1 << 20).decode("utf-8", "replace")
     except OSError:
         return None
+
+
+def ended_since(runs_dir: str, since: float) -> list[str]:
+    """The runs under ``runs_dir`` whose exit code was written after ``since`` (a run that began and
+    ended between two looks of the watcher is still seen ending)."""
+    out = []
+    try:
+        entries = list(os.scandir(runs_dir))
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            if entry.is_dir() and os.stat(os.path.join(entry.path, EXIT_CODE)).st_mtime > since:
+                out.append(entry.name)
+        except OSError:
+            continue
+    return sorted(out)

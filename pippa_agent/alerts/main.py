@@ -13,10 +13,11 @@ import time
 
 from pippa_agent.alerts.deliver import detach, emit
 from pippa_agent.alerts.events import host_event, run_event
-from pippa_agent.alerts.files import here, load_config, read_json, secret_target, tail_lines
+from pippa_agent.alerts.files import here, load_config, read_json, secret_target, secret_values, tail_lines
 from pippa_agent.alerts.watch import check_disk, watch_ensure, watch_main, watch_stop, watcher_running
 from pippa_contract import states
-from pippa_contract.hostdirs import DELIVERIES, WATCH_STATE
+from pippa_contract.hostdirs import DELIVERIES, STOP_STATE, WATCH_STATE
+from pippa_contract.secrets import HEARTBEAT
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ def status() -> dict[str, Any]:
     idle_since = st.get("idle_since")
     return {
         "configured": secret_target() is not None,
+        "heartbeat": bool(secret_values().get(HEARTBEAT)),  # whether it is set, never the URL
         "watcher": st.get("pid") if running else None,
         "idle_alert_s": cfg.get("idle_alert_s"),
         "idle_s": now - idle_since if isinstance(idle_since, (int, float)) else None,
@@ -52,7 +54,18 @@ def status() -> dict[str, Any]:
         "cost_per_hour": cfg.get("cost_per_hour"),
         "cost_per_gpu_hour": cfg.get("cost_per_gpu_hour"),
         "gpus": cfg.get("gpus"),
+        "stop": stop_status(cfg, now),
     }
+
+
+def stop_status(cfg: dict[str, Any], now: float) -> dict[str, Any]:
+    """What the stop command is armed on, what is armed now (and in how long), and how it last ran."""
+    st = read_json(here(STOP_STATE))
+    st = st if isinstance(st, dict) else {}
+    armed = st.get("armed") if isinstance(st.get("armed"), dict) else None
+    at = armed.get("at") if armed else None
+    return {"when": (cfg.get("stop_when") or []) if cfg.get("stop_command") else [], "armed": armed,
+            "in_s": at - now if isinstance(at, (int, float)) else None, "last": st.get("last")}  # fmt: skip
 
 
 def main(argv: list[str]) -> int:

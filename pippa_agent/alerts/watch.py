@@ -13,13 +13,17 @@ import subprocess
 import sys
 import time
 
+from pippa_agent.alerts.daily import check_daily
 from pippa_agent.alerts.deliver import emit
 from pippa_agent.alerts.events import host_event, run_event
-from pippa_agent.alerts.files import here, load_config, read_json, read_text, write_json
+from pippa_agent.alerts.files import here, load_config, read_json, read_text, secret_values, write_json
+from pippa_agent.alerts.heartbeat import Heartbeat, heartbeat_of
+from pippa_agent.alerts.stopper import Stopper, stopper_of
 from pippa_agent.zipapp import program_file
 from pippa_contract import rundir as rd
 from pippa_contract.alerts import DEFAULT_IDLE_THRESHOLD, format_elapsed
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR, WATCH_LOCK, WATCH_STATE
+from pippa_contract.secrets import HEARTBEAT
 from pippa_contract.sessions import IDENTITY_FORMAT
 
 TYPE_CHECKING = False
@@ -71,26 +75,32 @@ def gpu_utilization() -> list[float] | None:
 
 def active_run(remote_dir: str) -> str | None:
     """A pippa run under ``remote_dir`` whose job is going: no exit_code and its tmux session alive."""
+    going = active_runs(remote_dir)
+    return going[0] if going else None
+
+
+def active_runs(remote_dir: str) -> list[str]:
+    """The pippa runs under ``remote_dir`` whose job is going: no exit_code and its tmux session alive."""
     base = os.path.join(os.path.expanduser(remote_dir), "runs")
     candidates = []
     try:
         entries = list(os.scandir(base))
     except OSError:
-        return None
+        return []
     for entry in entries:
         if entry.is_dir() and not os.path.exists(os.path.join(entry.path, rd.EXIT_CODE)):
             ident = read_text(os.path.join(entry.path, rd.TMUX_SESSION), 128)
             if ident:
                 candidates.append((ident, entry.name))
     if not candidates:
-        return None
+        return []
     try:
         p = subprocess.run(["tmux", "list-sessions", "-F", IDENTITY_FORMAT],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
-        return None
+        return []
     alive = set(p.stdout.decode("utf-8", "replace").split())
-    return next((name for ident, name in candidates if ident in alive), None)
+    return sorted(name for ident, name in candidates if ident in alive)
 
 
 def health_interval(idle_s: float | None, fault_poll_s: float | None = None) -> float:
@@ -209,6 +219,14 @@ def is_watcher(pid: object) -> bool:
     return b"watch" in args and any(a.endswith((b".pyz", b"hostalerts.py")) for a in args)
 
 
+def tell_host(state: str, subject: str, why: str) -> None:
+    """An alert about the host (the stop command's: armed, cancelled, ran), with what to do next."""
+    event = host_event(state, subject or "host", why)
+    if state == "stop armed":
+        event["look"] = f"pippa keep {event['host']}  (cancels the stop)"
+    emit(event)
+
+
 def watch_main() -> int:
     """``watch``: until stopped (or config.json asks for neither watch), alert each new GPU fault during a
     run and, with ``idle_alert``, once when the GPUs idle and once when busy again."""
@@ -231,6 +249,8 @@ def watch_main() -> int:
     cfg_mtime = None
     watch = IdleWatch(1200.0, DEFAULT_IDLE_THRESHOLD)
     idle_on, faults_on, fault_poll = False, False, None
+    beat: Heartbeat | None = None
+    stopper: Stopper | None = None
     from pippa_agent.doctor.watch import GpuHealthWatch
 
     health, next_health = GpuHealthWatch(), 0.0
@@ -244,16 +264,25 @@ def watch_main() -> int:
         if m != cfg_mtime:
             cfg_mtime, cfg = m, load_config()
             idle_on, faults_on = bool(cfg.get("idle_alert_s")), bool(cfg.get("fault_watch"))
-            if not (idle_on or faults_on):
-                break  # alerts and idle_alert were removed: `pippa up` stops us too, this is the belt
+            beat = heartbeat_of(cfg, secret_values().get(HEARTBEAT), beat)
+            stopper = stopper_of(cfg, stopper, tell_host)
+            if not (idle_on or faults_on or beat or stopper or cfg.get("daily_budget")):
+                break  # alerts, idle_alert and the heartbeat were removed: `pippa up` stops us too
             poll = cfg.get("fault_poll_s")
             fault_poll = float(poll) if isinstance(poll, (int, float)) else None
             watch.idle_s = float(cfg["idle_alert_s"]) if idle_on else 1200.0
             watch.threshold = float(cfg.get("idle_threshold", DEFAULT_IDLE_THRESHOLD))
             next_health = 0.0
         now = time.time()
-        utils = gpu_utilization() if idle_on else None
-        run = active_run(str(cfg.get("remote_dir") or "~/pippa"))
+        utils = gpu_utilization() if idle_on or (stopper is not None and stopper.idle_s) else None
+        going = active_runs(str(cfg.get("remote_dir") or "~/pippa"))
+        run = going[0] if going else None
+        if beat is not None:
+            beat.tick(now, going)
+        if cfg.get("daily_budget"):
+            check_daily(cfg, going, now, tell_host)
+        if stopper is not None:
+            stopper.tick(now, going, utils)
         due = watch.sample(now, utils, run) if idle_on else None
         if due == "idle":
             idle_for = now - (watch.idle_since or now)
@@ -269,7 +298,10 @@ def watch_main() -> int:
         state = {"pid": os.getpid(), "started": started, "sample_time": now, "utilization": utils,
                  "active_run": run, "idle_since": watch.idle_since, "alerted": watch.alerted}  # fmt: skip
         write_json(here(WATCH_STATE), state)
-        deadline = time.time() + (poll_interval(watch.idle_s) if idle_on else health_every)
+        wait = poll_interval(watch.idle_s) if idle_on else health_every
+        wait = min(wait, beat.every_s) if beat is not None else wait
+        wait = min(wait, stopper.poll_s()) if stopper is not None else wait
+        deadline = time.time() + wait
         while not stopping and time.time() < deadline:
             time.sleep(min(0.5, max(0.0, deadline - time.time())))
     with contextlib.suppress(OSError):

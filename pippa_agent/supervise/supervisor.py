@@ -36,6 +36,7 @@ import time
 
 from pippa_agent import attempt_facts as af
 from pippa_agent import forensics
+from pippa_agent.supervise.budget import Budget, price_s, step_span
 from pippa_agent.supervise.ending import StallWatch, attempt_of, capture, conclude, fault_offer, saving
 from pippa_agent.supervise.files import (
     POLL_S,
@@ -67,7 +68,7 @@ from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR
 
 # supervisor events told as they happen (the run's end is told by cmd.sh's run-end line): exactly one
 # per retry ("retrying" carries the attempt, class, reason and backoff), and one when the run is lost
-MID_RUN_ALERTS = {"retrying": "retrying", "lost": "lost"}
+MID_RUN_ALERTS = {"retrying": "retrying", "lost": "lost", "budget": "budget"}
 KILL_WAIT_S = 5.0  # after a hang-up: how long the job gets before SIGKILL
 
 TYPE_CHECKING = False
@@ -102,6 +103,8 @@ class Supervisor:
         self.setup = child_setup()
         self.oom_kills_before: int | None = None
         self.asked: int | None = None  # SIGUSR1 / SIGUSR2 passed on to the job (a save for an outside engine)
+        self.price_s, currency = price_s(self.command)
+        self.budget = Budget(self.policy.get("budget"), currency)
 
     # -- the one place an event leaves the supervisor ---------------------------------------------
     def emit(self, event: str, message: str | None = None) -> None:
@@ -156,12 +159,21 @@ class Supervisor:
             attempt = self.start(n)
             code, outcome = self.watch(attempt)
             attempt.update(end=time.time(), exit_code=code, outcome=outcome)
+            attempt.update(step_span(self.metrics, attempt["start"], attempt["end"]))
             drain_output(self.log)
             verdict, decision = conclude(
                 self.run_dir, self.doc, attempt, code, outcome, policy=self.policy,
                 recipe=self.recipe is not None, stopped=outcome == STOPPED or self.stop_requested(),
                 oom_kills_before=self.oom_kills_before, pid=self.child.pid if self.child else None,
             )  # fmt: skip
+            if self.budget.hit:  # ended at its budget, its checkpoint saved: never retried
+                verdict = fc.Verdict(fc.BUDGET, f"budget reached: {self.budget.said(self.doc, time.time())}")
+                attempt.update(verdict.to_json())
+                attempt["decision"] = {"retry": False, "spends": None, "why": "its budget is spent",
+                                       "batch": None}  # fmt: skip
+                self.doc["gave_up"] = True
+                self.emit("gave_up", f"attempt {n} ended at its budget (exit {code}): not retried")
+                return code or 1
             said, of = fc.label(verdict.cls, verdict.reason), attempt_of(self.doc, self.policy, n)
             if verdict.cls == fc.COMPLETED:
                 self.emit("finished", f"{of} completed" if n > 1 else None)
@@ -205,6 +217,7 @@ class Supervisor:
             "reason": None,
             "outcome": RUNNING,
             "log_offset": file_size(self.log),
+            "price_s": self.price_s,  # what a second of it costs here (pippa_contract.ledger)
         }
         self.doc["attempts"].append(attempt)
         if n > 1:
@@ -249,6 +262,13 @@ class Supervisor:
                 where = capture(self.run_dir, attempt, child.pid)
                 self.emit("stalled", f"attempt {attempt['attempt']} stalled: {attempt['reason']}; ending it "
                           f"(what it was doing: {where}/)")  # fmt: skip
+                rc = self.end_child(self.policy["grace_s"])
+                break
+            due = self.budget.check(self.doc, time.time(), self.run_dir)
+            if due == "alert":
+                self.emit("budget", f"{self.budget.said(self.doc, time.time())}: it stops at its budget")
+            elif due == "stop":
+                self.emit("budget", f"{self.budget.said(self.doc, time.time())}: saving and stopping")
                 rc = self.end_child(self.policy["grace_s"])
                 break
         code = exit_status(rc)

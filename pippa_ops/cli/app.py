@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "pippa_ops.cli.notify_cmd",
         "Send one test alert from the host to PIPPA_NOTIFY; non-zero exit with the service's error.",
     ),
+    "keep": (
+        "pippa_ops.cli.keep_cmd",
+        "Cancel the host's armed stop command (its alert said when it runs); the host keeps running.",
+    ),
     "sync": (
         "pippa_ops.cli.hosts_cmd",
         "Copy the project's tree to the host: changed files only, one stream, deletions only with --delete.",

@@ -86,7 +86,7 @@ def compare_cmd(
             }
         emit_json(out)
         return
-    from pippa_ops.runs.cost import money
+    from pippa_ops.runs.cost import goodput, money
 
     for r in runs:
         s = r.summary()
@@ -101,6 +101,8 @@ def compare_cmd(
             + (f"  {ev}" if ev else "")
             + (f"  {s['end']}" if s["end"] else "")
             + (f"  cost {money(s['cost'], s['currency'])}" if s["cost"] is not None else "")
+            + (f" ({goodput(s['ledger'])})" if s["ledger"] else "")
+            + (f"  {money(s['per_eval_point'], s['currency'])}/eval point" if s["per_eval_point"] else "")
         )
     typer.echo("")
     if diff:

@@ -8,9 +8,8 @@ import typer
 
 from pippa_ops.cli.common import HostsOpt, JsonOpt, SinceOpt, StateOpt, VerboseOpt, emit_json, note
 from pippa_ops.errors import PippaError, UsageError
-from pippa_ops.fanout import fan_out
 from pippa_ops.runs.listing import RunRecord, merge_groups
-from pippa_ops.runs.locate import all_hosts, runs_of
+from pippa_ops.runs.locate import all_hosts, every_listing
 
 
 def ps_cmd(
@@ -33,7 +32,7 @@ def ps_cmd(
 
     since_ts = parse_since(since) if since else None
     hosts = list(dict.fromkeys(host)) if host else all_hosts()
-    results = fan_out(hosts, runs_of)
+    results = every_listing(hosts)  # a stale copy of a run that moved on is ended here (runs.stale)
     bad_entry = next((r for r in results.values() if isinstance(r, UsageError)), None)
     if bad_entry is not None:  # an invalid inventory entry: one line, as without --host
         raise bad_entry

@@ -178,6 +178,15 @@ def run_cmd(
             show_default=False,
         ),
     ] = None,
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            "--budget",
+            help='"$300": the most the run may spend at the host\'s price; at 80% an alert, at 100% it '
+            "saves a checkpoint and stops (class budget).",
+            show_default=False,
+        ),
+    ] = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Also print the system ssh command that attaches.")
     ] = False,
@@ -195,7 +204,7 @@ def run_cmd(
     from pippa_ops.runs.failover import failover_hosts
 
     restart = RestartFlags(retry, stall_timeout, retry_diverged, backoff, infra_retries, on_oom,
-                           failover_hosts(failover, cmd is not None))  # fmt: skip
+                           failover_hosts(failover, cmd is not None), budget)  # fmt: skip
     names = list(recipes or [])
     if not names and cmd is None:
         names = ["tiny"]  # the README's main job

@@ -202,7 +202,7 @@ def render_runs(
             r = i.record
             steps = "-" if i.steps is None else str(i.steps)
             rows.append([i.host, name.get(r.run_id, r.run_id), label(r), r.state_text, when(r.started),
-                         duration(r.duration_s), money(r.cost, r.currency), steps, num(i.final_reward),
+                         duration(r.duration_s), _cost(r), steps, num(i.final_reward),
                          num(i.best_reward), eval_text(i.eval), commit_text(r), wandb_text(i.wandb),
                          "yes" if i.pulled else ""])  # fmt: skip
         rows += [[h, "-", "-", _host_state(e), *[""] * 10] for h, e in errors.items()]
@@ -212,3 +212,11 @@ def render_runs(
         typer.echo(line)
     for h, e in errors.items():
         typer.secho(_host_error(h, e), fg="red")
+
+
+def _cost(r: RunRecord) -> str:
+    """``$41.20 (85% productive)``: the cost so far and, where the run has a ledger, its goodput."""
+    from pippa_ops.runs.cost import goodput
+
+    share = goodput(r.spend)
+    return money(r.cost, r.currency) + (f" ({share})" if share and r.cost is not None else "")

@@ -21,9 +21,10 @@ from pippa_ops.transport.base import Transport
 def stop_cmd(
     name: Annotated[str, typer.Argument(help="Session name or run id.")],
     host: HostOpt = None,
-    grace: Annotated[float, typer.Option("--grace", help="Seconds to wait after Ctrl-C before killing.")] = (
-        DEFAULT_GRACE_S
-    ),
+    grace: Annotated[
+        float,
+        typer.Option("--grace", help="Seconds to wait after Ctrl-C before killing (0: killed at once)."),
+    ] = DEFAULT_GRACE_S,
 ) -> None:
     """Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period."""
     where = locate_run_hosts(name, host)

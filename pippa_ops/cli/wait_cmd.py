@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -41,13 +42,12 @@ def wait_cmd(
     from pippa_ops import notify as notices
     from pippa_ops.errors import UsageError
     from pippa_ops.runs.listing import RunRecord
-    from pippa_ops.runs.locate import locate
     from pippa_ops.runs.wait import ended_line, exit_status, wait_runs
 
     if timeout is not None and timeout < 0:
         raise UsageError("--timeout must be >= 0 seconds")
     note = _note if log is None else _log_note(log)
-    records = locate(names, host)
+    records = _located(names, host, runs_dir)
     if log is not None:
         note("watching " + ", ".join(f"{r.run_id} on {r.host}" for r in records.values()))
 
@@ -71,32 +71,44 @@ def wait_cmd(
         ended.add(rec.run_id)
         on_end(rec)
 
+    def say(line: str) -> None:
+        if status is not None:
+            status.clear()
+        if log is not None:
+            note(line)  # the background watcher's log
+        if notify:
+            notices.run_ended(line)  # the bell, the line, the desktop and PIPPA_NOTIFY
+            return
+        typer.echo(line, err=True)
+        from pippa_ops.alerts.local import send
+
+        error = send(line)  # a move is alerted where PIPPA_NOTIFY is set, --notify or not
+        if error is not None:
+            typer.echo(f"pippa: alert to PIPPA_NOTIFY failed: {error}", err=True)
+
     def moved(rec: RunRecord, why: str) -> RunRecord:
         from pippa_ops.repo import pulled_runs_dir
         from pippa_ops.runs.failover import fail_over
 
-        def say(line: str) -> None:
-            if status is not None:
-                status.clear()
-            if log is not None:
-                note(line)  # the background watcher's log
-            if notify:
-                notices.run_ended(line)  # the bell, the line, the desktop and PIPPA_NOTIFY
-                return
-            typer.echo(line, err=True)
-            from pippa_ops.alerts.local import send
+        new = fail_over(rec, why, pulled_runs_dir(runs_dir), say)  # a lost host: from the pulled copy
+        if status is not None:
+            status.moved(new)  # the line follows the live copy, never the old host's
+        return new
 
-            error = send(line)  # a move is alerted where PIPPA_NOTIFY is set, --notify or not
-            if error is not None:
-                typer.echo(f"pippa: alert to PIPPA_NOTIFY failed: {error}", err=True)
-
-        return fail_over(rec, why, pulled_runs_dir(runs_dir), say)  # a lost host: from the pulled copy
+    import threading
 
     from pippa_ops.runs.failover import after_s, due
+    from pippa_ops.runs.stale import watch_return
+
+    done = threading.Event()
+
+    def left_lost(old: RunRecord, new: RunRecord) -> None:  # the old host may come back with it going
+        watch_return(old.host, new.host, new.run_id, done, say)
 
     try:
         results = wait_runs(records, timeout_s=timeout, on_end=on_end_seen, note=note,
-                            failover=(due, moved, after_s()))  # fmt: skip
+                            failover=(due, moved, after_s()), on_left_lost=left_lost)  # fmt: skip
+        done.set()
     except KeyboardInterrupt:  # Ctrl-C stops the waiting, never the runs: say so, one line a run
         if status is not None:
             status.stop()
@@ -119,6 +131,26 @@ def wait_cmd(
         }
         emit_json(out)
     raise typer.Exit(exit_status(results))
+
+
+def _located(names: list[str], host: str | None, runs_dir: Path | None) -> dict[str, Any]:
+    """Each name's run; with its host not answering, a ``--failover`` run as the laptop's pulled copy
+    tells it (runs.failover.from_pulled_copy): the wait then moves it once the outage lasts."""
+    from pippa_ops.errors import HostUnreachable, RunNotFound
+    from pippa_ops.repo import pulled_runs_dir
+    from pippa_ops.runs.failover import from_pulled_copy
+    from pippa_ops.runs.locate import locate
+
+    try:
+        return dict(locate(names, host))
+    except (HostUnreachable, RunNotFound) as e:
+        root = pulled_runs_dir(runs_dir)
+        copies = {n: from_pulled_copy(n, root) for n in names}
+        if any(c is None or (host is not None and c.host != host) for c in copies.values()):
+            raise
+        if isinstance(e, RunNotFound) and "not reachable" not in str(e):
+            raise  # every host answered: the run is nowhere, whatever a copy here says
+        return copies
 
 
 def _log_note(path: str) -> Callable[[str], None]:

@@ -54,6 +54,12 @@ class StatusLine:
         self._stop.set()
         self.clear()
 
+    def moved(self, new: RunRecord) -> None:
+        """A run moved to another host (``--failover``): the line reads its live copy from now on."""
+        for name, rec in list(self.records.items()):
+            if rec.run_id == new.run_id:
+                self.records[name] = new
+
     def clear(self) -> None:
         """Blank the line (before another line is printed; the next poll draws it again)."""
         with self._lock:

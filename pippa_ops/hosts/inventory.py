@@ -74,12 +74,28 @@ class HostSpec:
     cost_per_gpu_hour: float | None = None
     currency: str = "$"  # what the rate is in: an ISO code ("USD", "EUR") or a symbol (runs.cost.money)
     gpus: int | None = None  # how many GPUs the box should have (`pippa doctor` fails it with fewer)
+    # The dead-man's switch (PIPPA_HEARTBEAT): ping period while a run makes progress ("60s"; None: 60 s),
+    # and "always" to ping while no run goes on too.
+    heartbeat_every: str | None = None
+    heartbeat: str | None = None
+    # The meter that stops itself: the command the host's watcher runs (once per trigger) when one of
+    # stop_when ("done", "stalled", "idle:30m") says so, stop_notice ("5m") after the alert that arms it.
+    stop: str | None = None
+    stop_when: tuple[str, ...] = ()
+    stop_notice: str | None = None
+    daily_budget: float | None = None  # the most the host's runs may spend a day (its currency; the ledger)
 
     @property
     def idle_alert_s(self) -> float | None:
         from pippa_contract.alerts import parse_duration
 
         return parse_duration(self.idle_alert) if self.idle_alert else None
+
+    @property
+    def heartbeat_every_s(self) -> float | None:
+        from pippa_contract.alerts import parse_duration
+
+        return parse_duration(self.heartbeat_every) if self.heartbeat_every else None
 
     @property
     def is_local(self) -> bool:

@@ -20,6 +20,7 @@ from pippa_contract.alerts import TARGET as TARGET
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR, ALERTS_PROGRAM
 from pippa_contract.termsafe import escape
 from pippa_ops.alerts.commands import program_command
+from pippa_ops.alerts.settings import stop_config
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
@@ -29,7 +30,7 @@ SEND_TIMEOUT_S = 30.0  # the host's delivery limit (pippa_agent.alerts.deliver)
 
 
 def host_config(
-    spec: HostSpec, remote_dir: str, gpus: int, python: str, configured: bool = False
+    spec: HostSpec, remote_dir: str, gpus: int, python: str, configured: bool = False, heartbeat: bool = False
 ) -> dict[str, Any]:
     """config.json beside the program: what messages say about the host, and the watcher's settings
     (``fault_watch``: alerts are configured, so GPU faults during a run are watched for)."""
@@ -45,6 +46,11 @@ def host_config(
         "idle_alert_s": spec.idle_alert_s,
         "idle_threshold": spec.idle_threshold,
         "fault_watch": configured,
+        "heartbeat_on": heartbeat,  # PIPPA_HEARTBEAT went to the secrets file (the URL itself stays there)
+        "heartbeat_every_s": spec.heartbeat_every_s,
+        "heartbeat": spec.heartbeat,
+        **stop_config(spec.stop, spec.stop_when, spec.stop_notice),
+        "daily_budget": spec.daily_budget,
     }
 
 
@@ -77,19 +83,21 @@ class AlertsSetup:
 
 
 def install(
-    transport: Transport, spec: HostSpec, *, remote_dir: str, gpus: int, python: str, configured: bool
+    transport: Transport, spec: HostSpec, *, remote_dir: str, gpus: int, python: str, configured: bool,
+    heartbeat: bool = False,
 ) -> AlertsSetup:
     """Link the host program and write its config, retire an earlier version's alerts program (its
     watcher stopped, a forwarder in its place), then start the watcher (one per host user) when alerts
     are configured (GPU faults during runs) or the entry has ``idle_alert``, else stop it."""
     base = ALERTS_DIR
     with agent_client.Session(transport) as agent:
-        config = host_config(spec, remote_dir, gpus, python, configured)
+        config = host_config(spec, remote_dir, gpus, python, configured, heartbeat)
         verbs.write_file(agent, f"{base}/{ALERTS_CONFIG}", json.dumps(config), 0o600)
         verbs.link_program(agent, ALERTS_PROGRAM, agent_client.digest(), "alerts")
     transport.run(f"chmod 700 {sh_path(base)}", timeout=30)
     transport.run(program_command("retire-legacy"), timeout=60)
-    wanted = configured or bool(spec.idle_alert_s)
+    wanted = configured or bool(spec.idle_alert_s) or heartbeat or bool(spec.stop and spec.stop_when)
+    wanted = wanted or spec.daily_budget is not None
     verb = "watch-ensure" if wanted else "watch-stop"
     answer = _answer(transport.run(program_command(verb), timeout=60).stdout)
     if not wanted:
@@ -149,6 +157,8 @@ def with_rate(status: dict[str, Any] | None, spec: HostSpec) -> dict[str, Any] |
 def status_line(status: dict[str, Any]) -> str:
     """One line for `pippa hosts`: alerts on/off, rate, idle watcher and idle time, delivery failures."""
     parts = ["alerts on" if status.get("configured") else "alerts off"]
+    if status.get("heartbeat"):
+        parts.append("heartbeat on")
     if status.get("cost_per_hour") is not None:
         parts.append(f"{money(status['cost_per_hour'], status.get('currency'))}/h")
     elif status.get("cost_per_gpu_hour") is not None:
@@ -158,6 +168,9 @@ def status_line(status: dict[str, Any]) -> str:
         since = f", GPUs idle {format_elapsed(idle)}" if isinstance(idle, int | float) else ""
         what = "idle watch" if status.get("idle_alert_s") else "GPU watch"
         parts.append(f"{what} pid {status['watcher']}{since}")
+    stop = status.get("stop")
+    if isinstance(stop, dict) and stop.get("when"):
+        parts.append(stop_text(stop))
     failures = status.get("failures") or 0
     last = status.get("last_failure")
     if failures and isinstance(last, dict):
@@ -173,3 +186,15 @@ def _answer(stdout: str) -> dict[str, Any]:
         return {}
     return value if isinstance(value, dict) else {}
 
+
+
+def stop_text(stop: dict[str, Any]) -> str:
+    """``stop on done, idle:1800`` or ``stop armed (done): runs in 4m12s, pippa keep H cancels``."""
+    armed = stop.get("armed")
+    if isinstance(armed, dict):
+        left = stop.get("in_s")
+        when = f"runs in {format_elapsed(left)}" if isinstance(left, int | float) and left > 0 else "due now"
+        return f"stop armed ({armed.get('trigger')}): {when}, `pippa keep` cancels"
+    last = stop.get("last")
+    ran = f", last: {last.get('trigger')} -> {last.get('how')}" if isinstance(last, dict) else ""
+    return f"stop on {', '.join(str(w) for w in stop.get('when') or [])}{ran}"

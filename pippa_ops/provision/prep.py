@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pippa_contract import cgroupdeleg, verbs
 from pippa_contract.runfacts import reason_line
+from pippa_contract.secrets import HEARTBEAT
 from pippa_ops.doctor import check_host
 from pippa_ops.errors import RemoteCommandFailed, ToolMissing
 from pippa_ops.hosts.inventory import HostSpec
@@ -271,7 +272,8 @@ def up(
     r = transport.run(f"{py_expr} --version", timeout=30)
     if not r.ok:
         raise ToolMissing(f"{spec.name}: the training python {python} does not run: {r.stderr.strip()}")
-    secrets = push_secrets(transport, spec.secrets, env_path or repo / ".env", optional=(alerts.TARGET,))
+    optional = (alerts.TARGET, HEARTBEAT)  # alerts and the dead-man's switch: pushed when set
+    secrets = push_secrets(transport, spec.secrets, env_path or repo / ".env", optional=optional)
     from pippa_ops.provision.boot import apply_boot
 
     boot = apply_boot(spec, transport)
@@ -280,7 +282,8 @@ def up(
     remote_dir = str(repo) if spec.is_local else transport.expand(spec.remote_dir)
     health = dict(check_host(spec, transport, quick=True))  # the passive checks, stored on the host too
     alerts_setup = alerts.install(transport, spec, remote_dir=remote_dir, gpus=len(facts.gpus), python=python,
-                                  configured=alerts.TARGET in secrets.pushed)  # fmt: skip
+                                  configured=alerts.TARGET in secrets.pushed,
+                                  heartbeat=HEARTBEAT in secrets.pushed)  # fmt: skip
     return UpReport(
         host=spec.name,
         remote_dir=remote_dir,

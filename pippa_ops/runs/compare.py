@@ -16,6 +16,7 @@ from pippa_contract import rundir as rd
 from pippa_contract.rundir import RunDir
 from pippa_ops.errors import UsageError
 from pippa_ops.hosts.connect import connect
+from pippa_ops.runs.cost import per_eval_point
 from pippa_ops.runs.curves import Curves, Points, config_diff, parse_metrics
 from pippa_ops.runs.follow import read_all
 from pippa_ops.runs.locate import locate
@@ -33,8 +34,10 @@ class LoadedRun:
     curves: Curves
     cost: float | None = None  # so far, at its host's rate (pippa_ops.runs.cost); None: no rate or a copy
     currency: str | None = None  # the rate's currency (HostSpec.currency)
+    spend: dict[str, float] | None = None  # its goodput ledger (pippa_contract.ledger), where priced
 
     def summary(self) -> dict[str, Any]:
+        last = max((p[0] for pts in self.curves.steps.values() for p in pts), default=None)
         reward = self.curves.series("reward/mean")
         evals = {k: v[-1][1] for k, v in self.curves.evals.items() if v}
         return {
@@ -45,6 +48,8 @@ class LoadedRun:
             "end": self.curves.end,
             "cost": self.cost,
             "currency": self.currency,
+            "ledger": self.spend,
+            "per_eval_point": per_eval_point(self.cost, self.curves.evals, last),
         }
 
 
@@ -85,7 +90,7 @@ def load_runs(names: Sequence[str], root: Path, host: str | None = None) -> list
                     data = read_all(transport, path)
                     loaded[name] = LoadedRun(
                         rec.run_id, spec.name, "host", f"{h}:{path}", parse_metrics(data), rec.cost,
-                        rec.currency,
+                        rec.currency, rec.spend,
                     )
     return [loaded[n] for n in names]
 

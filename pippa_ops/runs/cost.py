@@ -8,7 +8,7 @@ count, which a share needs, is what `pippa up` recorded there; it is read only w
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from pippa_contract.alerts import cost_so_far, run_gpus
@@ -82,3 +82,21 @@ class Prices:
             return self._gpus
 
         return priced(self.spec, runs, gpus)
+
+
+def goodput(spend: dict[str, float] | None) -> str:
+    """``85% productive``: the ledger's productive share (pippa_contract.ledger); "" without a ledger."""
+    total = sum(spend.values()) if spend else 0.0
+    return f"{100 * spend['productive'] / total:.0f}% productive" if spend and total > 0 else ""
+
+
+def per_eval_point(
+    cost: float | None, evals: Mapping[str, Sequence[tuple[int, float]]], last_step: int | None
+) -> float | None:
+    """The cost to reach the best eval (the cost so far x the best eval's step / the last step), per
+    point of it (an accuracy or pass rate in %); None without a cost or an accuracy-like eval."""
+    best = max(((v, s) for k, pts in evals.items() if k.endswith(("accuracy", "pass_rate")) for s, v in pts),
+               default=None)  # fmt: skip
+    if cost is None or best is None or best[0] <= 0 or not last_step:
+        return None
+    return cost * min(1.0, best[1] / last_step) / (100 * best[0])

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pippa_contract import failures as fc
+from pippa_contract import rundir as rd
 from pippa_contract import states, verbs
 from pippa_ops.errors import BadSetting, PippaError, UnknownHost
 from pippa_ops.runs.listing import RunRecord
@@ -106,3 +107,30 @@ def fail_over(rec: RunRecord, why: str, runs_root: Path, say: Callable[[str], No
     say(f"pippa: failover: {rec.run_id} ({rec.session}) moved from {src} to {to_host} after {why} "
         f"({health}); resumed there")  # fmt: skip
     return locate([r.run_id], to_host)[r.run_id]
+
+
+def from_pulled_copy(name: str, runs_root: Path) -> RunRecord | None:
+    """A ``--failover`` run whose host does not answer, as the laptop's pulled copy tells it
+    (``runs/<host>/<run-id>/``, ``pippa pull --checkpoints``): ``pippa wait`` started after the host died
+    counts the outage from its own start and moves the run from this copy. None: no such copy, or the
+    run has no ``--failover`` hosts or no recipe."""
+    import json
+
+    from pippa_contract.runpick import designates
+
+    found = sorted({p.parent for p in runs_root.glob(f"*/*/{rd.RUN_JSON}")
+                    if p.parent.name == name or designates(name, p.parent.name)})  # fmt: skip
+    if len(found) != 1:
+        return None
+    try:
+        meta = json.loads((found[0] / rd.RUN_JSON).read_text())
+    except (OSError, ValueError):
+        return None
+    restart = meta.get("restart") if isinstance(meta, dict) else None
+    hosts = restart.get("failover") if isinstance(restart, dict) else None
+    if not isinstance(hosts, list) or not hosts or not meta.get("recipe"):
+        return None
+    return RunRecord(host=str(meta.get("host") or found[0].parent.name), run_id=found[0].name,
+                     session=str(meta.get("session") or ""), recipe=str(meta["recipe"]),
+                     command=str(meta.get("command") or ""), state=states.RUNNING,
+                     failover=tuple(str(h) for h in hosts))  # fmt: skip

@@ -60,6 +60,8 @@ class RunRecord:
     retry_in_s: float | None = None  # waiting before the next attempt: seconds left
     attempts_doc: dict[str, Any] | None = None  # attempts.json as the supervisor wrote it (pippa why)
     moved_to: str | None = None  # the host it moved to (pippa resume --on): it goes on there
+    moved_from: str | None = None  # the host it moved from (run.json's moved_from): a copy there is stale
+    stale_of: str | None = None  # still going here though it moved to this host: a stale copy (runs.stale)
     failover: tuple[str, ...] = ()  # --failover's hosts (run.json's restart.failover; runs.failover)
     failure: str | None = None  # its last attempt's failure class and reason, as ps says it (below)
     recording: bool = False  # going on, and its trainer wrote its metrics header: start-up is over
@@ -77,6 +79,8 @@ class RunRecord:
 
     @property
     def state_text(self) -> str:
+        if self.stale_of and self.active:
+            return f"stale copy (moved to {self.stale_of})"
         if self.state == states.MOVED and self.moved_to:
             return f"moved to {self.moved_to}"
         if self.failure and not self.active:  # stalled (no new metrics line for 15m), oom (...), lost, ...
@@ -98,8 +102,21 @@ class RunRecord:
             return f"{self.state} ({self.slurm_state})"  # e.g. "queued (PENDING (Resources))"
         return self.state
 
+    @property
+    def spend(self) -> dict[str, float] | None:
+        """Its goodput ledger (money per part, pippa_contract.ledger) where its attempts have a price."""
+        doc = self.attempts_doc if isinstance(self.attempts_doc, dict) else {}
+        rows = [a for a in doc.get("attempts") or [] if isinstance(a, dict)]
+        if not any(a.get("price_s") is not None for a in rows):
+            return None
+        import time
+
+        from pippa_contract.ledger import ledger
+
+        return ledger(rows, (), self.ended or time.time())
+
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "label": self.label, "state_text": self.state_text}
+        return {**asdict(self), "label": self.label, "state_text": self.state_text, "ledger": self.spend}
 
 
 @dataclass(frozen=True)
@@ -192,6 +209,7 @@ def _record(
         retry_in_s=_retry_in(attempts, now) if attempts and state == states.RUNNING else None,
         attempts_doc=raw["attempts"] if isinstance(raw.get("attempts"), dict) else None,
         moved_to=str(raw["moved_to"]) if raw.get("moved_to") else None,
+        moved_from=_moved_from(meta.get("moved_from")),
         failover=_failover(meta.get("restart")),
         failure=_failure(raw.get("attempts")),
         recording=_recording(raw.get("metrics_size"), end),
@@ -334,6 +352,11 @@ def merge_groups(results: dict[str, HostRuns]) -> list[RunRecord]:
             else:
                 out.append(r)
     return [merge_group(groups[x]) if isinstance(x, str) else x for x in out]
+
+
+def _moved_from(moved: object) -> str | None:
+    host = moved.get("host") if isinstance(moved, dict) else None
+    return str(host) if host else None
 
 
 def _failover(restart: object) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.inventory import LOCAL, load_inventory
 from pippa_ops.runs.cost import priced_on
 from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, select_runs
+from pippa_ops.runs.stale import live_hosts, settle
 from pippa_ops.transport.shell import validate_name
 
 
@@ -25,6 +26,18 @@ def runs_of(name: str) -> HostRuns:
     spec, transport = connect(name)
     with transport:
         return priced_on(spec, transport, list_runs(transport, spec.remote_dir))
+
+
+def every_listing(hosts: Sequence[str]) -> dict[str, HostRuns | PippaError]:
+    """Each host's runs (in parallel), a stale copy of a run that moved on ended first (runs.stale):
+    every look at all the hosts goes through here."""
+    return settle(fan_out(list(hosts), runs_of))
+
+
+def _live(found: dict[str, HostRuns], name: str) -> dict[str, HostRuns]:
+    """Of the listings that have ``name``, the ones with its live copy (a moved run's old host left out)."""
+    keep = live_hosts([(h, select_runs(r, name)) for h, r in found.items()])
+    return {h: r for h, r in found.items() if h in keep}
 
 
 def locate_run(
@@ -74,9 +87,9 @@ def _listings_having(
     """The listings of the hosts that have run/session ``name``, in ``all_hosts`` order (of
     ``listings``, the hosts' listings in that order, when given)."""
     validate_name("run or session", name)
-    found = fan_out(all_hosts(), runs_of) if listings is None else listings
-    return {h: r for h, r in found.items()
-            if not isinstance(r, PippaError) and select_runs(r, name)}  # fmt: skip
+    found = every_listing(all_hosts()) if listings is None else settle(listings)
+    return _live({h: r for h, r in found.items()
+                  if not isinstance(r, PippaError) and select_runs(r, name)}, name)  # fmt: skip
 
 
 def locate_host(name: str, host: str | None, *, live_session: bool = False) -> str:
@@ -85,14 +98,16 @@ def locate_host(name: str, host: str | None, *, live_session: bool = False) -> s
     if host is not None:
         return host
     found: list[str] = []
-    for h, result in fan_out(all_hosts(), runs_of).items():
+    having: dict[str, HostRuns] = {}
+    for h, result in every_listing(all_hosts()).items():
         if isinstance(result, PippaError):
             continue
         if live_session:
             if name in result.sessions or any(r.run_id == name and r.active for r in result.runs):
                 found.append(h)
         elif select_runs(result, name):
-            found.append(h)
+            having[h] = result
+    found += list(_live(having, name))
     if not found:
         kind = SessionNotFound if live_session else RunNotFound
         raise kind(f"no host has a {'live session' if live_session else 'run or session'} named {name!r}")
@@ -107,12 +122,13 @@ def locate(names: Sequence[str], host: str | None = None) -> dict[str, RunRecord
     for name in names:
         validate_name("run or session", name)
     hosts = [host] if host else all_hosts()
-    results = fan_out(hosts, runs_of)
+    results = every_listing(hosts)
     if host is not None and isinstance(results[host], PippaError):
         raise results[host]  # type: ignore[misc]
     found: dict[str, RunRecord] = {}
     for name in names:
-        where = [r for r in results.values() if not isinstance(r, PippaError) and select_runs(r, name)]
+        having = {h: r for h, r in results.items() if not isinstance(r, PippaError) and select_runs(r, name)}
+        where = list(_live(having, name).values())
         if not where:
             down = [h for h, r in results.items() if isinstance(r, PippaError)]
             unasked = f"; not reachable: {', '.join(down)}" if down else ""

@@ -17,7 +17,7 @@ from pippa_ops.hosts.inventory import LOCAL, HostSpec
 from pippa_ops.runs.follow import read_all
 from pippa_ops.runs.launch import follow_run
 from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, read_run
-from pippa_ops.runs.locate import all_hosts, locate_run, run_hosts, runs_of
+from pippa_ops.runs.locate import all_hosts, every_listing, locate_run, run_hosts
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import validate_name
 
@@ -115,7 +115,7 @@ def read_logs(name: str | None, host: str | None) -> tuple[RunRecord, bytes, Hos
             raise
         transport.close()
     elif name is None:
-        listings = fan_out(all_hosts(), runs_of)
+        listings = every_listing(all_hosts())
         name = newest_in(listings, host)
     hosts, listed = locate_run(name, host, listings)
     where = hosts[0]

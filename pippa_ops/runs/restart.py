@@ -52,11 +52,12 @@ class RestartPolicy:
     backoff_s: float = attempts.BACKOFF_S  # the first wait before a retry; doubles, capped
     grace_s: float = 180.0  # after a stall's SIGINT: the time to save before SIGKILL (pippa stop's grace)
     failover: tuple[str, ...] = ()  # --failover: hosts a gpu-fault or a lost host moves it to (runs.failover)
+    budget: float | None = None  # --budget "$300": the most it may spend, at the host's price (ledger)
 
     @property
     def active(self) -> bool:
         """Whether the run needs a supervisor at all."""
-        return self.max_attempts > 1 or (
+        return self.max_attempts > 1 or self.budget is not None or (
             not self.stall_off and (self.stall_timeout_s is not None or self.watched)
         )
 
@@ -72,6 +73,7 @@ class RestartPolicy:
             "backoff_cap_s": attempts.BACKOFF_CAP_S,
             "grace_s": self.grace_s,
             **({"failover": list(self.failover)} if self.failover else {}),
+            **({"budget": self.budget} if self.budget is not None else {}),
         }
 
 
@@ -130,9 +132,17 @@ def resolve_policy(
     infra_retries: int | None = None,
     on_oom: str | None = None,
     failover: tuple[str, ...] = (),
+    budget: str | None = None,
 ) -> RestartPolicy:
     """The recipe's policy with the command line's flags over it (a flag wins)."""
     policy = base
+    if budget is not None:
+        from pippa_contract.ledger import parse_budget
+
+        try:
+            policy = replace(policy, budget=parse_budget(budget))
+        except ValueError as e:
+            raise BadSetting(f"bad --budget: {e}") from e
     if retry is not None:
         if retry < 0:
             raise BadSetting(f"bad --retry {retry}: use 0 or more")
@@ -167,6 +177,7 @@ class RestartFlags:
     infra_retries: int | None = None
     on_oom: str | None = None
     failover: tuple[str, ...] = ()
+    budget: str | None = None  # --budget "$300"
 
     @property
     def given(self) -> bool:
@@ -178,7 +189,7 @@ class RestartFlags:
             self.infra_retries,
             self.on_oom,
         )
-        return bool(self.failover) or any(v is not None for v in flags)
+        return bool(self.failover) or self.budget is not None or any(v is not None for v in flags)
 
     def policy_for(self, recipe: str | None, recipes_dir: Path) -> RestartPolicy:
         """The policy of one run: the recipe's ``[restart]`` (none for ``--cmd``) under these flags. A
@@ -189,5 +200,5 @@ class RestartFlags:
         return resolve_policy(base, retry=self.retry, stall_timeout=self.stall_timeout,
                               retry_diverged=self.retry_diverged, backoff=self.backoff,
                               infra_retries=self.infra_retries, on_oom=self.on_oom,
-                              failover=self.failover)  # fmt: skip
+                              failover=self.failover, budget=self.budget)  # fmt: skip
 

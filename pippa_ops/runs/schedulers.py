@@ -199,6 +199,9 @@ class TmuxScheduler:
         spec, restart = s.spec, s.restart or RestartFlags()
         scripts = self.scripts(spec, s.jobs, s.restart, s.nodes)  # settings checked before a sync
         policies = [restart.policy_for(job.recipe, recipes_dir()) for job in s.jobs]
+        if restart.budget is not None and spec.cost_per_hour is None and spec.cost_per_gpu_hour is None:
+            raise BadSetting(f"--budget needs {spec.name}'s price: set cost_per_hour (or cost_per_gpu_hour) "
+                             "in its host entry, then pippa up")  # fmt: skip
         marker: list[dict[str, object]] = []  # a no-change sync's marker: written by the launch request
         sync_info = sync_for_launch(spec, s.transport, marker, s.agent) if s.sync else None
         if any(job.recipe for job in s.jobs):  # nothing starts with a python that cannot run the trainer
@@ -261,6 +264,7 @@ def slurm_retries(host: str, restart: RestartFlags | None, has_cmd: bool) -> int
         "--infra-retries": restart.infra_retries,
         "--on-oom": restart.on_oom,
         "--failover": restart.failover,
+        "--budget": restart.budget,
     }
     others = [flag for flag, value in flags.items() if value]
     if others:

@@ -3,8 +3,9 @@
 Everything here is a string built from validated names and quoted values, unit-tested without a host.
 The wrapper (cmd.sh) is where the run's guarantees live:
 - secrets come from the 0600 file, sourced inside the job's subshell; they never appear in cmd.sh,
-  argv, tmux send-keys text or run.json; PIPPA_NOTIFY is unset again, since only the alerts delivery
-  reads it (docs/CONTRACTS.md), so even a job that prints its environment cannot log it;
+  argv, tmux send-keys text or run.json; PIPPA_NOTIFY and PIPPA_HEARTBEAT are unset again, since only
+  the alerts delivery and the watcher read them (docs/CONTRACTS.md), so even a job that prints its
+  environment cannot log them;
 - stdout+stderr go to ``output.log`` and to the pane (``tee -a -i``: the tee survives Ctrl-C so a
   trainer that catches SIGINT can still log while it saves);
 - the wrapper traps SIGINT, so after an interrupt it still records ``exit_code`` (tmp + rename);
@@ -23,7 +24,7 @@ from pippa_contract import rundir as rd
 from pippa_contract.alerts import TARGET
 from pippa_contract.hostdirs import RUN_PROGRAM
 from pippa_contract.rundir import RunDir
-from pippa_contract.secrets import SECRETS_PATH
+from pippa_contract.secrets import HEARTBEAT, SECRETS_PATH
 from pippa_ops.alerts.commands import run_end_line
 from pippa_ops.errors import BadSetting
 from pippa_ops.runs.templates import render
@@ -96,9 +97,10 @@ def cmd_job(run_id: str, command: str) -> Job:
 
 
 def source_secrets_line() -> str:
-    """The job's secrets: every variable of the 0600 file exported, except the alerts target."""
+    """The job's secrets: every variable of the 0600 file exported, except the alerts target and the
+    heartbeat URL (the watcher's alone)."""
     path = sh_path(SECRETS_PATH)
-    return f"if [ -f {path} ]; then set -a; . {path}; set +a; unset {TARGET}; fi"
+    return f"if [ -f {path} ]; then set -a; . {path}; set +a; unset {TARGET} {HEARTBEAT}; fi"
 
 
 def supervisor_line() -> str:

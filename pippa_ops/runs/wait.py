@@ -94,10 +94,13 @@ def wait_runs(
     note: Note = lambda _m: None,
     backoff_s: Sequence[float] = RECONNECT_BACKOFF_S,
     failover: tuple[Callable[[RunRecord], str | None], FailOver, float] | None = None,
+    on_left_lost: Callable[[RunRecord, RunRecord], None] = lambda _old, _new: None,
 ) -> dict[str, RunRecord | PippaError]:
     """Wait for every run in parallel (name -> its record when found); ``on_end`` as each ends.
     ``failover``: (why a run must move, the move, how long its host may stay unreachable): a run
-    that must move is moved and waited for on its new host (runs.failover)."""
+    that must move is moved and waited for on its new host (runs.failover); ``on_left_lost`` (its
+    record on the host that stayed unreachable, its record where it went) after such a move, whose
+    old host may come back with a copy still going (runs.stale)."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     specs = {rec.host: resolve(rec.host) for rec in runs.values()}
 
@@ -111,7 +114,8 @@ def wait_runs(
                                  lost_after_s=lost_after)  # fmt: skip
             except HostStaysLost as e:
                 assert failover is not None
-                rec = failover[1](rec, str(e))
+                lost, rec = rec, failover[1](rec, str(e))
+                on_left_lost(lost, rec)
                 continue
             why = failover[0](final) if failover is not None else None
             if failover is None or why is None:

@@ -40,6 +40,8 @@ class Why:
     state: str
     attempts: list[AttemptWhy]
     next: str  # the suggested next command
+    spend: dict[str, float] | None = None  # the goodput ledger (pippa_contract.ledger), money per part
+    currency: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,8 +121,16 @@ def explain(rec: RunRecord, log_tail: list[str] | None = None) -> Why:
     attempts = [_attempt(a) for a in raw if isinstance(a, dict)] if isinstance(raw, list) else []
     if not attempts:
         attempts = [_unsupervised(rec, log_tail)]
+    rows = [a for a in raw if isinstance(a, dict)] if isinstance(raw, list) else []
+    spend = None
+    if any(a.get("price_s") is not None for a in rows):  # the host had a price: the goodput ledger
+        import time
+
+        from pippa_contract.ledger import ledger
+
+        spend = ledger(rows, (), rec.ended or time.time())
     return Why(rec.run_id, rec.host, rec.session, rec.label, rec.state_text, attempts,
-               next_command(rec, attempts[-1]))  # fmt: skip
+               next_command(rec, attempts[-1]), spend, rec.currency)  # fmt: skip
 
 
 def render(why: Why, max_attempts: int | None = None) -> list[str]:
@@ -141,5 +151,10 @@ def render(why: Why, max_attempts: int | None = None) -> list[str]:
             out.extend(f"    {f}" for f in frames[:6])
         if a.forensics:
             out.append(f"  forensics: runs/{why.run_id}/{a.forensics}/ on {why.host}")
+    if why.spend is not None:
+        from pippa_contract.alerts import money
+
+        parts = ", ".join(f"{k} {money(v, why.currency)}" for k, v in why.spend.items())
+        out.append(f"spent: {money(sum(why.spend.values()), why.currency)} = {parts}")
     out.append(f"next: {why.next}")
     return out

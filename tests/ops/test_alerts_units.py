@@ -16,7 +16,7 @@ from hostprogram import ROOT, install, source_env
 from pippa_agent.alerts import events, watch
 from pippa_contract import alerts
 from pippa_ops.alerts.commands import program_command, run_end_line
-from pippa_ops.alerts.settings import alert_settings
+from pippa_ops.alerts.settings import alert_settings, stop_config
 from pippa_ops.errors import UsageError
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.cost import money, priced
@@ -123,13 +123,25 @@ def test_messages_are_redacted_of_every_secret_value_but_keep_addresses_and_numb
 def test_settings_are_validated_where_the_inventory_is_read() -> None:
     ok = alert_settings({"idle_alert": "20m", "cost_per_gpu_hour": 2}, "f: hosts.a")
     assert ok == {"idle_alert": "20m", "idle_threshold": 5.0, "cost_per_hour": None, "cost_per_gpu_hour": 2.0,
-                  "currency": "$"}  # fmt: skip
+                  "currency": "$", "heartbeat_every": None, "heartbeat": None,
+                  "stop": None, "stop_when": (), "stop_notice": None, "daily_budget": None}  # fmt: skip
     for bad in ({"idle_alert": "soon"}, {"idle_alert": 20}, {"idle_threshold": 120}, {"cost_per_hour": -1},
                 {"cost_per_hour": True}, {"cost_per_hour": 1, "cost_per_gpu_hour": 1},
-                {"currency": "dollars"}, {"currency": 1}):  # fmt: skip
+                {"currency": "dollars"}, {"currency": 1}, {"heartbeat_every": "often"},
+                {"heartbeat_every": 60}, {"heartbeat": "sometimes"}, {"stop_when": ["done"]},
+                {"stop": "x", "stop_when": ["soon"]}, {"stop": "x", "stop_when": ["idle:later"]},
+                {"stop": "a\nb"}, {"stop": "x", "stop_notice": "1 week"},
+                {"stop": "x", "stop_when": "done"}, {"daily_budget": 100},
+                {"daily_budget": 0, "cost_per_hour": 1},
+                {"daily_budget": "lots", "cost_per_hour": 1}):  # fmt: skip
         with pytest.raises(UsageError):
             alert_settings(bad, "f: hosts.a")
     assert HostSpec(name="x", idle_alert="1h30m").idle_alert_s == 5400
+    assert HostSpec(name="x", heartbeat_every="2s").heartbeat_every_s == 2.0
+    armed = alert_settings({"stop": "sudo shutdown -h +1", "stop_when": ["done", "idle:30m"]}, "f: hosts.a")
+    assert stop_config(armed["stop"], armed["stop_when"], "0s") == {"stop_command": "sudo shutdown -h +1",
+                                                                    "stop_when": ["done", "idle:1800"],
+                                                                    "stop_notice_s": 0.0}  # fmt: skip
 
 
 def test_a_cost_reads_as_money_in_the_hosts_currency() -> None:

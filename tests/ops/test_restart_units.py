@@ -135,7 +135,7 @@ def test_the_supervisor_is_python_3_8_and_standard_library_only() -> None:
 
 def test_the_supervisor_tells_alerts_only_of_the_events_between_start_and_end() -> None:
     """The supervisor and the alerts are one host program now: it tells the events cmd.sh cannot."""
-    assert set(supervisor.MID_RUN_ALERTS) <= {"retrying", "stalled", "diverged", "gave_up", "lost"}
+    assert set(supervisor.MID_RUN_ALERTS) <= {"retrying", "stalled", "diverged", "gave_up", "lost", "budget"}
 
 
 def test_the_previous_versions_reboot_line_is_replaced_not_kept_beside_the_new_one() -> None:

@@ -83,7 +83,7 @@ def test_cmd_sh_sources_secrets_from_the_file_and_never_contains_them() -> None:
     script = render_cmd_sh(job, "~/pippa", {"HF_HOME": "/data/hf cache"})
     assert '. "$HOME"/.config/pippa/secrets.env' in script
     assert "set -a" in script
-    assert "set +a; unset PIPPA_NOTIFY; fi" in script  # only the alerts delivery reads the target
+    assert "set +a; unset PIPPA_NOTIFY PIPPA_HEARTBEAT; fi" in script  # the alerts' and the watcher's alone
     assert "export HF_HOME='/data/hf cache'" in script
     assert 'export PATH="$HOME/.local/bin:$PATH"' in script
     assert 'tee -a -i "$RUN_DIR/output.log"' in script

@@ -12,7 +12,7 @@ trap : INT
     export PATH="$HOME/.local/bin:$PATH" PYTHONUNBUFFERED=1
     export PIPPA_RUN_ID=20260101-120000-tiny-abcd PIPPA_RUN_DIR="$RUN_DIR"
     export HF_HOME='/data/hf cache'
-    if [ -f "$HOME"/.config/pippa/secrets.env ]; then set -a; . "$HOME"/.config/pippa/secrets.env; set +a; unset PIPPA_NOTIFY; fi
+    if [ -f "$HOME"/.config/pippa/secrets.env ]; then set -a; . "$HOME"/.config/pippa/secrets.env; set +a; unset PIPPA_NOTIFY PIPPA_HEARTBEAT; fi
     python3 -S -I "$RUN_DIR/agent.pyz" supervise "$RUN_DIR"
   )
   echo $? > "$RUN_DIR/exit_code.tmp"
