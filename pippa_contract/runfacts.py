@@ -8,6 +8,7 @@ import os
 import re
 
 from pippa_contract import rundir as rd
+from pippa_contract import runpick
 from pippa_contract.metrics import LastRecords, summarize
 from pippa_contract.secrets import redact_secrets
 
@@ -94,13 +95,6 @@ def redact_run(run: dict[str, Any], values: dict[str, str]) -> dict[str, Any]:
     return run
 
 
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
-
-
 def last_line(log: str) -> str | None:
     """The log's last non-empty line (what a starting run is doing), from its last 2 KB."""
     lines = [ln.strip() for ln in tail_lines(log, 2048) if ln.strip()]
@@ -137,9 +131,9 @@ def run_facts(d: str, summary: bool = False) -> dict[str, Any] | None:
                 run["attempts"] = json.loads(f.read())
         except (OSError, ValueError):
             pass
-    if exit_text is None:  # a run going on: has its trainer written a line yet (``pippa run``'s watch)?
-        run["metrics_size"] = _size(os.path.join(d, rd.METRICS))
-        if not run["metrics_size"]:
+    if exit_text is None:  # a run going on: has this stretch's trainer written a line yet (``run``'s watch)?
+        run["recording"] = last.begun_since(runpick.num(run["started"]))
+        if not run["recording"]:
             run["last_line"] = last_line(os.path.join(d, rd.OUTPUT_LOG))
     if os.path.exists(os.path.join(d, rd.ALARMS_JSON)):  # what the trainer's alarm watch raised
         from pippa_contract.alarms import read_alarms

@@ -62,7 +62,7 @@ class RunRecord:
     moved_to: str | None = None  # the host it moved to (pippa resume --on): it goes on there
     failover: tuple[str, ...] = ()  # --failover's hosts (run.json's restart.failover; runs.failover)
     failure: str | None = None  # its last attempt's failure class and reason, as ps says it (below)
-    recording: bool = False  # going on, and its trainer wrote its metrics header: start-up is over
+    recording: bool = False  # going on, and this stretch's trainer wrote a line (LastRecords.begun_since)
     last_line: str | None = None  # going on with no metrics yet: its output's last line (start-up)
     warning: str | None = None  # the alarms the trainer raised (pippa_contract.alarms.warning)
     samples_step: int | None = None  # the sampled step to read for the first alarm
@@ -194,7 +194,7 @@ def _record(
         moved_to=str(raw["moved_to"]) if raw.get("moved_to") else None,
         failover=_failover(meta.get("restart")),
         failure=_failure(raw.get("attempts")),
-        recording=_recording(raw.get("metrics_size"), end),
+        recording=raw.get("recording") is True,
         last_line=str(raw["last_line"]) if raw.get("last_line") else None,
         **_alarm_fields(raw.get("alarms")),
     )
@@ -210,11 +210,6 @@ def _failure(doc: object) -> str | None:
         return None
     reason = last.get("reason")
     return fc.label(cls, str(reason) if reason else None)
-
-
-def _recording(metrics_size: object, end: object) -> bool:
-    """A run's metrics.jsonl has begun (its header or a step) and has not ended."""
-    return isinstance(metrics_size, int) and metrics_size > 0 and not isinstance(end, dict)
 
 
 def _alarm_fields(alarms: Any) -> dict[str, Any]:

@@ -259,14 +259,16 @@ class RunLifecycle:
         from training_core.run import metrics
 
         if metrics.process_rank() == 0:  # rank 0 records the run (setup may fail before self.main is set)
-            writer = self.writer
-            if not self._recording:
+            end = metrics.end_record("interrupted" if interrupted else "failed", self.resumed_step or 0,
+                                     None if interrupted else error)  # fmt: skip
+            if self._recording:
+                self.writer.write(end)
+                self.writer.close()
+            else:  # header and end line in one write: `pippa run` never sees the header alone
                 writer = metrics.MetricsWriter(self.metrics_path)
                 writer.header(self.run_dir.name, self.res.recipe, self.res.as_dict(), self.wandb_info,
-                              self.resumed_step)  # fmt: skip
-            writer.end("interrupted" if interrupted else "failed", self.resumed_step or 0,
-                       None if interrupted else error)  # fmt: skip
-            writer.close()
+                              self.resumed_step, end=end)  # fmt: skip
+                writer.close()
             self._finish_wandb(130 if interrupted else 1)
         if isinstance(e, (TrainingError, KeyboardInterrupt)):
             raise e
