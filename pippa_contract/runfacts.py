@@ -10,11 +10,12 @@ import re
 from pippa_contract import rundir as rd
 from pippa_contract import runpick
 from pippa_contract.metrics import LastRecords, summarize
-from pippa_contract.secrets import redact_secrets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from pippa_contract.secretprints import Redactor
 
 TAIL_BYTES = 65536
 PULL_TAIL = 4096  # bytes before a laptop copy's end that must match for an append-only pull
@@ -76,14 +77,16 @@ def error_line(log: str) -> str | None:
     return reason_line(tail_lines(log))
 
 
-def redact_run(run: dict[str, Any], values: dict[str, str]) -> dict[str, Any]:
-    """``run`` (run_facts) with every secret value taken out of the lines that say why it ended (its
-    error, its attempts' reason, its metrics' end error): the redaction the alerts use
-    (``secrets.redact_secrets``), so ``ps`` and ``run`` show a job's printed token as ``***`` too."""
-    if not values:
+def redact_run(run: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
+    """``run`` (run_facts) with every secret taken out of the lines that say why it ended (its error,
+    its attempts' reason, its metrics' end error, its last line): the redaction the alerts use
+    (``secretprints.Redactor``: today's values and the prints of every secret pushed before), so
+    ``ps`` and ``run`` show a job's printed token as ``***`` too, after a rotation as well."""
+    if redactor.empty:
         return run
-    if isinstance(run.get("error"), str):
-        run["error"] = redact_secrets(run["error"], values)
+    for key in ("error", "last_line"):
+        if isinstance(run.get(key), str):
+            run[key] = redactor.line(run[key])
     doc = run.get("attempts")
     tried = doc.get("attempts") if isinstance(doc, dict) else None
     holders = [(a, "reason") for a in tried if isinstance(a, dict)] if isinstance(tried, list) else []
@@ -91,7 +94,7 @@ def redact_run(run: dict[str, Any], values: dict[str, str]) -> dict[str, Any]:
         holders.append((run["end"], "error"))
     for holder, key in holders:
         if isinstance(holder.get(key), str):
-            holder[key] = redact_secrets(holder[key], values)
+            holder[key] = redactor.line(holder[key])
     return run
 
 

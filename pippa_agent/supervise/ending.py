@@ -104,6 +104,10 @@ def conclude(
     batch = af.batch_of(os.path.join(run_dir, rd.METRICS)) if recipe else None
     decision = af.decide(doc, verdict, policy, batch)
     attempt.update(verdict.to_json())
+    if isinstance(attempt.get("reason"), str):  # a log line may quote a token: recorded without it
+        from pippa_contract.secretprints import host_redactor
+
+        attempt["reason"] = host_redactor().line(attempt["reason"])
     if verdict.cls == fc.GPU_FAULT and verdict.gpu:
         attempt["gpu_index"] = af.gpu_index(verdict.gpu)  # for `pippa resume --gpus` on the others
     if verdict.cls == fc.COMPLETED:

@@ -260,12 +260,17 @@ def list_runs(
 
 
 def read_run(
-    transport: Transport, remote_dir: str, name: str | None, limit: int = DEFAULT_LIMIT
+    transport: Transport,
+    remote_dir: str,
+    name: str | None,
+    limit: int = DEFAULT_LIMIT,
+    *,
+    redact: bool = False,
 ) -> tuple[HostRuns, str | None, bytes]:
     """In ONE request: the host's runs (as ``list_runs``), the run id ``name`` means there as the
     agent chose it (``pippa_contract.runpick``; no name: the newest run; None: none), and that run's
     output.log (``b""`` when there is none)."""
-    with verbs.read_run(agent_client.Once(transport), remote_dir, name, limit) as proc:
+    with verbs.read_run(agent_client.Once(transport), remote_dir, name, limit, redact) as proc:
         proc.close_stdin()
         line = proc.readline()
         if not line.endswith(b"\n"):  # ended without its answer: why (then "gave no answer")
@@ -294,8 +299,6 @@ def current_run(host_runs: HostRuns, name: str) -> RunRecord:
     if run is None:
         raise RunNotFound(f"{host_runs.host}: no run or session named {name!r} (see `pippa ps`)")
     return run
-
-
 
 
 def merge_group(records: list[RunRecord]) -> RunRecord:

@@ -127,3 +127,18 @@ def test_the_samples_of_a_long_run_stay_under_their_cap(tmp_path: Path) -> None:
     steps = [s for s, _ in sm.steps_of(str(tmp_path / sm.SAMPLES))]
     assert steps[-1] == 3000 and steps[0] == 1  # the newest always, and the run's beginning
     assert len(steps) > 50 and any(s < 1000 for s in steps[1:])  # a spread of the past, not only its end
+
+
+def test_a_sample_quoting_a_rotated_token_is_written_without_it(tmp_path: Path, monkeypatch) -> None:
+    """The writer takes out today's secrets and the remembered prints of those pushed before
+    (pippa_contract.secretprints): the token was removed from the host, the sample still shows ***."""
+    from pippa_contract.secretprints import remember
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for key in ("HF_TOKEN", "WANDB_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    token = "hf_R0tatedAwayT0ken9xQ"
+    remember({"HF_TOKEN": token})  # as the host's agent does when `pippa up` pushes it
+    writer = SamplesWriter(tmp_path, RunConfig(samples=SamplesConfig(every=1, per_step=1)))
+    row = writer.row(1, "train", f"use {token}", f"the key is {token}.", index=0, reward=0.0)
+    assert token not in json.dumps(row) and "the key is ***." in json.dumps(row)

@@ -132,6 +132,11 @@ class MetricsWriter:
 
 
 def end_record(status: str, step: int, error: str | None) -> dict[str, Any]:
+    """The end line; its error is recorded without a secret it may quote (pippa_contract.secretprints)."""
+    if error:
+        from pippa_contract.secretprints import JOB_SECRET_ENV, host_redactor
+
+        error = host_redactor(JOB_SECRET_ENV).line(error)
     return {"type": "end", "status": status, "step": step, "time": time.time(), "error": error}
 
 
