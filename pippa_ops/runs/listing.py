@@ -15,6 +15,7 @@ from typing import Any
 from pippa_contract import attempts as attempts_json
 from pippa_contract import failures as fc
 from pippa_contract import runpick, states, verbs
+from pippa_contract.advice import started_training
 from pippa_contract.states import ACTIVE
 from pippa_contract.states import derive_state as derive_state  # the states, as tests and callers read them
 from pippa_contract.states import slurm_state as slurm_state
@@ -66,6 +67,7 @@ class RunRecord:
     last_line: str | None = None  # going on with no metrics yet: its output's last line (start-up)
     warning: str | None = None  # the alarms the trainer raised (pippa_contract.alarms.warning)
     samples_step: int | None = None  # the sampled step to read for the first alarm
+    failed_at_start: bool = False  # a recipe run that failed before its first step (contract.advice)
 
     @property
     def label(self) -> str:
@@ -195,6 +197,8 @@ def _record(
         failover=_failover(meta.get("restart")),
         failure=_failure(raw.get("attempts")),
         recording=raw.get("recording") is True,
+        failed_at_start=bool(meta.get("recipe")) and exit_code not in (None, 0) and state != states.STOPPED
+        and not started_training(end, steps),
         last_line=str(raw["last_line"]) if raw.get("last_line") else None,
         **_alarm_fields(raw.get("alarms")),
     )

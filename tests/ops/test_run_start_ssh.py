@@ -76,6 +76,11 @@ def test_a_run_whose_model_cannot_load_fails_pippa_run_with_its_reason(client_en
     assert "OSError: We couldn't connect to 'https://huggingface.co' to load the files" in line, line
     records = _metrics(host, run_id)  # the trainer recorded the failed start itself
     assert [r["type"] for r in records] == ["header", "end"] and records[1]["status"] == "failed"
+    why = pippa(client_env, repo, "why", run_id, "--host", host.name)
+    (nxt,) = [ln for ln in why.stdout.splitlines() if ln.startswith("next: ")]
+    assert nxt == (f"next: fix network or Hub cache: give the host access to huggingface.co, or put the model"
+                   f" and data in its HF_HOME cache; then pippa run tiny --host {host.name} --set "
+                   f"model.name=no-such-org/no-such-model"), nxt  # never a resume: it would fail the same way
 
 
 @pytest.mark.parametrize("host", ["2"], indirect=True)

@@ -47,6 +47,29 @@ def test_a_run_without_a_supervisor_record_is_classed_from_its_listing() -> None
     assert "--on" in explain(_rec(state="failed", exit_code=134, attempts_doc={"attempts": [gpu]})).next
 
 
+def test_a_run_that_failed_before_its_first_step_is_told_to_fix_the_cause_never_to_resume() -> None:
+    """The listing marks the run (its end line's ``at_start``; an older run: no step line at all), and
+    why's next names the cause and the run command with its settings."""
+    from pippa_ops.runs.listing import host_runs
+
+    command = "/h/.venv/bin/python -m training_core.launch tiny --run-dir /h/runs/r --set model.name=org/m"
+    meta = {"recipe": "tiny", "command": command, "session": "s"}
+    cpu = "UsageError: this host has an NVIDIA GPU (H100) but torch 2.5 is a CPU-only build"
+    for end in ({"type": "end", "status": "failed", "step": 0, "at_start": True, "error": cpu},
+                {"type": "end", "status": "failed", "step": 0, "error": "wandb.errors.AuthenticationError"}):
+        raw = {"run_id": "20261126-120000-tiny-ab12", "meta": meta, "exit_code": "1", "steps": [], "end": end,
+               "error": end["error"]}  # fmt: skip
+        (rec,) = host_runs("h100-a", {"now": 2000.0, "runs": [raw]}).runs
+        assert rec.failed_at_start
+        nxt = explain(rec).next
+        assert "resume" not in nxt, nxt
+        assert nxt.endswith("then pippa run tiny --host h100-a --set model.name=org/m"), nxt
+    assert explain(rec).next.startswith("fix the W&B key: fix WANDB_API_KEY where it came from")
+    raw["steps"] = [{"type": "step", "step": 3}]  # it trained: a resume continues it
+    (rec,) = host_runs("h100-a", {"now": 2000.0, "runs": [raw]}).runs
+    assert not rec.failed_at_start and explain(rec).next.startswith("pippa resume")
+
+
 def test_a_run_that_moved_shows_where_it_went() -> None:
     from pippa_ops.runs.listing import host_runs
 

@@ -261,6 +261,7 @@ class RunLifecycle:
         if metrics.process_rank() == 0:  # rank 0 records the run (setup may fail before self.main is set)
             end = metrics.end_record("interrupted" if interrupted else "failed", self.resumed_step or 0,
                                      None if interrupted else error)  # fmt: skip
+            end["at_start"] = True  # before its first step: a resume meets the same cause (contract.advice)
             if self._recording:
                 self.writer.write(end)
                 self.writer.close()
