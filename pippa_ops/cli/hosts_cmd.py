@@ -75,7 +75,7 @@ def hosts_command(
 
 
 HOSTS_COLUMNS = [Column("HOST"), Column("ADDRESS"), Column("REMOTE DIR", drop=2), Column("SOURCE", drop=1),
-                 Column("STATUS")]  # fmt: skip
+                 Column("STATUS", flex=True, cap=40)]  # fmt: skip  # the whole reason goes under
 
 
 def render_hosts(rows: list[HostRow], explain: bool = False) -> None:

@@ -99,12 +99,15 @@ def _fit(
     return layout(columns, rows, width), names
 
 
+# a state that carries a long reason ("config (ValueError: ...)") is cut in the table, never at the cost
+# of other columns: ps prints the whole reason under it, runs and why have it too
+STATE = Column("STATE", flex=True, cap=32)
 PS_COLUMNS = [
     Column("HOST"),
     Column("SESSION", drop=5),
     Column("RUN"),
     Column("RECIPE/COMMAND", flex=True),
-    Column("STATE"),
+    STATE,
     Column("STARTED", drop=6),
     Column("DURATION", drop=4),
     Column("COST", drop=3, right=True),  # only where a host has a rate (with_cost)
@@ -171,7 +174,7 @@ RUNS_COLUMNS = [
     Column("HOST"),
     Column("RUN"),
     Column("RECIPE/COMMAND", flex=True),
-    Column("STATE"),
+    STATE,
     Column("STARTED", drop=7),
     Column("DURATION", drop=6),
     Column("COST", drop=4, right=True),  # only where a host has a rate (with_cost)
