@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pippa_ops.errors import UsageError
+from pippa_ops.hosts.keys import known_only
 
 SCHEDULERS = ("tmux", "slurm")
 _WORD_RE = re.compile(r"^[A-Za-z0-9_.:,@+-]{1,128}$")  # partition, account, time ("1-00:00:00")
@@ -58,9 +59,7 @@ def slurm_spec(table: Mapping[str, Any], where: str) -> SlurmSpec:
     if not isinstance(table, Mapping):
         raise UsageError(f"{where}.slurm must be a table")
     known = {f.name: f.type for f in fields(SlurmSpec)}
-    unknown = sorted(set(table) - set(known))
-    if unknown:
-        raise UsageError(f"{where}.slurm: unknown key {unknown[0]!r} (known: {', '.join(known)})")
+    table = known_only(table, known, f"{where}.slurm")
     for key, value in table.items():
         want = int if known[key] == "int" else str
         if not isinstance(value, want) or isinstance(value, bool):
