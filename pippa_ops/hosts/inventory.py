@@ -272,7 +272,9 @@ def default_host() -> str:
 
 def local_spec(repo: Path | None = None) -> HostSpec:
     """The host ``local``: this machine, the project root itself as remote_dir (no copy)."""
-    return HostSpec(name=LOCAL, remote_dir=str(repo or fallback_root()), source="local")
+    # W&B stays offline for the main job here unless a run asks for it (training_core.run.wandb_start)
+    return HostSpec(name=LOCAL, remote_dir=str(repo or fallback_root()), source="local",
+                    env={"PIPPA_WANDB_DEFAULT": "offline"})  # fmt: skip
 
 
 def alias_spec(config: SSHConfigSource, name: str) -> HostSpec:

@@ -22,7 +22,6 @@ A method's ``run`` reads::
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import traceback
@@ -57,36 +56,6 @@ class StopOnSignal:
             )
             return
         raise KeyboardInterrupt(f"signal {signum}")
-
-
-def wandb_mode() -> str | None:
-    """W&B online with a key, offline when asked, off otherwise (never an interactive login prompt)."""
-    if os.environ.get("WANDB_MODE") in ("disabled",):
-        return None
-    if os.environ.get("WANDB_MODE") == "offline":
-        return "offline"
-    return "online" if os.environ.get("WANDB_API_KEY") else None
-
-
-def start_wandb(res: Resolved, run_dir: Path, resume_id: str | None) -> dict[str, Any] | None:
-    mode = wandb_mode()
-    if mode is None:
-        return None
-    import wandb
-
-    log = res.config.logging
-    run = wandb.init(
-        project=log.wandb_project or os.environ.get("WANDB_PROJECT") or "pippa",
-        entity=log.wandb_entity or os.environ.get("WANDB_ENTITY") or None,
-        name=run_dir.name,
-        id=resume_id,
-        resume="allow" if resume_id else None,
-        mode=mode,  # type: ignore[arg-type]
-        config=res.as_dict(),
-        dir=os.environ.get("WANDB_DIR") or str(run_dir),
-    )
-    url = None if mode == "offline" else run.url
-    return {"id": run.id, "url": url, "mode": mode}
 
 
 def first_line(e: BaseException) -> str:
@@ -178,6 +147,8 @@ class RunLifecycle:
         if not self.main:
             return
         resume_id = metrics.previous_wandb_id(self.metrics_path) if self.resume else None
+        from training_core.run.wandb_start import start_wandb
+
         self.wandb_info = start_wandb(self.res, self.run_dir, resume_id)
         # TRL's own W&B callback stays off (report_to none): it would log TRL's key names ("train/reward");
         # the writer mirrors every step and eval record under the metrics.jsonl names instead.
