@@ -32,6 +32,16 @@ def interval(cfg: RunConfig) -> int:
     return every
 
 
+def sampled_step(since: int, now: int, every: int) -> int:
+    """The sampled step an alarm that began at ``since`` points to, when the run is at step ``now``: the
+    first sampled step at or after ``since`` if the run has reached it, else the last one before it
+    (a hint never names a step with no samples: tiny's alarm at 296 named 300, past the run's end)."""
+    if since <= 1 or every <= 0:
+        return 1
+    first = -(-since // every) * every
+    return first if first <= now else max(1, (since // every) * every)
+
+
 class SamplesWriter:
     active = True
 

@@ -164,17 +164,15 @@ class RunLifecycle:
         """samples.jsonl (created at the first row: only methods that sample write one) and the alarm
         watch on the metrics."""
         from training_core.alarm_watch import AlarmWatch
-        from training_core.samples import SamplesWriter, interval
+        from training_core.samples import SamplesWriter, interval, sampled_step
 
         cfg = self.res.config
         every = interval(cfg)
         if every > 0:
             self.samples = SamplesWriter(self.run_dir, cfg)
 
-        def sampled(step: int) -> int | None:
-            if not self.samples.active:
-                return None
-            return 1 if step <= 1 else -(-step // every) * every
+        def sampled(step: int, now: int) -> int | None:
+            return sampled_step(step, now, every) if self.samples.active else None
 
         self.alarm_watch = AlarmWatch(self.run_dir, cfg, sampled, self.metrics_path if self.resume else None)
         self.writer.observers.append(self.alarm_watch)
