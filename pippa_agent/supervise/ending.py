@@ -21,7 +21,7 @@ from pippa_contract import retry as rp
 from pippa_contract import rundir as rd
 from pippa_contract import stall as stl
 from pippa_contract.alerts import healthy_gpus
-from pippa_contract.attempts import DIVERGED, STALLED, STOPPED
+from pippa_contract.attempts import DIVERGED, STALLED, STOPPED, budget
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,8 +76,7 @@ def capture(run_dir: str, attempt: dict[str, Any], pid: int) -> str:
 
 def attempt_of(doc: dict[str, Any], policy: dict[str, Any], n: int) -> str:
     """``attempt n/m``: m is the budget (1 + --retry) plus the retries granted that spend none."""
-    free = sum(1 for a in doc["attempts"] if (a.get("decision") or {}).get("spends") in ("infra", "oom"))
-    return f"attempt {n}/{max(n, int(policy['max_attempts']) + free)}"
+    return f"attempt {n}/{budget(doc['attempts'], int(policy['max_attempts']), n)}"
 
 
 def conclude(

@@ -30,7 +30,7 @@ def why_cmd(name: RunArg, host: HostOpt = None, as_json: JsonOpt = False) -> Non
     if as_json:
         emit_json(why.to_json())
         return
-    for line in render(why, rec.max_attempts):
+    for line in render(why, rec.attempts_of or rec.max_attempts):
         typer.echo(line)
 
 

@@ -58,6 +58,7 @@ class RunRecord:
     currency: str | None = None  # the rate's currency (HostSpec.currency) where there is a cost
     attempt: int | None = None  # a supervised run (--retry, --stall-timeout): its attempt now (1-based)
     max_attempts: int | None = None
+    attempts_of: int | None = None  # the m of "attempt n/m" as the host's log says it (free retries too)
     retry_in_s: float | None = None  # waiting before the next attempt: seconds left
     attempts_doc: dict[str, Any] | None = None  # attempts.json as the supervisor wrote it (pippa why)
     moved_to: str | None = None  # the host it moved to (pippa resume --on): it goes on there
@@ -84,9 +85,10 @@ class RunRecord:
         if self.failure and not self.active:  # stalled (no new metrics line for 15m), oom (...), lost, ...
             many = self.attempt is not None and self.attempt > 1
             return self.failure + (f" after {self.attempt} attempts" if many else "")
+        if self.state == states.RUNNING and self.retry_in_s is not None and self.attempt is not None:
+            of = max(self.attempt + 1, self.attempts_of or 0)  # an infrastructure retry's backoff too
+            return f"running (attempt {self.attempt + 1}/{of} in {self.retry_in_s:.0f}s)"
         if self.attempt is not None and self.max_attempts is not None and self.max_attempts > 1:
-            if self.state == states.RUNNING and self.retry_in_s is not None:
-                return f"running (attempt {self.attempt + 1}/{self.max_attempts} in {self.retry_in_s:.0f}s)"
             if self.state == states.RUNNING:
                 return f"running (attempt {self.attempt}/{self.max_attempts})"
             ended_badly = self.state in (states.FAILED, states.DIVERGED)
@@ -191,6 +193,7 @@ def _record(
         slurm_state=job_state,
         attempt=attempts["attempt"] if attempts else None,
         max_attempts=attempts["max_attempts"] if attempts else None,
+        attempts_of=attempts["of"] if attempts else None,
         retry_in_s=_retry_in(attempts, now) if attempts and state == states.RUNNING else None,
         attempts_doc=raw["attempts"] if isinstance(raw.get("attempts"), dict) else None,
         moved_to=str(raw["moved_to"]) if raw.get("moved_to") else None,
