@@ -89,7 +89,9 @@ class Sandbox:
             why = ("libseccomp2 is missing (apt-get install libseccomp2)" if not self.seccomp else
                    f"memory is capped per process "
                    f"({self.cgroups_why or 'no usable memory and pids cgroups'}; {cgroupdeleg.HOW_TO})")
-            return f"ok ({self.bwrap}), isolation {self.level} at best: {why}"
+            # not "ok": a code recipe asks for strict isolation unless it says otherwise, and is refused here
+            return (f"not strict ({self.bwrap}), isolation {self.level} at best: code recipes asking for "
+                    f"strict isolation (the default, as code_tests) are refused here; {why}")  # fmt: skip
         if self.bwrap is None:
             how = "" if self.can_install else " (Debian's bubblewrap; installing needs root or sudo)"
             return f"unavailable: bwrap is not installed{how}; only code recipes need it"
