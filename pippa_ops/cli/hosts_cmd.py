@@ -161,7 +161,7 @@ def render_up(r: UpReport) -> None:
         ("free disk", f"{p.free_disk_gb} GB" if p.free_disk_gb is not None else "-"),
         ("remote dir", r.remote_dir),
         ("synced", f"{len(r.sync.sent)} changed file(s) of {r.sync.files}"),
-        ("setup", "ran" if r.setup_ran else "up to date"),
+        ("setup", "ran" if r.setup_ran else "none (setup = [])" if r.setup_none else "up to date"),
         ("secrets", ", ".join(r.secrets.pushed) or "none"),
     ]
     if r.secrets.missing:

@@ -127,6 +127,7 @@ class UpReport:
     alerts: AlertsSetup | None = None  # alerts from the host (pippa_ops.alerts), the idle watcher
     boot: str | None = None  # recovery at boot (provision.boot): installed|kept|removed|absent|unavailable
     health: dict[str, object] | None = None  # the passive `pippa doctor` result (pippa_contract.doctor)
+    setup_none: bool = False  # the host entry has no setup (setup = []): nothing to be up to date
 
     def to_json(self) -> dict[str, object]:
         p = self.probe
@@ -297,6 +298,7 @@ def up(
         alerts=alerts_setup,
         boot=boot.state,
         health=health,
+        setup_none=not lines,
     )
 
 

@@ -207,7 +207,8 @@ def test_a_rotated_token_stays_redacted_everywhere_pippa_shows_it(
                         "echo token is $HF_TOKEN; exit 1").stdout)  # fmt: skip
     hook.wait_for(lambda p: p.fields.get("run") == old)
     (repo / ".env").write_text(f"PIPPA_NOTIFY={hook.url(TOKEN)}\n")  # rotated: gone from .env ...
-    pippa(env, repo, "up", h.name)
+    up = pippa(env, repo, "up", h.name)
+    assert "setup: none (setup = [])" in up.stderr + up.stdout and "up to date" not in up.stdout, up.stdout
     assert hf not in (h.home / ".config" / "pippa" / "secrets.env").read_text()  # ... and from the host
     assert f"token is {hf}" in (runs / old / "output.log").read_text()  # the record itself is the job's
     # a job that prints the old line again after the rotation: its reason, alert and streamed log
