@@ -269,8 +269,9 @@ def resume_cmd(
     wait: WaitOpt = None,
     no_wait: NoWaitOpt = False,
 ) -> None:
-    """Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory;
-    watched until its trainer's first line, as ``run`` is."""
+    """Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory.
+
+    Its start is watched until its trainer's first line, as ``run``'s is."""
     if gpus is not None:
         if on is not None:
             raise BadSetting("--gpus picks GPUs on the run's own host: --on moves it as it was")
