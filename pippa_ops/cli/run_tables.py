@@ -146,7 +146,7 @@ def render_ps(
         for r in records:
             step = "-" if r.last_step is None else str(r.last_step)
             rows.append([r.host, r.session, name.get(r.run_id, r.run_id), label(r), r.state_text,
-                         when(r.started), duration(r.duration_s), money(r.cost, r.currency), step,
+                         when(r.began), duration(r.duration_s), money(r.cost, r.currency), step,
                          num(r.last_reward), commit_text(r)])  # fmt: skip
         return with_cost(PS_COLUMNS, rows, priced)[1]
 
@@ -204,7 +204,7 @@ def render_runs(
         for i in infos:
             r = i.record
             steps = "-" if i.steps is None else str(i.steps)
-            rows.append([i.host, name.get(r.run_id, r.run_id), label(r), r.state_text, when(r.started),
+            rows.append([i.host, name.get(r.run_id, r.run_id), label(r), r.state_text, when(r.began),
                          duration(r.duration_s), money(r.cost, r.currency), steps, num(i.final_reward),
                          num(i.best_reward), eval_text(i.eval), commit_text(r), wandb_text(i.wandb),
                          "yes" if i.pulled else ""])  # fmt: skip

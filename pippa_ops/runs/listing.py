@@ -69,10 +69,16 @@ class RunRecord:
     warning: str | None = None  # the alarms the trainer raised (pippa_contract.alarms.warning)
     samples_step: int | None = None  # the sampled step to read for the first alarm
     failed_at_start: bool = False  # a recipe run that failed before its first step (contract.advice)
+    first_started: float | None = None  # a resumed run: when its first stretch began (ps's STARTED)
 
     @property
     def label(self) -> str:
         return self.recipe or self.command
+
+    @property
+    def began(self) -> float | None:
+        """When the run began: its first stretch's start (a resumed run's ``started`` is its last)."""
+        return self.first_started if self.first_started is not None else self.started
 
     @property
     def active(self) -> bool:
@@ -200,6 +206,7 @@ def _record(
         failover=_failover(meta.get("restart")),
         failure=_failure(raw.get("attempts")),
         recording=raw.get("recording") is True,
+        first_started=_num(meta.get("first_started")),
         failed_at_start=bool(meta.get("recipe")) and exit_code not in (None, 0) and state != states.STOPPED
         and not started_training(end, steps),
         last_line=str(raw["last_line"]) if raw.get("last_line") else None,
