@@ -154,6 +154,16 @@ def reopen_run_dir(d: str, session: str, stamp: float) -> None:
     except (OSError, ValueError):
         raise AgentError(ErrorKind.NOT_FOUND, f"no run to resume at {d}") from None
     meta["past_s"] = float(meta.get("past_s") or 0.0) + ran_for(d)
+    if "first_started" not in meta:  # when its first stretch began (host clock): ps's STARTED
+        from pippa_contract.runpick import num
+
+        try:
+            with open(os.path.join(d, rd.STARTED), "rb") as f:
+                first = num(f.read(32).decode(errors="replace"))
+        except OSError:
+            first = None
+        if first is not None:
+            meta["first_started"] = first
     for name in RUN_STATE_FILES:
         if os.path.lexists(os.path.join(d, name)):
             os.unlink(os.path.join(d, name))

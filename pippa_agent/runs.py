@@ -23,7 +23,7 @@ from pippa_agent.pins import record_program
 from pippa_contract import rundir as rd
 from pippa_contract.names import NAME_RE, SESSION_RE
 from pippa_contract.runfacts import redact_run, run_facts
-from pippa_contract.secrets import load_secrets
+from pippa_contract.secretprints import host_redactor
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def list_runs(req: ListRunsRequest) -> ListRunsAnswer:
         names = sorted(n for n in os.listdir(base) if NAME_RE.match(n))
     except OSError:
         return out
-    secrets = load_secrets()  # a job may print a token: reason lines leave here without it
+    secrets = host_redactor()  # a job may print a token: reason lines leave here without it
     for name in names[-int(req.get("limit", 50)) :]:
         run = run_facts(os.path.join(base, name), bool(req.get("summary")))
         if run is not None:

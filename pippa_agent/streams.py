@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 from pippa_agent.host import host_path, tmux, write_out
 
@@ -19,16 +20,34 @@ if TYPE_CHECKING:
     )
 
 
+def _out(redact: bool | None) -> Callable[[bytes], None]:
+    """``write_out``, or (``redact``: a log shown) it through a mask of the host's secrets, now and
+    remembered (``pippa_contract.secretprints``); ``out(b"")`` sends what the mask held back."""
+    if not redact:
+        return write_out
+    from pippa_contract.secretprints import StreamMasker, host_redactor
+
+    masker = StreamMasker(host_redactor())
+
+    def out(data: bytes) -> None:
+        masked = masker.feed(data) if data else masker.close()
+        if masked:
+            write_out(masked)
+
+    return out
+
+
 def read(req: ReadRequest) -> None:
     """The file's bytes after ``offset`` (nothing when it does not exist)."""
+    out = _out(req.get("redact"))
     try:
         with open(host_path(req["path"]), "rb") as f:
             f.seek(int(req.get("offset", 0)))
             while True:
                 data = f.read(1 << 16)
+                out(data)
                 if not data:
                     return
-                write_out(data)
     except FileNotFoundError:
         return
 
@@ -57,7 +76,7 @@ def read_run(req: ReadRunRequest) -> None:
     head: ReadRunHead = {**listing, "chosen": chosen}
     write_out((json.dumps(head) + "\n").encode())
     if path is not None:
-        read({"path": path})
+        read({"path": path, "redact": bool(req.get("redact"))})
 
 
 def _exit_on_stdin_eof() -> None:
@@ -83,6 +102,7 @@ def follow(req: FollowRequest, poll_s: float = 0.1) -> None:
     end = req.get("end_file")
     end_file = host_path(end) if end else None
     session = req.get("session")
+    out = _out(req.get("redact"))
     check_every = max(1, int(float(req.get("check_s", 0.5)) / poll_s))
     f = None
     ticks = 0
@@ -100,8 +120,9 @@ def follow(req: FollowRequest, poll_s: float = 0.1) -> None:
                     data = f.read(1 << 16)
                     if not data:
                         break
-                    write_out(data)
+                    out(data)
             if ending:
+                out(b"")
                 return
             ticks += 1
             if ticks % check_every == 0 and _run_over(end_file, session):

@@ -16,6 +16,7 @@ from pippa_agent.host import (
     write_sync_marker,
 )  # fmt: skip
 from pippa_contract.runfacts import mtime
+from pippa_contract.secrets import SECRETS_PATH
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -204,5 +205,11 @@ def write_file(req: WriteFileRequest) -> Empty:
     path = host_path(req["path"])
     mode = int(req.get("mode", 0o644))
     os.makedirs(os.path.dirname(path), mode=0o700 if mode & 0o077 == 0 else 0o777, exist_ok=True)
+    if path == host_path(SECRETS_PATH):  # pippa remembers what it pushes: redacted after a rotation too
+        from pippa_contract.secretprints import remember, remember_secrets_file
+        from pippa_contract.secrets import parse_secrets
+
+        remember_secrets_file()  # what the file held (pushed by an older pippa), then what it will
+        remember(parse_secrets(req["text"]))
     write_atomic(path, req["text"].encode(), mode)
     return {}

@@ -10,6 +10,9 @@ metrics file (``from_metrics``).
 - ``length_collapse``: the mean completion length over ``length_window`` steps below ``length_ratio``
   of its early value (the first ``length_window`` steps), or every completion truncated
   (``completions/clipped_ratio`` 1) for ``length_window`` steps in a row where early on some were not.
+  Not where the cap is tiny by design (``length_cap``, the run's max_completion_length, at most
+  ``TINY_CAP`` tokens: the answer is meant to fill it), nor where the answers are right: the mean
+  reward over those steps above its early mean (a model that learned to answer shorter).
 - ``reward_without_substance``: the evaluation accuracy fell ``substance_drop`` or more below its best
   while the mean reward since that best evaluation rose above the mean before it (a reward hack).
 
@@ -42,6 +45,7 @@ DEFAULTS: dict[str, float] = {
     "substance_drop": 0.1,
 }
 EVAL_KEYS = ("eval/accuracy", "mbpp_eval/pass_rate")
+TINY_CAP = 16  # tokens: a length cap this small is the recipe's answer format (tiny: 1), not a collapse
 
 
 def _num(rec: Record, key: str) -> float | None:
@@ -77,8 +81,27 @@ def no_learning_signal(steps: list[Record], threshold: float, window: int) -> Re
     return None
 
 
-def length_collapse(steps: list[Record], ratio: float, window: int) -> Record | None:
+def _improved(steps: list[Record], window: int, since: int, until: int) -> bool:
+    """The mean reward over the steps ``since``..``until`` above the first ``window`` steps' mean."""
+    rewards = _series(steps, "reward/mean")
+    early = [v for _, v in rewards[:window]]
+    late = [v for s, v in rewards if since <= s <= until]
+    return bool(early and late) and sum(late) / len(late) > sum(early) / len(early)
+
+
+def length_collapse(
+    steps: list[Record], ratio: float, window: int, cap: float | None = None
+) -> Record | None:
+    if cap is not None and 0 < cap <= TINY_CAP:
+        return None  # the answer format fills the cap by design
     window = max(1, int(window))
+    found = _length_collapse(steps, ratio, window)
+    if found is not None and _improved(steps, window, int(found["since"]), int(found.pop("_until"))):
+        return None  # the answers got better as they got shorter: learning, not a collapse
+    return found
+
+
+def _length_collapse(steps: list[Record], ratio: float, window: int) -> Record | None:
     lengths = _series(steps, "completions/mean_length")
     if len(lengths) >= 2 * window:
         early = sum(v for _, v in lengths[:window]) / window
@@ -86,8 +109,9 @@ def length_collapse(steps: list[Record], ratio: float, window: int) -> Record | 
             mean = sum(v for _, v in lengths[i : i + window]) / window
             if early > 0 and mean < ratio * early:  # it began at the window's first short step
                 since = next(s for s, v in lengths[i : i + window] if v < ratio * early)
-                return _alarm(LENGTH_COLLAPSE, since, f"mean completion length {mean:.1f} over {window} "
-                              f"steps from step {since}, under {ratio:g}x its early {early:.1f}")  # fmt: skip
+                return {**_alarm(LENGTH_COLLAPSE, since, f"mean completion length {mean:.1f} over {window} "
+                                 f"steps from step {since}, under {ratio:g}x its early {early:.1f}"),
+                        "_until": lengths[i + window - 1][0]}  # fmt: skip
     clipped = _series(steps, "completions/clipped_ratio")
     if len(clipped) < 2 * window or min(v for _, v in clipped[:window]) >= 0.999:
         return None  # every completion truncated from the start is the recipe's choice, not a collapse
@@ -96,8 +120,8 @@ def length_collapse(steps: list[Record], ratio: float, window: int) -> Record | 
         run = run + 1 if v >= 0.999 else 0
         if i >= window and run >= window:
             since = clipped[i - run + 1][0]
-            return _alarm(LENGTH_COLLAPSE, since, f"every completion truncated at the length cap "
-                          f"for {run} steps since step {since}")  # fmt: skip
+            return {**_alarm(LENGTH_COLLAPSE, since, f"every completion truncated at the length cap "
+                             f"for {run} steps since step {since}"), "_until": clipped[i][0]}  # fmt: skip
     return None
 
 
@@ -132,9 +156,11 @@ def raised(steps: list[Record], evals: list[Record], settings: dict[str, Any] | 
     first at or after it)."""
     cfg = dict(DEFAULTS)
     cfg.update({k: v for k, v in (settings or {}).items() if k in DEFAULTS and v is not None})
+    cap = (settings or {}).get("length_cap")  # the run's max_completion_length, where known
+    cap = float(cap) if isinstance(cap, (int, float)) else None
     found = [
         no_learning_signal(steps, float(cfg["zero_std_threshold"]), int(cfg["zero_std_steps"])),
-        length_collapse(steps, float(cfg["length_ratio"]), int(cfg["length_window"])),
+        length_collapse(steps, float(cfg["length_ratio"]), int(cfg["length_window"]), cap),
         reward_without_substance(steps, evals, float(cfg["substance_drop"])),
     ]
     return [a for a in found if a is not None]

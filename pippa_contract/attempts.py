@@ -46,6 +46,13 @@ def backoff(attempt: int, policy: dict[str, Any]) -> float:
     return float(min(policy["backoff_cap_s"], policy["backoff_s"] * 2 ** max(0, attempt - 1)))
 
 
+def budget(attempts: list[dict[str, Any]], max_attempts: int, n: int) -> int:
+    """The m of ``attempt n/m``: 1 + --retry, plus the retries granted that spend none (infrastructure,
+    OOM): what the supervisor's log lines, ``ps`` and ``why`` all say."""
+    free = sum(1 for a in attempts if (a.get("decision") or {}).get("spends") in ("infra", "oom"))
+    return max(n, max_attempts + free)
+
+
 def summarize(doc: object) -> dict[str, Any] | None:
     """What ``ps`` shows of an attempts.json: attempt now (or last), max, last outcome, reason (pure)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("attempts"), list):
@@ -57,6 +64,8 @@ def summarize(doc: object) -> dict[str, Any] | None:
     return {
         "attempt": len(attempts),
         "max_attempts": int(doc.get("max_attempts") or len(attempts)),
+        # the m of "attempt n/m" as the log says it: the free retries (infra, OOM) count
+        "of": budget(attempts, int(doc.get("max_attempts") or len(attempts)), len(attempts)),
         "outcome": str(last.get("outcome") or ""),
         "reason": last.get("reason"),
         "next_at": doc.get("next_at"),

@@ -30,6 +30,7 @@ class DoctorRequest(TypedDict, total=False):
     python: list[str]  # the host's training python (its torch is checked, it runs the active checks)
     env: dict[str, str]  # the host entry's env: what runs see on top of the login environment
     expected_gpus: int | None  # the host entry's gpus = N
+    gpu_named: str  # no gpus = N, but the host is named like a GPU box ("h100"): a missing driver fails
     quick: bool  # passive checks only
     smi_timeout: float  # seconds nvidia-smi may take before its check fails
     shm_dir: str  # where shared memory is mounted (default /dev/shm)

@@ -293,12 +293,14 @@ class GpuReportAnswer(TypedDict, total=False):
 class ReadRequest(TypedDict):
     path: str
     offset: NotRequired[int]
+    redact: NotRequired[bool]  # a log shown: secrets masked, same length (pippa_contract.secretprints)
 
 
 class ReadRunRequest(TypedDict):
     remote_dir: str
     name: str | None
     limit: NotRequired[int]
+    redact: NotRequired[bool]  # as ReadRequest's
 
 
 class ReadRunHead(ListRunsAnswer):
@@ -313,6 +315,7 @@ class FollowRequest(TypedDict):
     end_file: str | None
     session: str | None
     watch_stdin: NotRequired[bool]  # end when the client closes stdin (True)
+    redact: NotRequired[bool]  # as ReadRequest's
     check_s: NotRequired[float]  # how often the end condition is checked (0.5)
 
 

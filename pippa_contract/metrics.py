@@ -175,6 +175,11 @@ def summarize(path: str) -> Record | None:
     return reader.as_dict() if reader.read_file(path) else None
 
 
+def _time(rec: Record, before: float | None) -> float | None:
+    t = rec.get("time")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else before
+
+
 class LastRecords(MetricsReader):
     """The last two step records and the end record when it is the last: what `pippa ps` shows,
     read from the file's tail (headers are not in it)."""
@@ -183,10 +188,23 @@ class LastRecords(MetricsReader):
         super().__init__()
         self.steps: list[Record] = []
         self.end: Record | None = None
+        self.newest: float | None = None  # the time of the last header or step record read
+
+    def on_header(self, rec: Record, keep: int) -> None:
+        self.newest = _time(rec, self.newest)
 
     def on_step(self, step: int, rec: Record) -> None:
         self.steps = [*self.steps[-1:], rec]
         self.end = None
+        self.newest = _time(rec, self.newest)
+
+    def begun_since(self, started: float | None) -> bool:
+        """The trainer of the stretch that began at ``started`` (the run dir's ``started``, whole
+        seconds) has written a line (its header or a step) and no end line after it: its start-up is
+        over. A resumed run's older lines (before ``started``) do not count."""
+        if started is None or self.end is not None or self.newest is None:
+            return False
+        return self.newest >= started
 
     def on_end(self, rec: Record) -> None:
         self.end = rec

@@ -8,12 +8,14 @@ import os
 import re
 
 from pippa_contract import rundir as rd
+from pippa_contract import runpick
 from pippa_contract.metrics import LastRecords, summarize
-from pippa_contract.secrets import redact_secrets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from pippa_contract.secretprints import Redactor
 
 TAIL_BYTES = 65536
 PULL_TAIL = 4096  # bytes before a laptop copy's end that must match for an append-only pull
@@ -75,14 +77,16 @@ def error_line(log: str) -> str | None:
     return reason_line(tail_lines(log))
 
 
-def redact_run(run: dict[str, Any], values: dict[str, str]) -> dict[str, Any]:
-    """``run`` (run_facts) with every secret value taken out of the lines that say why it ended (its
-    error, its attempts' reason, its metrics' end error): the redaction the alerts use
-    (``secrets.redact_secrets``), so ``ps`` and ``run`` show a job's printed token as ``***`` too."""
-    if not values:
+def redact_run(run: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
+    """``run`` (run_facts) with every secret taken out of the lines that say why it ended (its error,
+    its attempts' reason, its metrics' end error, its last line): the redaction the alerts use
+    (``secretprints.Redactor``: today's values and the prints of every secret pushed before), so
+    ``ps`` and ``run`` show a job's printed token as ``***`` too, after a rotation as well."""
+    if redactor.empty:
         return run
-    if isinstance(run.get("error"), str):
-        run["error"] = redact_secrets(run["error"], values)
+    for key in ("error", "last_line"):
+        if isinstance(run.get(key), str):
+            run[key] = redactor.line(run[key])
     doc = run.get("attempts")
     tried = doc.get("attempts") if isinstance(doc, dict) else None
     holders = [(a, "reason") for a in tried if isinstance(a, dict)] if isinstance(tried, list) else []
@@ -90,15 +94,8 @@ def redact_run(run: dict[str, Any], values: dict[str, str]) -> dict[str, Any]:
         holders.append((run["end"], "error"))
     for holder, key in holders:
         if isinstance(holder.get(key), str):
-            holder[key] = redact_secrets(holder[key], values)
+            holder[key] = redactor.line(holder[key])
     return run
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
 
 
 def last_line(log: str) -> str | None:
@@ -137,9 +134,9 @@ def run_facts(d: str, summary: bool = False) -> dict[str, Any] | None:
                 run["attempts"] = json.loads(f.read())
         except (OSError, ValueError):
             pass
-    if exit_text is None:  # a run going on: has its trainer written a line yet (``pippa run``'s watch)?
-        run["metrics_size"] = _size(os.path.join(d, rd.METRICS))
-        if not run["metrics_size"]:
+    if exit_text is None:  # a run going on: has this stretch's trainer written a line yet (``run``'s watch)?
+        run["recording"] = last.begun_since(runpick.num(run["started"]))
+        if not run["recording"]:
             run["last_line"] = last_line(os.path.join(d, rd.OUTPUT_LOG))
     if os.path.exists(os.path.join(d, rd.ALARMS_JSON)):  # what the trainer's alarm watch raised
         from pippa_contract.alarms import read_alarms

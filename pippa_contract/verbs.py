@@ -242,25 +242,42 @@ def samples(agent: Caller, request: SamplesRequest) -> SamplesAnswer:
 
 
 # -- streaming verbs: the caller owns the process ---------------------------------------------------
-def read(agent: Streamer[P], path: str, offset: int = 0) -> P:
-    """The file's raw bytes from ``offset``, then the process ends."""
+def read(agent: Streamer[P], path: str, offset: int = 0, redact: bool = False) -> P:
+    """The file's raw bytes from ``offset`` (``redact``: a log shown, its secrets masked with as many
+    ``*``, so offsets hold), then the process ends."""
     request: ReadRequest = {"path": path, "offset": offset}
+    if redact:
+        request["redact"] = True
     return agent.stream(READ, dict(request))
 
 
-def read_run(agent: Streamer[P], remote_dir: str, name: str | None, limit: int | None = None) -> P:
+def read_run(
+    agent: Streamer[P], remote_dir: str, name: str | None, limit: int | None = None, redact: bool = False
+) -> P:
     """One line (``ReadRunHead``): the ``list_runs`` answer plus ``"chosen"``, the run id ``name``
     means there (``pippa_contract.runpick``; None: the newest run; null when it means none); then that
-    run's output.log, raw, and the process ends."""
+    run's output.log (raw, or masked with ``redact``), and the process ends."""
     request: ReadRunRequest = {"remote_dir": remote_dir, "name": name}
     if limit is not None:
         request["limit"] = limit
+    if redact:
+        request["redact"] = True
     return agent.stream(READ_RUN, dict(request))
 
 
-def follow(agent: Streamer[P], path: str, offset: int, end_file: str | None, session: str | None) -> P:
-    """The file's bytes as they come, until ``end_file`` exists or ``session`` is gone."""
+def follow(
+    agent: Streamer[P],
+    path: str,
+    offset: int,
+    end_file: str | None,
+    session: str | None,
+    redact: bool = False,
+) -> P:
+    """The file's bytes as they come (masked with ``redact``), until ``end_file`` exists or ``session``
+    is gone."""
     request: FollowRequest = {"path": path, "offset": offset, "end_file": end_file, "session": session}
+    if redact:
+        request["redact"] = True
     return agent.stream(FOLLOW, dict(request))
 
 

@@ -4,6 +4,7 @@ the host keeps, and the last verdict `pippa run`, `up` and `hosts` read. No type
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -35,12 +36,19 @@ def training_python(spec: HostSpec) -> list[str]:
     return argv
 
 
+# a host named like a GPU box: its missing NVIDIA driver fails the doctor even without gpus = N
+GPU_NAME = re.compile(r"(?i)(?<![a-z0-9])(gpu|[abhv]100|[hb]200|a10g?|a40|l40s?|l4|t4|rtx\w*|a6000)(?![a-z])")
+
+
 def request(spec: HostSpec, quick: bool, smi_timeout: float | None = None,
             shm_dir: str | None = None) -> DoctorRequest:  # fmt: skip
     req: DoctorRequest = {
         "host": spec.name, "remote_dir": spec.remote_dir, "python": training_python(spec),
         "env": dict(spec.env), "expected_gpus": spec.gpus, "quick": quick,
     }  # fmt: skip
+    named = GPU_NAME.search(f"{spec.name} {spec.address or ''}") if spec.gpus is None else None
+    if named:
+        req["gpu_named"] = named.group(0)
     if smi_timeout is not None:
         req["smi_timeout"] = smi_timeout
     if shm_dir is not None:

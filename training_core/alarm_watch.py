@@ -24,10 +24,12 @@ class AlarmWatch:
     def __init__(
         self, run_dir: Path, cfg: RunConfig, sampled: Any = None, keep_from: Path | None = None
     ) -> None:
-        """``sampled(step)``: the first sampled step at or after ``step`` (the samples to read), or
-        None; ``keep_from``: a resumed run's metrics file, whose kept records the watch starts from."""
+        """``sampled(step, now)``: the sampled step to read for an alarm that began at ``step`` while the
+        run is at ``now`` (``training_core.samples.sampled_step``), or None; ``keep_from``: a resumed
+        run's metrics file, whose kept records the watch starts from."""
         self.path = run_dir / alarms.ALARMS_JSON
-        self.settings = dataclasses.asdict(cfg.alarms)
+        # the thresholds, and the length cap (a tiny one is the answer format: pippa_contract.alarms)
+        self.settings = {**dataclasses.asdict(cfg.alarms), "length_cap": cfg.train.max_completion_length}
         self.sampled = sampled
         self.steps: list[dict[str, Any]] = []
         self.evals: list[dict[str, Any]] = []
@@ -71,7 +73,8 @@ class AlarmWatch:
         if not new:
             return []
         for a in new:
-            step = self.sampled(a["since"]) if self.sampled else None
+            now = int(self.steps[-1]["step"]) if self.steps else int(a["since"])
+            step = self.sampled(a["since"], now) if self.sampled else None
             a["samples_step"] = step
             print(f"alarm: {a['kind'].replace('_', ' ')}: {a['message']}"
                   + (f" (samples: step {step})" if step is not None else ""), flush=True)  # fmt: skip

@@ -14,13 +14,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from pippa_contract import samples as contract
-from pippa_contract.alerts import redact_secrets
+from pippa_contract.secretprints import JOB_SECRET_ENV, Prints, Redactor
+from pippa_contract.secretprints import load as load_prints
 from pippa_contract.secrets import read_secret_values
 from training_core.config import RunConfig
 from training_core.run.metrics import move_redone
-
-# Tokens a job may hold in its environment without a pippa secrets file (a run started by hand).
-SECRET_ENV = ("WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 
 def interval(cfg: RunConfig) -> int:
@@ -34,6 +32,16 @@ def interval(cfg: RunConfig) -> int:
     return every
 
 
+def sampled_step(since: int, now: int, every: int) -> int:
+    """The sampled step an alarm that began at ``since`` points to, when the run is at step ``now``: the
+    first sampled step at or after ``since`` if the run has reached it, else the last one before it
+    (a hint never names a step with no samples: tiny's alarm at 296 named 300, past the run's end)."""
+    if since <= 1 or every <= 0:
+        return 1
+    first = -(-since // every) * every
+    return first if first <= now else max(1, (since // every) * every)
+
+
 class SamplesWriter:
     active = True
 
@@ -43,7 +51,9 @@ class SamplesWriter:
         self.every = interval(cfg)
         self.per_step = max(1, cfg.samples.per_step)
         self.cap = int(cfg.samples.cap_mb * 1_000_000)
-        self.secrets = read_secret_values(env_keys=SECRET_ENV) if secrets is None else secrets
+        self.secrets = read_secret_values(env_keys=JOB_SECRET_ENV) if secrets is None else secrets
+        # and the prints of every secret pushed to this host before (pippa_contract.secretprints)
+        self._redactor = Redactor(self.secrets, load_prints() if secrets is None else Prints("", set()))
         self._f: IO[bytes] | None = None  # opened at the first row: SFT and DPO runs write no file
         self._size = self._on_disk()
 
@@ -56,7 +66,7 @@ class SamplesWriter:
         return contract.sample_row(step, kind, prompt, completion, redact=self.redact, **fields)
 
     def redact(self, text: str) -> str:
-        return redact_secrets(text, self.secrets)
+        return self._redactor.line(text)
 
     def write(self, rows: list[dict[str, Any]]) -> None:
         data = b"".join(contract.encode(r) for r in rows)
@@ -114,6 +124,7 @@ class NullSamples(SamplesWriter):
         self.every = 0
         self.per_step = 0
         self.secrets = {}
+        self._redactor = Redactor({}, Prints("", set()))
 
     def due(self, step: int) -> bool:
         return False

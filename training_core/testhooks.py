@@ -13,6 +13,8 @@ Off unless an environment variable asks; a run never sets them itself.
   the run however fast the steps are: a stop saves step S + 1 and ends the run there.
   ``PIPPA_TEST_PAUSE_ONCE=PATH`` makes that happen only while PATH does not exist (created when it
   does), so the attempt after a kill runs through.
+- ``PIPPA_TEST_SLOW_RECORD=S``: the metrics writer waits S seconds after each write, as a loaded host
+  may between two writes: a reader that could see a failed start's header without its end line does.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ HANG_STEP_ENV = "PIPPA_TEST_HANG_AT_STEP"
 HANG_ONCE_ENV = "PIPPA_TEST_HANG_ONCE"
 PAUSE_ENV = "PIPPA_TEST_PAUSE_AT_STEP"
 PAUSE_ONCE_ENV = "PIPPA_TEST_PAUSE_ONCE"
+SLOW_RECORD_ENV = "PIPPA_TEST_SLOW_RECORD"
 PAUSE_MAX_S = 600.0
 
 

@@ -12,7 +12,7 @@ import time
 
 from pippa_agent.alerts.files import here, load_config, secret_target, secret_values, tail_lines
 from pippa_agent.zipapp import program_file
-from pippa_contract.alerts import message, redact_secrets
+from pippa_contract.alerts import message
 from pippa_contract.hostdirs import DELIVERIES
 
 DELIVERIES_MAX_BYTES = 200_000
@@ -90,12 +90,15 @@ def emit(event: dict[str, Any], timeout: float = SEND_TIMEOUT_S) -> dict[str, An
     target = secret_target(values)
     if target is None:
         return {"sent": False, "configured": False}
+    from pippa_contract.secretprints import Redactor, load
+
+    clean = Redactor(values, load()).line  # today's secrets and the prints of those pushed before
     try:
         title, body, kind = message(event)
-        ok, error = deliver(redact_secrets(title, values), redact_secrets(body, values), kind, timeout)
+        ok, error = deliver(clean(title), clean(body), kind, timeout)
     except Exception as e:  # a broken event must not break its caller (a run's end, the watcher)
         ok, error = False, f"{type(e).__name__}: {e}"
-    error = redact_secrets(error, values) if error else error  # a delivery's traceback may quote the URL
+    error = clean(error) if error else error  # a delivery's traceback may quote the URL
     log_delivery(event, ok, error)
     return {"sent": ok, "configured": True, "error": error}
 

@@ -11,6 +11,7 @@ import time
 from pippa_agent.alerts.files import first_line, load_config, read_json, read_text, tail_lines
 from pippa_contract import rundir as rd
 from pippa_contract import states
+from pippa_contract.advice import after_failed_start, started_training
 from pippa_contract.alerts import cost_so_far, run_gpus
 from pippa_contract.failures import label
 from pippa_contract.metrics import header_max_steps
@@ -42,13 +43,14 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
         else:
             state = states.FINISHED if exit_text == "0" else states.FAILED
     step = end = None
+    any_step = False
     for line in tail_lines(os.path.join(run_dir, rd.METRICS)):
         try:
             rec = json.loads(line)
         except ValueError:
             continue
         if isinstance(rec, dict) and rec.get("type") == "step":
-            step = rec.get("step")
+            step, any_step = rec.get("step"), True
         elif isinstance(rec, dict) and rec.get("type") == "end":
             end = rec
     try:
@@ -106,9 +108,21 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
         "cost": cost_so_far(elapsed, per_host, per_gpu, run_gpus(command), cfg.get("gpus")),
         "currency": cfg.get("currency"),  # config.json from `pippa up` ("$" where it has none)
         "wandb": wandb.get("url"),
-        "look": f"pippa logs {run_id} --host {host}",
+        "look": _look(run_id, host, state, meta, end, any_step, reason),
         "time": time.time(),
     }
+
+
+def _look(
+    run_id: str, host: str, state: str, meta: dict[str, Any], end: Any, steps: bool, reason: Any
+) -> str:
+    """``pippa logs RUN --host H``; for a recipe run that failed before its first step, what to fix and the
+    command that runs it again (pippa_contract.advice: a resume would meet the same cause)."""
+    recipe = meta.get("recipe")
+    if state == states.FAILED and isinstance(recipe, str) and not started_training(end, steps):
+        command = str(meta.get("command") or "")
+        return after_failed_start(str(reason) if reason else None, recipe, command, host)
+    return f"pippa logs {run_id} --host {host}"
 
 
 def host_event(state: str, subject: str, reason: str, elapsed_s: float | None = None) -> dict[str, Any]:

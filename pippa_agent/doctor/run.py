@@ -43,8 +43,11 @@ def _parallel(jobs: dict[str, Callable[[], Any]]) -> dict[str, Any]:
     return out
 
 
-def gpu_part(xml: Any, expected: Any) -> tuple[list[Check], list[dict[str, Any]], str | None]:
-    """``(checks, gpus, driver CUDA)`` from the XML answer (or the reason there is none)."""
+def gpu_part(
+    xml: Any, expected: Any, named: str | None = None
+) -> tuple[list[Check], list[dict[str, Any]], str | None]:
+    """``(checks, gpus, driver CUDA)`` from the XML answer (or the reason there is none); ``named``: the
+    host's name says it is a GPU box (``h100``), so no driver fails it as ``gpus = N`` would."""
     if isinstance(xml, smi.SmiError):
         return [check("nvidia-smi", FAIL, str(xml))], [], None
     if isinstance(xml, Exception):  # a bug or an OS error reading it: the check says so, the rest goes on
@@ -52,10 +55,13 @@ def gpu_part(xml: Any, expected: Any) -> tuple[list[Check], list[dict[str, Any]]
         return [check("nvidia-smi", FAIL, why)], [], None
     why, root = xml
     if root is None:
-        status = FAIL if expected else SKIPPED
+        status = FAIL if expected or named else SKIPPED
         more = (
             f", but the host entry expects {expected} GPUs: install the driver or fix gpus ="
             if expected
+            else f", but the host is named like a GPU box ({named}): install the NVIDIA driver, or set "
+            "gpus = 0 in its entry if it has none"
+            if named
             else ""
         )
         return [check("gpus", status, f"{why}{more}")], [], None
@@ -83,7 +89,7 @@ def doctor(req: DoctorRequest) -> DoctorResult:
         "kernel": lambda: kernel.read_log(),
         "torch": lambda: system.torch_facts(python, env, full=not quick),
     })  # fmt: skip
-    checks, gpus, cuda = gpu_part(facts["xml"], expected)
+    checks, gpus, cuda = gpu_part(facts["xml"], expected, req.get("gpu_named"))
     if gpus:
         links = facts["links"] if isinstance(facts["links"], dict) else {}
         checks += gpu_checks.nvlink(gpus, links)

@@ -21,7 +21,7 @@ from pippa_contract import retry as rp
 from pippa_contract import rundir as rd
 from pippa_contract import stall as stl
 from pippa_contract.alerts import healthy_gpus
-from pippa_contract.attempts import DIVERGED, STALLED, STOPPED
+from pippa_contract.attempts import DIVERGED, STALLED, STOPPED, budget
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,8 +76,7 @@ def capture(run_dir: str, attempt: dict[str, Any], pid: int) -> str:
 
 def attempt_of(doc: dict[str, Any], policy: dict[str, Any], n: int) -> str:
     """``attempt n/m``: m is the budget (1 + --retry) plus the retries granted that spend none."""
-    free = sum(1 for a in doc["attempts"] if (a.get("decision") or {}).get("spends") in ("infra", "oom"))
-    return f"attempt {n}/{max(n, int(policy['max_attempts']) + free)}"
+    return f"attempt {n}/{budget(doc['attempts'], int(policy['max_attempts']), n)}"
 
 
 def conclude(
@@ -104,6 +103,10 @@ def conclude(
     batch = af.batch_of(os.path.join(run_dir, rd.METRICS)) if recipe else None
     decision = af.decide(doc, verdict, policy, batch)
     attempt.update(verdict.to_json())
+    if isinstance(attempt.get("reason"), str):  # a log line may quote a token: recorded without it
+        from pippa_contract.secretprints import host_redactor
+
+        attempt["reason"] = host_redactor().line(attempt["reason"])
     if verdict.cls == fc.GPU_FAULT and verdict.gpu:
         attempt["gpu_index"] = af.gpu_index(verdict.gpu)  # for `pippa resume --gpus` on the others
     if verdict.cls == fc.COMPLETED:

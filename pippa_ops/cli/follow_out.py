@@ -17,10 +17,11 @@ def follow_runs(
     transport: Transport, spec: HostSpec, run_ids: list[str], session: str, skip: int = 0, raw: bool = False
 ) -> int:
     """Stream each run's log in turn; pippa's exit code from theirs. ``skip``: bytes of the first log
-    not to print (``logs --tail N -f``); ``raw``: keep escape sequences on a terminal too (``HostOutput``)."""
+    not to print (``logs --tail N -f``); ``raw``: the log's bytes, escape sequences and secrets as
+    they are (``HostOutput``)."""
     out = HostOutput(raw)
     try:
-        return follow_many(transport, spec, run_ids, session, out.write, note, skip=skip)
+        return follow_many(transport, spec, run_ids, session, out.write, note, skip=skip, redact=not raw)
     except FollowStopped as e:
         typer.echo(goes_on_line("following", e.run_id, session, spec.name), err=True)
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None

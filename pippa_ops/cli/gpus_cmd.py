@@ -65,11 +65,20 @@ def gpus_cmd(
             _many(names, as_json)
             return
         hosts = names
-    spec, transport = connect(hosts[0])
+    try:
+        spec, transport = connect(hosts[0])
+    except PippaError as e:
+        if not as_json:
+            raise
+        emit_json({"host": hosts[0], "error": str(e), "exit_code": int(e.exit_code)})  # scripts read JSON
+        raise typer.Exit(int(e.exit_code)) from None
     with transport:
         report = query(transport)
         if report.unavailable:
-            typer.echo(report.unavailable)
+            if as_json:
+                emit_json({"host": spec.name, "gpus": [], "unavailable": report.unavailable})
+            else:
+                typer.echo(report.unavailable)
             raise typer.Exit(int(ExitCode.MISSING_TOOL))
         if as_json and not watch:
             emit_json({"host": spec.name, "gpus": [g.to_json() for g in report.gpus]})
@@ -114,7 +123,8 @@ def _many(names: list[str], as_json: bool) -> None:
         console = Console()
         for name, a in answers.items():
             if isinstance(a, GpuReport):
-                console.print(gpu_table(name, a.gpus) if not a.unavailable else f"{name}: {a.unavailable}")
+                # "local: no NVIDIA GPU (...)" names its host already (pippa_ops.gpu.query)
+                console.print(gpu_table(name, a.gpus) if not a.unavailable else a.unavailable)
         for name, a in answers.items():
             if isinstance(a, PippaError):
                 typer.secho(str(a) if str(a).startswith(name) else f"{name}: {a}", fg="red", err=True)

@@ -75,7 +75,7 @@ def hosts_command(
 
 
 HOSTS_COLUMNS = [Column("HOST"), Column("ADDRESS"), Column("REMOTE DIR", drop=2), Column("SOURCE", drop=1),
-                 Column("STATUS")]  # fmt: skip
+                 Column("STATUS", flex=True, cap=40)]  # fmt: skip  # the whole reason goes under
 
 
 def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
@@ -161,7 +161,7 @@ def render_up(r: UpReport) -> None:
         ("free disk", f"{p.free_disk_gb} GB" if p.free_disk_gb is not None else "-"),
         ("remote dir", r.remote_dir),
         ("synced", f"{len(r.sync.sent)} changed file(s) of {r.sync.files}"),
-        ("setup", "ran" if r.setup_ran else "up to date"),
+        ("setup", "ran" if r.setup_ran else "none (setup = [])" if r.setup_none else "up to date"),
         ("secrets", ", ".join(r.secrets.pushed) or "none"),
     ]
     if r.secrets.missing:

@@ -33,7 +33,7 @@ def logs_cmd(
     raw: RawOpt = False,
 ) -> None:
     """Print a run's output (the session's current run, or a run id); -f follows it."""
-    run, text, spec, transport = read_logs(name, host)
+    run, text, spec, transport = read_logs(name, host, redact=not raw)
     with transport:
         skip = len(text) - len(last_lines(text, tail)) if tail is not None else 0
         if follow and run.active:

@@ -7,8 +7,6 @@ is not imported: ``run`` starts without it.
 
 from __future__ import annotations
 
-import shutil
-import sys
 from typing import Annotated
 
 import typer
@@ -27,16 +25,16 @@ from pippa_ops.cli.common import (
 )
 from pippa_ops.cli.complete import host_names, recipe_names
 from pippa_ops.cli.follow_out import follow_runs
-from pippa_ops.errors import BadSetting, ExitCode
+from pippa_ops.cli.start_out import NoWaitOpt, WaitOpt, report_start
+from pippa_ops.errors import BadSetting
 from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.inventory import HostSpec, default_host
 from pippa_ops.runs.launch import LaunchResult, attach_argv, launch, launch_on_hosts, launch_sets, resume
-from pippa_ops.runs.listing import RunRecord, current_run, list_runs
+from pippa_ops.runs.listing import current_run, list_runs
 from pippa_ops.runs.locate import locate_host
 from pippa_ops.runs.restart import RestartFlags
 from pippa_ops.runs.schedulers import scheduler_for
 from pippa_ops.runs.script import DEFAULT_GAP_S, DEFAULT_SESSION
-from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import join
 
 
@@ -107,16 +105,8 @@ def run_cmd(
         bool,
         typer.Option("--notify", help="When the runs end: terminal bell, a line, a desktop notification."),
     ] = False,
-    wait: Annotated[
-        float | None,
-        typer.Option(
-            "--wait",
-            show_default=False,
-            help="Most seconds to watch a start: a recipe until its trainer's first line (default "
-            "20), a --cmd for an early exit (default 3); or PIPPA_RUN_WAIT_S.",
-        ),
-    ] = None,
-    no_wait: Annotated[bool, typer.Option("--no-wait", help="Return as soon as the run is started.")] = False,
+    wait: WaitOpt = None,
+    no_wait: NoWaitOpt = False,
     retry: Annotated[
         int | None,
         typer.Option(
@@ -242,7 +232,7 @@ def run_cmd(
         else:
             render_launch(result, spec, chosen=host is not None, verbose=verbose)
         if not (no_wait or follow) and scheduler_for(spec).starts_at_once:
-            _report_start(transport, spec, result.run_ids[0], wait, recipe=cmd is None, quiet=as_json)
+            report_start(transport, spec, result.run_ids[0], wait, recipe=cmd is None, quiet=as_json)
         if notify and not follow:
             from pippa_ops.runs.watcher import spawn_watcher, watcher_log
 
@@ -266,60 +256,6 @@ def _say_tree() -> None:
     tree = find_project()
     if tree is not None and tree.passed_over is not None:
         note(tree.line("running from"))
-
-
-def _report_start(
-    transport: Transport, spec: HostSpec, run_id: str, wait: float | None, *, recipe: bool, quiet: bool
-) -> None:
-    """Watch the start (``runs.startup``): a run that ended in the window says its state and reason
-    line, and pippa exits non-zero unless it exited 0; on a terminal, one line of progress meanwhile."""
-    from pippa_ops.runs.precheck import failure_hint
-    from pippa_ops.runs.startup import wait_seconds, watch_start
-
-    wait_s = wait_seconds(wait, recipe)
-    if wait_s <= 0:
-        return
-    line = _ProgressLine(spec.name, enabled=not quiet and sys.stderr.isatty())
-    try:
-        watch = watch_start(transport, spec.remote_dir, run_id, wait_s, until_first_line=recipe,
-                            progress=line.show if line.enabled else None)  # fmt: skip
-    finally:
-        line.clear()
-    rec = watch.record
-    if rec is None or not watch.ended:
-        if recipe and not watch.started and not quiet:
-            note(f"{spec.name}: run {run_id} is still starting after {watch.waited_s:.0f}s; it goes on "
-                 f"(`pippa logs {run_id} --host {spec.name} -f` follows it)")  # fmt: skip
-        return
-    if rec.state == "finished":
-        if not quiet:
-            typer.echo(f"  ended:   {rec.state_text}")
-        return
-    why = f": {rec.error}{failure_hint(rec.error, spec.name)}" if rec.error else ""
-    took = f" after {rec.duration_s:.0f}s" if rec.duration_s is not None else ""
-    note(f"{spec.name}: run {rec.run_id} {rec.state_text}{took}{why}"
-         f" (pippa logs {rec.run_id} --host {spec.name})")  # fmt: skip
-    raise typer.Exit(int(ExitCode.FAILURE))
-
-
-class _ProgressLine:
-    """``starting on h100-a: 6s: <the run's last output line>``, redrawn in place on stderr."""
-
-    def __init__(self, host: str, enabled: bool) -> None:
-        self.host, self.enabled, self.drawn = host, enabled, False
-
-    def show(self, waited: float, rec: RunRecord | None) -> None:
-        text = f"starting on {self.host}: {waited:.0f}s"
-        text += f": {rec.last_line}" if rec is not None and rec.last_line else ""
-        width = shutil.get_terminal_size((80, 24)).columns - 1
-        sys.stderr.write("\r\x1b[2K" + (text if len(text) <= width else text[: width - 1] + "…"))
-        sys.stderr.flush()
-        self.drawn = True
-
-    def clear(self) -> None:
-        if self.drawn:
-            sys.stderr.write("\r\x1b[2K")
-            sys.stderr.flush()
 
 
 def resume_cmd(
@@ -348,8 +284,12 @@ def resume_cmd(
         typer.Option("--gpus", help="Continue on these GPUs, e.g. 0,2,3 (after a GPU fault).",
                      show_default=False),
     ] = None,
+    wait: WaitOpt = None,
+    no_wait: NoWaitOpt = False,
 ) -> None:
-    """Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory."""
+    """Continue a stopped or failed recipe run from its newest checkpoint, in the same run directory.
+
+    Its start is watched until its trainer's first line, as ``run``'s is."""
     if gpus is not None:
         if on is not None:
             raise BadSetting("--gpus picks GPUs on the run's own host: --on moves it as it was")
@@ -379,6 +319,8 @@ def resume_cmd(
         typer.echo(f"  logs:    {result.logs_hint()}")
         if follow:
             raise typer.Exit(follow_runs(transport, spec, list(result.run_ids), result.session))
+        if not no_wait and scheduler_for(spec).starts_at_once:  # the start watched as `run` does
+            report_start(transport, spec, result.run_ids[0], wait, recipe=True, quiet=False)
 
 
 def recipes_cmd(as_json: JsonOpt = False) -> None:

@@ -99,12 +99,15 @@ def _fit(
     return layout(columns, rows, width), names
 
 
+# a state that carries a long reason ("config (ValueError: ...)") is cut in the table, never at the cost
+# of other columns: ps prints the whole reason under it, runs and why have it too
+STATE = Column("STATE", flex=True, cap=32)
 PS_COLUMNS = [
     Column("HOST"),
     Column("SESSION", drop=5),
     Column("RUN"),
     Column("RECIPE/COMMAND", flex=True),
-    Column("STATE"),
+    STATE,
     Column("STARTED", drop=6),
     Column("DURATION", drop=4),
     Column("COST", drop=3, right=True),  # only where a host has a rate (with_cost)
@@ -143,7 +146,7 @@ def render_ps(
         for r in records:
             step = "-" if r.last_step is None else str(r.last_step)
             rows.append([r.host, r.session, name.get(r.run_id, r.run_id), label(r), r.state_text,
-                         when(r.started), duration(r.duration_s), money(r.cost, r.currency), step,
+                         when(r.began), duration(r.duration_s), money(r.cost, r.currency), step,
                          num(r.last_reward), commit_text(r)])  # fmt: skip
         return with_cost(PS_COLUMNS, rows, priced)[1]
 
@@ -171,7 +174,7 @@ RUNS_COLUMNS = [
     Column("HOST"),
     Column("RUN"),
     Column("RECIPE/COMMAND", flex=True),
-    Column("STATE"),
+    STATE,
     Column("STARTED", drop=7),
     Column("DURATION", drop=6),
     Column("COST", drop=4, right=True),  # only where a host has a rate (with_cost)
@@ -201,7 +204,7 @@ def render_runs(
         for i in infos:
             r = i.record
             steps = "-" if i.steps is None else str(i.steps)
-            rows.append([i.host, name.get(r.run_id, r.run_id), label(r), r.state_text, when(r.started),
+            rows.append([i.host, name.get(r.run_id, r.run_id), label(r), r.state_text, when(r.began),
                          duration(r.duration_s), _cost(r), steps, num(i.final_reward),
                          num(i.best_reward), eval_text(i.eval), commit_text(r), wandb_text(i.wandb),
                          "yes" if i.pulled else ""])  # fmt: skip

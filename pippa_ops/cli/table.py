@@ -1,10 +1,12 @@
 """Tables that fit the terminal: a long label is cut, then columns are dropped by priority.
 
 ``pippa ps``, ``pippa runs`` and ``pippa hosts`` give a column list; what does not fit the width goes:
-the ``flex`` column (a label, never an id or anything to copy) is cut with "…" to FLEX_CAP, then the
-optional columns go (highest ``drop`` first), then the flex column gives more, or takes back the room
-the dropped columns left. A caller adds a column (a cost, say) as one more ``Column``. Plain text, no
-rich: the lines are what a test compares at 80 columns.
+the ``flex`` columns (a label, a state whose whole reason is printed under the table; never an id or
+anything to copy) are cut with "…" to FLEX_CAP (a ``cap``ped one to its other rows' width), then the
+optional columns go (highest ``drop`` first), then the flex columns give more, or take back the room
+the dropped columns left: one long state never costs every row its other columns. A caller adds a
+column (a cost, say) as one more ``Column``. Plain text, no rich: the lines are what a test compares
+at 80 columns.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ class Column:
     flex: bool = False  # may be shortened with "…" down to ``min_width``
     min_width: int = 6
     right: bool = False  # numbers
+    # a flex column with a cap (a state with its reason) short of room is cut to its widest cell of at
+    # most ``cap`` before any column goes: one long cell never costs the table a column
+    cap: int = 0
 
 
 def terminal_width() -> int:
@@ -44,9 +49,16 @@ def _widths(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> list[in
     return [max([len(c.name), *(len(escape(r[i])) for r in rows)]) for i, c in enumerate(columns)]
 
 
+def _usual(c: Column, i: int, rows: Sequence[Sequence[str]]) -> int:
+    """A capped column's width without its cells longer than the cap (those are cut, said in full below)."""
+    return max([len(c.name), *(len(r[i]) for r in rows if len(r[i]) <= c.cap)])
+
+
 def natural_width(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> int:
-    """The width of the table with every column whole."""
-    return sum(_widths(columns, rows)) + GAP * (len(columns) - 1)
+    """The width of the table with every column whole (a capped one at its usual width)."""
+    whole = _widths(columns, rows)
+    widths = [_usual(c, i, rows) if c.cap else whole[i] for i, c in enumerate(columns)]
+    return sum(widths) + GAP * (len(columns) - 1)
 
 
 def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> tuple[list[int], list[int]]:
@@ -62,7 +74,8 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) ->
     flex = [i for i, c in enumerate(columns) if c.flex]
     if total() > width:  # a long label gives way to FLEX_CAP before any column is dropped
         for i in flex:
-            widths[i] = min(widths[i], max(FLEX_CAP, len(columns[i].name)))
+            c = columns[i]  # a capped one: an outlier is cut to the others' width (its whole text goes below)
+            widths[i] = min(widths[i], _usual(c, i, rows) if c.cap else max(FLEX_CAP, len(c.name)))
     for i in sorted((i for i, c in enumerate(columns) if c.drop), key=lambda i: (-columns[i].drop, -i)):
         if total() <= width:
             break

@@ -92,7 +92,9 @@ class _LazyGroup(TyperGroup):
                 import difflib
 
                 close = difflib.get_close_matches(name, [*self.table, *OTHER_NAMES], n=1, cutoff=0.6)
-                if close and close[0] in OTHER_NAMES:  # `pippa stauts`: pippa's status is `ps`
+                if name in OTHER_NAMES:  # `pippa status`: another tool's word for a pippa command
+                    e.message += f" pippa's {name} is `pippa {OTHER_NAMES[name]}`."
+                elif close and close[0] in OTHER_NAMES:  # `pippa stauts`: pippa's status is `ps`
                     e.message += f" Did you mean {close[0]!r}? That is `pippa {OTHER_NAMES[close[0]]}`."
                 elif close:
                     e.message += f" Did you mean {close[0]!r}?"

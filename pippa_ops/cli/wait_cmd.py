@@ -46,16 +46,15 @@ def wait_cmd(
 
     if timeout is not None and timeout < 0:
         raise UsageError("--timeout must be >= 0 seconds")
-    note = _note if log is None else _log_note(log)
     records = _located(names, host, runs_dir)
-    if log is not None:
-        note("watching " + ", ".join(f"{r.run_id} on {r.host}" for r in records.values()))
-
     status = None
     if sys.stderr.isatty() and not as_json and log is None:
         from pippa_ops.cli.wait_status import StatusLine
 
         status = StatusLine(records, sys.stderr).start()
+    note = _log_note(log) if log is not None else status.note if status is not None else _note
+    if log is not None:
+        note("watching " + ", ".join(f"{r.run_id} on {r.host}" for r in records.values()))
 
     def on_end(rec: RunRecord) -> None:
         if status is not None:

@@ -66,6 +66,12 @@ class StatusLine:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
 
+    def note(self, message: str) -> None:
+        """``pippa: message`` on a line of its own (a reconnect), never run into the live line."""
+        with self._lock:
+            self.stream.write(f"\r\x1b[Kpippa: {message}\n")
+            self.stream.flush()
+
     def _loop(self) -> None:
         from pippa_ops.hosts.connect import connect
         from pippa_ops.transport import agent_client

@@ -41,7 +41,7 @@ def why_cmd(
     if as_json:
         emit_json(why.to_json())
         return
-    for line in render(why, rec.max_attempts):
+    for line in render(why, rec.attempts_of or rec.max_attempts):
         typer.echo(line)
 
 

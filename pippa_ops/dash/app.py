@@ -2,8 +2,7 @@
 
 Attributes flow down, messages flow up: thread workers run the blocking ``HostMonitor`` loops and
 post ``MonitorUpdate`` messages; the app folds them into ``HostState`` values with ``monitor.apply`` and
-hands each panel its state. Widgets never touch the network, so a dead host can only ever make its
-own panel say so.
+hands each panel its state (and the header every host's line). Widgets never touch the network.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from textual.widgets import DataTable, Footer, Header
 
 from pippa_contract import states
 from pippa_ops.dash.fleet import FleetView
+from pippa_ops.dash.hostline import hosts_line
 from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen, MainHidden
 from pippa_ops.dash.widgets import HostPanel, RunsTable, RunView
 from pippa_ops.monitor.host import (
@@ -114,6 +114,7 @@ class DashApp(App[None]):
         )
         for host in self.hosts:
             self._draw_host(host)
+        self.sub_title = hosts_line(self.hosts, self.states)
         self._draw_run()
         # Hosts whose panels do not fit the screen (a panel takes ~6 lines): the fleet view.
         self.show_fleet(len(self.hosts) * 6 > self.size.height - 2 if self.fleet is None else self.fleet)
@@ -138,8 +139,7 @@ class DashApp(App[None]):
 
     # ----------------------------------------------------------------------------- state from workers
     def _emit(self, event: HostEvent | RunUpdated) -> None:
-        """From any thread. In the fleet view the queue waits for the next redraw; with the panels
-        shown, the loop is woken once for whatever is queued by then."""
+        """From any thread: queued; with the panels shown the loop is woken once for what is queued."""
         self._events.append(event)
         if not self.fleet and not self._drain_asked:
             self._drain_asked = True
@@ -165,6 +165,7 @@ class DashApp(App[None]):
             for row in ended_runs(self.states[host].runs, event.runs):
                 self._tell_ended(host, row)
         self.states[host] = apply(self.states[host], event)
+        self.sub_title = hosts_line(self.hosts, self.states)  # every host on the first line, whatever fits
         if self.fleet:  # drawn in batches (``_redraw_fleet``); the panels once they are shown again
             self._fleet_dirty = True
             self._panels_stale.add(host)

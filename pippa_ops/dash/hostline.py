@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 
 from rich.text import Text
 
@@ -41,3 +42,19 @@ def _link_line(h: HostState) -> Text:
     if not h.gpus:
         return Text(f"● up, {h.gpu_note or 'no GPU'}", style="green")
     return Text(f"● up, {len(h.gpus)} GPU{'s' if len(h.gpus) > 1 else ''}", style="green")
+
+
+def short_state(h: HostState) -> str:
+    """``up``, ``up, 2 running``, ``down``, ``connecting``: a host in a few characters."""
+    if h.link in ("down", "connecting"):
+        return "unreachable" if h.link == "down" else "connecting"
+    running = sum(1 for r in h.runs if r.state.startswith("running"))
+    return f"up, {running} running" if running else "up"
+
+
+def hosts_line(hosts: Sequence[str], states: Mapping[str, HostState]) -> str:
+    """``gpu-8 up, 1 running · local up``: the header's line of every host, where there are several (the
+    panels may not all fit a small terminal: at 80x24 an 8-GPU host's panel fills the hosts' half)."""
+    if len(hosts) < 2:
+        return ""
+    return " · ".join(f"{escape(h)} {short_state(states[h])}" for h in hosts if h in states)

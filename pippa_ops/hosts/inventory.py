@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pippa_ops.alerts.settings import FIELDS as ALERT_FIELDS
 from pippa_ops.alerts.settings import alert_settings
 from pippa_ops.errors import UnknownHost, UsageError, did_you_mean
+from pippa_ops.hosts.keys import known_only
 from pippa_ops.hosts.scheduler import SlurmSpec, scheduler_setting
 from pippa_ops.repo import fallback_root, team_inventory_path
 from pippa_ops.transport.shell import NAME_RE, validate_env_key
@@ -150,11 +151,7 @@ def _read_file(path: Path) -> dict[str, dict[str, Any]]:
             raise UsageError(f"{path}: invalid host name {name!r}")
         if not isinstance(entry, dict):
             raise UsageError(f"{path}: hosts.{name} must be a table")
-        unknown = sorted(set(entry) - set(_FIELDS))
-        if unknown:
-            known = ", ".join(_FIELDS)
-            raise UsageError(f"{path}: hosts.{name}: unknown key {unknown[0]!r} (known: {known})")
-        out[name] = {**entry, "_file": str(path)}
+        out[name] = {**known_only(entry, _FIELDS, f"{path}: hosts.{name}"), "_file": str(path)}
     return out
 
 
@@ -291,7 +288,9 @@ def default_host() -> str:
 
 def local_spec(repo: Path | None = None) -> HostSpec:
     """The host ``local``: this machine, the project root itself as remote_dir (no copy)."""
-    return HostSpec(name=LOCAL, remote_dir=str(repo or fallback_root()), source="local")
+    # W&B stays offline for the main job here unless a run asks for it (training_core.run.wandb_start)
+    return HostSpec(name=LOCAL, remote_dir=str(repo or fallback_root()), source="local",
+                    env={"PIPPA_WANDB_DEFAULT": "offline"})  # fmt: skip
 
 
 def alias_spec(config: SSHConfigSource, name: str) -> HostSpec:

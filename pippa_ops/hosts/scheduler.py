@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pippa_ops.errors import UsageError
+from pippa_ops.hosts.keys import known_only
 
 SCHEDULERS = ("tmux", "slurm")
 _WORD_RE = re.compile(r"^[A-Za-z0-9_.:,@+-]{1,128}$")  # partition, account, time ("1-00:00:00")
@@ -97,11 +98,8 @@ def slurm_spec(table: Mapping[str, Any], where: str) -> SlurmSpec:
     if not isinstance(table, Mapping):
         raise UsageError(f"{where}.slurm must be a table")
     known = {f.name: f.type for f in fields(SlurmSpec)}
-    unknown = sorted(set(table) - set(known))
-    if unknown:
-        raise UsageError(f"{where}.slurm: unknown key {unknown[0]!r} (known: {', '.join(known)})")
-    values = dict(table)
-    for key, value in table.items():
+    values = known_only(table, known, f"{where}.slurm")
+    for key, value in list(values.items()):
         if key == "extra":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise UsageError(f"{where}.slurm.extra must be a list of '#SBATCH ...' strings")

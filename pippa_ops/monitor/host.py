@@ -304,7 +304,7 @@ class HostMonitor:
                 self._up.wait(1.0)
                 continue
             rec = self._records.get(run_id)
-            f = Follower(t, base.file(name), offset, end_file=base.exit_code,
+            f = Follower(t, base.file(name), offset, end_file=base.exit_code, redact=name == rd.OUTPUT_LOG,
                          session=rec.session if rec and rec.active else None)  # fmt: skip
             with self._lock:
                 if self._selected != run_id:
@@ -334,7 +334,7 @@ class HostMonitor:
         if t is None:
             sink(b"(host unreachable)\n")
             return
-        f = Follower(t, self._run_dir(run_id).output_log, 0)
+        f = Follower(t, self._run_dir(run_id).output_log, 0, redact=True)
 
         def stop_when_cancelled() -> None:
             while not cancelled() and not self._closed.wait(0.2):

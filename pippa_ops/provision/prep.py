@@ -90,7 +90,9 @@ class Sandbox:
             why = ("libseccomp2 is missing (apt-get install libseccomp2)" if not self.seccomp else
                    f"memory is capped per process "
                    f"({self.cgroups_why or 'no usable memory and pids cgroups'}; {cgroupdeleg.HOW_TO})")
-            return f"ok ({self.bwrap}), isolation {self.level} at best: {why}"
+            # not "ok": a code recipe asks for strict isolation unless it says otherwise, and is refused here
+            return (f"not strict ({self.bwrap}), isolation {self.level} at best: code recipes asking for "
+                    f"strict isolation (the default, as code_tests) are refused here; {why}")  # fmt: skip
         if self.bwrap is None:
             how = "" if self.can_install else " (Debian's bubblewrap; installing needs root or sudo)"
             return f"unavailable: bwrap is not installed{how}; only code recipes need it"
@@ -126,6 +128,7 @@ class UpReport:
     alerts: AlertsSetup | None = None  # alerts from the host (pippa_ops.alerts), the idle watcher
     boot: str | None = None  # recovery at boot (provision.boot): installed|kept|removed|absent|unavailable
     health: dict[str, object] | None = None  # the passive `pippa doctor` result (pippa_contract.doctor)
+    setup_none: bool = False  # the host entry has no setup (setup = []): nothing to be up to date
 
     def to_json(self) -> dict[str, object]:
         p = self.probe
@@ -298,6 +301,7 @@ def up(
         alerts=alerts_setup,
         boot=boot.state,
         health=health,
+        setup_none=not lines,
     )
 
 

@@ -34,7 +34,9 @@ class Follower:
         *,
         end_file: str | None = None,
         session: str | None = None,
+        redact: bool = False,
     ) -> None:
+        self.redact = redact  # a log shown: its secrets masked on the host (verbs.follow)
         self.transport = transport
         self.path = path
         self.offset = offset
@@ -46,7 +48,9 @@ class Follower:
     def chunks(self) -> Iterator[bytes]:
         """Stream until the end condition holds on the host (or forever without one)."""
         agent = agent_client.Once(self.transport)
-        proc = self._proc = verbs.follow(agent, self.path, self.offset, self.end_file, self.session)
+        proc = self._proc = verbs.follow(
+            agent, self.path, self.offset, self.end_file, self.session, self.redact
+        )
         try:
             while True:
                 data = proc.read(65536)
@@ -80,10 +84,10 @@ class Follower:
                 proc.kill()
 
 
-def read_all(transport: Transport, path: str, offset: int = 0) -> bytes:
+def read_all(transport: Transport, path: str, offset: int = 0, redact: bool = False) -> bytes:
     """The file's bytes from ``offset`` (one round trip; bytes, so offsets stay exact; ``b""`` when
-    the file does not exist)."""
-    with verbs.read(agent_client.Once(transport), path, offset) as proc:
+    the file does not exist); ``redact``: a log shown, its secrets masked (the same length)."""
+    with verbs.read(agent_client.Once(transport), path, offset, redact) as proc:
         proc.close_stdin()
         out = read_to_end(proc)
         agent_client.check_stream(transport, "read", proc, proc.wait(60))
@@ -99,6 +103,7 @@ def follow_to_end(
     end_file: str | None = None,
     session: str | None = None,
     backoff_s: Sequence[float] = RECONNECT_BACKOFF_S,
+    redact: bool = False,
 ) -> Transport:
     """Follow ``path`` until the run ends, riding out dropped connections.
 
@@ -120,7 +125,7 @@ def follow_to_end(
                         raise
                     raise dropped_during_auth(e) from e
                 connected = True
-            follower = Follower(transport, path, offset, end_file=end_file, session=session)
+            follower = Follower(transport, path, offset, end_file=end_file, session=session, redact=redact)
             for chunk in follower.chunks():
                 failures = 0
                 write(chunk)

@@ -283,6 +283,7 @@ def follow_run(
     session: str,
     write: Callable[[bytes], None],
     notify: Callable[[str], None],
+    redact: bool = True,
 ) -> tuple[int | None, Transport]:
     """Stream a run's output.log until the run ends; its exit code (None: killed) and the live transport.
 
@@ -298,7 +299,8 @@ def follow_run(
 
     tmux_session = scheduler_for(spec).follow_session(session)
     live = follow_to_end(
-        connect_again, run_dir.output_log, write, notify, end_file=run_dir.exit_code, session=tmux_session
+        connect_again, run_dir.output_log, write, notify, end_file=run_dir.exit_code, session=tmux_session,
+        redact=redact,
     )
     code = read_all(live, run_dir.exit_code).strip()
     return (int(code) if code.lstrip(b"-").isdigit() else None), live

@@ -15,6 +15,7 @@ from typing import Any
 from pippa_contract import attempts as attempts_json
 from pippa_contract import failures as fc
 from pippa_contract import runpick, states, verbs
+from pippa_contract.advice import started_training
 from pippa_contract.states import ACTIVE
 from pippa_contract.states import derive_state as derive_state  # the states, as tests and callers read them
 from pippa_contract.states import slurm_state as slurm_state
@@ -57,6 +58,7 @@ class RunRecord:
     currency: str | None = None  # the rate's currency (HostSpec.currency) where there is a cost
     attempt: int | None = None  # a supervised run (--retry, --stall-timeout): its attempt now (1-based)
     max_attempts: int | None = None
+    attempts_of: int | None = None  # the m of "attempt n/m" as the host's log says it (free retries too)
     retry_in_s: float | None = None  # waiting before the next attempt: seconds left
     attempts_doc: dict[str, Any] | None = None  # attempts.json as the supervisor wrote it (pippa why)
     moved_to: str | None = None  # the host it moved to (pippa resume --on): it goes on there
@@ -64,14 +66,21 @@ class RunRecord:
     stale_of: str | None = None  # still going here though it moved to this host: a stale copy (runs.stale)
     failover: tuple[str, ...] = ()  # --failover's hosts (run.json's restart.failover; runs.failover)
     failure: str | None = None  # its last attempt's failure class and reason, as ps says it (below)
-    recording: bool = False  # going on, and its trainer wrote its metrics header: start-up is over
+    recording: bool = False  # going on, and this stretch's trainer wrote a line (LastRecords.begun_since)
     last_line: str | None = None  # going on with no metrics yet: its output's last line (start-up)
     warning: str | None = None  # the alarms the trainer raised (pippa_contract.alarms.warning)
     samples_step: int | None = None  # the sampled step to read for the first alarm
+    failed_at_start: bool = False  # a recipe run that failed before its first step (contract.advice)
+    first_started: float | None = None  # a resumed run: when its first stretch began (ps's STARTED)
 
     @property
     def label(self) -> str:
         return self.recipe or self.command
+
+    @property
+    def began(self) -> float | None:
+        """When the run began: its first stretch's start (a resumed run's ``started`` is its last)."""
+        return self.first_started if self.first_started is not None else self.started
 
     @property
     def active(self) -> bool:
@@ -86,9 +95,10 @@ class RunRecord:
         if self.failure and not self.active:  # stalled (no new metrics line for 15m), oom (...), lost, ...
             many = self.attempt is not None and self.attempt > 1
             return self.failure + (f" after {self.attempt} attempts" if many else "")
+        if self.state == states.RUNNING and self.retry_in_s is not None and self.attempt is not None:
+            of = max(self.attempt + 1, self.attempts_of or 0)  # an infrastructure retry's backoff too
+            return f"running (attempt {self.attempt + 1}/{of} in {self.retry_in_s:.0f}s)"
         if self.attempt is not None and self.max_attempts is not None and self.max_attempts > 1:
-            if self.state == states.RUNNING and self.retry_in_s is not None:
-                return f"running (attempt {self.attempt + 1}/{self.max_attempts} in {self.retry_in_s:.0f}s)"
             if self.state == states.RUNNING:
                 return f"running (attempt {self.attempt}/{self.max_attempts})"
             ended_badly = self.state in (states.FAILED, states.DIVERGED)
@@ -206,13 +216,17 @@ def _record(
         slurm_state=job_state,
         attempt=attempts["attempt"] if attempts else None,
         max_attempts=attempts["max_attempts"] if attempts else None,
+        attempts_of=attempts["of"] if attempts else None,
         retry_in_s=_retry_in(attempts, now) if attempts and state == states.RUNNING else None,
         attempts_doc=raw["attempts"] if isinstance(raw.get("attempts"), dict) else None,
         moved_to=str(raw["moved_to"]) if raw.get("moved_to") else None,
         moved_from=_moved_from(meta.get("moved_from")),
         failover=_failover(meta.get("restart")),
         failure=_failure(raw.get("attempts")),
-        recording=_recording(raw.get("metrics_size"), end),
+        recording=raw.get("recording") is True,
+        first_started=_num(meta.get("first_started")),
+        failed_at_start=bool(meta.get("recipe")) and exit_code not in (None, 0) and state != states.STOPPED
+        and not started_training(end, steps),
         last_line=str(raw["last_line"]) if raw.get("last_line") else None,
         **_alarm_fields(raw.get("alarms")),
     )
@@ -228,11 +242,6 @@ def _failure(doc: object) -> str | None:
         return None
     reason = last.get("reason")
     return fc.label(cls, str(reason) if reason else None)
-
-
-def _recording(metrics_size: object, end: object) -> bool:
-    """A run's metrics.jsonl has begun (its header or a step) and has not ended."""
-    return isinstance(metrics_size, int) and metrics_size > 0 and not isinstance(end, dict)
 
 
 def _alarm_fields(alarms: Any) -> dict[str, Any]:
@@ -283,12 +292,17 @@ def list_runs(
 
 
 def read_run(
-    transport: Transport, remote_dir: str, name: str | None, limit: int = DEFAULT_LIMIT
+    transport: Transport,
+    remote_dir: str,
+    name: str | None,
+    limit: int = DEFAULT_LIMIT,
+    *,
+    redact: bool = False,
 ) -> tuple[HostRuns, str | None, bytes]:
     """In ONE request: the host's runs (as ``list_runs``), the run id ``name`` means there as the
     agent chose it (``pippa_contract.runpick``; no name: the newest run; None: none), and that run's
     output.log (``b""`` when there is none)."""
-    with verbs.read_run(agent_client.Once(transport), remote_dir, name, limit) as proc:
+    with verbs.read_run(agent_client.Once(transport), remote_dir, name, limit, redact) as proc:
         proc.close_stdin()
         line = proc.readline()
         if not line.endswith(b"\n"):  # ended without its answer: why (then "gave no answer")
@@ -317,8 +331,6 @@ def current_run(host_runs: HostRuns, name: str) -> RunRecord:
     if run is None:
         raise RunNotFound(f"{host_runs.host}: no run or session named {name!r} (see `pippa ps`)")
     return run
-
-
 
 
 def merge_group(records: list[RunRecord]) -> RunRecord:

@@ -38,6 +38,7 @@ def follow_many(
     write: Callable[[bytes], None],
     note: Callable[[str], None],
     skip: int = 0,
+    redact: bool = True,
 ) -> int:
     """Stream each run's log in turn to ``write``; pippa's exit code from the runs'. ``skip``: bytes of
     the first log not to write (``logs --tail N -f``). Ctrl-C ends the following, not the run: the
@@ -55,7 +56,7 @@ def follow_many(
 
     for run_id in run_ids:
         try:
-            code, transport = follow_run(spec, transport, run_id, session, cut, note)
+            code, transport = follow_run(spec, transport, run_id, session, cut, note, redact)
         except KeyboardInterrupt:
             raise FollowStopped(run_id) from None
         codes.append(code)
@@ -72,19 +73,21 @@ def exit_for(codes: list[int | None]) -> int:
     return int(ExitCode.FAILURE) if last is None else last
 
 
-def read_logs(name: str | None, host: str | None) -> tuple[RunRecord, bytes, HostSpec, Transport]:
+def read_logs(
+    name: str | None, host: str | None, redact: bool = True
+) -> tuple[RunRecord, bytes, HostSpec, Transport]:
     """The run ``name`` means (default: the newest run) and its output, with the transport to its
     host. ONE agent request (the host's runs, the run the agent chose there by the same rule, its
     output: ``read_run``) with ``--host``, or without it when there is one host besides ``local``.
     With several, a listing of every host then a read of the one: asking them all to read would send
     the output of every host where the name fits (each rank of a run over several hosts, each host's
     ``training`` session). A listing and then a read also when the agent's choice is not the run
-    (rank 0 elsewhere)."""
+    (rank 0 elsewhere). ``redact``: the output with its secrets masked on the host (not for --raw)."""
     listings: dict[str, HostRuns | PippaError] | None = None
     every = all_hosts() if host is None and name is not None else []
     if name is not None and every and len([h for h in every if h != LOCAL]) <= 1:  # local: no network
         wanted = validate_name("run or session", name)
-        reads = fan_out(every, lambda h: _read_run_on(h, wanted))
+        reads = fan_out(every, lambda h: _read_run_on(h, wanted, redact))
         listings = {h: r if isinstance(r, PippaError) else r[0] for h, r in reads.items()}
         hosts, listed = locate_run(name, host, listings)
         found = reads.get(hosts[0])
@@ -96,7 +99,7 @@ def read_logs(name: str | None, host: str | None) -> tuple[RunRecord, bytes, Hos
     elif host is not None:
         try:
             spec, transport = connect(host)
-            listed, chosen, text = read_run(transport, spec.remote_dir, name)
+            listed, chosen, text = read_run(transport, spec.remote_dir, name, redact=redact)
         except PippaError as e:
             if name is None:  # as when the newest run is looked for on every host: none there
                 raise RunNotFound(f"no runs on {host} (pippa run starts one)") from e
@@ -108,7 +111,7 @@ def read_logs(name: str | None, host: str | None) -> tuple[RunRecord, bytes, Hos
             if where == host:
                 run = current_run(listed, name)
                 if run.run_id != chosen:  # the agent chose otherwise (it cannot, by one rule): read it
-                    text = read_all(transport, output_log(spec, run.run_id))
+                    text = read_all(transport, output_log(spec, run.run_id), redact=redact)
                 return run, text, spec, transport
         except BaseException:
             transport.close()
@@ -123,16 +126,16 @@ def read_logs(name: str | None, host: str | None) -> tuple[RunRecord, bytes, Hos
     try:
         runs = listed if listed.host == where else list_runs(transport, spec.remote_dir)
         run = current_run(runs, name)
-        return run, read_all(transport, output_log(spec, run.run_id)), spec, transport
+        return run, read_all(transport, output_log(spec, run.run_id), redact=redact), spec, transport
     except BaseException:
         transport.close()
         raise
 
 
-def _read_run_on(host: str, name: str) -> tuple[HostRuns, str | None, bytes]:
+def _read_run_on(host: str, name: str, redact: bool) -> tuple[HostRuns, str | None, bytes]:
     spec, transport = connect(host)
     with transport:
-        return read_run(transport, spec.remote_dir, name)
+        return read_run(transport, spec.remote_dir, name, redact=redact)
 
 
 def output_log(spec: HostSpec, run_id: str) -> str:

@@ -32,6 +32,7 @@ class Recovered:
     session: str
     attempt: int  # the attempt it starts now
     max_attempts: int
+    checkpoint: str | None = None  # the newest checkpoint it continues from (None: from step 0)
 
 
 @dataclass(frozen=True)
@@ -81,5 +82,7 @@ def recover(spec: HostSpec, transport: Transport) -> RecoverResult:
             live.add(run.session)
             assert run.attempt is not None and run.max_attempts is not None
             n = run.attempt + 1  # a lost attempt may not count in --retry: the count grows with it
-            resumed.append(Recovered(run.run_id, run.session, n, max(n, run.max_attempts)))
+            found = verbs.run_checkpoints(agent, spec.remote_dir, run.run_id) if run.recipe else []
+            of = max(n, run.attempts_of or run.max_attempts)
+            resumed.append(Recovered(run.run_id, run.session, n, of, found[-1] if found else None))
     return RecoverResult(spec.name, tuple(resumed), tuple(skipped))

@@ -74,7 +74,7 @@ def watch_start(
             waited = time.monotonic() - t0
             if rec is not None and not rec.active:
                 return StartWatch(rec, False, waited)
-            if until_first_line and rec is not None and (rec.recording or rec.last_step is not None):
+            if until_first_line and rec is not None and rec.recording:
                 return StartWatch(rec, True, waited)
             if time.monotonic() >= deadline:
                 return StartWatch(rec, False, waited)

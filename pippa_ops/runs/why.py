@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pippa_contract import failures as fc
+from pippa_contract.advice import after_failed_start
 from pippa_contract.alerts import healthy_gpus
 from pippa_ops.runs.listing import RunRecord
 
@@ -106,6 +107,8 @@ def next_command(rec: RunRecord, last: AttemptWhy) -> str:
             return (f"pippa resume {where} --gpus {rest}   (GPU {last.gpu_index} faulted; "
                     f"or --on OTHER_HOST)")  # fmt: skip
         return f"pippa resume {rec.run_id} --on OTHER_HOST   (a GPU fault: not on {rec.host})"
+    if rec.failed_at_start and rec.recipe:  # a resume restarts from step 0 and meets the same cause
+        return after_failed_start(last.reason or rec.error, rec.recipe, rec.command, rec.host)
     if last.cls == fc.CONFIG:
         return f"pippa logs {where}   (fix the recipe or setting, then pippa run again)"
     if rec.recipe and last.cls in (fc.CRASH, fc.OOM, fc.HOST_OOM, fc.STOPPED, fc.STALLED, fc.NCCL):

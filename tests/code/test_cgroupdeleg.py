@@ -125,3 +125,6 @@ def test_pippa_up_says_which_isolation_and_why() -> None:
                               "(/user.slice) is not delegated to this user"})
     line = weak.summary()
     assert "isolation rlimits at best" in line and "not delegated" in line and "Delegate=yes" in line
+    # never "ok" where the default (strict) code recipe, code_tests, is refused
+    assert line.startswith("not strict (/usr/bin/bwrap), isolation rlimits at best: code recipes asking for "
+                           "strict isolation (the default, as code_tests) are refused here; "), line

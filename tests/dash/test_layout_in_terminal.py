@@ -18,7 +18,7 @@ HERE = Path(__file__).parent
 BARS = "▏▎▍▌▋▊▉▐"  # scrollbar glyphs (the GPU sparklines use the lower blocks ▁..█)
 
 
-def _screen(width: int, height: int, keys: tuple[str, ...] = ()) -> list[str]:
+def _screen(width: int, height: int, keys: tuple[str, ...] = (), settle: bool = False) -> list[str]:
     sock = "pippa-layout-" + secrets.token_hex(3)
     env = {k: v for k, v in os.environ.items() if k != "TMUX"}
     tmux = ["tmux", "-L", sock]
@@ -35,6 +35,10 @@ def _screen(width: int, height: int, keys: tuple[str, ...] = ()) -> list[str]:
         while "step 42" not in (screen := capture()):
             assert time.monotonic() < deadline, screen
             time.sleep(0.2)
+        while settle:  # the first frames come before the layout for the terminal's size: until it holds
+            time.sleep(1.0)
+            settle, screen = capture() != screen, capture()
+            assert time.monotonic() < deadline + 30, screen
         for key in keys:
             subprocess.run([*tmux, "send-keys", "-t", "d", key], env=env, check=True)
         if keys:
@@ -69,3 +73,12 @@ def test_the_8_gpu_host_with_a_long_state_fits_its_borders_and_titles_every_char
     for title in ("reward", "loss", "length", "grad"):
         assert title in titles, f"the {title} chart is untitled:\n{text}"
     assert "tiny-ab12 on gpu-8 · running" in text, "the running run is selected at start, not the newest"
+
+
+def test_at_80x24_every_hosts_name_and_state_is_on_the_first_screen() -> None:
+    """Two hosts, an 8-GPU one with runs first: its panel fills the hosts' part of an 80x24 terminal and
+    the second panel is scrolled out of it; the header line names every host with its state."""
+    lines = _screen(80, 24, settle=True)
+    text = "\n".join(lines)
+    assert "╭─ local" not in text, "the fixture no longer hides the second panel: this test shows nothing"
+    assert "gpu-8 up, 1 running · local up" in lines[0], text

@@ -261,6 +261,12 @@ def test_no_driver_is_skipped_or_a_fail_when_the_entry_expects_gpus(box: Any) ->
     assert [(c["status"], c["detail"]) for c in gpus] == [("skipped", "no NVIDIA driver")]
     res = run_case(box, dataclasses.replace(case, expected_gpus=8), quick=True)
     assert ("gpus", "fail", None) in not_ok(res) and res["verdict"] == "fail"
+    h, transport, spec = box  # no gpus = N, but named like a GPU box: a missing driver is no "ok"
+    res = run_case((h, transport, dataclasses.replace(spec, name="h100-x")), case, quick=True)
+    (gpus,) = [c for c in res["checks"] if c["check"] == "gpus"]
+    assert (gpus["status"], res["verdict"]) == ("fail", "fail"), res["checks"]
+    assert gpus["detail"] == ("no NVIDIA driver, but the host is named like a GPU box (h100): install the "
+                              "NVIDIA driver, or set gpus = 0 in its entry if it has none")  # fmt: skip
 
 
 def test_garbage_or_hanging_nvidia_smi_fails_in_bounded_time(box: Any) -> None:

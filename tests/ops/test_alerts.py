@@ -75,7 +75,8 @@ def restore_host() -> Iterator[Any]:
     for h, saved in used.values():
         if (h.home / PROG).exists():
             h.run_as_user(["python3", "-S", "-I", str(h.home / PROG), "alerts", "watch-stop"])
-        subprocess.run(["rm", "-rf", str(h.home / ".config" / "pippa" / "alerts"), str(h.home / "gpu-util")])
+        subprocess.run(["rm", "-rf", str(h.home / ".config" / "pippa" / "alerts"), str(h.home / "gpu-util"),
+                        str(h.home / ".config" / "pippa" / "secret_prints.json")])  # fmt: skip
         f = h.home / ".config" / "pippa" / "secrets.env"
         if saved is None:
             f.unlink(missing_ok=True)
@@ -187,6 +188,46 @@ def test_jobs_never_see_pippa_notify_and_a_message_quoting_a_secret_is_redacted(
     assert "ValueError: bad token *** for ***" in ps.stdout, ps.stdout
     for out in (quoted.stdout + quoted.stderr, ps.stdout + ps.stderr):
         assert hf not in out and TOKEN not in out, out
+
+
+def test_a_rotated_token_stays_redacted_everywhere_pippa_shows_it(
+    client_env, ssh_hosts, repo, hook, restore_host
+) -> None:
+    """A token pushed, printed by a failing job, then removed from .env and from the host: pippa
+    remembers its salted print, so ps, why, logs (-f too), run --follow and the alerts still show ***;
+    only `logs --raw` gives the log's bytes as they are."""
+    h = restore_host(ssh_hosts[1])
+    env = {**client_env.env, "COLUMNS": "250"}
+    hf = "hf_R0tatedAwayT0ken9xQ"
+    (repo / ".env").write_text(f"PIPPA_NOTIFY={hook.url(TOKEN)}\nHF_TOKEN={hf}\n")
+    configure(client_env, h.name, 'secrets = ["HF_TOKEN"]\n')
+    assert pippa(env, repo, "up", h.name).returncode == 0
+    runs = h.home / "pippa" / "runs"
+    old = started(pippa(env, repo, "run", "--host", h.name, "--name", "al-rot", "--cmd",
+                        "echo token is $HF_TOKEN; exit 1").stdout)  # fmt: skip
+    hook.wait_for(lambda p: p.fields.get("run") == old)
+    (repo / ".env").write_text(f"PIPPA_NOTIFY={hook.url(TOKEN)}\n")  # rotated: gone from .env ...
+    up = pippa(env, repo, "up", h.name)
+    assert "setup: none (setup = [])" in up.stderr + up.stdout and "up to date" not in up.stdout, up.stdout
+    assert hf not in (h.home / ".config" / "pippa" / "secrets.env").read_text()  # ... and from the host
+    assert f"token is {hf}" in (runs / old / "output.log").read_text()  # the record itself is the job's
+    # a job that prints the old line again after the rotation: its reason, alert and streamed log
+    again = pippa(env, repo, "run", "--host", h.name, "--name", "al-rot2", "--follow", "--cmd",
+                  f"tail -n 1 {runs / old / 'output.log'}; exit 2")  # fmt: skip
+    new = started(again.stdout)
+    alert = hook.wait_for(lambda p: p.fields.get("run") == new)
+    assert alert.fields["reason"] == "token is ***", alert.fields
+    shown = [again.stdout + again.stderr, alert.body.decode()]
+    for args in (("ps", "--all", "--host", h.name), ("ps", "--all", "--host", h.name, "--json"),
+                 ("why", old, "--host", h.name), ("why", new, "--host", h.name),
+                 ("logs", old, "--host", h.name), ("logs", new, "--host", h.name, "-f")):  # fmt: skip
+        p = pippa(env, repo, *args)
+        shown.append(p.stdout + p.stderr)
+    assert "token is ***" in shown[2] and "token is " in shown[6], shown
+    for out in shown:
+        assert hf not in out, out
+    raw = pippa(env, repo, "logs", old, "--host", h.name, "--raw")
+    assert f"token is {hf}" in raw.stdout  # --raw: the bytes as they are
 
 
 def test_no_message_at_all_when_alerts_are_not_configured(

@@ -233,6 +233,24 @@ def test_run_event_reads_the_run_directory(tmp_path: Path, monkeypatch: pytest.M
     assert "step: 50/50" in message(events.run_event(str(d)))[1]  # its plan, not 50/?
 
 
+def test_a_failed_starts_alert_says_what_to_fix_and_the_rerun_never_a_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    d = tmp_path / "runs" / "r-3"
+    d.mkdir(parents=True)
+    command = "/h/.venv/bin/python -m training_core.launch tiny --run-dir /h/runs/r-3 --set train.max_steps=9"
+    (d / "run.json").write_text(json.dumps({"host": "h9", "recipe": "tiny", "command": command}))
+    why = "OSError: We couldn't connect to 'https://huggingface.co' to load the files"
+    lines = ({"type": "header", "config": {}}, {"type": "end", "status": "failed", "step": 0, "error": why,
+                                                "at_start": True})  # fmt: skip
+    (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (d / "exit_code").write_text("1\n")
+    look = events.run_event(str(d))["look"]
+    assert look.startswith("fix network or Hub cache: give the host access to huggingface.co"), look
+    assert look.endswith("then pippa run tiny --host h9 --set train.max_steps=9") and "resume" not in look
+
+
 SLOW_SMI = """#!/bin/sh
 # an nvidia-smi that answers only once the test creates $HOME/release (a first sample can take 20 s)
 i=0

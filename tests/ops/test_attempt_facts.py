@@ -78,3 +78,7 @@ def test_a_resume_keeps_the_time_the_run_already_ran(tmp_path: Path) -> None:
     raw["ended"] = 2010.0
     (rec,) = host_runs("h", {"now": 2010.0, "sessions": "", "runs": [raw]}).runs
     assert rec.duration_s == 160.0  # 150 before the resume, 10 since
+    # STARTED says when the run began, as DURATION counts every stretch (started is the last stretch's)
+    assert (rec.started, rec.began, meta["first_started"]) == (2000.0, 1000.0, 1000.0)
+    reopen_run_dir(str(d), "s", 3000.0)  # a second resume keeps the first start
+    assert json.loads((d / "run.json").read_text())["first_started"] == 1000.0

@@ -108,6 +108,31 @@ def test_ps_of_a_host_whose_entry_is_invalid_is_one_line_not_unreachable(tmp_pat
     assert said == [f"pippa: {where}: hosts.bad.port must be a port number"]
 
 
+def test_gpus_on_a_host_without_gpus_names_it_once_and_json_errors_are_json(tmp_path):
+    smi = tmp_path / "bin" / "nvidia-smi"  # a GPU box whose driver is gone
+    smi.parent.mkdir()
+    failed = "NVIDIA-SMI has failed because it couldn't communicate with the driver."
+    smi.write_text(f'#!/bin/sh\necho "{failed}"\nexit 9\n')
+    smi.chmod(0o755)
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config"),
+           "COLUMNS": "200", "PATH": f"{smi.parent}:{os.environ['PATH']}"}  # fmt: skip
+    said = f"local: no NVIDIA GPU ({failed})"
+
+    def gpus(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PIPPA, "gpus", *args], capture_output=True, text=True, timeout=60, env=env,
+                              cwd=tmp_path)  # fmt: skip
+
+    both = gpus("local", "nosuchhost")  # two hosts: asked in parallel, each named once
+    assert both.stdout.strip() == said, both.stdout
+    one = gpus("local", "--json")
+    assert one.returncode == 7, one.stderr
+    assert json.loads(one.stdout) == {"host": "local", "gpus": [], "unavailable": said}
+    bad = gpus("nosuchhost", "--json")
+    doc = json.loads(bad.stdout)
+    assert bad.returncode == 3 and doc["host"] == "nosuchhost" and doc["exit_code"] == 3
+    assert doc["error"].startswith("unknown host 'nosuchhost'")
+
+
 def test_recipe_and_host_names_complete_and_a_mistyped_status_is_pointed_at_ps(tmp_path):
     (tmp_path / ".config" / "pippa").mkdir(parents=True)
     (tmp_path / ".config" / "pippa" / "hosts.toml").write_text('[hosts.h100-a]\naddress = "203.0.113.10"\n')
@@ -124,6 +149,10 @@ def test_recipe_and_host_names_complete_and_a_mistyped_status_is_pointed_at_ps(t
     assert complete("run", "--host", "") == ["local", "h100-a"]
     p = subprocess.run([PIPPA, "stauts"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "Did you mean 'status'? That is `pippa ps`." in p.stderr, p.stderr
+    p = subprocess.run([PIPPA, "status"], capture_output=True, text=True, timeout=60)  # not "status?"
+    assert p.returncode == 2, p.stderr
+    assert "No such command 'status'. pippa's status is `pippa ps`." in p.stderr, p.stderr
+    assert "Did you mean" not in p.stderr
 
 
 def test_a_command_loads_no_ssh_tui_or_invoke_it_does_not_need():

@@ -88,6 +88,29 @@ def test_unknown_inventory_key_is_one_clear_error(home: Path, monkeypatch: pytes
         resolve("x")
 
 
+def test_a_key_from_a_newer_pippa_is_one_warning_and_every_host_still_works(home: Path) -> None:
+    """A teammate's newer pippa wrote a setting this version does not know: a near miss of a known key is
+    still the one-line error with its suggestion; anything else is one warning naming it and the entry."""
+    import json
+    import subprocess
+    import sys
+
+    team = home / "team.toml"
+    team.write_text(team.read_text().replace('user = "ubuntu"\n', 'user = "ubuntu"\npreemptible = true\n'))
+    env = {"HOME": str(home), "PIPPA_INVENTORY": str(team), "PATH": "/usr/bin:/bin", "COLUMNS": "200"}
+    cli = [sys.executable, "-m", "pippa_ops", "hosts", "--json"]
+    p = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert {"h100-a", "h100-b"} <= {h["name"] for h in json.loads(p.stdout)}
+    warning = (f"pippa: warning: {team}: hosts.h100-a: unknown key 'preemptible' ignored "
+               "(a newer pippa's setting?)")  # fmt: skip
+    assert p.stderr.splitlines() == [warning], p.stderr
+    team.write_text(team.read_text().replace("preemptible = true", 'adress = "1.2.3.4"'))
+    p = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+    assert "hosts.h100-a: unknown key 'adress' (did you mean 'address'?" in p.stderr
+
+
 def test_the_users_ssh_alias_beats_a_team_entry_of_the_same_name_for_connection_fields(
     home: Path,
 ) -> None:

@@ -167,7 +167,7 @@ def test_a_run_whose_tmux_server_died_is_lost_and_recover_completes_it(client_en
 
     r = pippa(env, "recover", h.name)
     assert r.returncode == 0, r.stderr
-    assert f"{h.name}: resumed {run_id} in session rlost (attempt 2/2, with --resume)" in r.stdout
+    assert f"{h.name}: resumed {run_id} in session rlost (attempt 2/2, from checkpoint-" in r.stdout
     finished(env, h.name, run_id, run_dir)
     first, second = attempts(run_dir)
     assert (first["outcome"], second["outcome"]) == ("lost", "completed")

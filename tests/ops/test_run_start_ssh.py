@@ -37,13 +37,17 @@ def repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def host(client_env: ClientEnv, ssh_hosts: list[SSHHost]) -> Iterator[SSHHost]:
+def host(
+    request: pytest.FixtureRequest, client_env: ClientEnv, ssh_hosts: list[SSHHost]
+) -> Iterator[SSHHost]:
     """Host t1 with a remote_dir of this test's own, offline as the model hub is here."""
     h = ssh_hosts[0]
     remote = f"run-start-{uuid.uuid4().hex[:8]}"
     inv = client_env.personal_inventory
     head = f"[hosts.{h.name}]\n"
-    extra = f'remote_dir = "~/{remote}"\nenv = {{ PIPPA_PLATFORM_OFFLINE = "1" }}\n'
+    slow = getattr(request, "param", None)  # the metrics writer's pause after each write (testhooks)
+    more = f', PIPPA_TEST_SLOW_RECORD = "{slow}"' if slow else ""
+    extra = f'remote_dir = "~/{remote}"\nenv = {{ PIPPA_PLATFORM_OFFLINE = "1"{more} }}\n'
     inv.write_text(inv.read_text().replace(head, head + extra, 1))
     yield h
     h.run_as_user(["tmux", "kill-server"])
@@ -72,6 +76,31 @@ def test_a_run_whose_model_cannot_load_fails_pippa_run_with_its_reason(client_en
     assert "OSError: We couldn't connect to 'https://huggingface.co' to load the files" in line, line
     records = _metrics(host, run_id)  # the trainer recorded the failed start itself
     assert [r["type"] for r in records] == ["header", "end"] and records[1]["status"] == "failed"
+    why = pippa(client_env, repo, "why", run_id, "--host", host.name)
+    (nxt,) = [ln for ln in why.stdout.splitlines() if ln.startswith("next: ")]
+    assert nxt == (f"next: fix network or Hub cache: give the host access to huggingface.co, or put the model"
+                   f" and data in its HF_HOME cache; then pippa run tiny --host {host.name} --set "
+                   f"model.name=no-such-org/no-such-model"), nxt  # never a resume: it would fail the same way
+
+
+@pytest.mark.parametrize("host", ["2"], indirect=True)
+def test_run_and_resume_never_take_a_failed_starts_header_for_a_start(client_env, host, repo) -> None:
+    """The trainer's failed-start record (its header and end line) arrives in one write; here the
+    writer waits 2 s after each write, as a loaded host may: had the header come alone, `run` (and
+    `resume`) would have seen it and said the run started. Both exit 1 with the reason, every try."""
+    bad = ("--set", "model.name=no-such-org/no-such-model")
+    p = pippa(client_env, repo, "run", "tiny", "--host", host.name, "--name", "rs-race", "--wait", "300",
+              *bad)  # fmt: skip
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    run_id = p.stdout.split()[1]
+    assert "couldn't connect to 'https://huggingface.co'" in p.stderr, p.stderr
+    for _ in range(2):  # resume restarts from step 0 (no checkpoint) and fails the same way
+        r = pippa(client_env, repo, "resume", run_id, "--host", host.name, "--wait", "300")
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert r.stdout.startswith(f"resumed {run_id}: no checkpoint"), r.stdout
+        (line,) = r.stderr.splitlines()
+        assert line.startswith(f"pippa: {host.name}: run {run_id} failed (exit 1) after "), line
+        assert "couldn't connect to 'https://huggingface.co'" in line, line
 
 
 def test_a_healthy_run_returns_at_its_first_line_while_it_trains(client_env, host, repo) -> None:

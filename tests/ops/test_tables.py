@@ -145,3 +145,34 @@ def test_a_cost_is_a_cost_column_in_the_hosts_currency_never_a_bare_number(
     lines = capsys.readouterr().out.splitlines()
     assert "COST" in lines[0].split() and all("$0.03" in line for line in lines[1:5]), lines
     assert "(0.03)" not in "\n".join(lines)
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_a_600_character_reason_is_cut_in_the_state_and_every_other_column_stays(
+    width: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run that failed on a long config error: its state is cut in the table (the whole reason is
+    printed under it), and ps and runs keep the columns they have without it: SESSION, DURATION and COST."""
+    reason = "ValueError: " + "the recipe's setting does not fit this host; " * 14
+    assert len(reason) >= 600
+    recs = [_rec(f"20261118-1{i}0000-tiny-{i}a{i}f", "running", session="s", recipe="tiny", cost=0.031,
+                 currency="$") for i in range(3)]  # fmt: skip
+    attempts = {"attempts": [{"attempt": 1, "class": "config", "reason": reason}]}
+    bad = RunRecord(**{**recs[0].__dict__, "state": "failed", "exit_code": 1, "failure": f"config ({reason})",
+                       "error": reason, "attempts_doc": attempts})  # fmt: skip
+    monkeypatch.setenv("COLUMNS", str(width))
+    render_ps(recs, {}, [], hidden=0)
+    plain = capsys.readouterr().out.splitlines()[0]
+    render_ps([bad, *recs[1:]], {}, [], hidden=0)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == plain.split(), (plain, lines[0])
+    assert all(len(line) <= width for line in lines[:4]), lines
+    assert {"SESSION", "DURATION", "COST"} <= set(lines[0].split()), lines[0]
+    assert "config" in lines[1] and "…" in lines[1] and "$0.03" in lines[1]
+    assert any(reason.strip() in line for line in lines[3:])  # the whole reason, under the table
+    for shown in (recs, [bad, *recs[1:]]):
+        infos = [RunInfo(r, steps=120, final_reward=0.5, best_reward=0.9, eval=None) for r in shown]
+        render_runs(infos, {}, eval_text=lambda e: "-", wandb_text=lambda w: "-")
+    plain_runs, runs = capsys.readouterr().out.split("HOST")[1:]
+    assert runs.splitlines()[0].split() == plain_runs.splitlines()[0].split(), (plain_runs, runs)
+    assert "COST" in runs.splitlines()[0] and all(len(x) <= width for x in runs.splitlines()), runs

@@ -47,6 +47,29 @@ def test_a_run_without_a_supervisor_record_is_classed_from_its_listing() -> None
     assert "--on" in explain(_rec(state="failed", exit_code=134, attempts_doc={"attempts": [gpu]})).next
 
 
+def test_a_run_that_failed_before_its_first_step_is_told_to_fix_the_cause_never_to_resume() -> None:
+    """The listing marks the run (its end line's ``at_start``; an older run: no step line at all), and
+    why's next names the cause and the run command with its settings."""
+    from pippa_ops.runs.listing import host_runs
+
+    command = "/h/.venv/bin/python -m training_core.launch tiny --run-dir /h/runs/r --set model.name=org/m"
+    meta = {"recipe": "tiny", "command": command, "session": "s"}
+    cpu = "UsageError: this host has an NVIDIA GPU (H100) but torch 2.5 is a CPU-only build"
+    for end in ({"type": "end", "status": "failed", "step": 0, "at_start": True, "error": cpu},
+                {"type": "end", "status": "failed", "step": 0, "error": "wandb.errors.AuthenticationError"}):
+        raw = {"run_id": "20261126-120000-tiny-ab12", "meta": meta, "exit_code": "1", "steps": [], "end": end,
+               "error": end["error"]}  # fmt: skip
+        (rec,) = host_runs("h100-a", {"now": 2000.0, "runs": [raw]}).runs
+        assert rec.failed_at_start
+        nxt = explain(rec).next
+        assert "resume" not in nxt, nxt
+        assert nxt.endswith("then pippa run tiny --host h100-a --set model.name=org/m"), nxt
+    assert explain(rec).next.startswith("fix the W&B key: fix WANDB_API_KEY where it came from")
+    raw["steps"] = [{"type": "step", "step": 3}]  # it trained: a resume continues it
+    (rec,) = host_runs("h100-a", {"now": 2000.0, "runs": [raw]}).runs
+    assert not rec.failed_at_start and explain(rec).next.startswith("pippa resume")
+
+
 def test_a_run_that_moved_shows_where_it_went() -> None:
     from pippa_ops.runs.listing import host_runs
 
@@ -101,3 +124,27 @@ def test_a_gpu_fault_of_a_pinned_run_offers_the_pinned_gpus_left() -> None:
     assert explain(pinned).next.startswith("pippa resume 20261126-1-tiny-ab12 --host h100-a --gpus 0,2,3")
     unpinned = _rec(state="failed", exit_code=137, attempts_doc={"attempts": [fault]})
     assert "--on OTHER_HOST" in explain(unpinned).next and "--gpus" not in explain(unpinned).next
+
+
+def test_an_infrastructure_retry_says_its_attempt_and_backoff_as_the_log_does(capsys) -> None:
+    """--retry 0 (budget 1) and a stall granted a retry that spends none: the log says attempt 1/2 and 2/2,
+    so ps says so during the backoff (not plain running) and why says 1/2 (not 1/1)."""
+    from pippa_ops.cli.recover_cmd import render_recover
+    from pippa_ops.runs.listing import host_runs
+    from pippa_ops.runs.recover import Recovered, RecoverResult
+
+    stalled = {**STALLED, "decision": {"retry": True, "spends": "infra", "why": "infrastructure retry 1/3"}}
+    doc = {"max_attempts": 1, "attempts": [stalled], "next_at": 2027.0}
+    meta = {"recipe": "tiny", "command": "python -m training_core.launch tiny", "session": "s"}
+    raw = {"run_id": "20261126-120000-tiny-ab12", "meta": meta, "exit_code": None, "tmux_session": "$1@1000",
+           "started": "1990", "attempts": doc}  # fmt: skip
+    sessions = "s|1000|0|1|$1\n"  # the session is alive: the supervisor waits out its backoff
+    (rec,) = host_runs("h100-a", {"now": 2000.0, "sessions": sessions, "runs": [raw]}).runs
+    assert rec.state == "running" and rec.state_text == "running (attempt 2/2 in 27s)", rec
+    why = explain(rec)
+    assert "attempt 1/2  stalled (no new metrics line for 15s)" in "\n".join(render(why, rec.attempts_of))
+    render_recover(RecoverResult("h100-a", (Recovered("r1", "s", 2, 2, None), Recovered("r2", "t", 2, 3,
+                                                                                       "checkpoint-40")), ()))
+    out = capsys.readouterr().out
+    assert "resumed r1 in session s (attempt 2/2, no checkpoint: from step 0)" in out
+    assert "resumed r2 in session t (attempt 2/3, from checkpoint-40)" in out and "with --resume" not in out

@@ -117,6 +117,40 @@ def test_healthy_tiny_runs_raise_no_alarm() -> None:
         assert alarms.raised(r["step"], r["eval"], None) == [], seed
 
 
+def test_tiny_runs_past_200_steps_raise_no_length_collapse_where_answers_fill_the_one_token_cap() -> None:
+    """tiny's answers are one token by design (max_completion_length 1): once the model is right, every
+    completion sits at the cap. The five recorded healthy seeds, each run on for 100 more steps as a right
+    model does (every completion at the cap, the reward of its last ten steps): no alarm, with the run's
+    cap known (the trainer passes it) or not (the answers are right: the reward rose)."""
+    seeds: dict[int, list[dict[str, object]]] = {}
+    with gzip.open(REPO / "tests" / "fixtures" / "tiny_seeds_metrics.jsonl.gz", "rt") as f:
+        for line in f:
+            rec = json.loads(line)
+            if rec["type"] == "step":
+                seeds.setdefault(rec.pop("seed"), []).append(rec)
+    for seed, steps in seeds.items():
+        tail = steps[-10:]
+        right = sum(float(r["reward/mean"]) for r in tail) / 10  # type: ignore[arg-type]
+        at_cap = {"completions/clipped_ratio": 1.0, "completions/mean_length": 1.0, "reward/mean": right}
+        more = [{**tail[-1], **at_cap, "step": 200 + i} for i in range(1, 101)]
+        long = [*steps, *more]
+        assert alarms.raised(long, [], {"length_cap": 1}) == [], seed
+        assert alarms.raised(long, [], None) == [], seed
+    # the same truncation with a real cap and a reward that did not rise is still a collapse
+    flat = [{**r, "reward/mean": 0.0} for r in long]
+    (a,) = alarms.raised(flat, [], {"length_cap": 256})
+    assert a["kind"] == alarms.LENGTH_COLLAPSE and 190 < a["since"] <= 201
+
+
+def test_an_alarm_hint_names_a_step_that_has_samples() -> None:
+    from training_core.samples import sampled_step
+
+    assert sampled_step(296, 300, 50) == 300  # the run reached step 300: its samples are there
+    assert sampled_step(296, 299, 50) == 250  # it has not (or never will): the last sampled step before
+    assert sampled_step(1, 5, 50) == 1 and sampled_step(40, 45, 50) == 1  # the first step is always sampled
+    assert sampled_step(100, 100, 50) == 100
+
+
 def test_the_samples_of_a_long_run_stay_under_their_cap(tmp_path: Path) -> None:
     cfg = RunConfig(samples=SamplesConfig(every=1, per_step=8, cap_mb=0.2))
     writer = SamplesWriter(tmp_path, cfg, secrets={})
@@ -127,3 +161,18 @@ def test_the_samples_of_a_long_run_stay_under_their_cap(tmp_path: Path) -> None:
     steps = [s for s, _ in sm.steps_of(str(tmp_path / sm.SAMPLES))]
     assert steps[-1] == 3000 and steps[0] == 1  # the newest always, and the run's beginning
     assert len(steps) > 50 and any(s < 1000 for s in steps[1:])  # a spread of the past, not only its end
+
+
+def test_a_sample_quoting_a_rotated_token_is_written_without_it(tmp_path: Path, monkeypatch) -> None:
+    """The writer takes out today's secrets and the remembered prints of those pushed before
+    (pippa_contract.secretprints): the token was removed from the host, the sample still shows ***."""
+    from pippa_contract.secretprints import remember
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for key in ("HF_TOKEN", "WANDB_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    token = "hf_R0tatedAwayT0ken9xQ"
+    remember({"HF_TOKEN": token})  # as the host's agent does when `pippa up` pushes it
+    writer = SamplesWriter(tmp_path, RunConfig(samples=SamplesConfig(every=1, per_step=1)))
+    row = writer.row(1, "train", f"use {token}", f"the key is {token}.", index=0, reward=0.0)
+    assert token not in json.dumps(row) and "the key is ***." in json.dumps(row)

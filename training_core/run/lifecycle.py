@@ -23,7 +23,6 @@ A method's ``run`` reads::
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import traceback
@@ -62,36 +61,6 @@ class StopOnSignal:
             )
             return
         raise KeyboardInterrupt(f"signal {signum}")
-
-
-def wandb_mode() -> str | None:
-    """W&B online with a key, offline when asked, off otherwise (never an interactive login prompt)."""
-    if os.environ.get("WANDB_MODE") in ("disabled",):
-        return None
-    if os.environ.get("WANDB_MODE") == "offline":
-        return "offline"
-    return "online" if os.environ.get("WANDB_API_KEY") else None
-
-
-def start_wandb(res: Resolved, run_dir: Path, resume_id: str | None) -> dict[str, Any] | None:
-    mode = wandb_mode()
-    if mode is None:
-        return None
-    import wandb
-
-    log = res.config.logging
-    run = wandb.init(
-        project=log.wandb_project or os.environ.get("WANDB_PROJECT") or "pippa",
-        entity=log.wandb_entity or os.environ.get("WANDB_ENTITY") or None,
-        name=run_dir.name,
-        id=resume_id,
-        resume="allow" if resume_id else None,
-        mode=mode,  # type: ignore[arg-type]
-        config=res.as_dict(),
-        dir=os.environ.get("WANDB_DIR") or str(run_dir),
-    )
-    url = None if mode == "offline" else run.url
-    return {"id": run.id, "url": url, "mode": mode}
 
 
 def first_line(e: BaseException) -> str:
@@ -183,6 +152,8 @@ class RunLifecycle:
         if not self.main:
             return
         resume_id = metrics.previous_wandb_id(self.metrics_path) if self.resume else None
+        from training_core.run.wandb_start import start_wandb
+
         self.wandb_info = start_wandb(self.res, self.run_dir, resume_id)
         # TRL's own W&B callback stays off (report_to none): it would log TRL's key names ("train/reward");
         # the writer mirrors every step and eval record under the metrics.jsonl names instead.
@@ -198,17 +169,15 @@ class RunLifecycle:
         """samples.jsonl (created at the first row: only methods that sample write one) and the alarm
         watch on the metrics."""
         from training_core.alarm_watch import AlarmWatch
-        from training_core.samples import SamplesWriter, interval
+        from training_core.samples import SamplesWriter, interval, sampled_step
 
         cfg = self.res.config
         every = interval(cfg)
         if every > 0:
             self.samples = SamplesWriter(self.run_dir, cfg)
 
-        def sampled(step: int) -> int | None:
-            if not self.samples.active:
-                return None
-            return 1 if step <= 1 else -(-step // every) * every
+        def sampled(step: int, now: int) -> int | None:
+            return sampled_step(step, now, every) if self.samples.active else None
 
         self.alarm_watch = AlarmWatch(self.run_dir, cfg, sampled, self.metrics_path if self.resume else None)
         self.writer.observers.append(self.alarm_watch)
@@ -270,14 +239,17 @@ class RunLifecycle:
         from training_core.run import metrics
 
         if metrics.process_rank() == 0:  # rank 0 records the run (setup may fail before self.main is set)
-            writer = self.writer
-            if not self._recording:
+            end = metrics.end_record("interrupted" if interrupted else "failed", self.resumed_step or 0,
+                                     None if interrupted else error)  # fmt: skip
+            end["at_start"] = True  # before its first step: a resume meets the same cause (contract.advice)
+            if self._recording:
+                self.writer.write(end)
+                self.writer.close()
+            else:  # header and end line in one write: `pippa run` never sees the header alone
                 writer = metrics.MetricsWriter(self.metrics_path)
                 writer.header(self.run_dir.name, self.res.recipe, self.res.as_dict(), self.wandb_info,
-                              self.resumed_step)  # fmt: skip
-            writer.end("interrupted" if interrupted else "failed", self.resumed_step or 0,
-                       None if interrupted else error)  # fmt: skip
-            writer.close()
+                              self.resumed_step, end=end)  # fmt: skip
+                writer.close()
             self._finish_wandb(130 if interrupted else 1)
         if isinstance(e, (TrainingError, KeyboardInterrupt)):
             raise e

@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from pippa_contract.metrics import redone
 from training_core.run.layout import SUPERSEDED
+from training_core.testhooks import SLOW_RECORD_ENV
 
 RENAMES = {
     "reward": "reward/mean",
@@ -72,12 +73,17 @@ class MetricsWriter:
         # Called with every step and eval record once written (training_core.alarm_watch).
         self.observers: list[Callable[[dict[str, Any]], None]] = []
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._f: IO[str] = path.open("a", encoding="utf-8")
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._pause_s = float(os.environ.get(SLOW_RECORD_ENV) or 0)  # training_core.testhooks
 
-    def write(self, record: dict[str, Any]) -> None:
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
-        self._f.write(json.dumps(clean, default=str) + "\n")
-        self._f.flush()
+    def write(self, *records: dict[str, Any]) -> None:
+        """Append ``records`` in ONE write(2): a reader sees all of them or none (a failed start's header
+        and end line arrive together, so ``pippa run`` never takes the header alone for a start)."""
+        data = "".join(json.dumps(_finite(r), default=str) + "\n" for r in records).encode()
+        while data:
+            data = data[os.write(self._fd, data) :]
+        if self._pause_s:
+            time.sleep(self._pause_s)
 
     def header(
         self,
@@ -86,18 +92,20 @@ class MetricsWriter:
         config: dict[str, Any],
         wandb: dict[str, Any] | None,
         resumed_from_step: int | None,
+        *,
+        end: dict[str, Any] | None = None,
     ) -> None:
-        self.write(
-            {
-                "type": "header",
-                "run_id": run_id,
-                "recipe": recipe,
-                "config": config,
-                "wandb": wandb,
-                "time": time.time(),
-                "resumed_from_step": resumed_from_step,
-            }
-        )
+        """The header line; with ``end`` (``end_record``), that end line in the same write."""
+        header = {
+            "type": "header",
+            "run_id": run_id,
+            "recipe": recipe,
+            "config": config,
+            "wandb": wandb,
+            "time": time.time(),
+            "resumed_from_step": resumed_from_step,
+        }
+        self.write(header, *([end] if end is not None else []))
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
         self._record({"type": "step", "step": step, "time": time.time(), **metrics})
@@ -115,10 +123,25 @@ class MetricsWriter:
             observe(record)
 
     def end(self, status: str, step: int, error: str | None) -> None:
-        self.write({"type": "end", "status": status, "step": step, "time": time.time(), "error": error})
+        self.write(end_record(status, step, error))
 
     def close(self) -> None:
-        self._f.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def end_record(status: str, step: int, error: str | None) -> dict[str, Any]:
+    """The end line; its error is recorded without a secret it may quote (pippa_contract.secretprints)."""
+    if error:
+        from pippa_contract.secretprints import JOB_SECRET_ENV, host_redactor
+
+        error = host_redactor(JOB_SECRET_ENV).line(error)
+    return {"type": "end", "status": status, "step": step, "time": time.time(), "error": error}
+
+
+def _finite(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
 
 
 class NullWriter(MetricsWriter):
@@ -131,7 +154,7 @@ class NullWriter(MetricsWriter):
         self.mirror = None
         self.observers = []
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, *records: dict[str, Any]) -> None:
         pass
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
