@@ -97,7 +97,7 @@ def wait_cmd(
     import threading
 
     from pippa_ops.runs.failover import after_s, due
-    from pippa_ops.runs.stale import watch_return
+    from pippa_ops.runs.locate import watch_return
 
     done = threading.Event()
 

@@ -4,6 +4,7 @@ typed error naming it."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 from pippa_ops.errors import AmbiguousSession, PippaError, RunNotFound, SessionNotFound
@@ -12,7 +13,7 @@ from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.inventory import LOCAL, load_inventory
 from pippa_ops.runs.cost import priced_on
 from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, select_runs
-from pippa_ops.runs.stale import live_hosts, settle
+from pippa_ops.runs.stale import Say, live_hosts, settle
 from pippa_ops.transport.shell import validate_name
 
 
@@ -139,3 +140,28 @@ def locate(names: Sequence[str], host: str | None = None) -> dict[str, RunRecord
             )
         found[name] = current_run(where[0], name)
     return found
+
+
+STALE_POLL_S = 5.0  # wait's look at the host a run moved away from, until it answers
+
+
+def watch_return(old_host: str, live_host: str, run_id: str, done: threading.Event, say: Say | None = None,
+                 poll_s: float = STALE_POLL_S) -> threading.Thread:  # fmt: skip
+    """``wait`` after run ``run_id`` moved from ``old_host``, which did not answer, to ``live_host``:
+    look at the old host every ``poll_s`` until it answers, then end the run's stale copy there if it
+    has one (``settle``). A daemon thread; ``done`` ends it early."""
+    def loop() -> None:
+        while not done.wait(poll_s):
+            listings = fan_out([old_host, live_host], runs_of)
+            old = listings[old_host]
+            if isinstance(old, PippaError):
+                continue  # not back yet
+            if not any(r.active for r in old.runs if r.run_id == run_id):
+                return  # it had ended there, or was ended already
+            if isinstance(listings[live_host], HostRuns):
+                settle(listings, say)
+                return
+
+    t = threading.Thread(target=loop, daemon=True, name=f"stale-{run_id}")
+    t.start()
+    return t

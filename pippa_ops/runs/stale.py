@@ -14,7 +14,6 @@ live copy's. Until it is ended (the stop failed), ``ps`` flags it ``stale copy``
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
@@ -23,7 +22,6 @@ from pippa_ops.errors import PippaError
 from pippa_ops.runs.listing import HostRuns, RunRecord
 
 Say = Callable[[str], None]
-POLL_S = 5.0  # wait's look at the host a run moved away from, until it answers
 
 
 @dataclass(frozen=True)
@@ -123,28 +121,3 @@ def settle(
             listed = replace(listed, runs=tuple(now.get((host, r.run_id), r) for r in listed.runs))
         out[host] = listed
     return out
-
-
-def watch_return(old_host: str, live_host: str, run_id: str, done: threading.Event, say: Say | None = None,
-                 poll_s: float = POLL_S) -> threading.Thread:  # fmt: skip
-    """``wait`` after run ``run_id`` moved from ``old_host``, which did not answer, to ``live_host``:
-    look at the old host every ``poll_s`` until it answers, then end the run's stale copy there if it
-    has one (``settle``). A daemon thread; ``done`` ends it early."""
-    from pippa_ops.fanout import fan_out
-    from pippa_ops.runs.locate import runs_of
-
-    def loop() -> None:
-        while not done.wait(poll_s):
-            listings = fan_out([old_host, live_host], runs_of)
-            old = listings[old_host]
-            if isinstance(old, PippaError):
-                continue  # not back yet
-            if not any(r.active for r in old.runs if r.run_id == run_id):
-                return  # it had ended there, or was ended already
-            if isinstance(listings[live_host], HostRuns):
-                settle(listings, say)
-                return
-
-    t = threading.Thread(target=loop, daemon=True, name=f"stale-{run_id}")
-    t.start()
-    return t

@@ -20,7 +20,7 @@ cd /scratch/me/pippa || exit 1
 export PATH="$HOME/.local/bin:$PATH" PYTHONUNBUFFERED=1
 export PIPPA_RUN_ID=20260101-120000-tiny-abcd PIPPA_RUN_DIR="$RUN_DIR"
 :
-if [ -f "$HOME"/.config/pippa/secrets.env ]; then set -a; . "$HOME"/.config/pippa/secrets.env; set +a; unset PIPPA_NOTIFY; fi
+if [ -f "$HOME"/.config/pippa/secrets.env ]; then set -a; . "$HOME"/.config/pippa/secrets.env; set +a; unset PIPPA_NOTIFY PIPPA_HEARTBEAT; fi
 MAIN_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 MAIN_PORT=$((20000 + SLURM_JOB_ID % 20000))
 RESUME=; [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && RESUME=--resume
