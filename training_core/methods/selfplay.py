@@ -35,7 +35,8 @@ def validate(cfg: RunConfig) -> None:
         raise BadSetting("selfplay trains the full model: set model.lora_r = 0")
     if cfg.model.precision in ("fp16", "bf16_amp"):
         raise BadSetting(
-            f"selfplay trains in bf16 or fp32, not {cfg.model.precision}: --set model.precision=fp32 or bf16"
+            f"selfplay trains in bf16 weights or fp32, not {cfg.model.precision}: "
+            "--set model.precision=fp32 or bf16"
         )
     if t.lr_scheduler_type not in ("constant", "linear"):
         raise BadSetting(f"selfplay schedules the lr 'constant' or 'linear', got {t.lr_scheduler_type!r}")

@@ -76,6 +76,7 @@ def supervised_trainer(
         processing_class=tokenizer,
         callbacks=callbacks,
         peft_config=peft_config,
+        precision=cfg.model.precision,
     )
 
 
