@@ -10,6 +10,10 @@ from pathlib import Path
 from training_core.config import Resolved, RunConfig
 from training_core.errors import BadSetting
 
+# pippa's own loop runs no autocast: "bf16" settles into bf16 weights with Kahan-compensated AdamW here
+# (training_core.precision.choose), never into fp32 master weights.
+AUTOCAST = False
+
 
 def validate(cfg: RunConfig) -> None:
     """Self-play takes its rewards from the game and trains in its own loop (training_core.selfplay)."""

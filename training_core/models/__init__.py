@@ -28,6 +28,8 @@ def settle(res: Resolved, facts: PlatformFacts, runs_dir: Path, tf: TorchFacts |
         print(note, flush=True)
     name = str(run_checkpoint(runs_dir, m.from_run)) if m.from_run else m.name
     if precision == "bf16":
+        from training_core import methods
+
         cfg = res.config
         n_params = count_params(name)
         choice = choose(
@@ -36,7 +38,7 @@ def settle(res: Resolved, facts: PlatformFacts, runs_dir: Path, tf: TorchFacts |
             facts.gpu_memory_gb,
             cfg.launch.strategy if cfg.launch.processes > 1 else "ddp",
             cfg.launch.processes,
-            autocast=cfg.method != "selfplay",  # self-play's own loop has no autocast
+            autocast=getattr(methods.get(cfg.method), "AUTOCAST", True),  # self-play's loop has none
         )
         precision = choice.mode
         print(f"precision: bf16 -> {choice.mode}: {choice.why}", flush=True)
