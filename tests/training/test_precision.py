@@ -43,7 +43,9 @@ def _settled(sets: list[str], facts: PlatformFacts, tf: TorchFacts, tmp: Path) -
     return settle(resolve("tiny", [*STEPS, *sets], facts), facts, tmp, tf).config
 
 
-def _train(cfg: Any, tmp: Path, hook: Any = None) -> tuple[dict[str, Any], dict[str, Any], Any]:
+def _train(
+    cfg: Any, tmp: Path, hook: Any = None, resume_from: Path | None = None
+) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """3 GRPO steps; the fp32 values of every parameter before and after (bf16_kahan: the effective
     weight, bf16 weight plus the Kahan compensation the optimizer carries), and the trainer."""
     from datasets import Dataset
@@ -58,11 +60,11 @@ def _train(cfg: Any, tmp: Path, hook: Any = None) -> tuple[dict[str, Any], dict[
         model=model,
         processing_class=tok,
         reward_funcs=[_spread],  # type: ignore[list-item]
-        args=grpo_args(cfg, tmp, ["none"], "t"),
+        args=grpo_args(cfg, tmp, ["none"], "t"),  # output_dir: tmp/checkpoints/.staging
         train_dataset=Dataset.from_list([{"prompt": f"{i % 10}+{i % 7}="} for i in range(64)]),
         precision=cfg.model.precision,
     )
-    trainer.train()
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     after = {}
     for n, p in model.named_parameters():
         comp = trainer.optimizer.state.get(p, {}).get("kahan_comp")
@@ -187,3 +189,24 @@ def test_generation_runs_in_bf16_and_leaves_the_master_weights_bitwise_alone() -
         assert p is params[n][0] and p.dtype == torch.float32 and torch.equal(p, params[n][1]), n
     for n, b in model.named_buffers():
         assert b.dtype == buffers[n].dtype and torch.equal(b, buffers[n]), n
+
+
+# --------------------------------------------------------------------------------- resume
+
+
+@pytest.mark.parametrize("mode", ["bf16", "bf16_kahan"])
+def test_a_resumed_run_takes_the_same_next_update_as_an_uninterrupted_one(mode: str, tmp_path: Path) -> None:
+    """The checkpoint holds the fp32 master weights (bf16_amp) or the bf16 weights and the Kahan
+    compensation (bf16_kahan, in the optimizer's state): step 2 after resuming from checkpoint-1 lands
+    on the very weights of step 2 without the interruption."""
+    from training_core.run.layout import checkpoints_dir
+
+    sets = ["train.learning_rate=1e-6", f"model.precision={mode}", "train.max_steps=2", "checkpoint.every=1"]
+    cfg = _settled(sets, H100, CUDA_BF16, tmp_path)
+    _, straight, trainer = _train(cfg, tmp_path / "straight")
+    ckpt = checkpoints_dir(tmp_path / "straight") / "checkpoint-1"
+    assert ckpt.is_dir()
+    _, resumed, again = _train(cfg, tmp_path / "resumed", resume_from=ckpt)
+    assert again.state.global_step == trainer.state.global_step == 2
+    for n in straight:
+        assert torch.equal(straight[n], resumed[n]), n
