@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Precision = Literal["auto", "bf16", "bf16_amp", "fp16", "fp32"]
+Precision = Literal["auto", "bf16", "bf16_amp", "bf16_kahan", "bf16_pure", "fp16", "fp32"]
 
 
 @dataclass(frozen=True)
@@ -28,11 +28,14 @@ class ModelConfig:
     # HF hub id, local directory, or "tiny" (built in code by training_core.models.tiny). Default: the
     # team's model.
     name: str = "Qwen/Qwen2-0.5B-Instruct"
-    # Weights/compute dtype. "auto": bf16 where the GPU supports it (compute capability >= 8.0), fp16 on
-    # older GPUs (V100, T4, RTX 20xx), fp32 on CPU. "bf16": weights loaded in bf16 and bf16
-    # compute (half the weight and optimizer memory); "bf16_amp": fp32 weights with bf16 autocast (exact
-    # fp32 updates, more memory); "fp16": fp32 weights with fp16 autocast and loss scaling. A GPU without
-    # bf16 gets fp16 instead of bf16 at run time (training_core.platform.train_precision).
+    # Weights/compute dtype (docs/training.md, "Precision"). "auto": "bf16" where the GPU supports it
+    # (compute capability >= 8.0), fp16 on older GPUs (V100, T4, RTX 20xx), fp32 on CPU. "bf16": bf16
+    # compute with every update kept, settled at start from the model's size and the GPUs' memory
+    # (training_core.precision.choose) into "bf16_amp" (fp32 master weights under bf16 autocast, 16 bytes
+    # per parameter) or "bf16_kahan" (bf16 weights, Kahan-compensated AdamW from torch-optimi, 10 bytes).
+    # "bf16_pure": bf16 weights and plain AdamW (8 bytes; updates under ~1/256 of a weight round away: a
+    # warning at small learning rates). "fp16": fp32 weights with fp16 autocast and loss scaling. A GPU
+    # without bf16 gets fp16 instead at run time (training_core.platform.train_precision).
     precision: Precision = "auto"
     # Recompute activations in backward to fit bigger batches (A100/H100 presets turn it on). Default off.
     gradient_checkpointing: bool = False
@@ -232,7 +235,7 @@ class LaunchConfig:
     # DeepSpeed ZeRO-2 (optimizer state and gradients sharded); "zero3": ZeRO-3 (weights sharded too, for
     # models whose training state does not fit one GPU; the team's 7-GPU runs). Rajbhandari et al. 2020.
     strategy: Literal["ddp", "zero2", "zero3"] = "ddp"
-    # accelerate's mixed precision. "auto": from model.precision (bf16 / bf16_amp -> "bf16", fp16 ->
+    # accelerate's mixed precision. "auto": from model.precision (any bf16 mode -> "bf16", fp16 ->
     # "fp16", fp32 -> "no"); an explicit value must agree with it (one precision per run).
     mixed_precision: Literal["auto", "no", "bf16", "fp16"] = "auto"
     # GPU ids this run may use (CUDA_VISIBLE_DEVICES), e.g. "0-6" or "0,2"; "" = every GPU. Lets several

@@ -32,6 +32,7 @@ from training_core.config import LaunchConfig, RunConfig
 from training_core.errors import BadSetting, TrainingError, UsageError
 from training_core.gpu_ids import parse_gpus
 from training_core.platform import PlatformFacts, detect
+from training_core.precision import BF16_MODES
 from training_core.recipes import resolve
 
 CONFIG_NAME = ACCELERATE_YAML
@@ -59,7 +60,7 @@ class Rendezvous:
 def mixed_precision(launch: LaunchConfig, precision: str, facts: PlatformFacts) -> str:
     """accelerate's mixed precision from the model's: one precision per run, and "no" without a GPU
     (the trainer falls back to fp32 there, training_core.platform.train_precision)."""
-    derived = "no" if facts.gpu_count == 0 else {"bf16": "bf16", "bf16_amp": "bf16", "fp16": "fp16"}.get(
+    derived = "no" if facts.gpu_count == 0 else {**dict.fromkeys(BF16_MODES, "bf16"), "fp16": "fp16"}.get(
         precision, "no"
     )
     if launch.mixed_precision not in ("auto", derived) and facts.gpu_count > 0:

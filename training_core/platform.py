@@ -3,7 +3,9 @@
 ``detect()`` gathers the facts without importing torch (nvidia-smi, importlib.util.find_spec, env),
 so ``--dry-run`` can show the preset that applies on a laptop or a GPU host alike. A CPU-only machine
 is a normal platform (the team's earlier detector crashed there). ``auto`` settings resolve here:
-precision (bf16 where the GPU's compute capability is >= 8.0, else fp16 on a GPU, fp32 on CPU) and
+precision (bf16 where the GPU's compute capability is >= 8.0, which the run settles at start into fp32
+master weights or Kahan-compensated bf16 weights (training_core.precision); else fp16 on a GPU, fp32 on
+CPU) and
 vLLM (only with a GPU and vLLM importable). Recipes add per-platform presets as ``[platform.<name>]``
 tables (see recipes.py). At run time ``train_precision`` checks the resolved precision against what
 the installed torch can do (``TorchFacts``): bf16 only where ``torch.cuda.is_bf16_supported()``, and
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from training_core.errors import UsageError
+from training_core.precision import BF16_MODES
 
 PLATFORMS = ("cpu", "v100", "a100", "h100", "gpu")
 _OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
@@ -171,15 +174,16 @@ def train_precision(precision: str, facts: PlatformFacts, tf: TorchFacts) -> tup
             "check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES, or set model.precision=fp32"
         )
     if not tf.cuda_available:
-        if precision in ("bf16", "bf16_amp", "fp16"):
+        if precision in BF16_MODES or precision == "fp16":
             return "fp32", f"model.precision {precision} needs a CUDA GPU; training in fp32 on the CPU"
         return "fp32", None
-    if precision in ("bf16", "bf16_amp") and not tf.bf16_supported:
+    if precision in BF16_MODES and not tf.bf16_supported:
         name = facts.gpu_name or "this GPU"
         return "fp16", f"{name} has no bf16 (torch.cuda.is_bf16_supported() is False): training in fp16"
-    if precision == "fp32" or precision in ("bf16", "bf16_amp", "fp16"):
+    if precision == "fp32" or precision in BF16_MODES or precision == "fp16":
         return precision, None
-    # "auto" never reaches here after resolve_auto, but a caller without a recipe may pass it.
+    # "auto" never reaches here after resolve_auto, but a caller without a recipe may pass it; "bf16" is
+    # settled into bf16_amp or bf16_kahan by training_core.models.settle.
     return ("bf16" if tf.bf16_supported else "fp16"), None
 
 

@@ -28,7 +28,7 @@ needs_cuda = pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU (torch.cud
 
 @pytest.mark.gpu
 @needs_cuda
-def test_weights_load_in_bf16_where_torch_supports_it() -> None:
+def test_the_default_keeps_fp32_master_weights_where_torch_has_bf16() -> None:
     import torch
 
     from training_core.models import load_model, settle
@@ -38,9 +38,13 @@ def test_weights_load_in_bf16_where_torch_supports_it() -> None:
     facts = detect(offline_probe=False)
     res = settle(resolve("tiny", [], facts), facts, REPO / "runs")  # the config frozen, settled anew
     model, _ = load_model(res.config.model.name, res.config.model.precision)
-    want = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32  # fp16 trains fp32 weights
-    assert next(model.parameters()).dtype == want
-    assert res.config.model.precision == ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
+    # the tiny model's fp32 master weights fit any GPU: bf16 settles into bf16_amp; fp16 keeps fp32 too
+    assert next(model.parameters()).dtype == torch.float32
+    assert res.config.model.precision == ("bf16_amp" if torch.cuda.is_bf16_supported() else "fp16")
+    pure = settle(resolve("tiny", ["model.precision=bf16_pure"], facts), facts, REPO / "runs")
+    if torch.cuda.is_bf16_supported():  # the old layout, by name
+        model, _ = load_model(pure.config.model.name, pure.config.model.precision)
+        assert next(model.parameters()).dtype == torch.bfloat16
 
 
 @pytest.mark.gpu
@@ -58,7 +62,7 @@ def test_tiny_recipe_trains_on_the_gpu_and_reports_peak_memory(tmp_path: Path) -
     steps = [x for x in recs if x["type"] == "step"]
     assert [s["step"] for s in steps] == [1, 2, 3, 4, 5]
     assert all(s["perf/peak_mem_gb"] > 0 for s in steps)
-    assert recs[0]["config"]["config"]["model"]["precision"] in ("bf16", "fp16")
+    assert recs[0]["config"]["config"]["model"]["precision"] in ("bf16_amp", "fp16")
     assert recs[-1]["status"] == "completed"
 
 

@@ -98,6 +98,7 @@ def build_trainer(
         train_dataset=train_ds,
         callbacks=callbacks,
         peft_config=peft_config,
+        precision=cfg.model.precision,
     )
 
 

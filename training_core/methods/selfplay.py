@@ -10,6 +10,10 @@ from pathlib import Path
 from training_core.config import Resolved, RunConfig
 from training_core.errors import BadSetting
 
+# pippa's own loop runs no autocast: "bf16" settles into bf16 weights with Kahan-compensated AdamW here
+# (training_core.precision.choose), never into fp32 master weights.
+AUTOCAST = False
+
 
 def validate(cfg: RunConfig) -> None:
     """Self-play takes its rewards from the game and trains in its own loop (training_core.selfplay)."""
@@ -35,7 +39,8 @@ def validate(cfg: RunConfig) -> None:
         raise BadSetting("selfplay trains the full model: set model.lora_r = 0")
     if cfg.model.precision in ("fp16", "bf16_amp"):
         raise BadSetting(
-            f"selfplay trains in bf16 or fp32, not {cfg.model.precision}: --set model.precision=fp32 or bf16"
+            f"selfplay trains in bf16 weights or fp32, not {cfg.model.precision}: "
+            "--set model.precision=fp32 or bf16"
         )
     if t.lr_scheduler_type not in ("constant", "linear"):
         raise BadSetting(f"selfplay schedules the lr 'constant' or 'linear', got {t.lr_scheduler_type!r}")

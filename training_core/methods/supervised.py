@@ -15,14 +15,15 @@ from pathlib import Path
 from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
 from training_core.config import RunConfig
+from training_core.methods.precision_hooks import PrecisionHooks
 from training_core.methods.trainer import AtomicCheckpoints, training_args
 
 
-class PippaSFTTrainer(AtomicCheckpoints, SFTTrainer):  # type: ignore[misc]
+class PippaSFTTrainer(AtomicCheckpoints, PrecisionHooks, SFTTrainer):  # type: ignore[misc]
     pass
 
 
-class PippaDPOTrainer(AtomicCheckpoints, DPOTrainer):  # type: ignore[misc]
+class PippaDPOTrainer(AtomicCheckpoints, PrecisionHooks, DPOTrainer):  # type: ignore[misc]
     pass
 
 

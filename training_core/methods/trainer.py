@@ -26,6 +26,8 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from training_core.config import RunConfig
+from training_core.methods.precision_hooks import PrecisionHooks
+from training_core.precision import BF16_MODES
 from training_core.run.layout import STAGING, checkpoint_name, checkpoints, checkpoints_dir
 from training_core.samples_trl import RecordSamples
 
@@ -68,7 +70,7 @@ def training_args(
         # Every trainable weight takes part in each forward (full model or LoRA): no extra graph walk.
         "ddp_find_unused_parameters": False,
         "logging_steps": t.logging_steps,
-        "bf16": m.precision in ("bf16", "bf16_amp"),
+        "bf16": m.precision in BF16_MODES,
         "fp16": m.precision == "fp16",
         "save_strategy": "steps" if cfg.checkpoint.every > 0 else "no",
         "save_steps": max(1, cfg.checkpoint.every),
@@ -158,8 +160,9 @@ def publish(staging: Path, step: int, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-class PippaGRPOTrainer(AtomicCheckpoints, RecordSamples, GRPOTrainer):  # type: ignore[misc]
-    """Atomic checkpoints, and a sample of some steps' batches in samples.jsonl (``samples``)."""
+class PippaGRPOTrainer(AtomicCheckpoints, RecordSamples, PrecisionHooks, GRPOTrainer):  # type: ignore[misc]
+    """Atomic checkpoints, a sample of some steps' batches in samples.jsonl (``samples``), and the settled
+    precision's optimizer and bf16 generation (``precision``, training_core.methods.precision_hooks)."""
 
 
 def stop_callback(

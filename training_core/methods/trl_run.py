@@ -76,6 +76,7 @@ def supervised_trainer(
         processing_class=tokenizer,
         callbacks=callbacks,
         peft_config=peft_config,
+        precision=cfg.model.precision,
     )
 
 
@@ -111,7 +112,8 @@ def run(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
         done = life.resumed_step is not None and 0 < cfg.train.max_steps <= life.resumed_step
         life.training(
             f"run {run_dir.name}: recipe {res.recipe}, platform {res.platform['name']}, "
-            f"{method.banner(cfg)}, {n_params / 1e6:.2f}M params, {n_rows} prompts"
+            f"{method.banner(cfg)}, {n_params / 1e6:.2f}M params, precision {cfg.model.precision}, "
+            f"{n_rows} prompts"
             + (f", {world} processes ({cfg.launch.strategy})" if world > 1 else "")
             + (f", resuming from step {life.resumed_step}" if life.resumed_step else ""),
             step=lambda: int(life.resumed_step or 0) if done else int(trainer.state.global_step),

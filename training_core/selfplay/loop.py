@@ -84,13 +84,14 @@ def _prepare(life: RunLifecycle) -> _Run:
     cfg, t, sp = res.config, res.config.train, res.config.selfplay
     import torch
 
+    from training_core.methods.precision_hooks import adamw
     from training_core.models import load_model
 
     # the checkpoint's weights on resume; the header keeps the recipe's model name
     model, tokenizer = load_model(str(resume_from) if resume_from else cfg.model.name, cfg.model.precision)
-    if cfg.model.precision not in ("bf16", "fp32"):
+    if cfg.model.precision not in ("bf16_kahan", "bf16_pure", "fp32"):
         raise UsageError(
-            f"selfplay trains in bf16 or fp32, not {cfg.model.precision}: "
+            f"selfplay trains in bf16 weights or fp32, not {cfg.model.precision}: "
             'set model.precision = "bf16" or "fp32"'
         )
     model.to("cuda" if torch.cuda.is_available() else "cpu")
@@ -99,7 +100,7 @@ def _prepare(life: RunLifecycle) -> _Run:
     _check_prompt(res, tokenizer, model)
     life.open_record()
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=t.learning_rate, weight_decay=t.weight_decay)
+    optimizer = adamw(model.parameters(), cfg.model.precision, t.learning_rate, t.weight_decay)
     total = t.max_steps * t.num_iterations  # one optimizer step per PPO epoch
     scheduler = lr_schedule(optimizer, t.lr_scheduler_type, round(t.warmup_ratio * total), total)
     rng = random.Random(cfg.seed)
