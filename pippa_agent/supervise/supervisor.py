@@ -315,16 +315,24 @@ class Supervisor:
 
     def end_child(self, grace_s: float) -> int:
         """SIGINT the job's group (the trainer saves), SIGCONT (a stopped one cannot), wait ``grace_s``,
-        then SIGKILL what is left."""
+        then SIGKILL what is left. SIGCONT and SIGKILL also reach every process below the job: torchrun
+        starts each rank in a session of its own, outside the job's group."""
         child = self.child
         assert child is not None
-        for sig in (signal.SIGINT, signal.SIGCONT):
-            self.signal_group(sig)
+        self.signal_group(signal.SIGINT)
+        self.signal_tree(signal.SIGCONT)
         try:
             return int(child.wait(timeout=grace_s))
         except subprocess.TimeoutExpired:
-            self.signal_group(signal.SIGKILL)
+            self.signal_tree(signal.SIGKILL)
             return int(child.wait())
+
+    def signal_tree(self, sig: int) -> None:
+        below = forensics.descendants(self.child.pid) if self.child is not None else []
+        self.signal_group(sig)
+        for pid in below:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
 
     def signal_group(self, sig: int) -> None:
         if self.child is not None:

@@ -1,7 +1,12 @@
 """A run over two loopback SSH hosts (``pippa run RECIPE --hosts a,b --retry 1``) fails and restarts as
-one group: rank 1's trainer is killed, rank 0 stops too, both resume from the checkpoint each host kept
-(no shared file system: every host saves a whole one) and complete, one metrics row per step; ``why``
-names the rank and host that failed first."""
+one group (pippa_agent.supervise.group):
+
+- rank 1's trainer is killed: rank 0 stops too, both resume from the checkpoint each host kept (no
+  shared file system: every host saves a whole one) and complete, one metrics row per step; ``why``
+  names the rank and host that failed first;
+- rank 1's trainer is stopped (SIGSTOP): rank 0 waits in a collective, its stall watch ends its attempt
+  and tells the group; rank 1's supervisor then ends its own (SIGINT, SIGCONT), so both save the same
+  step and resume from it together."""
 
 from __future__ import annotations
 
@@ -49,38 +54,50 @@ def _paused_once(client_env: Any, host: Any, step: int) -> Path:
     return once
 
 
+class Group:
+    """A probe run over the first two test hosts, rank 1 (the second host) waiting after step 3 once."""
+
+    def __init__(self, ssh_hosts: list[Any], client_env: Any, tmp_path: Path, *flags: str) -> None:
+        self.repo, self.env = _project(tmp_path / "proj"), client_env.env
+        self.h1, self.h2 = ssh_hosts[0], ssh_hosts[1]
+        held = _paused_once(client_env, self.h2, 3)
+        hosts = f"{self.h1.name},{self.h2.name}"
+        sets = ["--set", f"train.max_steps={STEPS}", "--set", "checkpoint.every=2"]
+        p = self.pippa("run", "probe", "--hosts", hosts, "--name", "grp", "--retry", "1", "--backoff", "1s",
+                       *sets, *flags)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        self.run_id = p.stdout.split()[1]
+        self.d1, self.d2 = (h.home / "pippa" / "runs" / self.run_id for h in (self.h1, self.h2))
+        wait_for(held.exists, 300, self.logs)  # rank 1 waits after step 3; checkpoint-2 saved on both hosts
+        assert (self.d2 / "checkpoints" / "checkpoint-2" / "model.safetensors").is_file()  # a whole one there
+        pid = _rank_trainer(self.h2.uid, self.run_id)
+        assert pid is not None, self.logs()
+        self.rank1 = pid
+
+    def pippa(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PIPPA, *args], cwd=self.repo, env=self.env, capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {d}\n" + (d / "output.log").read_text()[-3000:]
+                         for d in (self.d1, self.d2) if (d / "output.log").exists())  # fmt: skip
+
+    def completed(self) -> None:
+        """Both ranks end 0 after two attempts; rank 0's metrics have one row per step."""
+        for d in (self.d1, self.d2):
+            wait_for(lambda d=d: (d / "exit_code").exists(), 300, self.logs)
+            assert (d / "exit_code").read_text() == "0\n", self.logs()
+        assert steps(self.d1) == list(range(1, STEPS + 1)), (records(self.d1), self.logs())
+        assert [r["status"] for r in records(self.d1) if r.get("type") == "end"] == ["completed"]
+
+
 def test_a_killed_rank_stops_the_group_which_resumes_together_and_completes(
     ssh_hosts: list[Any], client_env: Any, tmp_path: Path
 ) -> None:
-    repo = _project(tmp_path / "proj")
-    h1, h2 = ssh_hosts[0], ssh_hosts[1]
-
-    def pippa(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([PIPPA, *args], cwd=repo, env=client_env.env, capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
-
-    held = _paused_once(client_env, h2, 3)
-    p = pippa("run", "probe", "--hosts", f"{h1.name},{h2.name}", "--name", "grp", "--retry", "1", "--backoff",
-              "1s", "--set", f"train.max_steps={STEPS}", "--set", "checkpoint.every=2")  # fmt: skip
-    assert p.returncode == 0, p.stderr
-    run_id = p.stdout.split()[1]
-    d1, d2 = (h.home / "pippa" / "runs" / run_id for h in (h1, h2))
-
-    def logs() -> str:
-        return "\n".join(f"--- {d}\n" + (d / "output.log").read_text()[-3000:]
-                         for d in (d1, d2) if (d / "output.log").exists())  # fmt: skip
-
-    wait_for(held.exists, 300, logs)  # rank 1 waits after step 3; checkpoint-2 was saved on both hosts
-    assert (d2 / "checkpoints" / "checkpoint-2" / "trainer_state.json").is_file()  # rank 1's host has its own
-    pid = _rank_trainer(h2.uid, run_id)
-    assert pid is not None, logs()
-    os.kill(pid, signal.SIGKILL)
-
-    for d in (d1, d2):
-        wait_for(lambda d=d: (d / "exit_code").exists(), 300, logs)
-        assert (d / "exit_code").read_text() == "0\n", logs()
-    assert steps(d1) == list(range(1, STEPS + 1)), (records(d1), logs())  # one row per step
-    assert [r["status"] for r in records(d1) if r.get("type") == "end"] == ["completed"]
+    g = Group(ssh_hosts, client_env, tmp_path)
+    h2, d1, d2, run_id = g.h2, g.d1, g.d2, g.run_id
+    os.kill(g.rank1, signal.SIGKILL)
+    g.completed()
     for d in (d1, d2):  # every rank: attempt 1 ended by rank 1's failure, attempt 2 from step 2, completed
         first, second = attempts(d)
         assert first["first_failed"] == {"rank": 1, "host": h2.name}, first
@@ -89,7 +106,20 @@ def test_a_killed_rank_stops_the_group_which_resumes_together_and_completes(
     a1, a2 = attempts(d1)[0], attempts(d2)[0]
     assert abs(a1["end"] - a2["end"]) < 60  # the group stopped together (rank 0 within a bounded time)
 
-    why = pippa("why", run_id, "--host", h1.name, "--json")
+    why = g.pippa("why", run_id, "--host", g.h1.name, "--json")
     assert why.returncode == 0, why.stderr
     told = json.loads(why.stdout)["attempts"][0]
     assert told["reason"].startswith(f"rank 1 (host {h2.name}) failed first"), told
+
+
+def test_a_stopped_rank_stalls_the_group_which_saves_and_resumes_together(
+    ssh_hosts: list[Any], client_env: Any, tmp_path: Path
+) -> None:
+    g = Group(ssh_hosts, client_env, tmp_path, "--stall-timeout", "10s")
+    os.kill(g.rank1, signal.SIGSTOP)  # rank 0 goes on into step 4 and waits there for rank 1
+    g.completed()
+    for d in (g.d1, g.d2):  # every rank: attempt 1 stalled (seen by rank 0), saved step 4; attempt 2 from it
+        first, second = attempts(d)
+        assert first["first_failed"] == {"rank": 0, "host": g.h1.name}, first
+        assert first["class"] == "stalled" and first["decision"]["spends"] == "infra", first
+        assert second["class"] == "completed" and second["resumed_from_step"] == 4, second
