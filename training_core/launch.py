@@ -33,9 +33,9 @@ from training_core.errors import BadSetting, TrainingError, UsageError
 from training_core.gpu_ids import parse_gpus
 from training_core.platform import PlatformFacts, detect
 from training_core.recipes import resolve
+from training_core.run.layout import EACH_HOST_ENV
 
 CONFIG_NAME = ACCELERATE_YAML
-EACH_HOST_ENV = "PIPPA_CHECKPOINT_EACH_HOST"  # --checkpoint-each-host, as the trainer reads it
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}$")
 
 

@@ -27,8 +27,13 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from training_core.config import RunConfig
-from training_core.launch import EACH_HOST_ENV
-from training_core.run.layout import STAGING, checkpoint_name, checkpoints, checkpoints_dir
+from training_core.run.layout import (
+    EACH_HOST_ENV,
+    STAGING,
+    checkpoint_name,
+    checkpoints,
+    checkpoints_dir,
+)
 from training_core.samples_trl import RecordSamples
 
 # TRL 1.16 itself still calls transformers' pre-v6 checkpointing names; the FutureWarning is about
