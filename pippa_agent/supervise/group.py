@@ -29,7 +29,7 @@ import time
 
 from pippa_contract import failures as fc
 
-SETTLE_S = 3.0  # the hub waits this long after a failure's report for the other ranks' reports
+SETTLE_S = 5.0  # the hub waits this long after a failure's report for the other ranks' reports
 CONNECT_EVERY_S = 1.0
 LINE_MAX = 4096
 # what a trainer prints when a peer rank went away under it (gloo, NCCL): a consequence, not a cause
@@ -127,7 +127,7 @@ class Group:
         while not self.closed:
             try:
                 conn, _ = srv.accept()
-            except TimeoutError:
+            except socket.timeout:  # TimeoutError from 3.10 on; the host may run 3.8
                 continue
             except OSError:
                 return
