@@ -8,9 +8,12 @@ the laptop (it may sleep). JSON lines:
 
 - rank -> hub: ``{"failed": {"attempt", "rank", "host", "class", "reason", "end", "peer"}}`` when its
   attempt ends badly (or stalls);
+- hub -> every rank: ``{"stall": n}`` when attempt ``n`` stalled (rank 0 counts the steps); a rank
+  whose job has a stopped process (SIGSTOP) answers with its own ``failed``, which then comes first;
 - hub -> every rank: ``{"first": {...}}``, the failure it judged first for that attempt: among the
   reports that came within ``SETTLE_S`` of the first one, the earliest by the hosts' clocks, a rank
-  whose trainer only saw a peer go (``peer``: a closed connection, a collective's timeout) last.
+  whose trainer only saw a peer go (``peer``: a closed connection, a collective's timeout, rank 0's
+  stall: its steps wait on every rank) last.
 
 A rank told of another rank's failure ends its trainer as the stall watch does (SIGINT so it saves
 where it can, SIGCONT, then SIGKILL after the grace). Like torch's own c10d store at that host, the
@@ -26,6 +29,7 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from pippa_contract import failures as fc
 
@@ -73,8 +77,10 @@ def _checked(raw: object, ranks: int) -> dict[str, Any] | None:
 class Group:
     """This rank's side of the group; ``first(n)`` is the group's first failure of attempt ``n``."""
 
-    def __init__(self, rank: int, hosts: list[str], addr: str, port: int) -> None:
+    def __init__(self, rank: int, hosts: list[str], addr: str, port: int,
+                 stopped: Callable[[], str | None] = lambda: None) -> None:  # fmt: skip
         self.rank, self.hosts, self.addr, self.port = rank, hosts, addr, port
+        self.stopped = stopped  # why this rank's job is not running (a stopped process), or None
         self.lock = threading.Lock()
         self.firsts: dict[int, dict[str, Any]] = {}
         self.reports: dict[int, list[dict[str, Any]]] = {}  # the hub's, per attempt
@@ -151,8 +157,12 @@ class Group:
                 return
             opened = n not in self.reports
             self.reports.setdefault(n, []).append(msg)
+            peers = list(self.peers)
         if opened:
             threading.Thread(target=self._decide, args=(n,), daemon=True).start()
+        if opened and msg["class"] == fc.STALLED:  # the steps stopped: is a rank's job stopped outright?
+            for conn in peers:
+                self._send(conn, json.dumps({"stall": n}).encode() + b"\n")
 
     def _decide(self, n: int) -> None:
         time.sleep(SETTLE_S)
@@ -186,7 +196,14 @@ class Group:
             for data in pending:
                 self._send_hub(data)
             for raw in _lines(conn):
-                first = _checked(raw.get("first"), len(self.hosts)) if isinstance(raw, dict) else None
+                if not isinstance(raw, dict):
+                    continue
+                stall = raw.get("stall")
+                if isinstance(stall, int) and self.first(stall) is None:
+                    why = self.stopped()
+                    if why is not None:  # this rank is why the group made no step
+                        self.report(stall, fc.STALLED, why, time.time(), False)
+                first = _checked(raw.get("first"), len(self.hosts))
                 if first is not None:
                     with self.lock:
                         self.firsts.setdefault(first["attempt"], first)

@@ -105,7 +105,7 @@ class Supervisor:
         self.oom_kills_before: int | None = None
         self.asked: int | None = None  # SIGUSR1 / SIGUSR2 passed on to the job (a save for an outside engine)
         g = group_of(self.meta)  # a run over several hosts: its ranks' supervisors fail together (.group)
-        self.group = Group(*g) if g else None
+        self.group = Group(*g, stopped=self.job_stopped) if g else None
 
     # -- the one place an event leaves the supervisor ---------------------------------------------
     def emit(self, event: str, message: str | None = None) -> None:
@@ -250,7 +250,7 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 pass
             first = self.group.first(attempt["attempt"]) if self.group is not None else None
-            if first is not None and first["rank"] != self.group.rank:  # type: ignore[union-attr]
+            if first is not None:  # a rank failed (this one, if its job is stopped): end the attempt here too
                 self.emit("group", f"attempt {attempt['attempt']}: {first_line(first)}; ending this rank's")
                 rc = self.end_child(self.policy["grace_s"])
                 break
@@ -260,7 +260,7 @@ class Supervisor:
                 attempt["stall_threshold_s"] = limit
                 attempt["reason"] = stl.reason(limit, self.recipe is not None)
                 if self.group is not None:  # the other ranks end theirs (and their SIGCONT lets all save)
-                    self.group.report(attempt["attempt"], fc.STALLED, attempt["reason"], time.time(), False)
+                    self.group.report(attempt["attempt"], fc.STALLED, attempt["reason"], time.time(), True)
                 where = capture(self.run_dir, attempt, child.pid)
                 self.emit("stalled", f"attempt {attempt['attempt']} stalled: {attempt['reason']}; ending it "
                           f"(what it was doing: {where}/)")  # fmt: skip
@@ -326,6 +326,15 @@ class Supervisor:
         except subprocess.TimeoutExpired:
             self.signal_tree(signal.SIGKILL)
             return int(child.wait())
+
+    def job_stopped(self) -> str | None:
+        """``its trainer is stopped (pid P, SIGSTOP)`` when a process of the job is stopped, else None."""
+        for pid in forensics.descendants(self.child.pid) if self.child is not None else []:
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+                if stat[stat.rfind(")") + 2 :][:1] in ("T", "t"):
+                    return f"its job is stopped (pid {pid}, state T: SIGSTOP or a debugger)"
+        return None
 
     def signal_tree(self, sig: int) -> None:
         below = forensics.descendants(self.child.pid) if self.child is not None else []

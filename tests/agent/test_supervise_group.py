@@ -26,7 +26,8 @@ def _free_port() -> int:
 def ranks(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     monkeypatch.setattr(grp, "SETTLE_S", 0.5)
     port = _free_port()
-    members = [grp.Group(r, HOSTS, "127.0.0.1", port) for r in range(3)]
+    stopped = {2: "its job is stopped (pid 4242, state T: SIGSTOP or a debugger)"}  # rank 2's job, stopped
+    members = [grp.Group(r, HOSTS, "127.0.0.1", port, stopped=lambda r=r: stopped.get(r)) for r in range(3)]
     for m in members:
         m.start()
     time.sleep(1.5)  # the ranks connect (they retry every second until the hub listens)
@@ -55,6 +56,14 @@ def test_among_direct_failures_the_earliest_by_its_end_time_is_first(ranks) -> N
     two.report(3, "stalled", "no new metrics line for 10s", now, peer=False)
     one.report(3, "crash", "killed", now - 2.0, peer=False)
     assert (hub.wait_first(3, 10.0) or {}).get("rank") == 1
+
+
+def test_a_stall_seen_at_rank_0_is_put_down_to_the_rank_whose_job_is_stopped(ranks) -> None:  # type: ignore[no-untyped-def]
+    hub, one, _ = ranks
+    hub.report(4, "stalled", "no new metrics line for 10s", time.time(), peer=True)  # as the supervisor does
+    first = one.wait_first(4, 10.0)
+    assert first is not None and (first["rank"], first["class"]) == (2, "stalled"), first
+    assert first["reason"].startswith("its job is stopped"), first
 
 
 def test_a_message_that_does_not_check_out_is_dropped(ranks) -> None:  # type: ignore[no-untyped-def]

@@ -5,8 +5,8 @@ one group (pippa_agent.supervise.group):
   shared file system: every host saves a whole one) and complete, one metrics row per step; ``why``
   names the rank and host that failed first;
 - rank 1's trainer is stopped (SIGSTOP): rank 0 waits in a collective, its stall watch ends its attempt
-  and tells the group; rank 1's supervisor then ends its own (SIGINT, SIGCONT), so both save the same
-  step and resume from it together."""
+  and tells the group; rank 1's supervisor finds its job stopped (so ``why`` names rank 1) and ends it
+  (SIGINT, SIGCONT), so both save the same step and resume from it together."""
 
 from __future__ import annotations
 
@@ -118,8 +118,9 @@ def test_a_stopped_rank_stalls_the_group_which_saves_and_resumes_together(
     g = Group(ssh_hosts, client_env, tmp_path, "--stall-timeout", "10s")
     os.kill(g.rank1, signal.SIGSTOP)  # rank 0 goes on into step 4 and waits there for rank 1
     g.completed()
-    for d in (g.d1, g.d2):  # every rank: attempt 1 stalled (seen by rank 0), saved step 4; attempt 2 from it
+    for d in (g.d1, g.d2):  # every rank: attempt 1 stalled, saved step 4; attempt 2 from it
         first, second = attempts(d)
-        assert first["first_failed"] == {"rank": 0, "host": g.h1.name}, first
+        assert first["first_failed"] == {"rank": 1, "host": g.h2.name}, first  # its job was the stopped one
+        assert "its job is stopped" in first["reason"], first
         assert first["class"] == "stalled" and first["decision"]["spends"] == "infra", first
         assert second["class"] == "completed" and second["resumed_from_step"] == 4, second
