@@ -182,10 +182,7 @@ def launch_group(
     names = [s.name for s in specs]
     run_id = plan_jobs(first, first.remote_dir, [recipe], None, sets, now)[0].run_id  # checks it all once
     port = main_port or group_port(run_id)
-    flags = restart or RestartFlags()
-    if flags.failover:
-        raise BadSetting("--failover moves a run to another host; not with --hosts")
-    policy = flags.policy_for(recipe, recipes_dir())
+    policy = (restart or RestartFlags()).policy_for(recipe, recipes_dir())
     group = {"addr": str(first.address), "port": port + 1} if policy.active else None
     sync_info: SyncInfo | None = None
     for rank, (spec, transport) in enumerate(zip(specs, transports, strict=True)):
@@ -275,6 +272,8 @@ def _stop(
 def launch_on_hosts(hosts: Sequence[str], recipe: str, *, session: str, sets: Sequence[str],
                     restart: RestartFlags | None = None) -> LaunchResult:  # fmt: skip
     """``pippa run --hosts a,b``: connect to each named host once, in order, and ``launch_group``."""
+    if restart is not None and restart.failover:
+        raise BadSetting("--failover moves a run to another host; a run over --hosts restarts where it is")
     connected = [connect(n) for n in dict.fromkeys(hosts)]
     try:
         return launch_group([c[0] for c in connected], [c[1] for c in connected], recipe, session=session,

@@ -124,3 +124,12 @@ def test_a_stopped_rank_stalls_the_group_which_saves_and_resumes_together(
         assert "its job is stopped" in first["reason"], first
         assert first["class"] == "stalled" and first["decision"]["spends"] == "infra", first
         assert second["class"] == "completed" and second["resumed_from_step"] == 4, second
+
+
+def test_failover_with_hosts_is_refused_in_one_line(client_env: Any, tmp_path: Path) -> None:
+    argv = [PIPPA, "run", "probe", "--hosts", "a,b", "--failover", "local"]
+    p = subprocess.run(argv, cwd=_project(tmp_path / "p"), env=client_env.env, capture_output=True, text=True,
+                       timeout=60)  # fmt: skip
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines() == [p.stderr.strip().splitlines()[0]]
+    assert "--failover" in p.stderr and "--hosts" in p.stderr, p.stderr
