@@ -248,7 +248,8 @@ def peer_lost(log_tail: str) -> bool:
     return PEER_LOST.search(log_tail) is not None
 
 
-def first_line(first: dict[str, Any]) -> str:
-    """``rank 1 (host h100-b) failed first: crash: ...``: what every rank records for the attempt."""
-    said = fc.label(first["class"], first["reason"])
+def first_line(first: dict[str, Any], with_class: bool = True) -> str:
+    """``rank 1 (host h100-b) failed first: crash: ...``: what every rank says of the attempt (its
+    recorded reason: without the class, which the attempt records beside it)."""
+    said = fc.label(first["class"], first["reason"]) if with_class else first["reason"]
     return f"rank {first['rank']} (host {first['host']}) failed first: {said}"

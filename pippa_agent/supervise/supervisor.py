@@ -292,7 +292,7 @@ class Supervisor:
         if first is None:
             return None  # the hub is out of reach: this rank's own verdict
         attempt["first_failed"] = {"rank": first["rank"], "host": first["host"]}
-        return fc.Verdict(first["class"], first_line(first))
+        return fc.Verdict(first["class"], first_line(first, with_class=False))
 
     def stalled_for(self, attempt: dict[str, Any]) -> float:
         """Seconds since the attempt's last progress; 0 before its first step (model download and
