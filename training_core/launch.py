@@ -34,6 +34,7 @@ from training_core.gpu_ids import parse_gpus
 from training_core.platform import PlatformFacts, detect
 from training_core.precision import BF16_MODES
 from training_core.recipes import resolve
+from training_core.run.layout import EACH_HOST_ENV
 
 CONFIG_NAME = ACCELERATE_YAML
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}$")
@@ -256,6 +257,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--machine-rank", type=int, default=0, help="this host's rank, 0 = the rendezvous host")
     p.add_argument("--main-addr", default="127.0.0.1", help="address of machine rank 0 (c10d rendezvous)")
     p.add_argument("--main-port", type=int, default=0, help="rendezvous port (0 = free port, one host only)")
+    p.add_argument("--checkpoint-each-host", action="store_true",
+                   help="no shared file system: every host keeps a whole checkpoint (save_on_each_node)")
     p.add_argument("--print", action="store_true", help="write the config, print the command, do not run it")
     p.add_argument("--debug", action="store_true", help="print the traceback of an error, not only its line")
     return p  # fmt: skip
@@ -279,6 +282,8 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
         server = _server(cfg, facts, run_dir) if server_mode else None
         train = server[0] if server is not None else cfg.launch  # server mode: the GPUs left to train
         p = plan(args.recipe, sets, run_dir, args.resume, train, cfg.model.precision, facts, rdv)
+        if args.checkpoint_each_host:
+            p = dataclasses.replace(p, env={**p.env, EACH_HOST_ENV: "1"})
         scope, scope_line = sandbox_scope(cfg)
         if scope:
             env = {**p.env, **cgroupdeleg.scope_env(os.environ)}  # the user manager's bus

@@ -91,16 +91,19 @@ def conclude(
     stopped: bool,
     oom_kills_before: int | None,
     pid: int | None,
+    group: fc.Verdict | None = None,
 ) -> tuple[fc.Verdict, rp.Decision]:
-    """The ended attempt's class and what to do about it, both written into ``attempt``."""
-    verdict = af.verdict(run_dir, attempt, code, stopped=stopped,
-                         stalled_reason=attempt.get("reason") if outcome == STALLED else None,
-                         oom_kills_before=oom_kills_before, pids=[pid] if pid else [])  # fmt: skip
+    """The ended attempt's class and what to do about it, both written into ``attempt``. ``group``: the
+    verdict of a run over several hosts (the rank that failed first), taken by every rank so that all
+    decide alike; no smaller batch then (only rank 0 knows the batch from its metrics)."""
+    verdict = group or af.verdict(run_dir, attempt, code, stopped=stopped,
+                                  stalled_reason=attempt.get("reason") if outcome == STALLED else None,
+                                  oom_kills_before=oom_kills_before, pids=[pid] if pid else [])  # fmt: skip
     if stopped:
         attempt["outcome"] = STOPPED
     elif verdict.cls == fc.DIVERGED:
         attempt["outcome"] = DIVERGED
-    batch = af.batch_of(os.path.join(run_dir, rd.METRICS)) if recipe else None
+    batch = af.batch_of(os.path.join(run_dir, rd.METRICS)) if recipe and group is None else None
     decision = af.decide(doc, verdict, policy, batch)
     attempt.update(verdict.to_json())
     if isinstance(attempt.get("reason"), str):  # a log line may quote a token: recorded without it

@@ -36,6 +36,7 @@ import time
 
 from pippa_agent import attempt_facts as af
 from pippa_agent import forensics
+from pippa_agent.supervise import jobtree
 from pippa_agent.supervise.budget import Budget, price_s, step_span
 from pippa_agent.supervise.ending import StallWatch, attempt_of, capture, conclude, fault_offer, saving
 from pippa_agent.supervise.files import (
@@ -49,6 +50,7 @@ from pippa_agent.supervise.files import (
     read_json,
     write_json,
 )
+from pippa_agent.supervise.group import Group, first_line, group_of, peer_lost
 from pippa_agent.zipapp import program_file
 from pippa_contract import exitcodes as ec
 from pippa_contract import failures as fc
@@ -70,6 +72,7 @@ from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR
 # per retry ("retrying" carries the attempt, class, reason and backoff), and one when the run is lost
 MID_RUN_ALERTS = {"retrying": "retrying", "lost": "lost", "budget": "budget"}
 KILL_WAIT_S = 5.0  # after a hang-up: how long the job gets before SIGKILL
+GROUP_WAIT_S = 30.0  # in a group: how long an ended attempt waits for the hub's word on the first failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -105,6 +108,8 @@ class Supervisor:
         self.asked: int | None = None  # SIGUSR1 / SIGUSR2 passed on to the job (a save for an outside engine)
         self.price_s, currency = price_s(self.command)
         self.budget = Budget(self.policy.get("budget"), currency)
+        g = group_of(self.meta)  # a run over several hosts: its ranks' supervisors fail together (.group)
+        self.group = Group(*g, stopped=self.job_stopped) if g else None
 
     # -- the one place an event leaves the supervisor ---------------------------------------------
     def emit(self, event: str, message: str | None = None) -> None:
@@ -150,6 +155,8 @@ class Supervisor:
 
     def run(self) -> int:
         self.close_lost()
+        if self.group is not None:
+            self.group.start()
         code = 0
         while True:
             if self.stop_requested():
@@ -161,10 +168,12 @@ class Supervisor:
             attempt.update(end=time.time(), exit_code=code, outcome=outcome)
             attempt.update(step_span(self.metrics, attempt["start"], attempt["end"]))
             drain_output(self.log)
+            stopped = outcome == STOPPED or self.stop_requested()
             verdict, decision = conclude(
                 self.run_dir, self.doc, attempt, code, outcome, policy=self.policy,
-                recipe=self.recipe is not None, stopped=outcome == STOPPED or self.stop_requested(),
+                recipe=self.recipe is not None, stopped=stopped,
                 oom_kills_before=self.oom_kills_before, pid=self.child.pid if self.child else None,
+                group=self.group_verdict(attempt, code, outcome, stopped),
             )  # fmt: skip
             if self.budget.hit:  # ended at its budget, its checkpoint saved: never retried
                 verdict = fc.Verdict(fc.BUDGET, f"budget reached: {self.budget.said(self.doc, time.time())}")
@@ -254,11 +263,18 @@ class Supervisor:
                 break
             except subprocess.TimeoutExpired:
                 pass
+            first = self.group.first(attempt["attempt"]) if self.group is not None else None
+            if first is not None:  # a rank failed (this one, if its job is stopped): end the attempt here too
+                self.emit("group", f"attempt {attempt['attempt']}: {first_line(first)}; ending this rank's")
+                rc = self.end_child(self.policy["grace_s"])
+                break
             limit = stall.now()
             if limit and self.stalled_for(attempt) > limit and not saving(self.run_dir, limit):
                 stalled = True
                 attempt["stall_threshold_s"] = limit
                 attempt["reason"] = stl.reason(limit, self.recipe is not None)
+                if self.group is not None:  # the other ranks end theirs (and their SIGCONT lets all save)
+                    self.group.report(attempt["attempt"], fc.STALLED, attempt["reason"], time.time(), True)
                 where = capture(self.run_dir, attempt, child.pid)
                 self.emit("stalled", f"attempt {attempt['attempt']} stalled: {attempt['reason']}; ending it "
                           f"(what it was doing: {where}/)")  # fmt: skip
@@ -281,6 +297,24 @@ class Supervisor:
             return code, STOPPED
         return code, COMPLETED if code == 0 else FAILED
 
+    def group_verdict(
+        self, attempt: dict[str, Any], code: int, outcome: str, stopped: bool
+    ) -> fc.Verdict | None:
+        """In a group (a run over several hosts), the verdict every rank takes for a failed attempt: the
+        failure the hub judged first (this rank's own, reported now, may be it); None otherwise."""
+        if self.group is None or stopped or (code == 0 and outcome != STALLED):
+            return None
+        n = attempt["attempt"]
+        if self.group.first(n) is None and outcome != STALLED:  # a stall was reported when it was seen
+            own = af.verdict(self.run_dir, attempt, code)
+            tail = af.log_tail(self.log, int(attempt.get("log_offset") or 0))
+            self.group.report(n, own.cls, own.reason, float(attempt["end"]), peer_lost("\n".join(tail)))
+        first = self.group.wait_first(n, GROUP_WAIT_S)
+        if first is None:
+            return None  # the hub is out of reach: this rank's own verdict
+        attempt["first_failed"] = {"rank": first["rank"], "host": first["host"]}
+        return fc.Verdict(first["class"], first_line(first, with_class=False))
+
     def stalled_for(self, attempt: dict[str, Any]) -> float:
         """Seconds since the attempt's last progress; 0 before its first step (model download and
         start-up never count). A recipe run's progress is a metrics line, a command's its output."""
@@ -301,22 +335,17 @@ class Supervisor:
             return 0.0
 
     def end_child(self, grace_s: float) -> int:
-        """SIGINT the job's group (the trainer saves), SIGCONT (a stopped one cannot), wait ``grace_s``,
-        then SIGKILL what is left."""
-        child = self.child
-        assert child is not None
-        for sig in (signal.SIGINT, signal.SIGCONT):
-            self.signal_group(sig)
-        try:
-            return int(child.wait(timeout=grace_s))
-        except subprocess.TimeoutExpired:
-            self.signal_group(signal.SIGKILL)
-            return int(child.wait())
+        assert self.child is not None
+        return jobtree.end(self.child, grace_s)
+
+    def job_stopped(self) -> str | None:
+        return jobtree.stopped(self.child)
+
+    def signal_tree(self, sig: int) -> None:
+        jobtree.signal_tree(self.child, sig)
 
     def signal_group(self, sig: int) -> None:
-        if self.child is not None:
-            with contextlib.suppress(OSError):
-                os.killpg(self.child.pid, sig)
+        jobtree.signal_group(self.child, sig)
 
     def sleep(self, seconds: float) -> bool:
         """Wait before a retry; False when a stop arrives meanwhile."""

@@ -207,9 +207,8 @@ def run_cmd(
     if hosts is not None:
         if host is not None or cmd is not None or len(names) != 1:
             raise BadSetting("--hosts runs one recipe over several hosts (no --host, no --cmd, no sweep)")
-        if restart.given:
-            raise BadSetting("--retry and --stall-timeout are not supported with --hosts yet")
-        result = launch_on_hosts([h for h in hosts.split(",") if h], names[0], session=name, sets=sets)
+        result = launch_on_hosts([h for h in hosts.split(",") if h], names[0], session=name, sets=sets,
+                                 restart=restart)  # fmt: skip
         if as_json:
             emit_json({"host": result.host, "session": result.session, "run_ids": list(result.run_ids),
                        "sync": result.sync})  # fmt: skip

@@ -26,7 +26,7 @@ from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.follow import follow_to_end, read_all
 from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs
 from pippa_ops.runs.precheck import check_python
-from pippa_ops.runs.recipes import check_recipe, check_settings
+from pippa_ops.runs.recipes import check_recipe, check_settings, recipes_dir
 from pippa_ops.runs.restart import RestartFlags
 from pippa_ops.runs.schedulers import (
     LaunchResult,
@@ -41,6 +41,7 @@ from pippa_ops.runs.schedulers import (
 from pippa_ops.runs.script import (
     DEFAULT_GAP_S,
     DEFAULT_SESSION,
+    LOCAL_CHECKPOINTS,
     Job,
     cmd_job,
     group_port,
@@ -161,10 +162,14 @@ def launch_group(
     sets: Sequence[str] = (),
     main_port: int | None = None,
     sync: bool = True,
+    restart: RestartFlags | None = None,
 ) -> LaunchResult:
     """One run over several hosts: each is synced and starts one launcher (machine rank = its place in
     ``specs``) in tmux ``session``, all meeting over c10d at the first host's address. Every host's
-    run directory has the same run id; its run.json names all the hosts (``runs.listing`` merges them)."""
+    run directory has the same run id; its run.json names all the hosts (``runs.listing`` merges them).
+    Each rank runs under its host's supervisor (``restart``: the retry and stall flags), and the
+    supervisors fail and restart together, meeting at the first host's c10d port + 1
+    (pippa_agent.supervise.group)."""
     validate_session(session)
     if len(specs) < 2 or len({s.name for s in specs}) != len(specs):
         raise BadSetting("--hosts needs two or more different hosts")
@@ -177,11 +182,13 @@ def launch_group(
     names = [s.name for s in specs]
     run_id = plan_jobs(first, first.remote_dir, [recipe], None, sets, now)[0].run_id  # checks it all once
     port = main_port or group_port(run_id)
+    policy = (restart or RestartFlags()).policy_for(recipe, recipes_dir())
+    group = {"addr": str(first.address), "port": port + 1} if policy.active else None
     sync_info: SyncInfo | None = None
     for rank, (spec, transport) in enumerate(zip(specs, transports, strict=True)):
         job = recipe_job(run_id, recipe, host_python(spec), spec.remote_dir, parse_sets(sets))
         meet = rendezvous_args(len(specs), rank, str(first.address), port)
-        job = dataclasses.replace(job, command=f"{job.command} {meet}")
+        job = dataclasses.replace(job, command=f"{job.command} {meet} {LOCAL_CHECKPOINTS}")
         with agent_client.Session(transport) as agent:
             marker: list[dict[str, object]] = []
             info = sync_for_launch(spec, transport, marker, agent) if sync else None
@@ -190,8 +197,9 @@ def launch_group(
             runs: list[messages.LaunchRun] = [{
                 "run_id": run_id,
                 "run_json": run_json(job, session=session, host=spec.name, started=now, sync=info,
-                                     sweep_index=0, sweep_size=1, hosts=names, machine_rank=rank),
-                "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env),
+                                     sweep_index=0, sweep_size=1, hosts=names, machine_rank=rank,
+                                     restart=policy.to_json() if policy.active else None, group=group),
+                "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env, supervised=policy.active),
             }]  # fmt: skip
             request = launch_request(spec.remote_dir, session, runs, stamp=now, marker=marker)
             start_session(agent, request, spec.name, "is running; stop it or pick another --name")
@@ -261,12 +269,15 @@ def _stop(
     return StopResult(spec.name, run.session, run, after, killed)
 
 
-def launch_on_hosts(hosts: Sequence[str], recipe: str, *, session: str, sets: Sequence[str]) -> LaunchResult:
+def launch_on_hosts(hosts: Sequence[str], recipe: str, *, session: str, sets: Sequence[str],
+                    restart: RestartFlags | None = None) -> LaunchResult:  # fmt: skip
     """``pippa run --hosts a,b``: connect to each named host once, in order, and ``launch_group``."""
+    if restart is not None and restart.failover:
+        raise BadSetting("--failover moves a run to another host; a run over --hosts restarts where it is")
     connected = [connect(n) for n in dict.fromkeys(hosts)]
     try:
         return launch_group([c[0] for c in connected], [c[1] for c in connected], recipe, session=session,
-                            sets=sets)  # fmt: skip
+                            sets=sets, restart=restart)  # fmt: skip
     finally:
         for _, transport in connected:
             transport.close()

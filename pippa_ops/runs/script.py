@@ -137,9 +137,11 @@ def run_json(
     hosts: Sequence[str] | None = None,
     machine_rank: int | None = None,
     restart: dict[str, object] | None = None,
+    group: dict[str, object] | None = None,
 ) -> str:
     """run.json; a run over several hosts records all of them (``hosts``, machine rank 0 first) and
-    this host's ``machine_rank``, so every host's copy names the one run."""
+    this host's ``machine_rank``, so every host's copy names the one run, and where its ranks'
+    supervisors meet (``group``: rank 0's address and port, pippa_agent.supervise.group)."""
     meta: dict[str, object] = {
         "run_id": job.run_id,
         "session": session,
@@ -154,6 +156,8 @@ def run_json(
     }
     if hosts is not None:
         meta.update(hosts=list(hosts), machine_rank=machine_rank)
+    if group is not None:
+        meta["group"] = group
     if restart is not None:
         meta["restart"] = restart  # the host supervisor's policy (runs.restart, pippa_agent.supervise)
     return json.dumps(meta)
@@ -163,6 +167,11 @@ def rendezvous_args(machines: int, rank: int, main_addr: str, main_port: int) ->
     """What ``training_core.launch`` needs to be machine ``rank`` of ``machines`` meeting at host 0."""
     return shlex.join(["--machines", str(machines), "--machine-rank", str(rank), "--main-addr", main_addr,
                        "--main-port", str(main_port)])  # fmt: skip
+
+
+# a run over several hosts without a shared file system: every host keeps a whole checkpoint of its own
+# (transformers' save_on_each_node), so each rank resumes from its own disk (training_core.launch)
+LOCAL_CHECKPOINTS = "--checkpoint-each-host"
 
 
 def group_port(run_id: str) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import shutil
 import warnings
 from collections.abc import Callable
@@ -28,7 +29,13 @@ from trl import GRPOConfig, GRPOTrainer
 from training_core.config import RunConfig
 from training_core.methods.precision_hooks import PrecisionHooks
 from training_core.precision import BF16_MODES
-from training_core.run.layout import STAGING, checkpoint_name, checkpoints, checkpoints_dir
+from training_core.run.layout import (
+    EACH_HOST_ENV,
+    STAGING,
+    checkpoint_name,
+    checkpoints,
+    checkpoints_dir,
+)
 from training_core.samples_trl import RecordSamples
 
 # TRL 1.16 itself still calls transformers' pre-v6 checkpointing names; the FutureWarning is about
@@ -75,6 +82,10 @@ def training_args(
         "save_strategy": "steps" if cfg.checkpoint.every > 0 else "no",
         "save_steps": max(1, cfg.checkpoint.every),
         "save_total_limit": None,  # rotation happens after the atomic rename (below)
+        # a run over several hosts without a shared file system (training_core.launch
+        # --checkpoint-each-host): each host's first process saves the whole checkpoint (DDP: the model and
+        # optimizer are the same on every rank), so every host resumes from its own disk
+        "save_on_each_node": os.environ.get(EACH_HOST_ENV) == "1",
         "report_to": report_to,
         "disable_tqdm": True,
     }
@@ -137,10 +148,39 @@ class PublishCheckpoints(TrainerCallback):  # type: ignore[misc]
         # every rank wrote into staging (its RNG state; DeepSpeed its shard): the saving process renames
         # the finished directory once all are done, between barriers (no-ops for one process)
         acc = self.trainer.accelerator
+        if args.save_on_each_node and args.should_save and args.process_index != 0:
+            write_weights(acc.unwrap_model(self.trainer.model), Path(args.output_dir) / checkpoint_name(
+                state.global_step))  # fmt: skip
         acc.wait_for_everyone()
         if args.should_save:
             publish(Path(args.output_dir), state.global_step, self.trainer.keep_checkpoints)
         acc.wait_for_everyone()
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "adapter_model.safetensors", "adapter_model.bin")  # fmt: skip
+
+
+def write_weights(model: Any, ckpt: Path) -> None:
+    """The model's weights (and config) into a checkpoint another host's rank 0 saved the rest of:
+    transformers 5 writes weights from global rank 0 only, even with ``save_on_each_node``, and a host
+    without a shared file system resumes from its own disk. Tied weights are written once (the first
+    name), as ``save_pretrained`` writes them; nothing is written where a weights file already is."""
+    from safetensors.torch import save_file
+
+    if any((ckpt / name).exists() for name in WEIGHT_FILES):
+        return
+    tensors, seen = {}, set()
+    for name, tensor in model.state_dict().items():
+        where = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        key = (tensor.device, *where, tuple(tensor.shape))
+        if key not in seen:
+            seen.add(key)
+            tensors[name] = tensor.detach().contiguous().cpu()
+    ckpt.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
+    if getattr(model, "config", None) is not None and not (ckpt / "config.json").exists():
+        model.config.to_json_file(str(ckpt / "config.json"))
 
 
 def publish(staging: Path, step: int, keep: int) -> None:

@@ -16,6 +16,10 @@ from pippa_contract.rundir import SUPERSEDED as SUPERSEDED
 from pippa_contract.rundir import checkpoint_name as checkpoint_name
 from pippa_contract.rundir import checkpoint_step
 
+# a run over several hosts with no shared file system (training_core.launch --checkpoint-each-host): set
+# for the trainer's ranks, so each host's first process saves a whole checkpoint (methods.trainer)
+EACH_HOST_ENV = "PIPPA_CHECKPOINT_EACH_HOST"
+
 
 def metrics_path(run_dir: Path) -> Path:
     return run_dir / METRICS
