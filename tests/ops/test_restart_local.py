@@ -180,7 +180,7 @@ def test_a_lost_session_shows_lost_and_recover_resumes_it_with_its_attempts_coun
 
     r = local.pippa("recover", "local")
     assert r.returncode == 0, r.stderr
-    assert f"local: resumed {run_id} in session night (attempt 2/2, with --resume)" in r.stdout
+    assert f"local: resumed {run_id} in session night (attempt 2/2, no checkpoint: from step 0)" in r.stdout
     rec = local.wait_state(run_id, lambda r: r["state"] != "running")
     assert rec["state_text"] == "finished (exit 0)", local.log(run_id)
     assert [a["outcome"] for a in local.attempts(run_id)] == ["lost", "completed"]
