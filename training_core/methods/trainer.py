@@ -14,8 +14,10 @@ the finished directory into ``checkpoints/``, so a kill at any moment leaves no 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import shutil
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +28,7 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from training_core.config import RunConfig
-from training_core.run.layout import STAGING, checkpoint_name, checkpoints, checkpoints_dir
+from training_core.run.layout import SAVES, STAGING, checkpoint_name, checkpoints, checkpoints_dir
 from training_core.samples_trl import RecordSamples
 
 # TRL 1.16 itself still calls transformers' pre-v6 checkpointing names; the FutureWarning is about
@@ -122,10 +124,24 @@ class PublishCheckpoints(TrainerCallback):  # type: ignore[misc]
     """Moves each checkpoint the trainer finished writing in ``<output_dir>`` (``checkpoints/.staging``)
     into ``checkpoints/`` with one rename. transformers calls ``on_save`` right after its
     ``_save_checkpoint`` returns (Trainer._maybe_log_save_evaluate), before any later callback's
-    ``on_save`` (the stop callback's, added after this one, may end the run there)."""
+    ``on_save`` (the stop callback's, added after this one, may end the run there).
+
+    It also times each save for the ledger's checkpoint part (pippa_contract.ledger): transformers
+    saves right after the step's last callback (its end, its log, its eval), so a save spans from the
+    last of those to the rename, one line in the run's saves.jsonl."""
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
+        self.mark = time.time()  # the last callback before a save would start
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.mark = time.time()
+
+    def on_log(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.mark = time.time()
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.mark = time.time()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if args.should_save:
@@ -138,7 +154,15 @@ class PublishCheckpoints(TrainerCallback):  # type: ignore[misc]
         acc.wait_for_everyone()
         if args.should_save:
             publish(Path(args.output_dir), state.global_step, self.trainer.keep_checkpoints)
+            record_save(Path(args.output_dir).parent.parent, state.global_step, self.mark, time.time())
         acc.wait_for_everyone()
+
+
+def record_save(run_dir: Path, step: int, start: float, end: float) -> None:
+    """One line of saves.jsonl (append, one write): the supervisor sums an attempt's saves at its end."""
+    line = json.dumps({"step": step, "start": start, "end": end}) + "\n"
+    with open(run_dir / SAVES, "a", encoding="utf-8") as f:
+        f.write(line)
 
 
 def publish(staging: Path, step: int, keep: int) -> None:
