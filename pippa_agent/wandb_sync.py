@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from pippa_agent.host import AgentError, ErrorKind, host_path, last_line, search_path
+from pippa_contract import rundir as rd
 from pippa_contract.secrets import parse_secrets
 
 TYPE_CHECKING = False
@@ -25,6 +26,14 @@ def wandb_sync(req: WandbSyncRequest) -> WandbSyncAnswer:
     """Upload a run's offline W&B runs with ``wandb sync``, the API key from the secrets file (never
     argv). The host's python runs it (``python`` argv), in ``remote_dir`` (``uv run`` finds its project)."""
     run_dir = host_path(req["run_dir"])
+    moved = os.path.join(run_dir, rd.MOVED_TO)
+    if os.path.exists(moved):  # a stale copy: what it logged after the move must never reach the W&B run
+        with open(moved) as f:
+            to = f.read().strip() or "another host"
+        raise AgentError(
+            ErrorKind.USAGE, f"{run_dir} moved to {to}: its W&B run goes on there, so this copy's offline "
+            f"W&B runs are never synced (sync the run on {to})",
+        )  # fmt: skip
     base = os.path.join(run_dir, "wandb")
     try:
         found = sorted(n for n in os.listdir(base) if n.startswith("offline-run-"))

@@ -10,12 +10,17 @@ a host with another price is priced per stretch. The ledger splits the time the 
 - ``stalled``: from a stalled attempt's last step row to its end;
 - ``failed``: the whole of an attempt that crashed, ran out of memory, faulted or was lost (its steps
   after the last checkpoint are redone);
-- ``backoff``: the wait between an attempt and the retry its supervisor decided (a stop and a later
+- ``health``: the supervisor's checks after an attempt ended, before it decides (the kernel log for Xid
+  and OOM lines, the cgroup's OOM count, nvidia-smi for a faulted GPU): from its ``end`` to its
+  ``checked_at``;
+- ``checkpoint``: the checkpoint writes of an attempt that was not lost (``save_s``: the trainer's
+  saves.jsonl, from the last callback before each save to its rename into place), taken out of its
+  productive time (a lost attempt's saves stay in ``failed``: the whole of it is);
+- ``backoff``: the wait between those checks and the retry its supervisor decided (a stop and a later
   ``pippa resume``, or a move, bill nothing in between: no attempt ran).
 
-Health checks and checkpoint writes are inside the attempts' time (a save between steps counts with the
-steps around it): they are not split out yet. Every second of an attempt and of a backoff falls in
-exactly one part, so the parts add up to the run's billed time times its price.
+Every second of an attempt, of its checks and of a backoff falls in exactly one part, so the parts add
+up to the run's billed time times its price.
 
 Standard library only, python3 >= 3.8.
 """
@@ -28,7 +33,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Sequence
 
-PARTS = ("productive", "start-up", "stalled", "failed", "backoff")
+PARTS = ("productive", "start-up", "stalled", "failed", "backoff", "health", "checkpoint")
 GOOD = ("completed", "stopped", "budget", None)  # an attempt still running has no class yet
 ALERT_AT = 0.8  # the share of the budget at which the run's alert is sent
 _BUDGET = re.compile(r"^\s*(?:([A-Z]{3})\s*|([^\sA-Za-z0-9.+-]{1,3})\s*)?(\d+(?:\.\d+)?)\s*$")
@@ -73,13 +78,18 @@ def ledger(attempts: Sequence[dict[str, Any]], step_times: Sequence[float], now:
             stalled = end - max(last, first) if cls == "stalled" else 0.0
             out["start-up"] += (first - start) * price
             out["stalled"] += max(0.0, stalled) * price
-            out["productive"] += max(0.0, end - first - max(0.0, stalled)) * price
+            productive = max(0.0, end - first - max(0.0, stalled))
+            saving = min(productive, max(0.0, _num(a.get("save_s")) or 0.0))
+            out["checkpoint"] += saving * price
+            out["productive"] += (productive - saving) * price
+        checked = max(end, _num(a.get("checked_at")) or end) if a.get("end") is not None else end
+        out["health"] += (checked - end) * price
         following = attempts[i + 1] if i + 1 < len(attempts) else None
         raw = a.get("decision")
         decision: dict[str, Any] = raw if isinstance(raw, dict) else {}
         nxt = _num(following.get("start")) if following else None
-        if nxt is not None and decision.get("retry") and nxt > end:
-            out["backoff"] += (nxt - end) * price
+        if nxt is not None and decision.get("retry") and nxt > checked:
+            out["backoff"] += (nxt - checked) * price
     return out
 
 

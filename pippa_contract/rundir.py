@@ -32,6 +32,7 @@ FORENSICS = "forensics"  # forensics/attempt-N/: what a stalled attempt was doin
 STAGING = ".staging"  # inside checkpoints/: where a checkpoint is written before its rename into place
 ACCELERATE_YAML = "accelerate.yaml"  # the launcher's accelerate config (--processes, --hosts, SLURM)
 VLLM_LOG = "vllm.log"  # the vLLM server's output when generation runs on its own GPU
+SAVES = "saves.jsonl"  # a line per checkpoint write: {"step", "start", "end"} (the ledger's checkpoint part)
 BUDGET_STOP = "budget_stop"  # the host's daily_budget is spent: its supervisor saves and stops it (ledger)
 # A checkpoint directory in checkpoints/: ``checkpoint-<step>``, the name TRL/transformers give it.
 CHECKPOINT_PREFIX = "checkpoint-"

@@ -81,3 +81,24 @@ def step_span(metrics: str, start: float, end: float) -> dict[str, float]:
     except OSError:
         return {}
     return {"first_step_t": min(times), "last_step_t": max(times)} if times else {}
+
+
+def save_time(saves: str, start: float, end: float) -> dict[str, float]:
+    """``save_s``: the seconds of the checkpoint writes (the trainer's saves.jsonl) that ended within an
+    attempt, recorded in it at its end for the ledger's checkpoint part; nothing without a save."""
+    import json
+
+    total, found = 0.0, False
+    try:
+        with open(saves, "rb") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a torn last line (the trainer killed while writing it)
+                a, b = (rec.get("start"), rec.get("end")) if isinstance(rec, dict) else (None, None)
+                if isinstance(a, (int, float)) and isinstance(b, (int, float)) and start <= b <= end:
+                    total, found = total + max(0.0, b - max(a, start)), True
+    except OSError:
+        return {}
+    return {"save_s": total} if found else {}

@@ -37,7 +37,7 @@ import time
 from pippa_agent import attempt_facts as af
 from pippa_agent import forensics
 from pippa_agent.supervise import jobtree
-from pippa_agent.supervise.budget import Budget, price_s, step_span
+from pippa_agent.supervise.budget import Budget, price_s, save_time, step_span
 from pippa_agent.supervise.ending import StallWatch, attempt_of, capture, conclude, fault_offer, saving
 from pippa_agent.supervise.files import (
     POLL_S,
@@ -167,6 +167,7 @@ class Supervisor:
             code, outcome = self.watch(attempt)
             attempt.update(end=time.time(), exit_code=code, outcome=outcome)
             attempt.update(step_span(self.metrics, attempt["start"], attempt["end"]))
+            attempt.update(save_time(os.path.join(self.run_dir, rd.SAVES), attempt["start"], attempt["end"]))
             drain_output(self.log)
             stopped = outcome == STOPPED or self.stop_requested()
             verdict, decision = conclude(
@@ -175,6 +176,7 @@ class Supervisor:
                 oom_kills_before=self.oom_kills_before, pid=self.child.pid if self.child else None,
                 group=self.group_verdict(attempt, code, outcome, stopped),
             )  # fmt: skip
+            attempt["checked_at"] = time.time()  # its checks ended (the ledger's health part)
             if self.budget.hit:  # ended at its budget, its checkpoint saved: never retried
                 verdict = fc.Verdict(fc.BUDGET, f"budget reached: {self.budget.said(self.doc, time.time())}")
                 attempt.update(verdict.to_json())

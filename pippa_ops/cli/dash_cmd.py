@@ -45,6 +45,10 @@ def register(app: typer.Typer) -> None:
         specs = {spec.name: spec for spec in map(resolve, names)}
         from pippa_ops.dash import create_app
         from pippa_ops.monitor.host import HostMonitor
+        from pippa_ops.monitor.rows import Copies
 
-        monitors = {name: HostMonitor(spec, interval_s=int(interval)) for name, spec in specs.items()}
+        copies = Copies()  # one for all the monitors: a stale copy shows as ps shows it
+        monitors = {
+            n: HostMonitor(spec, interval_s=int(interval), copies=copies) for n, spec in specs.items()
+        }
         create_app(list(specs), monitors, attach=_attacher(specs)).run()

@@ -25,10 +25,27 @@ def doctor_text(h: HostState, now: float | None = None) -> Text:
     return Text.assemble((" · doctor ", "dim"), (escape(verdict), style), (ago, "dim"))
 
 
+def stop_line(h: HostState, now: float | None = None) -> Text:
+    """`` · stop armed (done): runs in 4m12s, `pippa keep` cancels`` or `` · stop on done, idle:1800``:
+    the host's stop command as `pippa hosts` says it, an armed stop's countdown from when it was read;
+    empty for a host without one."""
+    stop = h.stop
+    if not stop or not stop.get("when"):
+        return Text("")
+    from pippa_ops.provision.alerts import stop_text
+
+    left, armed = stop.get("in_s"), isinstance(stop.get("armed"), dict)
+    if armed and isinstance(left, int | float) and h.stop_read is not None:
+        stop = {**stop, "in_s": left - max(0.0, (now if now is not None else time.time()) - h.stop_read)}
+    return Text.assemble((" · ", "dim"), (stop_text(stop), "bold yellow" if armed else "dim"))
+
+
 def status_line(h: HostState, now: float | None = None) -> Text:
-    """Reachable or not, and why; plainly; then the last doctor verdict."""
+    """Reachable or not, and why; plainly; then the last doctor verdict and the stop command."""
     line = _link_line(h)
-    return line if h.doctor is None else Text.assemble(line, doctor_text(h, now))
+    if h.doctor is None and not h.stop:
+        return line
+    return Text.assemble(line, doctor_text(h, now), stop_line(h, now))
 
 
 def _link_line(h: HostState) -> Text:

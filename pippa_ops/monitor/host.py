@@ -30,8 +30,9 @@ from pippa_ops.errors import (
 from pippa_ops.gpu import Gpu, GpuStream
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import HostSpec
+from pippa_ops.monitor.looks import Looks
+from pippa_ops.monitor.rows import Copies, run_row
 from pippa_ops.monitor.state import (
-    DoctorRead,
     GpuSampled,
     GpuState,
     HostEvent,
@@ -67,7 +68,6 @@ __all__ = [
 Emit = Callable[[HostEvent | RunUpdated], None]
 Sink = Callable[[bytes], None]
 RUNS_EVERY_S = 3.0  # the run list is refreshed this often (after the previous poll finished)
-DOCTOR_EVERY_S = 300.0  # the last doctor verdict: it changes only when `pippa doctor` or `up` runs
 # A host off screen (the fleet view scrolled past it, or filtered out) is sampled slowly: what is not
 # drawn is not worth a core; it comes back to the full rate as soon as it is visible again.
 OFFSCREEN_GPU_S, OFFSCREEN_RUNS_S = 8.0, 15.0
@@ -103,12 +103,6 @@ def indexed(g: Gpu, position: int) -> Gpu:
     return g if g.index is not None else replace(g, index=position)
 
 
-def run_row(r: RunRecord, now: float) -> RunRow:
-    elapsed = r.duration_s if r.duration_s is not None else (now - r.started if r.started else None)
-    return RunRow(r.run_id, r.label, r.state_text, r.session, r.last_step, r.last_reward, elapsed, r.cost,
-                  r.currency)
-
-
 class HostMonitor:
     """One host, one connection: the GPU stream supervises it (connect, backoff, reconnect); the run
     poll and the followers wait for it to be up and resume where they stopped after a reconnect."""
@@ -120,9 +114,11 @@ class HostMonitor:
         interval_s: float = 1.0,
         runs_every_s: float = RUNS_EVERY_S,
         opener: Callable[[HostSpec], Transport] | None = None,
+        copies: Copies | None = None,  # shared by a dashboard's monitors: stale copies are flagged
     ) -> None:
         self.name, self.spec = spec.name, spec
         self._prices = Prices(spec)  # runs' cost so far, where the host has a rate
+        self._copies, self._looks = copies or Copies(), Looks(spec)
         self.interval_s, self.runs_every_s = interval_s, runs_every_s
         self._opener = opener or open_transport
         self._transport: Transport | None = None
@@ -137,7 +133,6 @@ class HostMonitor:
         self._gpu_stream: GpuStream | None = None
         self._shown = threading.Event()
         self._shown.set()
-        self._doctor_due = 0.0  # monotonic time of the next look at the last doctor verdict
 
     # ---------------------------------------------------------------------------------- connection
     def _connect(self) -> Transport:
@@ -243,27 +238,17 @@ class HostMonitor:
             except RemoteCommandFailed:
                 listing = None  # no runs/ directory yet, or a broken run dir: show none, keep polling
             if listing is not None:
+                listing = self._copies.flag(listing)
                 self._records = {r.run_id: r for r in listing.runs}
                 rows = tuple(run_row(r, listing.now) for r in reversed(listing.runs))
                 emit(RunsListed(self.name, rows))
-            if time.monotonic() >= self._doctor_due:
-                self._doctor_due = time.monotonic() + DOCTOR_EVERY_S
-                try:
-                    self._last_doctor(t, emit)
-                except LOST as e:
-                    self.lose(e)
-                    continue
+            try:
+                self._looks.due(t, emit)  # the last doctor verdict, the armed stop (monitor.looks)
+            except LOST as e:
+                self.lose(e)
+                continue
             self._poll_now.wait(self.runs_every_s)
             self._poll_now.clear()
-
-    def _last_doctor(self, t: Transport, emit: Emit) -> None:
-        """The host's newest doctor verdict and its time (the ``doctor_history`` verb), when it has one."""
-        from pippa_ops.doctor import last_summary
-
-        if (found := last_summary(self.spec, t)) and isinstance(found.get("verdict"), str):
-            when = found.get("time")
-            emit(DoctorRead(self.name, str(found["verdict"]), float(when) if isinstance(when, int | float)
-                            else None))  # fmt: skip
 
     def select(self, run_id: str | None) -> None:
         """Follow ``run_id`` from now on; stop following the previous run (its stream closes)."""

@@ -72,6 +72,8 @@ class HostState:
     runs: tuple[RunRow, ...] = ()
     doctor: str | None = None  # the last `pippa doctor` verdict (ok / warn / fail); None: none known
     doctor_time: float | None = None  # when that doctor ran (the host's unix s)
+    stop: dict[str, Any] | None = None  # the host's stop command as its alerts status says (monitor.looks)
+    stop_read: float | None = None  # when that was read (laptop unix s): an armed stop's countdown
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,16 @@ class DoctorRead:
     time: float | None = None
 
 
-HostEvent = LinkChanged | GpuSampled | RunsListed | DoctorRead
+@dataclass(frozen=True)
+class StopRead:
+    """The host's stop command (``stop``, ``stop_when``): its alerts status's ``stop``, read at ``time``."""
+
+    host: str
+    stop: dict[str, Any] | None  # when, armed (trigger), in_s (seconds to the command then), last
+    time: float  # laptop unix s
+
+
+HostEvent = LinkChanged | GpuSampled | RunsListed | DoctorRead | StopRead
 
 
 def ended_runs(before: tuple[RunRow, ...], after: tuple[RunRow, ...]) -> list[RunRow]:
@@ -147,6 +158,8 @@ def apply(state: HostState, event: HostEvent) -> HostState:
         return replace(state, link=event.link, reason=event.reason, retry_in_s=event.retry_in_s)
     if isinstance(event, DoctorRead):
         return replace(state, doctor=event.verdict, doctor_time=event.time)
+    if isinstance(event, StopRead):
+        return replace(state, stop=event.stop, stop_read=event.time)
     if isinstance(event, GpuSampled):
         old = {g.reading.index: g for g in state.gpus or ()}
         gpus = []

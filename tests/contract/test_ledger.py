@@ -56,3 +56,38 @@ def test_a_budget_is_an_amount_and_lots_is_refused() -> None:
     for bad in ("lots", "", "$-3", "0", "300 dollars", "$", "1e9"):
         with pytest.raises(ValueError, match="a budget is an amount"):
             parse_budget(bad)
+
+
+def _checked(
+    a: dict[str, object], checked_at: float | None = None, save_s: float | None = None
+) -> dict[str, object]:
+    return {**a, **({} if checked_at is None else {"checked_at": checked_at}),
+            **({} if save_s is None else {"save_s": save_s})}  # fmt: skip
+
+
+# The same run with its supervisor's checks after each attempt (checked_at) and the checkpoint writes the
+# trainer timed (save_s); the fifth attempt's supervisor recorded neither (a run from before them).
+CHECKED = [
+    _checked(RUN[0], 610),  # 10 s of checks, then 20 s of backoff
+    _checked(RUN[1], 2005),  # 5 s, then 55 s
+    _checked(RUN[2], 3002, save_s=40),  # 2 s of checks after a stop (billed: the host ran them)
+    _checked(RUN[3], 7010, save_s=20),  # a lost attempt's save stays in failed, as the whole of it
+    RUN[4],
+    _checked(RUN[5], 12001, save_s=100),
+]
+
+
+def test_health_checks_and_checkpoint_writes_are_split_out_and_it_still_adds_up() -> None:
+    parts = ledger(CHECKED, (), now=20000)
+    billed = (600 + 1370 + 940 + 400 + 400) * A + 3000 * B  # the attempts
+    billed += (10 + 5 + 2 + 10) * A + 1 * B  # their checks
+    billed += (20 + 55 + 90) * A  # the backoffs after the checks
+    assert sum(parts.values()) == pytest.approx(billed, rel=1e-3)
+    assert parts["health"] == pytest.approx(27 * A + 1 * B)
+    assert parts["backoff"] == pytest.approx(165 * A)
+    assert parts["checkpoint"] == pytest.approx(40 * A + 100 * B)
+    assert parts["productive"] == pytest.approx((700 + 860 + 350) * A + 2700 * B)
+    assert parts["failed"] == pytest.approx((600 + 400) * A)
+    assert parts["stalled"] == pytest.approx(600 * A)
+    assert parts["start-up"] == pytest.approx((70 + 40 + 50) * A + 200 * B)
+    assert spent(CHECKED, 20000) == pytest.approx(billed, rel=1e-3)

@@ -37,8 +37,9 @@ def test_a_run_at_its_budget_saves_and_stops_with_the_class_budget(
     assert last["class"] == "budget" and last["decision"]["retry"] is False, last
     assert doc["budget_alerted"] is True and "it stops at its budget" in log.read_text()
     assert last["price_s"] == pytest.approx(1.0)
-    billed = last["end"] - last["start"]
-    assert 45 <= billed < 45 + 60  # stopped at the budget, within the poll and the save
+    assert 45 <= last["end"] - last["start"] < 45 + 60  # stopped at the budget, within the poll and the save
+    assert last["checked_at"] >= last["end"] and last["save_s"] > 0  # its checks; the trainer timed its save
+    billed = last["checked_at"] - last["start"]  # the attempt and the supervisor's checks after it
     ck = sorted(int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("checkpoint-*"))
     assert ck and ck[-1] == steps(run_dir)[-1]  # the step it was on, saved (checkpoint.every is 1000)
     assert [r for r in records(run_dir) if r.get("type") == "end"][-1]["status"] == "interrupted"
@@ -52,6 +53,8 @@ def test_a_run_at_its_budget_saves_and_stops_with_the_class_budget(
     mine = next(r for r in ps if r["run_id"] == run_id)
     assert mine["state_text"].startswith("budget")
     assert sum(mine["ledger"].values()) == pytest.approx(billed, rel=1e-3)
+    assert mine["ledger"]["checkpoint"] == pytest.approx(last["save_s"])  # $1 a second
+    assert mine["ledger"]["health"] == pytest.approx(last["checked_at"] - last["end"])
     runs = pippa(env, "runs", "--host", h.name)
     assert "% productive" in next(ln for ln in runs.stdout.splitlines() if run_id.rsplit("-", 1)[1] in ln)
     compare = pippa(env, "compare", run_id, "--host", h.name)

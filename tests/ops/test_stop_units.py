@@ -98,3 +98,29 @@ def test_a_run_that_ended_at_its_budget_arms_the_budget_stop(home: Path) -> None
     s.tick(time.time(), [], None)
     _until(s, told, "stop ran")
     assert told[0][:2] == ("stop armed", "budget") and (home / "ran").read_text() == "x\n"
+
+
+def test_a_run_that_stalled_with_no_retry_left_arms_the_stalled_stop(home: Path) -> None:
+    told: list[tuple[str, str, str]] = []
+    s = _stopper(home, "echo x >> $HOME/ran", told, stop_when=["stalled"])
+    r1, r2 = home / "runs" / "r1", home / "runs" / "r2"
+    r2.mkdir()
+    (r1 / "attempts.json").write_text('{"attempts": [{"attempt": 1, "class": "stalled"}]}')
+    s.tick(time.time(), ["r1", "r2"], None)  # stalled, but retried: it goes on
+    assert told == [] and "armed" not in s.state
+    (r2 / "attempts.json").write_text('{"attempts": [{"attempt": 1, "class": "crash"}]}')
+    (r2 / "exit_code").write_text("1\n")
+    s.tick(time.time(), ["r1"], None)  # a crash is not a stall
+    assert told == [] and "armed" not in s.state
+    (r1 / "attempts.json").write_text('{"attempts": [{"attempt": 1, "class": "stalled"}, '
+                                      '{"attempt": 2, "class": "stalled"}]}')  # fmt: skip
+    (r1 / "exit_code").write_text("1\n")  # its supervisor gave up: no retry left
+    deadline = time.monotonic() + 20
+    while not any(t[0] == "stop ran" for t in told):
+        assert time.monotonic() < deadline, told
+        s.tick(time.time(), ["r3"], None)  # another run going does not call a stalled stop off
+        time.sleep(0.05)
+    assert told[0][:2] == ("stop armed", "stalled") and "run r1 stalled with no retry left" in told[0][2]
+    for _ in range(5):
+        s.tick(time.time(), ["r3"], None)
+    assert (home / "ran").read_text() == "x\n", "once per trigger"

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from training_core.methods.trainer import publish
-from training_core.run.layout import STAGING, checkpoints, newest_checkpoint
+from pippa_agent.supervise.budget import save_time
+from training_core.methods.trainer import publish, record_save
+from training_core.run.layout import SAVES, STAGING, checkpoints, newest_checkpoint
 
 
 def test_publish_renames_the_finished_checkpoint_into_place_and_keeps_the_newest(tmp_path: Path) -> None:
@@ -29,3 +30,16 @@ def test_a_checkpoint_still_in_staging_is_not_a_checkpoint(tmp_path: Path) -> No
     (root / "checkpoint-4").mkdir(parents=True)
     (root / STAGING / "checkpoint-8").mkdir(parents=True)  # a save killed half-way
     assert newest_checkpoint(root) == root / "checkpoint-4"
+
+
+def test_the_saves_the_trainer_timed_are_summed_per_attempt_by_the_supervisor(tmp_path: Path) -> None:
+    record_save(tmp_path, 10, 100.0, 104.0)  # in the first attempt
+    record_save(tmp_path, 20, 200.0, 203.5)  # in the second
+    record_save(tmp_path, 30, 298.0, 301.0)  # began before the second attempt's end... ended after it
+    with (tmp_path / SAVES).open("a") as f:
+        f.write('{"step": 40, "start": 2')  # torn: the trainer killed while writing the line
+    saves = str(tmp_path / SAVES)
+    assert save_time(saves, 0.0, 150.0) == {"save_s": 4.0}
+    assert save_time(saves, 150.0, 300.0) == {"save_s": 3.5}
+    assert save_time(saves, 300.0, 400.0) == {"save_s": 1.0}, "only the part inside the attempt"
+    assert save_time(saves, 500.0, 600.0) == {} and save_time(str(tmp_path / "none"), 0, 1) == {}

@@ -14,9 +14,11 @@ the finished directory into ``checkpoints/``, so a kill at any moment leaves no 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import shutil
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +33,7 @@ from training_core.methods.precision_hooks import PrecisionHooks
 from training_core.precision import BF16_MODES
 from training_core.run.layout import (
     EACH_HOST_ENV,
+    SAVES,
     STAGING,
     checkpoint_name,
     checkpoints,
@@ -135,10 +138,24 @@ class PublishCheckpoints(TrainerCallback):  # type: ignore[misc]
     """Moves each checkpoint the trainer finished writing in ``<output_dir>`` (``checkpoints/.staging``)
     into ``checkpoints/`` with one rename. transformers calls ``on_save`` right after its
     ``_save_checkpoint`` returns (Trainer._maybe_log_save_evaluate), before any later callback's
-    ``on_save`` (the stop callback's, added after this one, may end the run there)."""
+    ``on_save`` (the stop callback's, added after this one, may end the run there).
+
+    It also times each save for the ledger's checkpoint part (pippa_contract.ledger): transformers
+    saves right after the step's last callback (its end, its log, its eval), so a save spans from the
+    last of those to the rename, one line in the run's saves.jsonl."""
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
+        self.mark = time.time()  # the last callback before a save would start
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.mark = time.time()
+
+    def on_log(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.mark = time.time()
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.mark = time.time()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if args.should_save:
@@ -154,6 +171,7 @@ class PublishCheckpoints(TrainerCallback):  # type: ignore[misc]
         acc.wait_for_everyone()
         if args.should_save:
             publish(Path(args.output_dir), state.global_step, self.trainer.keep_checkpoints)
+            record_save(Path(args.output_dir).parent.parent, state.global_step, self.mark, time.time())
         acc.wait_for_everyone()
 
 
@@ -181,6 +199,13 @@ def write_weights(model: Any, ckpt: Path) -> None:
     save_file(tensors, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
     if getattr(model, "config", None) is not None and not (ckpt / "config.json").exists():
         model.config.to_json_file(str(ckpt / "config.json"))
+
+
+def record_save(run_dir: Path, step: int, start: float, end: float) -> None:
+    """One line of saves.jsonl (append, one write): the supervisor sums an attempt's saves at its end."""
+    line = json.dumps({"step": step, "start": start, "end": end}) + "\n"
+    with open(run_dir / SAVES, "a", encoding="utf-8") as f:
+        f.write(line)
 
 
 def publish(staging: Path, step: int, keep: int) -> None:

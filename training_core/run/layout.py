@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pippa_contract.rundir import CHECKPOINTS as CHECKPOINTS
 from pippa_contract.rundir import METRICS as METRICS
+from pippa_contract.rundir import SAVES as SAVES
 from pippa_contract.rundir import STAGING as STAGING
 from pippa_contract.rundir import SUPERSEDED as SUPERSEDED
 from pippa_contract.rundir import checkpoint_name as checkpoint_name

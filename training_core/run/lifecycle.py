@@ -152,12 +152,13 @@ class RunLifecycle:
         if not self.main:
             return
         resume_id = metrics.previous_wandb_id(self.metrics_path) if self.resume else None
-        from training_core.run.wandb_start import start_wandb
+        from training_core.run.wandb_start import UnlessMoved, start_wandb
 
         self.wandb_info = start_wandb(self.res, self.run_dir, resume_id)
         # TRL's own W&B callback stays off (report_to none): it would log TRL's key names ("train/reward");
-        # the writer mirrors every step and eval record under the metrics.jsonl names instead.
-        mirror = metrics.wandb_mirror if self.wandb_info else None
+        # the writer mirrors every step and eval record under the metrics.jsonl names instead, never once
+        # the run dir is marked moved_to (a stale copy: the W&B run goes on from the new host only).
+        mirror = UnlessMoved(self.run_dir, metrics.wandb_mirror) if self.wandb_info else None
         self.writer = metrics.MetricsWriter(self.metrics_path, mirror=mirror)
         self.writer.header(
             self.run_dir.name, self.res.recipe, self.res.as_dict(), self.wandb_info, self.resumed_step

@@ -5,9 +5,11 @@ without it (docs/hosts.md, W&B keys)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pippa_contract.rundir import MOVED_TO
 from training_core.config import Resolved
 from training_core.errors import TrainingError
 
@@ -72,3 +74,24 @@ def start_wandb(res: Resolved, run_dir: Path, resume_id: str | None) -> dict[str
         raise
     url = None if mode == "offline" else run.url
     return {"id": run.id, "url": url, "mode": mode}
+
+
+class UnlessMoved:
+    """The W&B mirror of a run that may turn out to be a stale copy (runs.stale on the laptop): before
+    each record it looks for the run dir's ``moved_to`` mark (one stat), and from the first time it sees
+    it logs nothing more, so the W&B run goes on from the live copy on the new host only. The mark is
+    written before the stale copy is stopped; while the host is cut off nothing can write it, and the
+    copy logs on (docs/leaving-runs-alone.md, "The stale copy and W&B")."""
+
+    def __init__(self, run_dir: Path, mirror: Callable[[int, dict[str, Any]], None]) -> None:
+        self.mark = run_dir / MOVED_TO
+        self.mirror = mirror
+        self.moved = False
+
+    def __call__(self, step: int, metrics: dict[str, Any]) -> None:
+        if not self.moved and self.mark.exists():
+            self.moved = True
+            print(f"this copy moved to {self.mark.read_text().strip() or 'another host'}: "
+                  "it logs nothing more to W&B", flush=True)  # fmt: skip
+        if not self.moved:
+            self.mirror(step, metrics)
