@@ -21,6 +21,7 @@ from pippa_agent.host import (
 )  # fmt: skip
 from pippa_agent.pins import record_program
 from pippa_contract import rundir as rd
+from pippa_contract.checkpoint_check import pick
 from pippa_contract.names import NAME_RE, SESSION_RE
 from pippa_contract.runfacts import redact_run, run_facts
 from pippa_contract.secrets import load_secrets
@@ -163,15 +164,18 @@ def stop(req: StopRequest) -> StopAnswer:
 
 
 def run_checkpoints(req: RunRequest) -> RunCheckpointsAnswer:
-    """The checkpoint directories of a run (``checkpoint-N``), oldest first."""
+    """The checkpoint directories of a run (``checkpoint-N``), oldest first, the torn ones at its end
+    passed over (pippa_contract.checkpoint_check: sizes against the manifest, not hashes)."""
     d = os.path.join(runs_dir(req["remote_dir"]), req["run_id"])
     if not NAME_RE.match(req["run_id"]) or os.path.islink(d):
         raise AgentError(ErrorKind.USAGE, "invalid run id " + repr(req["run_id"]))
+    ckpt_dir = os.path.join(d, rd.CHECKPOINTS)
+    _, skipped = pick(ckpt_dir, hashes=False)  # a cut file, told by its size; set aside as <name>.torn
     try:
-        names = os.listdir(os.path.join(d, rd.CHECKPOINTS))
+        names = os.listdir(ckpt_dir)
     except OSError:
         names = []
-    return {"checkpoints": rd.checkpoint_names(names)}
+    return {"checkpoints": rd.checkpoint_names(names), "skipped": skipped}
 
 
 def dir_size(path: str) -> int:

@@ -14,7 +14,6 @@ import time
 from typing import Any, Callable
 
 from pippa_agent.attempt_facts import log_tail as tail_text
-from pippa_contract import rundir as rd
 from pippa_contract import runfacts
 
 POLL_S = 0.5
@@ -85,15 +84,6 @@ def last_metrics(path: str) -> tuple[float | None, dict[str, Any] | None]:
         elif kind == "header":
             newest, end = None, None
     return newest, end
-
-
-def newest_checkpoint(run_dir: str) -> int | None:
-    try:
-        names = os.listdir(os.path.join(run_dir, rd.CHECKPOINTS))
-    except OSError:
-        return None
-    steps = [step for step in map(rd.checkpoint_step, names) if step is not None]
-    return max(steps) if steps else None
 
 
 def exit_status(returncode: int) -> int:

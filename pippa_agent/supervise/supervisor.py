@@ -42,9 +42,7 @@ from pippa_agent.supervise.files import (
     exit_status,
     file_size,
     last_metrics,
-    newest_checkpoint,
     read_json,
-    write_json,
 )
 from pippa_contract import failures as fc
 from pippa_contract import rundir as rd
@@ -59,7 +57,9 @@ from pippa_contract.attempts import (
     backoff,
     policy_of,
 )
+from pippa_contract.checkpoint_check import CHECKED_ENV, pick
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR
+from pippa_contract.records import attempts_from_log, read_record, write_record
 
 # supervisor events told as they happen (the run's end is told by cmd.sh's run-end line): exactly one
 # per retry ("retrying" carries the attempt, class, reason and backoff), and one when the run is lost
@@ -69,6 +69,15 @@ KILL_WAIT_S = 5.0  # after a hang-up: how long the job gets before SIGKILL
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+
+def say(message: str) -> None:
+    """A line of the supervisor's in output.log (through the pane's tee)."""
+    try:
+        sys.stdout.write(f"pippa: {message}\n")
+        sys.stdout.flush()
+    except OSError:
+        pass  # the pane and its tee are gone (a hang-up): the record is what counts
 
 
 class Supervisor:
@@ -84,7 +93,7 @@ class Supervisor:
         self.path = os.path.join(run_dir, rd.ATTEMPTS_JSON)
         self.log = os.path.join(run_dir, rd.OUTPUT_LOG)
         self.metrics = os.path.join(run_dir, rd.METRICS)
-        old = read_json(self.path)
+        old = read_record(self.path, lambda: attempts_from_log(self.log))  # a torn one repaired
         kept = isinstance(old, dict) and isinstance(old.get("attempts"), list)
         self.doc: dict[str, Any] = old if kept and isinstance(old, dict) else {}
         self.doc["max_attempts"] = self.policy["max_attempts"]
@@ -104,15 +113,11 @@ class Supervisor:
         diverged, gave_up, finished, stopped, lost. (The place to hook alerts on: the alerts program reads
         the event's line from attempts.json's ``event``, never from argv.)"""
         self.doc["event"] = {"event": event, "message": message, "time": time.time()}
-        write_json(self.path, self.doc)
+        write_record(self.path, self.doc)
         if event in MID_RUN_ALERTS:
             self.alert(MID_RUN_ALERTS[event])
         if message:
-            try:
-                sys.stdout.write(f"pippa: {message}\n")
-                sys.stdout.flush()
-            except OSError:
-                pass  # the pane and its tee are gone (a hang-up): the record above is what counts
+            say(message)
 
     def alert(self, state: str) -> None:
         """Tell PIPPA_NOTIFY (when ``pippa up`` set alerts up) in the background, through this same
@@ -191,12 +196,16 @@ class Supervisor:
         line = f"{self.command} --resume" if resume else self.command
         if self.doc.get("overrides"):  # an OOM retry's smaller batch, for the rest of the run
             line += " " + " ".join(shlex.quote(str(a)) for a in self.doc["overrides"])
+        step, skipped = pick(os.path.join(self.run_dir, rd.CHECKPOINTS)) if resume else (None, [])
+        for passed in skipped:  # torn checkpoints, set aside: one line each
+            say(f"resume: {passed}")
         attempt = {
             "attempt": n,
             "start": time.time(),
             "end": None,
             "exit_code": None,
-            "resumed_from_step": newest_checkpoint(self.run_dir) if resume else None,
+            "resumed_from_step": step,
+            "skipped_checkpoints": skipped,
             "reason": None,
             "outcome": RUNNING,
             "log_offset": file_size(self.log),
@@ -213,6 +222,8 @@ class Supervisor:
         self.oom_kills_before = af.cgroup_oom_kills()
         # NCCL ranks keep a Flight Recorder trace and dump it when asked (no effect without NCCL)
         env = {**os.environ, **forensics.flight_recorder_env(self.run_dir, n)} if self.recipe else None
+        if env is not None and step is not None:  # checked above: the trainer need not hash it again
+            env[CHECKED_ENV] = rd.checkpoint_name(step)
         # A recipe's line is one simple command (pippa_ops.runs.script): exec'd, the trainer is the child
         # and its exit status the attempt's. Under a waiting sh, a Ctrl-C that came during the last step
         # read as 130 (sh dies of the SIGINT it was sent) though the trainer saved that step and exited 0.

@@ -66,6 +66,7 @@ class RunRecord:
     last_line: str | None = None  # going on with no metrics yet: its output's last line (start-up)
     warning: str | None = None  # the alarms the trainer raised (pippa_contract.alarms.warning)
     samples_step: int | None = None  # the sampled step to read for the first alarm
+    skipped: tuple[str, ...] = ()  # torn checkpoints its last attempt's resume passed over (checkpoint_check)
 
     @property
     def label(self) -> str:
@@ -194,6 +195,7 @@ def _record(
         moved_to=str(raw["moved_to"]) if raw.get("moved_to") else None,
         failover=_failover(meta.get("restart")),
         failure=_failure(raw.get("attempts")),
+        skipped=_skipped(raw.get("attempts")),
         recording=_recording(raw.get("metrics_size"), end),
         last_line=str(raw["last_line"]) if raw.get("last_line") else None,
         **_alarm_fields(raw.get("alarms")),
@@ -210,6 +212,15 @@ def _failure(doc: object) -> str | None:
         return None
     reason = last.get("reason")
     return fc.label(cls, str(reason) if reason else None)
+
+
+def _skipped(doc: object) -> tuple[str, ...]:
+    """``checkpoint-7 skipped: model.safetensors is 1024 bytes, the manifest says 2048``, for each torn
+    checkpoint the last attempt's resume passed over (the supervisor's record)."""
+    attempts = doc.get("attempts") if isinstance(doc, dict) else None
+    last = attempts[-1] if isinstance(attempts, list) and attempts and isinstance(attempts[-1], dict) else {}
+    found = last.get("skipped_checkpoints")
+    return tuple(str(x) for x in found) if isinstance(found, list) else ()
 
 
 def _recording(metrics_size: object, end: object) -> bool:

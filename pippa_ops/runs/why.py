@@ -29,6 +29,8 @@ class AttemptWhy:
     stuck: dict[str, list[str]] = field(default_factory=dict)  # "rank/pid" -> innermost frames first
     forensics: str | None = None  # the attempt's forensics directory, relative to the run directory
     gpu_index: int | None = None  # a gpu-fault: the faulted GPU's index (nvidia-smi's), when known
+    resumed_from_step: int | None = None  # the checkpoint it resumed from
+    skipped: list[str] = field(default_factory=list)  # torn checkpoints its resume passed over
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ def _attempt(raw: dict[str, Any]) -> AttemptWhy:
         stuck={str(k): [str(f) for f in v] for k, v in stacks.items() if isinstance(v, list)},
         forensics=str(forensics.get("dir")) if forensics.get("dir") else None,
         gpu_index=raw["gpu_index"] if isinstance(raw.get("gpu_index"), int) else None,
+        resumed_from_step=raw["resumed_from_step"] if isinstance(raw.get("resumed_from_step"), int) else None,
+        skipped=[str(x) for x in raw.get("skipped_checkpoints") or [] if x],
     )
 
 
@@ -126,10 +130,15 @@ def explain(rec: RunRecord, log_tail: list[str] | None = None) -> Why:
 def render(why: Why, max_attempts: int | None = None) -> list[str]:
     """The screen of ``pippa why``."""
     out = [f"{why.run_id} ({why.session}, {why.label}) on {why.host}: {why.state}"]
-    n = max_attempts or len(why.attempts)
+    n = max(max_attempts or 0, len(why.attempts))  # a resumed run: more attempts than its budget
     for a in why.attempts:
         head = f"attempt {a.attempt}/{n}  {fc.label(a.cls, a.reason)}"
         out.append(head + (f" (exit {a.exit_code})" if a.exit_code not in (None, 0) else ""))
+        for skipped in a.skipped:
+            out.append(f"  resume: {skipped}")
+        if a.skipped:
+            at = a.resumed_from_step
+            out.append(f"  resumed from step {at}" if at is not None else "  no whole checkpoint: step 0")
         if a.action:
             out.append(f"  then: {a.action}")
         for line in a.lines[:4]:

@@ -135,7 +135,7 @@ class RunLifecycle:
         from training_core import models
         from training_core.platform import apply_offline_env, detect
         from training_core.run import metrics
-        from training_core.run.layout import checkpoints_dir, newest_checkpoint
+        from training_core.run.layout import checkpoints_dir, resume_checkpoint
 
         cfg = self.res.config
         self.facts = detect(offline_probe=cfg.model.name != "tiny")
@@ -148,7 +148,7 @@ class RunLifecycle:
 
         hf_logging.disable_progress_bar()  # "Loading weights" / "Writing model shards" bars clutter the log
         ckpt_dir = checkpoints_dir(self.run_dir)
-        self.resume_from = newest_checkpoint(ckpt_dir) if self.resume else None
+        self.resume_from = resume_checkpoint(ckpt_dir, metrics.process_rank() == 0) if self.resume else None
         if self.resume and self.resume_from is None:
             print(f"resume: no checkpoint in {ckpt_dir}; starting from step 0", flush=True)
         self.resumed_step = int(self.resume_from.name.split("-")[1]) if self.resume_from else None
