@@ -15,4 +15,7 @@ def supervise(run_dir: str) -> int:
     signal.signal(signal.SIGINT, sup.on_interrupt)
     signal.signal(signal.SIGTERM, sup.on_hangup)
     signal.signal(signal.SIGHUP, sup.on_hangup)
-    return sup.run()
+    try:
+        return sup.run()
+    finally:  # the space kept for the record goes back before cmd.sh writes exit_code
+        sup.reserve.release()

@@ -44,6 +44,7 @@ from pippa_agent.supervise.files import (
     last_metrics,
     read_json,
 )
+from pippa_contract import diskspace as disk
 from pippa_contract import failures as fc
 from pippa_contract import rundir as rd
 from pippa_contract import stall as stl
@@ -106,6 +107,7 @@ class Supervisor:
         self.stopping = False
         self.setup = child_setup()
         self.oom_kills_before: int | None = None
+        self.reserve = disk.Reserve(run_dir)  # room for the record when the disk fills (diskspace)
 
     # -- the one place an event leaves the supervisor ---------------------------------------------
     def emit(self, event: str, message: str | None = None) -> None:
@@ -113,11 +115,22 @@ class Supervisor:
         diverged, gave_up, finished, stopped, lost. (The place to hook alerts on: the alerts program reads
         the event's line from attempts.json's ``event``, never from argv.)"""
         self.doc["event"] = {"event": event, "message": message, "time": time.time()}
-        write_record(self.path, self.doc)
+        self.record()
         if event in MID_RUN_ALERTS:
             self.alert(MID_RUN_ALERTS[event])
         if message:
             say(message)
+
+    def record(self) -> None:
+        """attempts.json rewritten; on a full disk (ENOSPC, EDQUOT) with the reserve given back and
+        tried once more, else left as it was (the document stays in memory for the next event)."""
+        for _ in range(2):
+            try:
+                write_record(self.path, self.doc)
+                return
+            except OSError as e:
+                if not (disk.is_full(e) and self.reserve.release()):
+                    return
 
     def alert(self, state: str) -> None:
         """Tell PIPPA_NOTIFY (when ``pippa up`` set alerts up) in the background, through this same
@@ -341,4 +354,5 @@ class Supervisor:
             self.emit(
                 "lost", f"attempt {n} lost: the session ended (signal {signum}); pippa recover resumes it"
             )
+        self.reserve.release()
         os._exit(128 + signum)

@@ -108,6 +108,9 @@ def next_command(rec: RunRecord, last: AttemptWhy) -> str:
             return (f"pippa resume {where} --gpus {rest}   (GPU {last.gpu_index} faulted; "
                     f"or --on OTHER_HOST)")  # fmt: skip
         return f"pippa resume {rec.run_id} --on OTHER_HOST   (a GPU fault: not on {rec.host})"
+    if last.cls == fc.DISK_FULL:
+        return (f"free space on {rec.host} (ended runs: pippa prune --older-than 7d --host {rec.host}, "
+                f"pippa rm RUN; fewer checkpoints: checkpoint.keep), then pippa resume {where}")  # fmt: skip
     if last.cls == fc.CONFIG:
         return f"pippa logs {where}   (fix the recipe or setting, then pippa run again)"
     if rec.recipe and last.cls in (fc.CRASH, fc.OOM, fc.HOST_OOM, fc.STOPPED, fc.STALLED, fc.NCCL):

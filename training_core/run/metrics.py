@@ -72,12 +72,21 @@ class MetricsWriter:
         # Called with every step and eval record once written (training_core.alarm_watch).
         self.observers: list[Callable[[dict[str, Any]], None]] = []
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._f: IO[str] = path.open("a", encoding="utf-8")
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, record: dict[str, Any]) -> None:
+        """One whole line or none: a write the disk cuts short (ENOSPC, EDQUOT) is truncated away
+        before the error goes on, so a resume never appends to half a line."""
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
-        self._f.write(json.dumps(clean, default=str) + "\n")
-        self._f.flush()
+        data = (json.dumps(clean, default=str) + "\n").encode()
+        at = os.fstat(self._fd).st_size
+        try:
+            done = 0
+            while done < len(data):
+                done += os.write(self._fd, data[done:])
+        except OSError:
+            os.ftruncate(self._fd, at)  # frees space, never needs any
+            raise
 
     def header(
         self,
@@ -118,7 +127,9 @@ class MetricsWriter:
         self.write({"type": "end", "status": status, "step": step, "time": time.time(), "error": error})
 
     def close(self) -> None:
-        self._f.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class NullWriter(MetricsWriter):
