@@ -112,7 +112,7 @@ def disk_full_line(e: BaseException, run_dir: Path) -> str | None:
     if "No space left" in text or "StorageFull" in text or "Disk quota" in text or (
         "write failed" in text and free is not None and free < diskspace.FULL_BELOW
     ):
-        return diskspace.line(str(run_dir / "checkpoints"), None)
+        return diskspace.line(str(run_layout.checkpoints_dir(run_dir)), None)
     return None
 
 
