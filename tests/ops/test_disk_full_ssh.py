@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_restart_ssh import STEPS, pippa, records, started, steps, wait_for
+from conftest import PIPPA
+from test_restart_ssh import REPO, STEPS, pippa, records, started, steps, wait_for
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]
 SETS = ["--set", f"train.max_steps={STEPS}", "--set", "checkpoint.every=2", "--set", "eval.interval=1000"]
@@ -92,3 +93,18 @@ def test_a_full_disk_ends_the_attempt_disk_full_and_resume_completes_after(clien
     assert (run_dir / "exit_code").read_text() == "0\n", log()
     assert steps(run_dir) == list(range(1, STEPS + 1))  # one row per step: none lost, none doubled
     assert [x["resumed_from_step"] for x in records(run_dir) if x.get("type") == "header"] == [None, 2]
+
+
+def test_pippa_run_reports_the_run_it_started_when_the_disk_fills_as_it_waits(client_env, full_host) -> None:
+    host, mount, once = full_host
+    once.write_text("no pause")  # the run goes straight on
+    argv = [PIPPA, "run", "tiny", "--host", host, "--name", "fillwait", *SETS]
+    pipe = subprocess.PIPE
+    p = subprocess.Popen(argv, cwd=REPO, env=client_env.env, stdout=pipe, stderr=pipe, text=True)
+    wait_for(lambda: any(mount.glob("*/output.log")), 120)
+    _fill(mount)  # while `pippa run` waits for the run's first line
+    out, err = p.communicate(timeout=300)
+    (run_dir,) = [d for d in mount.iterdir() if d.is_dir()]
+    assert out.startswith(f"started {run_dir.name}\n"), (out, err)
+    assert "lost the SSH connection" not in err and "Traceback" not in err, err
+    wait_for(lambda: (run_dir / "exit_code").exists(), 120)  # it ended with an exit code: not lost
