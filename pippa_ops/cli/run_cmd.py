@@ -355,7 +355,8 @@ def resume_cmd(
             where = f"{RUNS}/{result.run_ids[0]}/{CHECKPOINTS}/{found[-1]}"
             typer.echo(f"resumed {result.run_ids[0]} from {where}{passed}")
         else:
-            typer.echo(f"resumed {result.run_ids[0]}: no whole checkpoint: restarting from step 0{passed}")
+            none = "no whole checkpoint" if skipped else "no checkpoint"
+            typer.echo(f"resumed {result.run_ids[0]}: {none}: restarting from step 0{passed}")
         typer.echo(f"  host:    {result.host}")
         typer.echo(f"  session: {result.session}")
         typer.echo(f"  attach:  {result.attach_hint()}")
