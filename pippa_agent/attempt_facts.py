@@ -14,11 +14,11 @@ import os
 import subprocess
 import time
 
+from pippa_contract import diskspace, stall
 from pippa_contract import exitcodes as ec
 from pippa_contract import failures as fc
 from pippa_contract import retry as rp
 from pippa_contract import rundir as rd
-from pippa_contract import stall
 from pippa_contract.xids import boot_time, logged_at, pci_key
 
 TAIL_BYTES = 65536
@@ -168,6 +168,12 @@ def diverged_error(metrics_path: str) -> str | None:
     return None
 
 
+def disk_full(run_dir: str) -> str | None:
+    """``0 B free on /data`` when the run's file system has next to no space left (diskspace)."""
+    free = diskspace.free_bytes(run_dir)
+    return diskspace.free_text(run_dir) if free is not None and free < diskspace.FULL_BELOW else None
+
+
 def verdict(
     run_dir: str,
     attempt: dict[str, object],
@@ -203,6 +209,7 @@ def verdict(
             cgroup_oom_kills=max(0, rose),
             pids=pids or [],
             root=os.path.dirname(os.path.dirname(run_dir.rstrip("/"))),
+            disk_full=disk_full(run_dir) if code not in (None, 0) and not stopped else None,
         )
     )
 

@@ -3,8 +3,10 @@ checkpoints, removing run directories."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import stat
 import time
 
@@ -21,6 +23,7 @@ from pippa_agent.host import (
 )  # fmt: skip
 from pippa_agent.pins import record_program
 from pippa_contract import rundir as rd
+from pippa_contract.checkpoint_check import pick
 from pippa_contract.names import NAME_RE, SESSION_RE
 from pippa_contract.runfacts import redact_run, run_facts
 from pippa_contract.secretprints import host_redactor
@@ -78,6 +81,18 @@ def launch(req: LaunchRequest) -> LaunchAnswer:
     if not SESSION_RE.match(session):
         raise AgentError(ErrorKind.USAGE, f"invalid session name {session!r}")
     base = runs_dir(req["remote_dir"])
+    os.makedirs(base, exist_ok=True)
+    # One launch at a time on this host: claiming the session name (has-session, then new-session) and
+    # making the run directories are one step, so two starts of one name never both get past the check.
+    lock = os.open(os.path.join(base, rd.LAUNCH_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _launch(req, session, base)
+    finally:
+        os.close(lock)
+
+
+def _launch(req: LaunchRequest, session: str, base: str) -> LaunchAnswer:
     old = None
     if tmux("has-session", "-t", "=" + session).returncode == 0:
         if not req.get("replace"):
@@ -87,6 +102,7 @@ def launch(req: LaunchRequest) -> LaunchAnswer:
         # server, and a new server numbers sessions from $0 again (a reused identity).
         old = f"{session}-replaced-{int(req['stamp'])}"
         tmux("rename-session", "-t", "=" + session, old)
+    made: list[str] = []  # the run directories this start made: removed again when it fails
     for r in req["runs"]:
         if not NAME_RE.match(r["run_id"]):
             raise AgentError(ErrorKind.USAGE, f"invalid run id {r['run_id']!r}")
@@ -94,6 +110,8 @@ def launch(req: LaunchRequest) -> LaunchAnswer:
         if r.get("resume"):
             reopen_run_dir(d, session, float(req["stamp"]))
         else:
+            if not os.path.isdir(d):
+                made.append(d)
             os.makedirs(d, exist_ok=True)
             with open(os.path.join(d, rd.RUN_JSON), "w") as f:
                 f.write(r["run_json"] + "\n")
@@ -110,6 +128,8 @@ def launch(req: LaunchRequest) -> LaunchAnswer:
     if old is not None:  # a failed start still ends the replaced session, as asked
         tmux("kill-session", "-t", "=" + old)
     if p.returncode != 0:
+        for d in made:  # a start that did not start leaves nothing behind
+            shutil.rmtree(d, ignore_errors=True)
         raise AgentError(
             ErrorKind.TMUX, "tmux new-session failed: " + p.stderr.decode(errors="replace").strip()
         )
@@ -166,15 +186,18 @@ def stop(req: StopRequest) -> StopAnswer:
 
 
 def run_checkpoints(req: RunRequest) -> RunCheckpointsAnswer:
-    """The checkpoint directories of a run (``checkpoint-N``), oldest first."""
+    """The checkpoint directories of a run (``checkpoint-N``), oldest first, the torn ones at its end
+    passed over (pippa_contract.checkpoint_check: sizes against the manifest, not hashes)."""
     d = os.path.join(runs_dir(req["remote_dir"]), req["run_id"])
     if not NAME_RE.match(req["run_id"]) or os.path.islink(d):
         raise AgentError(ErrorKind.USAGE, "invalid run id " + repr(req["run_id"]))
+    ckpt_dir = os.path.join(d, rd.CHECKPOINTS)
+    _, skipped = pick(ckpt_dir, hashes=False)  # a cut file, told by its size; set aside as <name>.torn
     try:
-        names = os.listdir(os.path.join(d, rd.CHECKPOINTS))
+        names = os.listdir(ckpt_dir)
     except OSError:
         names = []
-    return {"checkpoints": rd.checkpoint_names(names)}
+    return {"checkpoints": rd.checkpoint_names(names), "skipped": skipped}
 
 
 def dir_size(path: str) -> int:

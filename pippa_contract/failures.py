@@ -13,6 +13,9 @@ PyTorch, NCCL, CUDA and the Linux kernel print (tests/contract/test_failures.py 
 5. ``gpu-fault`` a new NVIDIA Xid of a hardware kind (``pippa_contract.xids``), or an uncorrectable ECC
    error, during the attempt
 6. ``host-oom``  killed by SIGKILL, and the kernel's OOM killer (kernel log, cgroup oom_kill) says so
+6b. ``disk-full`` the run's file system was full (or the quota spent) when it ended: ENOSPC / EDQUOT in
+   the log, or next to no free space left there (pippa_contract.diskspace); never retried (it would
+   fail the same way until space is freed)
 7. ``diverged``  the metrics end line says NaN/inf
 8. ``config``    exit 2 (training_core's bad recipe or setting)
 9. ``oom``       CUDA / torch out-of-memory in the log
@@ -37,15 +40,15 @@ if TYPE_CHECKING:
 COMPLETED, STOPPED, CONFIG, DIVERGED = "completed", "stopped", "config", "diverged"
 OOM, HOST_OOM, GPU_FAULT, NCCL = "oom", "host-oom", "gpu-fault", "nccl"
 STALLED, LOST, CRASH = "stalled", "lost", "crash"
-CLASSES = (COMPLETED, STOPPED, CONFIG, DIVERGED, OOM, HOST_OOM, GPU_FAULT, NCCL, STALLED, LOST, CRASH)
-# The infrastructure's fault: retried without spending --retry, up to --infra-retries.
-INFRA = (LOST, NCCL, STALLED)
-# Never retried: a retry would end the same way, or the user asked.
-FINAL = (CONFIG, DIVERGED, STOPPED)
+DISK_FULL = "disk-full"
 # Its --budget was spent: the supervisor saved and stopped it, never retried (pippa_agent.supervise.budget).
 BUDGET = "budget"
-CLASSES = (*CLASSES, BUDGET)  # type: ignore[assignment]  # a row added after the others
-FINAL = (*FINAL, BUDGET)  # type: ignore[assignment]
+CLASSES: tuple[str, ...] = (COMPLETED, STOPPED, CONFIG, DIVERGED, OOM, HOST_OOM, GPU_FAULT, NCCL, STALLED,
+                             LOST, CRASH, DISK_FULL, BUDGET)  # fmt: skip
+# The infrastructure's fault: retried without spending --retry, up to --infra-retries.
+INFRA = (LOST, NCCL, STALLED)
+# Never retried: a retry would end the same way, the user asked, or its budget is spent.
+FINAL = (CONFIG, DIVERGED, STOPPED, DISK_FULL, BUDGET)
 
 USAGE_EXIT = 2
 SIGKILL_EXIT = 128 + 9
@@ -73,6 +76,8 @@ _KERNEL_OOM_KILLED = re.compile(r"(?:Out of memory|out of memory): Killed proces
 _KERNEL_OOM_SUMMARY = re.compile(r"oom-kill:constraint=[^\n]*?[,:]pid=(\d+)")
 # cudaErrorECCUncorrectable's message (CUDA runtime API, cudaGetErrorString).
 _ECC = re.compile(r"uncorrectable ECC error encountered")
+# strerror(ENOSPC) and strerror(EDQUOT), as Python's OSError and coreutils print them, and our own line.
+_DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded|^disk full: ")
 _RANK_PREFIX = re.compile(r"^\[(?:rank|Rank|default)\s*\d+\]:\s?")
 _GLOG_PREFIX = re.compile(
     r"^\[[IWEF]\d{4} [\d:.]+ [^\]]*\]\s*"
@@ -98,6 +103,7 @@ class AttemptFacts:
     cgroup_oom_kills: int = 0  # the rise of memory.events' oom_kill in the run's cgroup
     pids: Sequence[int] = ()  # the attempt's processes (to match the kernel's OOM victim)
     root: str = ""  # the repo root, to shorten a traceback's file to a relative path
+    disk_full: str | None = None  # "0 B free on /data": the run's file system was full when it ended
 
 
 @dataclass(frozen=True)
@@ -240,6 +246,14 @@ def classify(f: AttemptFacts) -> Verdict:
                 f"the run's cgroup counted {f.cgroup_oom_kills} OOM kill(s)",
                 (f"memory.events oom_kill +{f.cgroup_oom_kills}",),
             )
+    ours = [ln for ln in log if strip_rank(ln).startswith("disk full: ")]  # the writer's own line first
+    full = ours[0] if ours else _first(_DISK_FULL, log)
+    if f.disk_full or full is not None:
+        said = strip_rank(full).strip() if full is not None else None
+        where = f" ({f.disk_full})" if f.disk_full and (said is None or f.disk_full not in said) else ""
+        reason = said[len("disk full: ") :] if said and said.startswith("disk full: ") else said
+        return Verdict(DISK_FULL, _short(f"{reason or 'no space left on the run directory'}{where}"),
+                       (said,) if said else ())  # fmt: skip
     if f.diverged_error:
         return Verdict(DIVERGED, _short(f.diverged_error))
     if f.exit_code == USAGE_EXIT:

@@ -166,8 +166,9 @@ class RunRequest(TypedDict):
     run_id: str
 
 
-class RunCheckpointsAnswer(TypedDict):
+class RunCheckpointsAnswer(TypedDict, total=False):
     checkpoints: list[str]  # ``checkpoint-N`` names, oldest first
+    skipped: list[str]  # ``checkpoint-7 skipped: <why>``: torn ones passed over (set aside as .torn)
 
 
 class RemoveRunsRequest(TypedDict):

@@ -96,6 +96,8 @@ def decide(
         return Decision(False, None, f"saved at the {cls} signal: the engine that sent it restarts the run")
     if cls == fc.DIVERGED and not retry_diverged:
         return Decision(False, None, "diverged: not retried (--retry-diverged retries it)")
+    if cls == fc.DISK_FULL:
+        return Decision(False, None, "the disk is full: not retried (free space, then pippa resume RUN)")
     if cls == fc.GPU_FAULT:
         return Decision(
             False, None, "a GPU fault: not retried on this host (pippa resume RUN --on HOST moves it)"

@@ -29,6 +29,7 @@ ATTEMPTS_JSON = "attempts.json"
 CHECKPOINTS = "checkpoints"
 MOVED_TO = "moved_to"  # the host a run moved to (pippa resume RUN --on HOST): it goes on there
 FORENSICS = "forensics"  # forensics/attempt-N/: what a stalled attempt was doing (pippa_agent.forensics)
+LAUNCH_LOCK = ".launch.lock"  # in runs/: held while a launch claims its session and makes its run dirs
 STAGING = ".staging"  # inside checkpoints/: where a checkpoint is written before its rename into place
 ACCELERATE_YAML = "accelerate.yaml"  # the launcher's accelerate config (--processes, --hosts, SLURM)
 VLLM_LOG = "vllm.log"  # the vLLM server's output when generation runs on its own GPU

@@ -10,6 +10,7 @@ import re
 from pippa_contract import rundir as rd
 from pippa_contract import runpick
 from pippa_contract.metrics import LastRecords, summarize
+from pippa_contract.records import attempts_from_log, read_record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -128,12 +129,10 @@ def run_facts(d: str, summary: bool = False) -> dict[str, Any] | None:
     last.feed(tail_bytes(os.path.join(d, rd.METRICS)))
     run["steps"], run["end"] = last.steps, last.end
     attempts = os.path.join(d, rd.ATTEMPTS_JSON)  # written by the run's supervisor
-    if os.path.exists(attempts):
-        try:
-            with open(attempts, "rb") as f:
-                run["attempts"] = json.loads(f.read())
-        except (OSError, ValueError):
-            pass
+    if os.path.exists(attempts):  # a torn one repaired from its journal, or from output.log
+        doc = read_record(attempts, lambda: attempts_from_log(os.path.join(d, rd.OUTPUT_LOG)))
+        if doc is not None:
+            run["attempts"] = doc
     if exit_text is None:  # a run going on: has this stretch's trainer written a line yet (``run``'s watch)?
         run["recording"] = last.begun_since(runpick.num(run["started"]))
         if not run["recording"]:

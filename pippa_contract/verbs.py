@@ -196,11 +196,11 @@ def check_python(
     return cast("CheckPythonAnswer", _ask(agent, CHECK_PYTHON, request, timeout))
 
 
-def run_checkpoints(agent: Caller, remote_dir: str, run_id: str) -> list[str]:
-    """The run's ``checkpoint-N`` names, oldest first."""
+def run_checkpoints(agent: Caller, remote_dir: str, run_id: str) -> tuple[list[str], list[str]]:
+    """The run's whole ``checkpoint-N`` names, oldest first, and one line per torn one passed over."""
     request: RunRequest = {"remote_dir": remote_dir, "run_id": run_id}
     answer = cast("RunCheckpointsAnswer", _ask(agent, RUN_CHECKPOINTS, request))
-    return [str(c) for c in answer.get("checkpoints") or []]
+    return [str(c) for c in answer.get("checkpoints") or []], [str(c) for c in answer.get("skipped") or []]
 
 
 def remove_runs(

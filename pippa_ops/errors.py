@@ -132,6 +132,12 @@ class RunStillActive(PippaError):
     exit_code = ExitCode.CONFLICT
 
 
+class RunLivesElsewhere(PippaError):
+    """A move from a copy the run already left (``moved_to``), or to a host that already has the run."""
+
+    exit_code = ExitCode.CONFLICT
+
+
 class NotResumable(UsageError):
     """A run that has no recipe (a ``--cmd`` run) has no checkpoint to resume from."""
 

@@ -12,7 +12,8 @@ Off unless an environment variable asks; a run never sets them itself.
   stop signal arrives (at most 10 minutes), so a test's ``pippa stop`` (or kill) lands in the middle of
   the run however fast the steps are: a stop saves step S + 1 and ends the run there.
   ``PIPPA_TEST_PAUSE_ONCE=PATH`` makes that happen only while PATH does not exist (created when it
-  does), so the attempt after a kill runs through.
+  does), so the attempt after a kill runs through; removing PATH while it waits lets it go on (a
+  test that changes the host under a run, e.g. fills its disk, at a known step).
 - ``PIPPA_TEST_SLOW_RECORD=S``: the metrics writer waits S seconds after each write, as a loaded host
   may between two writes: a reader that could see a failed start's header without its end line does.
 """
@@ -85,7 +86,8 @@ def callback(stop_requested: Callable[[], object]) -> Any:
                 if pause_once and not _first_time(pause_once, f"paused at step {pause_at}"):
                     return
                 deadline = time.monotonic() + PAUSE_MAX_S
-                while not stop_requested() and time.monotonic() < deadline:
+                held = lambda: pause_once is None or os.path.exists(pause_once)  # noqa: E731
+                while not stop_requested() and time.monotonic() < deadline and held():
                     time.sleep(0.05)
 
     return FailOnDemand()

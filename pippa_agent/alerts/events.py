@@ -15,6 +15,7 @@ from pippa_contract.advice import after_failed_start, started_training
 from pippa_contract.alerts import cost_so_far, run_gpus
 from pippa_contract.failures import label
 from pippa_contract.metrics import header_max_steps
+from pippa_contract.records import read_record
 from pippa_contract.runfacts import reason_line
 
 # told by pippa_agent.supervise
@@ -62,7 +63,7 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
     total = total if total is not None and total > 0 else None
     if isinstance(end, dict) and isinstance(end.get("step"), int):
         step = end["step"]
-    doc = read_json(os.path.join(run_dir, rd.ATTEMPTS_JSON))
+    doc = read_record(os.path.join(run_dir, rd.ATTEMPTS_JSON))
     doc = doc if isinstance(doc, dict) else {}
     attempts = [a for a in doc.get("attempts") or [] if isinstance(a, dict)]
     said: dict[str, Any] = doc["event"] if isinstance(doc.get("event"), dict) else {}

@@ -8,8 +8,11 @@ import json
 import os
 import re
 
+from pippa_agent.doctor.disk_floor import checkpoint_floor
 from pippa_agent.doctor.proc import bounded as run
 from pippa_agent.host import host_path, which, write_atomic
+from pippa_contract import rundir as rd
+from pippa_contract.diskspace import size_text
 from pippa_contract.doctor import FAIL, OK, SKIPPED, WARN, check
 
 TYPE_CHECKING = False
@@ -120,6 +123,11 @@ def disk_checks(remote_dir: str, env: dict[str, str]) -> list[Check]:
                     f"{what}: checkpoints will fail to save; free space (pippa prune) or use a bigger disk",
                 )
             )
+        elif label == "remote dir" and (floor := checkpoint_floor(rd.runs_dir(host_path(remote_dir)))) and (
+            st.f_bavail * st.f_frsize < floor[0]
+        ):
+            need = f"below the {size_text(floor[0])} this host's runs need ({floor[1]})"
+            out.append(check("disk", WARN, f"{what}: {need}; free space (pippa prune) before a checkpoint"))
         elif used_pct >= DISK_WARN_PCT:
             out.append(
                 check("disk", WARN, f"{what}: nearly full; free space before a long run (pippa prune)")

@@ -17,7 +17,10 @@ def supervise(run_dir: str) -> int:
     signal.signal(signal.SIGHUP, sup.on_hangup)
     signal.signal(signal.SIGUSR1, sup.on_save_signal)
     signal.signal(signal.SIGUSR2, sup.on_save_signal)
-    return sup.run()
+    try:
+        return sup.run()
+    finally:  # the space kept for the record goes back before cmd.sh writes exit_code
+        sup.reserve.release()
 
 
 def supervise_task(run_dir: str, recipe: str, command: str) -> int:

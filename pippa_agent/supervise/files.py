@@ -9,12 +9,12 @@ import json
 import os
 import signal
 import struct
+import sys
 import termios
 import time
 from typing import Any, Callable
 
 from pippa_agent.attempt_facts import log_tail as tail_text
-from pippa_contract import rundir as rd
 from pippa_contract import runfacts
 
 POLL_S = 0.5
@@ -87,15 +87,6 @@ def last_metrics(path: str) -> tuple[float | None, dict[str, Any] | None]:
     return newest, end
 
 
-def newest_checkpoint(run_dir: str) -> int | None:
-    try:
-        names = os.listdir(os.path.join(run_dir, rd.CHECKPOINTS))
-    except OSError:
-        return None
-    steps = [step for step in map(rd.checkpoint_step, names) if step is not None]
-    return max(steps) if steps else None
-
-
 def exit_status(returncode: int) -> int:
     """A shell's view of a child's end: its code, or 128 + the signal that killed it."""
     return 128 - returncode if returncode < 0 else returncode
@@ -119,3 +110,32 @@ def child_setup() -> Callable[[], None]:
             prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
     return setup
+
+
+def say(message: str) -> None:
+    """A line of the supervisor's in output.log (through the pane's tee)."""
+    try:
+        sys.stdout.write(f"pippa: {message}\n")
+        sys.stdout.flush()
+    except OSError:
+        pass  # the pane and its tee are gone (a hang-up): the record is what counts
+
+
+def stalled_for(recipe: object, metrics: str, log: str, attempt: dict[str, Any]) -> float:
+    """Seconds since the attempt's last progress; 0 before its first step (model download and
+    start-up never count). A recipe run's progress is a metrics line, a command's its output."""
+    now = time.time()
+    if recipe is not None:
+        newest, _ = last_metrics(metrics)
+        if newest is None or newest < attempt["start"]:
+            return 0.0
+        try:
+            return now - max(newest, os.path.getmtime(metrics))
+        except OSError:
+            return 0.0
+    if file_size(log) <= attempt["log_offset"]:
+        return 0.0
+    try:
+        return now - os.path.getmtime(log)
+    except OSError:
+        return 0.0

@@ -13,6 +13,7 @@ from pippa_agent.supervise.files import read_json, write_json
 from pippa_contract import rundir as rd
 from pippa_contract.attempts import policy_of, summarize
 from pippa_contract.names import SESSION_RE
+from pippa_contract.records import read_record
 from pippa_contract.retry import may_restart_lost
 from pippa_contract.sessions import IDENTITY_FORMAT
 
@@ -46,11 +47,11 @@ def recover_lost(remote_dir: str) -> dict[str, Any]:
             continue
         if subprocess.run(["tmux", "has-session", "-t", "=" + session], capture_output=True).returncode == 0:
             continue  # running, or its session is taken: not lost
-        summary = summarize(read_json(os.path.join(d, rd.ATTEMPTS_JSON)))
+        summary = summarize(read_record(os.path.join(d, rd.ATTEMPTS_JSON)))
         if isinstance(meta.get("hosts"), list) and len(meta["hosts"]) > 1:
             out["skipped"].append([name, "a run over several hosts"])
             continue
-        left = may_restart_lost(read_json(os.path.join(d, rd.ATTEMPTS_JSON)))  # a lost attempt is free
+        left = may_restart_lost(read_record(os.path.join(d, rd.ATTEMPTS_JSON)))  # a lost attempt is free
         if (
             summary is None
             or left is False

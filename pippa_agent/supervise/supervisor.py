@@ -45,13 +45,13 @@ from pippa_agent.supervise.files import (
     drain_output,
     exit_status,
     file_size,
-    last_metrics,
-    newest_checkpoint,
     read_json,
-    write_json,
+    say,
+    stalled_for,
 )
 from pippa_agent.supervise.group import Group, first_line, group_of, peer_lost
 from pippa_agent.zipapp import program_file
+from pippa_contract import diskspace as disk
 from pippa_contract import exitcodes as ec
 from pippa_contract import failures as fc
 from pippa_contract import rundir as rd
@@ -66,7 +66,9 @@ from pippa_contract.attempts import (
     backoff,
     policy_of,
 )
+from pippa_contract.checkpoint_check import CHECKED_ENV, pick
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR
+from pippa_contract.records import attempts_from_log, read_record, write_record
 
 # supervisor events told as they happen (the run's end is told by cmd.sh's run-end line): exactly one
 # per retry ("retrying" carries the attempt, class, reason and backoff), and one when the run is lost
@@ -92,7 +94,7 @@ class Supervisor:
         self.path = os.path.join(run_dir, rd.ATTEMPTS_JSON)
         self.log = os.path.join(run_dir, rd.OUTPUT_LOG)
         self.metrics = os.path.join(run_dir, rd.METRICS)
-        old = read_json(self.path)
+        old = read_record(self.path, lambda: attempts_from_log(self.log))  # a torn one repaired
         kept = isinstance(old, dict) and isinstance(old.get("attempts"), list)
         self.doc: dict[str, Any] = old if kept and isinstance(old, dict) else {}
         self.doc["max_attempts"] = self.policy["max_attempts"]
@@ -110,6 +112,7 @@ class Supervisor:
         self.budget = Budget(self.policy.get("budget"), currency)
         g = group_of(self.meta)  # a run over several hosts: its ranks' supervisors fail together (.group)
         self.group = Group(*g, stopped=self.job_stopped) if g else None
+        self.reserve = disk.Reserve(run_dir)  # room for the record when the disk fills (diskspace)
 
     # -- the one place an event leaves the supervisor ---------------------------------------------
     def emit(self, event: str, message: str | None = None) -> None:
@@ -117,15 +120,22 @@ class Supervisor:
         diverged, gave_up, finished, stopped, lost. (The place to hook alerts on: the alerts program reads
         the event's line from attempts.json's ``event``, never from argv.)"""
         self.doc["event"] = {"event": event, "message": message, "time": time.time()}
-        write_json(self.path, self.doc)
+        self.record()
         if event in MID_RUN_ALERTS:
             self.alert(MID_RUN_ALERTS[event])
         if message:
+            say(message)
+
+    def record(self) -> None:
+        """attempts.json rewritten; on a full disk (ENOSPC, EDQUOT) with the reserve given back and
+        tried once more, else left as it was (the document stays in memory for the next event)."""
+        for _ in range(2):
             try:
-                sys.stdout.write(f"pippa: {message}\n")
-                sys.stdout.flush()
-            except OSError:
-                pass  # the pane and its tee are gone (a hang-up): the record above is what counts
+                write_record(self.path, self.doc)
+                return
+            except OSError as e:
+                if not (disk.is_full(e) and self.reserve.release()):
+                    return
 
     def alert(self, state: str) -> None:
         """Tell PIPPA_NOTIFY (when ``pippa up`` set alerts up) in the background, through this same
@@ -219,12 +229,16 @@ class Supervisor:
         line = f"{self.command} --resume" if resume else self.command
         if self.doc.get("overrides"):  # an OOM retry's smaller batch, for the rest of the run
             line += " " + " ".join(shlex.quote(str(a)) for a in self.doc["overrides"])
+        step, skipped = pick(os.path.join(self.run_dir, rd.CHECKPOINTS)) if resume else (None, [])
+        for passed in skipped:  # torn checkpoints, set aside: one line each
+            say(f"resume: {passed}")
         attempt = {
             "attempt": n,
             "start": time.time(),
             "end": None,
             "exit_code": None,
-            "resumed_from_step": newest_checkpoint(self.run_dir) if resume else None,
+            "resumed_from_step": step,
+            "skipped_checkpoints": skipped,
             "reason": None,
             "outcome": RUNNING,
             "log_offset": file_size(self.log),
@@ -242,6 +256,8 @@ class Supervisor:
         self.oom_kills_before = af.cgroup_oom_kills()
         # NCCL ranks keep a Flight Recorder trace and dump it when asked (no effect without NCCL)
         env = {**os.environ, **forensics.flight_recorder_env(self.run_dir, n)} if self.recipe else None
+        if env is not None and step is not None:  # checked above: the trainer need not hash it again
+            env[CHECKED_ENV] = rd.checkpoint_name(step)
         # A recipe's line is one simple command (pippa_ops.runs.script): exec'd, the trainer is the child
         # and its exit status the attempt's. Under a waiting sh, a Ctrl-C that came during the last step
         # read as 130 (sh dies of the SIGINT it was sent) though the trainer saved that step and exited 0.
@@ -271,7 +287,7 @@ class Supervisor:
                 rc = self.end_child(self.policy["grace_s"])
                 break
             limit = stall.now()
-            if limit and self.stalled_for(attempt) > limit and not saving(self.run_dir, limit):
+            if limit and stalled_for(self.recipe, self.metrics, self.log, attempt) > limit and not saving(self.run_dir, limit):
                 stalled = True
                 attempt["stall_threshold_s"] = limit
                 attempt["reason"] = stl.reason(limit, self.recipe is not None)
@@ -316,25 +332,6 @@ class Supervisor:
             return None  # the hub is out of reach: this rank's own verdict
         attempt["first_failed"] = {"rank": first["rank"], "host": first["host"]}
         return fc.Verdict(first["class"], first_line(first, with_class=False))
-
-    def stalled_for(self, attempt: dict[str, Any]) -> float:
-        """Seconds since the attempt's last progress; 0 before its first step (model download and
-        start-up never count). A recipe run's progress is a metrics line, a command's its output."""
-        now = time.time()
-        if self.recipe is not None:
-            newest, _ = last_metrics(self.metrics)
-            if newest is None or newest < attempt["start"]:
-                return 0.0
-            try:
-                return now - max(newest, os.path.getmtime(self.metrics))
-            except OSError:
-                return 0.0
-        if file_size(self.log) <= attempt["log_offset"]:
-            return 0.0
-        try:
-            return now - os.path.getmtime(self.log)
-        except OSError:
-            return 0.0
 
     def end_child(self, grace_s: float) -> int:
         assert self.child is not None
@@ -394,4 +391,5 @@ class Supervisor:
             self.emit(
                 "lost", f"attempt {n} lost: the session ended (signal {signum}); pippa recover resumes it"
             )
+        self.reserve.release()
         os._exit(128 + signum if stopped else ec.INFRA_EXIT[fc.LOST])

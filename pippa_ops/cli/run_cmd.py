@@ -297,7 +297,7 @@ def resume_cmd(
         from pippa_ops.cli.move_cmd import move_and_resume
 
         return move_and_resume(name, on, host, set_ or [], follow, runs_dir)
-    from pippa_ops.runs.tidy import checkpoints
+    from pippa_ops.runs.tidy import checked_checkpoints
     from pippa_ops.transport import agent_client
 
     where = locate_host(name, host)
@@ -305,13 +305,15 @@ def resume_cmd(
     with transport:
         run = current_run(list_runs(transport, spec.remote_dir), name)
         with agent_client.Session(transport) as agent:
-            found = checkpoints(agent, spec.remote_dir, run.run_id)
+            found, skipped = checked_checkpoints(agent, spec.remote_dir, run.run_id)
         result = resume(spec, transport, run.run_id, session=session, sets=list(set_ or []))
+        passed = f" ({'; '.join(skipped)})" if skipped else ""  # torn ones: never resumed from
         if found:
             where = f"{RUNS}/{result.run_ids[0]}/{CHECKPOINTS}/{found[-1]}"
-            typer.echo(f"resumed {result.run_ids[0]} from {where}")
+            typer.echo(f"resumed {result.run_ids[0]} from {where}{passed}")
         else:
-            typer.echo(f"resumed {result.run_ids[0]}: no checkpoint: restarting from step 0")
+            none = "no whole checkpoint" if skipped else "no checkpoint"
+            typer.echo(f"resumed {result.run_ids[0]}: {none}: restarting from step 0{passed}")
         typer.echo(f"  host:    {result.host}")
         typer.echo(f"  session: {result.session}")
         typer.echo(f"  attach:  {result.attach_hint()}")

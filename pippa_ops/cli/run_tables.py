@@ -161,6 +161,10 @@ def render_ps(
             line = f"{r.host} {rid}: {r.state_text}: {r.error}{failure_hint(r.error, r.host)}"
             typer.secho(escape(line), fg="red")
     for r in records:
+        for skipped in r.skipped:  # a torn checkpoint its resume passed over (kept as <name>.torn)
+            line = f"{r.host} {shown.get(r.run_id, r.run_id)}: resumed past {skipped}"
+            typer.secho(escape(line), fg="yellow")
+    for r in records:
         if r.warning:
             line = f"{r.host} {shown.get(r.run_id, r.run_id)}: warning: {r.warning}{samples_hint(r)}"
             typer.secho(escape(line), fg="yellow")

@@ -1,11 +1,13 @@
 """Hands a hot verb to the warm process (``instant.server``) instead of importing typer here.
 
 Standard library only (and ``keeper.wire``, which is too): this module is all a warm ``pippa ps``
-imports. The command line, working directory, environment and umask go to the warm process with
-this process's stdin, stdout and stderr (SCM_RIGHTS), so its child writes to this terminal, sees its
-width and whether it is one; this process forwards Ctrl-C (and TERM, HUP, QUIT) to that child and
-exits with its exit status. The socket is guarded as the keeper's is: a private directory, a 0600
-socket owned by this user, and the peer's uid checked on connect.
+imports. The command line, working directory, environment and umask go to the warm process; once it
+has acknowledged them, the go-ahead carries this process's stdin, stdout and stderr (SCM_RIGHTS), so
+its child writes to this terminal, sees its width and whether it is one (a warm process that does not
+acknowledge, stopped or slow, never gets them: the command runs here, and no reader waits for it);
+this process forwards Ctrl-C (and TERM, HUP, QUIT) to that child and exits with its exit status.
+The socket is guarded as the keeper's is: a private directory, a 0600 socket owned by this user,
+and the peer's uid checked on connect.
 
 When to fall back to the typer app in this process (``None``): not a hot verb, reuse turned off
 (``--no-reuse`` before the verb, ``PIPPA_NO_REUSE=1``), no warm process, one that refuses (another
@@ -41,7 +43,9 @@ if TYPE_CHECKING:
     from pathlib import Path
     from types import FrameType
 
-ACK_WAIT_S = 2.0  # a live warm process acknowledges at once; past this it is given up (not forked)
+# A live warm process acknowledges at once; past this it is given up (not forked) and the command runs
+# here: a stopped one (a suspended laptop) costs a command this long, and holds none of its descriptors.
+ACK_WAIT_S = 1.0
 GO = b"G"  # client -> warm process: fork now (after its A); the child then sends S (pid) and X (status)
 STARTUP_VARS = ("LANG", "LANGUAGE", "TZ")  # and every PYTHON* and LC_* variable
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -93,16 +97,17 @@ def run_warm(argv: list[str]) -> int | None:
                 "argv": argv, "argv0": sys.argv[0], "cwd": os.getcwd(), "env": dict(os.environ),
                 "umask": umask, "prefix": sys.prefix, "package": PACKAGE, "path": sys.path,
             }  # fmt: skip
-            _send_with_stdio(sock, json.dumps(request).encode())
+            payload = json.dumps(request).encode()
+            sock.sendall(LENGTH.pack(len(payload)) + payload)  # no descriptor goes with the request
             got = reader.next(time.monotonic() + ACK_WAIT_S)
         except (OSError, TimeoutError, wire.ProtocolError, ValueError):
-            return None
+            return None  # a stopped warm process (a suspended laptop, a debugger) holds nothing of ours
         if got is None or got[0] != wire.ACK:
             return None  # refused, or gone: nothing was forked
         try:
-            sock.sendall(wire.frame(GO))
+            _send_with_stdio(sock, wire.frame(GO))
         except OSError:
-            return None  # it forks only on reading GO whole, so it did not
+            return None  # it forks only on reading GO whole, with the descriptors, so it did not
         return _relay(reader)
 
 
@@ -128,9 +133,10 @@ def _connect(path: str) -> socket.socket | None:
     return sock
 
 
-def _send_with_stdio(sock: socket.socket, payload: bytes) -> None:
-    """The request, with this process's fds 0, 1 and 2 attached to its first byte."""
-    data = LENGTH.pack(len(payload)) + payload
+def _send_with_stdio(sock: socket.socket, data: bytes) -> None:
+    """The go-ahead, with this process's fds 0, 1 and 2 attached to its first byte: sent only once the
+    warm process has acknowledged the request, so a warm process that stops (SIGSTOP) before it does
+    never holds this terminal's or this pipe's descriptors (a reader to EOF would wait for it)."""
     sent = socket.send_fds(sock, [data], [0, 1, 2])
     if sent < len(data):
         sock.sendall(data[sent:])

@@ -101,29 +101,39 @@ def changed(stamps: dict[str, int]) -> bool:
     return False
 
 
-def _read_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    """The request and the client's fds 0-2 (attached to its first bytes)."""
+def _read_request(conn: socket.socket) -> dict[str, Any]:
+    """The request (no descriptors come with it: they come with the go-ahead, ``_read_go``)."""
+    conn.settimeout(REQUEST_WAIT_S)
+    buf = bytearray()
+    while len(buf) < 4:
+        buf += _recv(conn)
+    (n,) = client.LENGTH.unpack(bytes(buf[:4]))
+    if n > wire.MAX_FRAME:
+        raise Refused("request too large")
+    while len(buf) < 4 + n:
+        buf += _recv(conn)
+    request: dict[str, Any] = json.loads(bytes(buf[4 : 4 + n]))
+    return request
+
+
+def _read_go(conn: socket.socket) -> list[int]:
+    """The client's go-ahead and its fds 0-2 (attached to its first byte)."""
     conn.settimeout(REQUEST_WAIT_S)
     data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 3)
-    if len(fds) != 3:
-        for fd in fds:
-            os.close(fd)
-        raise Refused("no stdio")
-    buf = bytearray(data)
     try:
-        while len(buf) < 4:
-            buf += _recv(conn)
-        (n,) = client.LENGTH.unpack(bytes(buf[:4]))
-        if n > wire.MAX_FRAME:
-            raise Refused("request too large")
-        while len(buf) < 4 + n:
-            buf += _recv(conn)
-        request = json.loads(bytes(buf[4 : 4 + n]))
+        if not data:
+            raise Refused("client went away")
+        reader = wire.FrameReader()
+        reader.feed(data)
+        while (got := reader.pop()) is None:
+            reader.feed(_recv(conn))
+        if got[0] != client.GO or len(fds) != 3:
+            raise Refused("no go-ahead with stdio")
     except BaseException:
         for fd in fds:
             os.close(fd)
         raise
-    return request, fds
+    return fds
 
 
 def _recv(conn: socket.socket) -> bytes:
@@ -198,26 +208,23 @@ def serve(listener: socket.socket, path: Path, inode: int, persist_s: float) -> 
 def _accept(conn: socket.socket, listener: socket.socket, stamps: dict[str, int], group: Any) -> int | None:
     """Check one request, acknowledge it, and fork its child on the go-ahead; the child's pid."""
     try:
-        request, fds = _read_request(conn)
+        request = _read_request(conn)
     except (OSError, ValueError, Refused):
         return None
     try:
-        try:
-            check(request, stamps)
-        except Refused as e:
-            with contextlib.suppress(OSError):
-                conn.sendall(wire.json_frame(wire.ERROR, {"error": "refused", "message": str(e)}))
-            if e.stale:
-                raise
-            return None
-        reader = wire.FrameReader(conn)
-        try:
-            conn.sendall(wire.frame(wire.ACK))
-            got = reader.next(time.monotonic() + REQUEST_WAIT_S)
-        except (OSError, TimeoutError, wire.ProtocolError):
-            return None
-        if got is None or got[0] != client.GO:
-            return None
+        check(request, stamps)
+    except Refused as e:
+        with contextlib.suppress(OSError):
+            conn.sendall(wire.json_frame(wire.ERROR, {"error": "refused", "message": str(e)}))
+        if e.stale:
+            raise
+        return None
+    try:
+        conn.sendall(wire.frame(wire.ACK))
+        fds = _read_go(conn)
+    except (OSError, TimeoutError, wire.ProtocolError, Refused):
+        return None
+    try:
         pid = os.fork()
         if pid == 0:
             listener.close()

@@ -72,6 +72,7 @@ class RunRecord:
     samples_step: int | None = None  # the sampled step to read for the first alarm
     failed_at_start: bool = False  # a recipe run that failed before its first step (contract.advice)
     first_started: float | None = None  # a resumed run: when its first stretch began (ps's STARTED)
+    skipped: tuple[str, ...] = ()  # torn checkpoints its last attempt's resume passed over (checkpoint_check)
 
     @property
     def label(self) -> str:
@@ -227,6 +228,7 @@ def _record(
         first_started=_num(meta.get("first_started")),
         failed_at_start=bool(meta.get("recipe")) and exit_code not in (None, 0) and state != states.STOPPED
         and not started_training(end, steps),
+        skipped=_skipped(raw.get("attempts")),
         last_line=str(raw["last_line"]) if raw.get("last_line") else None,
         **_alarm_fields(raw.get("alarms")),
     )
@@ -242,6 +244,15 @@ def _failure(doc: object) -> str | None:
         return None
     reason = last.get("reason")
     return fc.label(cls, str(reason) if reason else None)
+
+
+def _skipped(doc: object) -> tuple[str, ...]:
+    """``checkpoint-7 skipped: model.safetensors is 1024 bytes, the manifest says 2048``, for each torn
+    checkpoint the last attempt's resume passed over (the supervisor's record)."""
+    attempts = doc.get("attempts") if isinstance(doc, dict) else None
+    last = attempts[-1] if isinstance(attempts, list) and attempts and isinstance(attempts[-1], dict) else {}
+    found = last.get("skipped_checkpoints")
+    return tuple(str(x) for x in found) if isinstance(found, list) else ()
 
 
 def _alarm_fields(alarms: Any) -> dict[str, Any]:

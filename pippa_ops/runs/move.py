@@ -25,6 +25,7 @@ from pippa_contract import verbs
 from pippa_ops.errors import (
     HostUnreachable,
     NotResumable,
+    RunLivesElsewhere,
     RunNotFound,
     RunStillActive,
     UnknownHost,
@@ -33,7 +34,7 @@ from pippa_ops.errors import (
 from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.runs.launch import LaunchResult, resume
-from pippa_ops.runs.listing import RunRecord
+from pippa_ops.runs.listing import RunRecord, list_runs
 from pippa_ops.runs.locate import all_hosts, locate
 from pippa_ops.runs.pull import PART
 from pippa_ops.runs.script import recipe_job
@@ -223,6 +224,13 @@ def move_run(
                                      f"pippa stop {rec.run_id} --host {rec.host} first")  # fmt: skip
             if rec.recipe is None:
                 raise NotResumable(f"run {rec.run_id} ran a command (--cmd): it has no checkpoint to move")
+            if rec.moved_to:  # a stale copy: the run goes on where it moved, never from here again
+                home = f"pippa resume {rec.run_id} --host {rec.moved_to}"
+                where = f"{rec.host}: run {rec.run_id} moved to {rec.moved_to}"
+                raise RunLivesElsewhere(f"{where} and lives there ({home}); not moved")
+            if any(r.run_id == rec.run_id for r in list_runs(tr2, spec2.remote_dir).runs):
+                there = f"pippa ps --host {to_host}"
+                raise RunLivesElsewhere(f"{to_host} already has run {rec.run_id}: not moved ({there})")
             meta = {**_meta(rec.command, rec.recipe, rec.run_id, rec.host, spec2), **(extra or {})}
             old, tr1 = connect(rec.host)
             with tr1:

@@ -82,7 +82,7 @@ def recover(spec: HostSpec, transport: Transport) -> RecoverResult:
             live.add(run.session)
             assert run.attempt is not None and run.max_attempts is not None
             n = run.attempt + 1  # a lost attempt may not count in --retry: the count grows with it
-            found = verbs.run_checkpoints(agent, spec.remote_dir, run.run_id) if run.recipe else []
+            found = verbs.run_checkpoints(agent, spec.remote_dir, run.run_id)[0] if run.recipe else []
             of = max(n, run.attempts_of or run.max_attempts)
             resumed.append(Recovered(run.run_id, run.session, n, of, found[-1] if found else None))
     return RecoverResult(spec.name, tuple(resumed), tuple(skipped))

@@ -53,7 +53,14 @@ def has_checkpoints(transport: Transport, remote_dir: str, run_ids: Sequence[str
 
 
 def checkpoints(agent: agent_client.Session, remote_dir: str, run_id: str) -> list[str]:
-    """The run's checkpoint directory names, oldest first (``checkpoint-N``)."""
+    """The run's checkpoint directory names, oldest first (``checkpoint-N``), torn ones left out."""
+    return checked_checkpoints(agent, remote_dir, run_id)[0]
+
+
+def checked_checkpoints(
+    agent: agent_client.Session, remote_dir: str, run_id: str
+) -> tuple[list[str], list[str]]:
+    """``checkpoints``, and one line per torn one the host passed over and set aside."""
     return verbs.run_checkpoints(agent, remote_dir, run_id)
 
 

@@ -30,6 +30,8 @@ class AttemptWhy:
     stuck: dict[str, list[str]] = field(default_factory=dict)  # "rank/pid" -> innermost frames first
     forensics: str | None = None  # the attempt's forensics directory, relative to the run directory
     gpu_index: int | None = None  # a gpu-fault: the faulted GPU's index (nvidia-smi's), when known
+    resumed_from_step: int | None = None  # the checkpoint it resumed from
+    skipped: list[str] = field(default_factory=list)  # torn checkpoints its resume passed over
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ def _attempt(raw: dict[str, Any]) -> AttemptWhy:
         stuck={str(k): [str(f) for f in v] for k, v in stacks.items() if isinstance(v, list)},
         forensics=str(forensics.get("dir")) if forensics.get("dir") else None,
         gpu_index=raw["gpu_index"] if isinstance(raw.get("gpu_index"), int) else None,
+        resumed_from_step=raw["resumed_from_step"] if isinstance(raw.get("resumed_from_step"), int) else None,
+        skipped=[str(x) for x in raw.get("skipped_checkpoints") or [] if x],
     )
 
 
@@ -107,6 +111,9 @@ def next_command(rec: RunRecord, last: AttemptWhy) -> str:
             return (f"pippa resume {where} --gpus {rest}   (GPU {last.gpu_index} faulted; "
                     f"or --on OTHER_HOST)")  # fmt: skip
         return f"pippa resume {rec.run_id} --on OTHER_HOST   (a GPU fault: not on {rec.host})"
+    if last.cls == fc.DISK_FULL:
+        return (f"free space on {rec.host} (ended runs: pippa prune --older-than 7d --host {rec.host}, "
+                f"pippa rm RUN; fewer checkpoints: checkpoint.keep), then pippa resume {where}")  # fmt: skip
     if rec.failed_at_start and rec.recipe:  # a resume restarts from step 0 and meets the same cause
         return after_failed_start(last.reason or rec.error, rec.recipe, rec.command, rec.host)
     if last.cls == fc.CONFIG:
@@ -139,10 +146,15 @@ def explain(rec: RunRecord, log_tail: list[str] | None = None) -> Why:
 def render(why: Why, max_attempts: int | None = None) -> list[str]:
     """The screen of ``pippa why``."""
     out = [f"{why.run_id} ({why.session}, {why.label}) on {why.host}: {why.state}"]
-    n = max_attempts or len(why.attempts)
+    n = max(max_attempts or 0, len(why.attempts))  # a resumed run: more attempts than its budget
     for a in why.attempts:
         head = f"attempt {a.attempt}/{n}  {fc.label(a.cls, a.reason)}"
         out.append(head + (f" (exit {a.exit_code})" if a.exit_code not in (None, 0) else ""))
+        for skipped in a.skipped:
+            out.append(f"  resume: {skipped}")
+        if a.skipped:
+            at = a.resumed_from_step
+            out.append(f"  resumed from step {at}" if at is not None else "  no whole checkpoint: step 0")
         if a.action:
             out.append(f"  then: {a.action}")
         for line in a.lines[:4]:

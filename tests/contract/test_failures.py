@@ -241,9 +241,28 @@ def test_oom_halves_the_batch_keeping_the_effective_batch_down_to_one() -> None:
     assert not retry.decide(["oom"], max_attempts=1, on_oom="fail", batch=(8, 1)).retry
 
 
-@pytest.mark.parametrize("cls", ["config", "stopped", "diverged", "gpu-fault", "completed"])
+@pytest.mark.parametrize("cls", ["config", "stopped", "diverged", "gpu-fault", "completed", "disk-full"])
 def test_classes_never_retried(cls: str) -> None:
     assert not retry.decide([cls], max_attempts=9).retry
+
+
+def test_a_full_disk_is_disk_full_naming_the_path_and_the_free_space() -> None:
+    # the trainer's own line (training_core.run.lifecycle), under a traceback a writer printed before it
+    ours = "disk full: writing /data/runs/r/metrics.jsonl: No space left on device (0 B free on /data)"
+    tb = ["Traceback (most recent call last):", '  File "x.py", line 3, in save',
+          "OSError: [Errno 28] No space left on device", ours]  # fmt: skip
+    v = fc.classify(fc.AttemptFacts(exit_code=1, log_tail=tb))
+    assert (v.cls, v.reason) == ("disk-full", ours[len("disk full: ") :])
+    assert fc.label(v.cls, v.reason).startswith("disk-full (writing /data/runs/r/metrics.jsonl: ")
+    # torch's writer says neither: the supervisor saw the file system full when the attempt ended
+    torch_says = ["RuntimeError: [enforce fail at inline_container.cc:603] . PytorchStreamWriter failed"]
+    v = fc.classify(fc.AttemptFacts(exit_code=1, log_tail=torch_says, disk_full="12 KB free on /data"))
+    assert (v.cls, v.reason) == ("disk-full", "no space left on the run directory (12 KB free on /data)")
+    quota = ["OSError: [Errno 122] Disk quota exceeded: '/home/u/runs/r/checkpoints/x'"]
+    assert fc.classify(fc.AttemptFacts(exit_code=1, log_tail=quota)).cls == "disk-full"
+    assert fc.classify(fc.AttemptFacts(exit_code=0, log_tail=tb)).cls == "completed"
+    assert fc.classify(fc.AttemptFacts(exit_code=130, log_tail=tb, stopped=True)).cls == "stopped"
+    assert "disk-full" in fc.CLASSES and "disk-full" in fc.FINAL
 
 
 # --- the suspect of a hang ------------------------------------------------------------------------

@@ -206,3 +206,29 @@ def test_quick_torch_facts_are_cached_per_python_until_what_it_imports_changes(t
     assert system.torch_facts([sys.executable], env, full=True, cache=cache)["torch"] != "from-the-cache"
     install(None)  # a CPU-only torch installed over it: its version.py changed, so the python is asked
     assert system.torch_facts([sys.executable], env, full=False, cache=cache)["cuda"] is None
+
+
+def test_the_disk_check_warns_below_a_floor_sized_from_the_hosts_checkpoints(tmp_path: Path) -> None:
+    from pippa_agent.doctor.disk_floor import HEADROOM_MIN, checkpoint_floor
+    from pippa_agent.doctor.system import DISK_FAIL_FREE_GIB, DISK_WARN_PCT, disk_checks
+    from pippa_contract.checkpoint_check import MANIFEST
+
+    st = os.statvfs(tmp_path)
+    free = st.f_bavail * st.f_frsize
+    used_pct = 100 * (st.f_blocks - st.f_bfree) / st.f_blocks
+    fine = free > DISK_FAIL_FREE_GIB * 1024**3 and used_pct < DISK_WARN_PCT  # the fixed rules pass
+    if fine:  # no run, no checkpoint: no floor
+        assert [c["status"] for c in disk_checks(str(tmp_path), {"HF_HOME": str(tmp_path)})] == ["ok"]
+    run = tmp_path / "runs" / "20261129-000000-tiny-ab12"
+    ckpt = run / "checkpoints" / "checkpoint-4"
+    ckpt.mkdir(parents=True)
+    size = free // 3 + 1  # a checkpoint as large as a third of what is free: three of them do not fit
+    (ckpt / MANIFEST).write_text(json.dumps({"version": 1, "files": {"model.safetensors": {"size": size}}}))
+    header = {"type": "header", "config": {"checkpoint": {"keep": 3}}}
+    (run / "metrics.jsonl").write_text(json.dumps(header) + "\n")
+    floor = checkpoint_floor(str(tmp_path / "runs"))
+    assert floor is not None and floor[0] == 3 * size + max(HEADROOM_MIN, 3 * size // 10)
+    assert floor[1].startswith(f"{run.name}'s checkpoint-4 ") and "x checkpoint.keep 3 + headroom" in floor[1]
+    if fine:  # a disk the fixed rules pass: only the floor speaks
+        (disk,) = disk_checks(str(tmp_path), {"HF_HOME": str(tmp_path)})
+        assert disk["status"] == "warn" and "this host's runs need" in disk["detail"], disk

@@ -168,7 +168,7 @@ def test_the_agents_python_check_and_run_removal_on_this_machine(tmp_path: Path,
     (run / "exit_code").write_text("0\n")
     (run / "output.log").write_text("x" * 1000)
     assert agent_runs.run_checkpoints({"remote_dir": remote, "run_id": run.name}) == {
-        "checkpoints": ["checkpoint-5", "checkpoint-10"]}  # fmt: skip
+        "checkpoints": ["checkpoint-5", "checkpoint-10"], "skipped": []}  # fmt: skip
     args = {"remote_dir": remote, "run_ids": [run.name, "20261118-000000-tiny-none"], "dry_run": True}
     dry = agent_runs.remove_runs(args)
     assert dry["removed"] == [run.name] and dry["bytes"] >= 1000 and run.is_dir()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -50,15 +51,21 @@ def _until(check, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def
 
 
 @pytest.fixture
-def warm(kept: ClientEnv) -> Iterator[ClientEnv]:  # noqa: F811
+def warm(warm_server: tuple[ClientEnv, subprocess.Popen[bytes]]) -> ClientEnv:
     """The keeper and the warm process, both running for this client."""
+    return warm_server[0]
+
+
+@pytest.fixture
+def warm_server(kept: ClientEnv) -> Iterator[tuple[ClientEnv, subprocess.Popen[bytes]]]:  # noqa: F811
+    """``warm``, and the warm process itself."""
     assert reuse.start() is not None
     path = client.socket_path()
     proc = subprocess.Popen([sys.executable, "-c", client.SERVER_MAIN, str(path)], env=kept.env,
                               cwd="/", stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     try:
         _until(lambda: path.exists())
-        yield kept
+        yield kept, proc
     finally:
         proc.terminate()
         proc.wait(10)
@@ -242,3 +249,58 @@ def test_the_host_agent_files_are_watched_and_a_reinstall_ends_the_warm_process(
     with pytest.raises(server.Refused, match="not a hot verb") as refused:
         server.check({**request, "path": ["", *sys.path[1:]], "argv": ["attach", "x"]}, stamps)
     assert not refused.value.stale
+
+
+def _server_pid(path: str) -> int | None:
+    """The newest warm process for ``path`` (its argv names it), not a wrapper waiting to start it."""
+    for pid in sorted(filter(str.isdigit, os.listdir("/proc")), key=int, reverse=True):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[-2:] == [path.encode(), b""] and client.SERVER_MAIN.encode() in argv:
+            return int(pid)
+    return None
+
+
+def _mine(out: str, run_id: str) -> list[str]:
+    """The header and this run's rows, its duration masked (the shared host's other runs come and go)."""
+    rows = out.splitlines()
+    return [re.sub(r"\b\d+[hm]\d+[ms]\b", "D", r) for r in rows[:1] + [r for r in rows if run_id in r]]
+
+
+def test_a_stopped_warm_process_holds_no_reader(warm, ssh_hosts):
+    """A warm process stopped (SIGSTOP: a suspended laptop, a debugger) before it acknowledges gets none
+    of the client's descriptors: ``pippa ps | cat``, ``$(pippa ps)`` and ``pippa logs R | head`` end
+    within 3 s, with a cold command's output."""
+    h = ssh_hosts[0].name
+    cmd = "seq 1 50; sleep 60"
+    started = _pippa(warm.env, "run", "--host", h, "-n", "stopped-warm", "--cmd", cmd, "--json")
+    assert started.returncode == 0, started.stderr
+    run_id = json.loads(started.stdout)["run_ids"][0]
+    _until(lambda: _pippa(warm.env, "logs", run_id, "--host", h).stdout.endswith("50\n"))
+    lines = [f"{PIPPA} ps --host {h} | cat", f'x=$({PIPPA} ps --host {h}); printf "%s\\n" "$x"',
+             f"{PIPPA} logs {run_id} --host {h} | head -n 3"]  # fmt: skip
+    # the warm process these commands use: the socket their environment names
+    probe = [sys.executable, "-c", "from pippa_ops.instant import client; print(client.socket_file())"]
+    path = subprocess.run(probe, env=warm.env, capture_output=True, text=True, check=True).stdout.strip()
+    pid = _server_pid(path)
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for line in lines:
+            t = time.monotonic()
+            got = subprocess.run(["sh", "-c", line], env=warm.env, capture_output=True, text=True, timeout=30)
+            took = time.monotonic() - t
+            cold = subprocess.run(["sh", "-c", line], env={**warm.env, "PIPPA_NO_REUSE": "1"},
+                                  capture_output=True, text=True, timeout=30)  # fmt: skip
+            assert took <= 3.0, (line, took)
+            if "logs" in line:
+                assert (got.returncode, got.stdout) == (0, cold.stdout) == (0, "1\n2\n3\n"), got.stderr
+                continue
+            assert got.returncode == 0 and _mine(got.stdout, run_id) == _mine(cold.stdout, run_id), (
+                line, got.stdout, cold.stdout, got.stderr)  # fmt: skip
+            assert len(_mine(got.stdout, run_id)) == 2
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        _pippa(warm.env, "stop", "stopped-warm", "--host", h, "--grace", "0.5")

@@ -51,13 +51,35 @@ def _read(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
+def _unique_prefix(run: str, runs: Path) -> str | None:
+    """The shortest cut of ``run`` into its hex tail that no other run on the host starts with, once
+    the second of its stamp is over (a run started later has a later stamp); None when only the whole
+    id is unique (another run of that second shares all but the last digit)."""
+    while time.strftime("%Y%m%d-%H%M%S") == run[:15]:
+        time.sleep(0.05)
+    others = [p.name for p in runs.iterdir() if p.name != run]
+    for n in range(len(run) - 4, len(run)):
+        if not any(o.startswith(run[:n]) for o in others):
+            return run[:n]
+    return None
+
+
 def test_logs_is_one_agent_request_with_the_output_errors_and_exit_codes_of_before(kept, ssh_hosts):  # noqa: F811
     h = ssh_hosts[1]
     assert reuse.start() is not None
     runs = h.home / "pippa" / "runs"
     tag = f"lg{os.getpid()}"  # sessions of its own: the hosts are shared by the session's tests
-    done = _start(kept, h.name, f"{tag}d", "for i in 1 2 3 4 5; do echo line$i; done; exit 3")
-    _until(lambda: (runs / done / "exit_code").exists())
+    done, cut = "", None
+    for _ in range(5):  # the hosts are shared: a prefix of this run's id that fits it alone
+        if done:  # the session name means one run again
+            assert _pippa(kept, "rm", done, "--host", h.name, "--yes").returncode == 0
+        done = _start(kept, h.name, f"{tag}d", "for i in 1 2 3 4 5; do echo line$i; done; exit 3")
+        ended = runs / done / "exit_code"
+        _until(ended.exists)
+        cut = _unique_prefix(done, runs)
+        if cut is not None:
+            break
+    assert cut is not None, "five runs in a row shared all but a digit with another run"
     live = _start(kept, h.name, f"{tag}r", "echo a; echo b; sleep 60")
     _until(lambda: _read(runs / live / "output.log") == "a\nb\n")
     whole = "".join(f"line{i}\n" for i in range(1, 6))
@@ -70,7 +92,7 @@ def test_logs_is_one_agent_request_with_the_output_errors_and_exit_codes_of_befo
 
     try:
         short = done.split("-", 2)[2]  # label-hex: a dash tail
-        for name in (f"{tag}d", done, short, done[:-1]):  # session, whole id, tail, prefix
+        for name in (f"{tag}d", done, short, cut):  # session, whole id, tail, a prefix of its own
             assert logs(name, "--host", h.name) == (0, whole, "", 1), name
         assert logs(f"{tag}d", "--host", h.name, "--tail", "2") == (0, "line4\nline5\n", "", 1)
         assert logs(done, "--host", h.name, "-n", "0") == (0, "", "", 1)

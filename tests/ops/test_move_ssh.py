@@ -82,6 +82,20 @@ def test_a_stopped_run_moves_to_another_host_and_ends_where_an_uninterrupted_run
     assert json.loads((new_dir / "run.json").read_text())["host"] == b.name
     assert not [p for p in (b.home / "pippa" / "runs").iterdir() if p.name.startswith(".pippa-move")]
 
+    # a moved run moves once: from its stale copy, refused naming where it lives; to a host that has it,
+    # refused; one line each, warm and direct
+    third = ssh_hosts[1]
+    for how in (env, {**env, "PIPPA_NO_REUSE": "1"}):
+        again = pippa(how, "resume", run_id, "--host", a.name, "--on", third.name)
+        assert (again.returncode, again.stdout) == (8, ""), again.stderr
+        assert again.stderr == (f"pippa: {a.name}: run {run_id} moved to {b.name} and lives there "
+                                f"(pippa resume {run_id} --host {b.name}); not moved\n")  # fmt: skip
+        assert not (third.home / "pippa" / "runs" / run_id).exists()
+        back = pippa(how, "resume", run_id, "--host", b.name, "--on", a.name)
+        assert (back.returncode, back.stdout) == (8, ""), back.stderr
+        refused = f"pippa: {a.name} already has run {run_id}: not moved (pippa ps --host {a.name})\n"
+        assert back.stderr == refused, back.stderr
+
 
 def test_a_run_moves_from_the_pulled_copy_when_its_host_is_down(
     client_env, ssh_hosts, tmp_path: Path

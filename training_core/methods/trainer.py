@@ -13,11 +13,14 @@ the finished directory into ``checkpoints/``, so a kill at any moment leaves no 
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import shutil
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -28,6 +31,7 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from pippa_contract.checkpoint_check import write_manifest
 from training_core.config import RunConfig
 from training_core.methods.precision_hooks import PrecisionHooks
 from training_core.precision import BF16_MODES
@@ -123,6 +127,44 @@ def grpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str
     )
 
 
+class Manifests:
+    """Writes each published checkpoint's manifest (pippa_contract.checkpoint_check) in a thread of its
+    own, in order, while training goes on: hashing reads every byte the save wrote, which for a large
+    model takes about as long as the save. The thread ends when nothing is left to do and is not a
+    daemon, so the interpreter waits for the last manifest before the process exits (a stop included);
+    a kill before it leaves that checkpoint without one (judged by its files' structure). A checkpoint
+    removed or replaced meanwhile gets none."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: collections.deque[tuple[Path, int]] = collections.deque()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, ckpt: Path) -> None:
+        with self._lock:
+            self._pending.append((ckpt, ckpt.stat().st_ino))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="pippa-manifests")
+                self._thread.start()
+
+    def close(self) -> None:
+        """Wait for the manifests asked for so far."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                if not self._pending:
+                    self._thread = None
+                    return
+                ckpt, inode = self._pending.popleft()
+            with contextlib.suppress(OSError):  # rotated away or replaced meanwhile: no manifest
+                write_manifest(str(ckpt), inode)
+
+
 class AtomicCheckpoints:
     """Mixin for a transformers Trainer: checkpoints appear whole or not at all, the newest ``keep`` kept.
     It only adds a callback (``PublishCheckpoints``) after the Trainer's own constructor."""
@@ -147,6 +189,7 @@ class PublishCheckpoints(TrainerCallback):  # type: ignore[misc]
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
         self.mark = time.time()  # the last callback before a save would start
+        self.manifests = Manifests()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         self.mark = time.time()
@@ -170,9 +213,13 @@ class PublishCheckpoints(TrainerCallback):  # type: ignore[misc]
                 state.global_step))  # fmt: skip
         acc.wait_for_everyone()
         if args.should_save:
-            publish(Path(args.output_dir), state.global_step, self.trainer.keep_checkpoints)
+            done = publish(Path(args.output_dir), state.global_step, self.trainer.keep_checkpoints)
             record_save(Path(args.output_dir).parent.parent, state.global_step, self.mark, time.time())
+            self.manifests.submit(done)
         acc.wait_for_everyone()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.manifests.close()
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -207,9 +254,9 @@ def record_save(run_dir: Path, step: int, start: float, end: float) -> None:
     with open(run_dir / SAVES, "a", encoding="utf-8") as f:
         f.write(line)
 
-
-def publish(staging: Path, step: int, keep: int) -> None:
-    """``staging/checkpoint-<step>`` renamed to ``staging/../checkpoint-<step>``; TRL's model card
+def publish(staging: Path, step: int, keep: int) -> Path:
+    """``staging/checkpoint-<step>`` renamed to ``staging/../checkpoint-<step>`` (returned; its manifest
+    is the caller's: ``Manifests``); TRL's model card
     (README.md) moved beside it; staging removed; all but the newest ``keep`` checkpoints deleted."""
     final_root = staging.parent
     name = checkpoint_name(step)
@@ -223,6 +270,7 @@ def publish(staging: Path, step: int, keep: int) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     for _, old in checkpoints(final_root)[: -max(1, keep)]:
         shutil.rmtree(old, ignore_errors=True)
+    return target
 
 
 class PippaGRPOTrainer(AtomicCheckpoints, RecordSamples, PrecisionHooks, GRPOTrainer):  # type: ignore[misc]

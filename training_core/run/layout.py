@@ -41,3 +41,16 @@ def checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
 def newest_checkpoint(ckpt_dir: Path) -> Path | None:
     found = checkpoints(ckpt_dir)
     return found[-1][1] if found else None
+
+
+def resume_checkpoint(ckpt_dir: Path, main: bool) -> Path | None:
+    """The newest whole checkpoint (pippa_contract.checkpoint_check): a torn one is passed over with
+    one line each (and set aside by the main process), never resumed from."""
+    import os
+
+    from pippa_contract.checkpoint_check import CHECKED_ENV, pick
+
+    step, skipped = pick(str(ckpt_dir), os.environ.get(CHECKED_ENV, ""), set_aside=main)
+    for line in skipped if main else []:
+        print(f"resume: {line}", flush=True)
+    return None if step is None else ckpt_dir / checkpoint_name(step)

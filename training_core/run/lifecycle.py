@@ -69,6 +69,27 @@ def first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
+def disk_full_line(e: BaseException, run_dir: Path) -> str | None:
+    """``disk full: writing <path>: No space left on device (0 B free on /data)`` when ``e`` (or what
+    caused it) is a full disk or quota: an OSError's errno, or the text torch's and safetensors' writers
+    wrap it in (``file write failed``, ``StorageFull``) with the run's file system out of space."""
+    from pippa_contract import diskspace
+
+    seen: BaseException | None = e
+    while seen is not None:
+        if diskspace.is_full(seen):
+            name = getattr(seen, "filename", None)
+            return diskspace.line(str(name) if name else str(run_dir), seen)
+        seen = seen.__cause__ or seen.__context__
+    free = diskspace.free_bytes(str(run_dir))
+    text = str(e)
+    if "No space left" in text or "StorageFull" in text or "Disk quota" in text or (
+        "write failed" in text and free is not None and free < diskspace.FULL_BELOW
+    ):
+        return diskspace.line(str(run_layout.checkpoints_dir(run_dir)), None)
+    return None
+
+
 class RunLifecycle:
     """Owns what every run opens and must close: the newest checkpoint and the superseded lines on
     ``--resume``, the seed, the settled config (``training_core.models.settle``), W&B, the metrics
@@ -109,7 +130,7 @@ class RunLifecycle:
         from training_core import models
         from training_core.platform import apply_offline_env, detect
         from training_core.run import metrics
-        from training_core.run.layout import checkpoints_dir, newest_checkpoint
+        from training_core.run.layout import checkpoints_dir, resume_checkpoint
 
         cfg = self.res.config
         self.facts = detect(offline_probe=cfg.model.name != "tiny")
@@ -122,7 +143,7 @@ class RunLifecycle:
 
         hf_logging.disable_progress_bar()  # "Loading weights" / "Writing model shards" bars clutter the log
         ckpt_dir = checkpoints_dir(self.run_dir)
-        self.resume_from = newest_checkpoint(ckpt_dir) if self.resume else None
+        self.resume_from = resume_checkpoint(ckpt_dir, metrics.process_rank() == 0) if self.resume else None
         if self.resume and self.resume_from is None:
             print(f"resume: no checkpoint in {ckpt_dir}; starting from step 0", flush=True)
         self.resumed_step = int(self.resume_from.name.split("-")[1]) if self.resume_from else None
@@ -215,6 +236,9 @@ class RunLifecycle:
         elif isinstance(e, Diverged):  # no checkpoint: it would hold the broken weights
             status, error, code = "diverged", str(e), e.exit_code
             print(f"error: {e}", file=sys.stderr, flush=True)
+        elif isinstance(e, Exception) and (full := disk_full_line(e, self.run_dir)):
+            error = full  # one line, no traceback: the supervisor classes it disk-full
+            print(full, file=sys.stderr, flush=True)
         elif isinstance(e, Exception):
             error = f"{type(e).__name__}: {e}"
             traceback.print_exception(e)
@@ -222,10 +246,13 @@ class RunLifecycle:
             handled = False  # SystemExit and the like: recorded as failed, then on their way
         for s, h in self._old_handlers.items():
             signal.signal(s, h)
-        if self.alarm_watch is not None:
-            self.alarm_watch.check()  # a long run checks every few records; the end sees them all
-        self.samples.close()
-        self.writer.end(status, self._step(), error)
+        try:  # on a full disk these writes fail too: the run's end is still told (output.log, exit code)
+            if self.alarm_watch is not None:
+                self.alarm_watch.check()  # a long run checks every few records; the end sees them all
+            self.samples.close()
+            self.writer.end(status, self._step(), error)
+        except OSError as failed:
+            print(disk_full_line(failed, self.run_dir) or f"could not record the end: {failed}", flush=True)
         self.writer.close()
         self._finish_wandb(code)
         self.code = code

@@ -78,10 +78,18 @@ class MetricsWriter:
 
     def write(self, *records: dict[str, Any]) -> None:
         """Append ``records`` in ONE write(2): a reader sees all of them or none (a failed start's header
-        and end line arrive together, so ``pippa run`` never takes the header alone for a start)."""
+        and end line arrive together, so ``pippa run`` never takes the header alone for a start). Whole
+        lines or none: a write the disk cuts short (ENOSPC, EDQUOT) is truncated away before the error
+        goes on, so a resume never appends to half a line."""
         data = "".join(json.dumps(_finite(r), default=str) + "\n" for r in records).encode()
-        while data:
-            data = data[os.write(self._fd, data) :]
+        at = os.fstat(self._fd).st_size
+        try:
+            done = 0
+            while done < len(data):
+                done += os.write(self._fd, data[done:])
+        except OSError:
+            os.ftruncate(self._fd, at)  # frees space, never needs any
+            raise
         if self._pause_s:
             time.sleep(self._pause_s)
 

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from pippa_contract.checkpoint_check import write_manifest
 from training_core.run.layout import STAGING, checkpoint_name, checkpoints
 
 STATE_FILE = "selfplay_state.pt"
@@ -45,6 +46,7 @@ def save(
         },
         staging / STATE_FILE,
     )
+    write_manifest(str(staging))  # last: pippa_contract.checkpoint_check
     target = ckpt_root / checkpoint_name(step)
     if target.exists():
         shutil.rmtree(target)
