@@ -287,7 +287,8 @@ class Supervisor:
                 rc = self.end_child(self.policy["grace_s"])
                 break
             limit = stall.now()
-            if limit and stalled_for(self.recipe, self.metrics, self.log, attempt) > limit and not saving(self.run_dir, limit):
+            quiet = stalled_for(self.recipe, self.metrics, self.log, attempt) if limit else 0.0
+            if limit and quiet > limit and not saving(self.run_dir, limit):
                 stalled = True
                 attempt["stall_threshold_s"] = limit
                 attempt["reason"] = stl.reason(limit, self.recipe is not None)
