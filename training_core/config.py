@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Precision = Literal["auto", "bf16", "bf16_amp", "fp16", "fp32"]
+Engine = Literal["auto", "hf", "static", "paged", "vllm"]
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,26 @@ class TrainConfig:
     dataloader_num_workers: int = 0
     # Log (metrics.jsonl, W&B, stdout) every N optimizer steps. Default 1.
     logging_steps: int = 1
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How GRPO generates completions (training_core.generation; docs/training.md, "Generation engines")."""
+
+    # "hf": TRL's own HF generate() (dynamic cache, no compile). "static": a static KV cache whose decode
+    # step is torch.compile'd into CUDA graphs (the compile TRL turns off). "paged": transformers'
+    # continuous batching (paged KV cache; TRL's use_transformers_continuous_batching). "vllm": TRL's vLLM
+    # (train.vllm_mode). "auto" (default): vLLM where train.use_vllm resolves true, else "static" on a
+    # CUDA GPU, else "hf" (the CPU path is today's). An engine that fails on a host falls back to "hf" in
+    # one printed line and the run goes on.
+    engine: Engine = "auto"
+    # torch.compile of the static engine's decode step. "auto": on CUDA only (where transformers compiles);
+    # "on": on every device (slow on a CPU); "off": the static cache alone. Default "auto".
+    compile: Literal["auto", "on", "off"] = "auto"
+    # torch.compile backend of the static engine. Default "inductor".
+    compile_backend: str = "inductor"
+    # torch.compile mode; "reduce-overhead" replays each decode step as one CUDA graph. Default it.
+    compile_mode: str = "reduce-overhead"
 
 
 @dataclass(frozen=True)
@@ -325,6 +346,8 @@ class RunConfig:
         ]
     )
     train: TrainConfig = field(default_factory=TrainConfig)
+    # The GRPO generation engine (GRPO only; the other methods ignore it).
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)

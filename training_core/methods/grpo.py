@@ -33,6 +33,11 @@ def validate(cfg: RunConfig) -> None:
         raise BadSetting(
             "train.generation_batch_size must be a multiple of train.per_device_train_batch_size"
         )
+    if t.use_vllm is True and cfg.generation.engine not in ("auto", "vllm"):
+        raise BadSetting(
+            f"train.use_vllm = true conflicts with generation.engine = {cfg.generation.engine}; "
+            "set one of them"
+        )
     if t.dataloader_num_workers != 0:
         raise BadSetting("train.dataloader_num_workers must be 0 (workers break TRL's generation batching)")
     if t.temperature <= 0:
@@ -88,8 +93,10 @@ def build_trainer(
     cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, train_ds: Any, callbacks: list[Any],
     peft_config: Any, reward_funcs: Sequence[Any] = (),
 ) -> Any:  # fmt: skip
+    from training_core.generation.engines import for_host
     from training_core.methods.trainer import PippaGRPOTrainer, grpo_args
 
+    plan = for_host(cfg)
     return PippaGRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -98,6 +105,7 @@ def build_trainer(
         train_dataset=train_ds,
         callbacks=callbacks,
         peft_config=peft_config,
+        generation=plan,
     )
 
 

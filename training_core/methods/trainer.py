@@ -26,6 +26,7 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from training_core.config import RunConfig
+from training_core.generation.choice import EngineChoice
 from training_core.run.layout import STAGING, checkpoint_name, checkpoints, checkpoints_dir
 from training_core.samples_trl import RecordSamples
 
@@ -158,8 +159,9 @@ def publish(staging: Path, step: int, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-class PippaGRPOTrainer(AtomicCheckpoints, RecordSamples, GRPOTrainer):  # type: ignore[misc]
-    """Atomic checkpoints, and a sample of some steps' batches in samples.jsonl (``samples``)."""
+class PippaGRPOTrainer(AtomicCheckpoints, RecordSamples, EngineChoice, GRPOTrainer):  # type: ignore[misc]
+    """Atomic checkpoints, a sample of some steps' batches in samples.jsonl (``samples``), and the
+    generation engine of ``generation=`` (a Plan; training_core.generation) with its one-line fallback."""
 
 
 def stop_callback(

@@ -25,6 +25,32 @@ QWEN2_0_5B: dict[str, Any] = {
 }
 
 
+# Qwen/Qwen2.5-1.5B(-Instruct) config.json: 1.54B parameters, tied embeddings.
+QWEN2_5_1_5B: dict[str, Any] = {
+    **QWEN2_0_5B,
+    "hidden_size": 1536,
+    "intermediate_size": 8960,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+}
+
+# A small Qwen2 shape (GQA, several layers, a vocabulary past tiny's characters) for the CPU: the tests and
+# the dry modes of bench/gpu_perf run the code paths of the real shapes on it in seconds.
+QWEN2_TOY: dict[str, Any] = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 1024,
+    "rope_theta": 1_000_000.0,
+    "rms_norm_eps": 1e-6,
+    "vocab_size": 256,
+    "tie_word_embeddings": True,
+}
+
+
 def build_tokenizer(vocab_size: int) -> Any:
     """tiny's character tokenizer, its vocabulary padded to ``vocab_size`` with ``<fN>`` tokens."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
