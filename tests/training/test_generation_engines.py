@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from training_core.generation import engines  # noqa: E402
 from training_core.models import shapes, tiny  # noqa: E402
 from training_core.platform import PlatformFacts  # noqa: E402
 from training_core.recipes import resolve  # noqa: E402
+from training_core.run.flops import setup_for  # noqa: E402
+from training_core.run.metrics import MetricsWriter, make_callback  # noqa: E402
 
 NEW = 10  # completion tokens
 # varied lengths: left padding of 0 to 17 tokens in one batch
@@ -159,14 +162,22 @@ def test_a_failing_engine_falls_back_in_one_line_and_the_run_goes_on(
     cfg = _cfg('generation.engine="static"', 'generation.compile="on"', 'generation.compile_backend="absent"')
     trainer = _trainer(model, tok, cfg, tmp_path)
     assert trainer.engine == "static"
+    writer = MetricsWriter(tmp_path / "metrics.jsonl")
+    trainer.add_callback(make_callback(writer, False, 1, setup=setup_for(cfg, model)))
     capsys.readouterr()
     trainer.train()
+    writer.close()
     lines = [ln for ln in capsys.readouterr().out.splitlines() if "generation engine" in ln]
     assert lines == [
         "generation engine static failed (InvalidBackend: Invalid backend: 'absent', see "
         "`torch._dynamo.list_backends()` for available backends.); using hf"
     ]
     assert trainer.engine == "hf" and trainer.state.global_step == 1
+    # the step's figures: the generation share and tokens/s of the (fallen back) engine, in metrics.jsonl
+    row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["perf/gen_tokens"] == pytest.approx(12 * row["completions/mean_length"])
+    assert 0 < row["perf/gen_share"] < 1
+    assert row["perf/gen_tokens_per_s"] > 0 and row["perf/train_tokens_per_s"] > 0
     assert trainer.gen_clock.completion_tokens == 0  # taken into the logged step
 
 
