@@ -16,6 +16,9 @@ from training_core.data.loaders import Row
 from training_core.errors import BadSetting, UsageError
 from training_core.methods import trl_run
 
+# The method writes its own batch (generation); training_core.run.flops counts that forward.
+GENERATES = True
+
 
 def validate(cfg: RunConfig) -> None:
     """Cross-field checks that TRL would otherwise report deep inside its constructor."""

@@ -174,7 +174,7 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
     reward_funcs = method.reward_funcs(cfg, rctx)
     n_params = sum(p.numel() for p in model.parameters())
     progress = cfg.logging.progress and life.main
-    setup = flops.setup_for(cfg, model)
+    setup = flops.setup_for(cfg, model, getattr(method, "GENERATES", False))
     cbs: list[Any] = [metrics.make_callback(writer, progress, n_params, life.facts.gpu_name, setup=setup)]
     if cfg.eval.task != "none":
         task = EVAL_TASKS.get(cfg.eval.task, cfg.plugins)
