@@ -35,8 +35,9 @@ class ModelConfig:
     # fp32 updates, more memory); "fp16": fp32 weights with fp16 autocast and loss scaling. A GPU without
     # bf16 gets fp16 instead of bf16 at run time (training_core.platform.train_precision).
     precision: Precision = "auto"
-    # Recompute activations in backward to fit bigger batches (A100/H100 presets turn it on). Default off.
-    gradient_checkpointing: bool = False
+    # Recompute activations in backward to fit bigger batches (A100/H100 presets turn it on). "auto": off
+    # where the step's memory estimate fits the GPU without it (training_core.run.step_plan). Default off.
+    gradient_checkpointing: bool | Literal["auto"] = False
     # LoRA rank; 0 = full fine-tuning (default). The code recipes use r=16, alpha=32 (recipes/code_*.toml).
     lora_r: int = 0
     # LoRA scaling alpha (unused when lora_r = 0). Default 32.
@@ -113,6 +114,8 @@ class TrainConfig:
     # transformers optimizer name ("adamw_torch", "adamw_bnb_8bit" for 8-bit AdamW). Default "adamw_torch".
     optim: str = "adamw_torch"
     # Completions per device per micro-step (TRL counts completions, not prompts). Default 2 (baseline).
+    # 0 = auto: the largest micro-batch the memory estimate fits, with accumulation making up
+    # generation_batch_size (on-policy: one generation per optimizer step; training_core.run.step_plan).
     per_device_train_batch_size: int = 2
     # Micro-steps per optimizer step. Default 4 (baseline).
     gradient_accumulation_steps: int = 4

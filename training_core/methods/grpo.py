@@ -32,7 +32,7 @@ def validate(cfg: RunConfig) -> None:
             f"generation batch {gen_batch} is not a multiple of train.num_generations={t.num_generations}; "
             "set train.generation_batch_size to a multiple of it"
         )
-    if t.generation_batch_size and t.generation_batch_size % t.per_device_train_batch_size:
+    if t.per_device_train_batch_size and t.generation_batch_size % t.per_device_train_batch_size:
         raise BadSetting(
             "train.generation_batch_size must be a multiple of train.per_device_train_batch_size"
         )

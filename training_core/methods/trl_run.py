@@ -39,6 +39,12 @@ def validate_trainer_settings(cfg: RunConfig) -> None:
         "max_completion_length",
         "logging_steps",
     ):
+        if k == "per_device_train_batch_size" and t.per_device_train_batch_size == 0:
+            if t.generation_batch_size < 1:  # auto: the step's completions must be named
+                raise BadSetting(
+                    "train.per_device_train_batch_size = 0 (auto) needs train.generation_batch_size"
+                )
+            continue
         if getattr(t, k) < 1:
             raise BadSetting(f"bad value for train.{k}: must be >= 1, got {getattr(t, k)}")
     if cfg.model.from_run and not NAME_RE.match(cfg.model.from_run):

@@ -141,4 +141,4 @@ def setup_for(cfg: RunConfig, model: Any, generates: bool = True) -> Setup:
         t.num_iterations,
         bool(t.use_vllm),
     )
-    return Setup(shape_of(model), cfg.model.gradient_checkpointing, off_policy)
+    return Setup(shape_of(model), cfg.model.gradient_checkpointing is True, off_policy)
