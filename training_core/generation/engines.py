@@ -120,15 +120,26 @@ def apply(trainer: Any, engine: str, p: Plan) -> None:
         return
     trainer.use_transformers_continuous_batching = engine == "paged"
     if engine == "paged":
-        from transformers.generation import ContinuousBatchingConfig
+        trainer.continuous_batching_config = paged_config(p)
+    configure(gc, engine, p, trainer.args.cache_implementation)
 
-        # TRL's own default share of free GPU memory for the paged cache (0.9 leaves none to train in)
-        fields = {"max_memory_percent": 0.5, **(p.paged_config or {})}
-        trainer.continuous_batching_config = ContinuousBatchingConfig(**fields)
-    gc.cache_implementation = "static" if engine == "static" else trainer.args.cache_implementation
-    gc.max_cache_len = p.max_cache_len if engine == "static" else None
-    gc.disable_compile = not (engine == "static" and p.compile)
-    gc.compile_config = compile_config(p) if engine == "static" and p.compile else None
+
+def configure(gc: Any, engine: str, p: Plan, plain_cache: str | None = None) -> None:
+    """A transformers GenerationConfig set for ``engine``'s generate() (``hf`` and ``paged``: as TRL
+    builds it, ``plain_cache`` its cache; ``static``: the static cache and, per the plan, its compile)."""
+    static = engine == "static"
+    gc.cache_implementation = "static" if static else plain_cache
+    gc.max_cache_len = p.max_cache_len if static else None
+    gc.disable_compile = not (static and p.compile)
+    gc.compile_config = compile_config(p) if static and p.compile else None
+
+
+def paged_config(p: Plan) -> Any:
+    """transformers' ContinuousBatchingConfig of the paged engine."""
+    from transformers.generation import ContinuousBatchingConfig
+
+    # TRL's own default share of free GPU memory for the paged cache (0.9 leaves none to train in)
+    return ContinuousBatchingConfig(**{"max_memory_percent": 0.5, **(p.paged_config or {})})
 
 
 def compile_config(p: Plan) -> Any:

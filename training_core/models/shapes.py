@@ -68,14 +68,16 @@ def build_tokenizer(vocab_size: int) -> Any:
     )
 
 
-def build_model(spec: dict[str, Any], dtype: Any = None, seed: int = 0) -> Any:
-    """A randomly initialised Qwen2 causal LM of shape ``spec`` (pad id 0, eos id 1, as tiny's)."""
+def build_model(spec: dict[str, Any], dtype: Any = None, seed: int = 0, device: str = "cpu") -> Any:
+    """A randomly initialised Qwen2 causal LM of shape ``spec`` (pad id 0, eos id 1, as tiny's), its
+    weights made and initialised on ``device`` (a GPU builds a 1.5B model in a second; a CPU takes long)."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(pad_token_id=0, eos_token_id=1, bos_token_id=1, **spec)
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config)
     if dtype is not None:
         model = model.to(dtype)
     model.generation_config = GenerationConfig(eos_token_id=1, pad_token_id=0, bos_token_id=1)
