@@ -232,8 +232,7 @@ def run(
         "params": n_params,
         "batch": t.per_device_train_batch_size,
         "accumulation": t.gradient_accumulation_steps,
-        "generation_batch": t.generation_batch_size
-        or t.per_device_train_batch_size * t.gradient_accumulation_steps,
+        "generation_batch": t.generation_batch,
         "num_generations": t.num_generations,
         "max_completion_length": t.max_completion_length,
         "gradient_checkpointing": cfg.model.gradient_checkpointing,

@@ -147,6 +147,12 @@ class TrainConfig:
     # Log (metrics.jsonl, W&B, stdout) every N optimizer steps. Default 1.
     logging_steps: int = 1
 
+    @property
+    def generation_batch(self) -> int:
+        """Completions generated at once: generation_batch_size, or TRL's default batch x accumulation."""
+        per_step = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        return self.generation_batch_size or per_step
+
 
 @dataclass(frozen=True)
 class GenerationSettings:

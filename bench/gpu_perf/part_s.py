@@ -104,15 +104,15 @@ def main() -> None:
 
     spec = QWEN2_TOY if a.dry else QWEN2_0_5B
     arms: dict[str, Any] = {}
+    ratios: dict[str, float] = {}
     for name in ("B", "A0", "A1"):  # B first: a time limit that cuts the part keeps the tuned step
         try:
             arms[name] = arm(name, a.dry, spec)
         except Exception as e:  # one arm failing (memory, compile) still leaves the others' figures
             arms[name] = {"error": f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"}
-        _part.write(a.out, "S", a.dry, t0, shape="toy" if a.dry else "Qwen2.5-0.5B", arms=arms)
-    tps = {k: v.get("step_tokens_per_s") for k, v in arms.items()}
-    ratios = {f"B/{k}": tps["B"] / tps[k] for k in ("A0", "A1") if tps.get("B") and tps.get(k)}
-    _part.write(a.out, "S", a.dry, t0, shape="toy" if a.dry else "Qwen2.5-0.5B", arms=arms, ratios=ratios)
+        tps = {k: v.get("step_tokens_per_s") for k, v in arms.items()}
+        ratios = {f"B/{k}": tps["B"] / tps[k] for k in ("A0", "A1") if tps.get("B") and tps.get(k)}
+        _part.write(a.out, "S", a.dry, t0, shape="toy" if a.dry else "Qwen2.5-0.5B", arms=arms, ratios=ratios)
     failed = [f"{k}: {v['error']}" for k, v in arms.items() if "error" in v]
     if failed:
         raise SystemExit("step arms failed: " + "; ".join(failed))

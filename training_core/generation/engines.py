@@ -93,13 +93,8 @@ def plan(cfg: RunConfig, cuda: bool, vllm_importable: bool) -> Plan:
         compile_backend=g.compile_backend,
         compile_mode=g.compile_mode,
         max_cache_len=max_cache,
-        paged_config=None if cuda else cpu_paged_config(generation_batch(cfg), max_cache),
+        paged_config=None if cuda else cpu_paged_config(cfg.train.generation_batch, max_cache),
     )
-
-
-def generation_batch(cfg: RunConfig) -> int:
-    t = cfg.train
-    return t.generation_batch_size or t.per_device_train_batch_size * t.gradient_accumulation_steps
 
 
 def cpu_paged_config(batch: int, max_len: int, page: int = 32) -> dict[str, Any]:

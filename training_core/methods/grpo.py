@@ -64,8 +64,7 @@ def check_names(cfg: RunConfig) -> None:
 
 def generation_batch(cfg: RunConfig) -> int:
     """Completions generated at once: train.generation_batch_size, or TRL's default batch x grad acc."""
-    t = cfg.train
-    return t.generation_batch_size or t.per_device_train_batch_size * t.gradient_accumulation_steps
+    return cfg.train.generation_batch
 
 
 def banner(cfg: RunConfig) -> str:

@@ -133,11 +133,10 @@ def setup_for(cfg: RunConfig, model: Any, generates: bool = True) -> Setup:
     """A run's FLOP setup: its model's shape, checkpointing, and whether its steps (a method that
     ``generates`` its batch: GRPO) are off-policy."""
     t = cfg.train
-    per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps
     off_policy = generates and old_logprob_forward(
         t.per_device_train_batch_size,
         t.gradient_accumulation_steps,
-        t.generation_batch_size or per_step,
+        t.generation_batch,
         t.num_iterations,
         bool(t.use_vllm),
     )

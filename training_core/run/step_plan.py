@@ -101,7 +101,7 @@ def settle(res: Resolved, gpu_gb: float, model_config: Any) -> Resolved:
     auto_batch, auto_ckpt = t.per_device_train_batch_size == 0, m.gradient_checkpointing == "auto"
     if not (auto_batch or auto_ckpt):
         return res
-    batch = t.generation_batch_size or t.per_device_train_batch_size * t.gradient_accumulation_steps
+    batch = t.generation_batch
     if auto_batch:
         micro, accumulation = batch, 1
     else:
