@@ -115,6 +115,27 @@ def test_greedy_completions_match_hf_generate(trainers: dict[str, Any], model: s
     assert got == want
 
 
+def test_the_compiled_static_engine_writes_hf_generates_greedy_completions(trainers: dict[str, Any]) -> None:
+    """The compile path itself (torch.compile of the decode step over the static cache), with dynamo's
+    eager backend: the tracing and graph breaks a GPU's inductor + CUDA graphs would get, at a CPU's cost
+    (inductor's code generation on a CPU takes minutes)."""
+    trainer, tok = trainers["qwen2_toy"]
+    plan = trainer.engine_plan
+    compiled = dataclasses.replace(plan, compile=True, compile_all_devices=True, compile_backend="eager")
+    trainer.generation_config.do_sample = False
+    try:
+        want = _generate(trainer, tok, "hf")
+        trainer.engine_plan = compiled
+        got = _generate(trainer, tok, "static")
+        assert trainer.generation_config.disable_compile is False
+    finally:
+        trainer.engine_plan = plan
+        engines.apply(trainer, "hf", plan)
+        trainer.generation_config.do_sample = True
+    assert hasattr(trainer.model, "_compiled_call")  # transformers compiled the forward
+    assert got == want
+
+
 @pytest.mark.parametrize("model", ["tiny", "qwen2_toy"])
 def test_static_engine_samples_the_same_tokens_for_one_seed(trainers: dict[str, Any], model: str) -> None:
     trainer, tok = trainers[model]
