@@ -150,28 +150,24 @@ class TrainConfig:
     @property
     def generation_batch(self) -> int:
         """Completions generated at once: generation_batch_size, or TRL's default batch x accumulation."""
-        per_step = self.per_device_train_batch_size * self.gradient_accumulation_steps
-        return self.generation_batch_size or per_step
+        t = self
+        return t.generation_batch_size or t.per_device_train_batch_size * t.gradient_accumulation_steps
 
 
 @dataclass(frozen=True)
 class GenerationSettings:
     """How GRPO generates completions (training_core.generation; docs/training.md, "Generation engines")."""
 
-    # "hf": TRL's own HF generate() (dynamic cache, no compile). "static": a static KV cache whose decode
-    # step is torch.compile'd into CUDA graphs (the compile TRL turns off). "paged": transformers'
-    # continuous batching (paged KV cache; TRL's use_transformers_continuous_batching). "vllm": TRL's vLLM
-    # (train.vllm_mode). "auto" (default): vLLM where train.use_vllm resolves true, else "static" on a
-    # CUDA GPU, else "hf" (the CPU path is today's). An engine that fails on a host falls back to "hf" in
-    # one printed line and the run goes on.
+    # "hf": TRL's HF generate(). "static": a static KV cache, its decode step torch.compile'd into CUDA
+    # graphs. "paged": transformers' continuous batching. "vllm": TRL's vLLM (train.vllm_mode). "auto"
+    # (default): vLLM where train.use_vllm resolves true, else "static" on CUDA, else "hf" (the CPU path).
+    # An engine that fails on a host falls back to "hf" in one printed line and the run goes on.
     engine: Engine = "auto"
     # torch.compile of the static engine's decode step. "auto": on CUDA only (where transformers compiles);
     # "on": on every device (slow on a CPU); "off": the static cache alone. Default "auto".
     compile: Literal["auto", "on", "off"] = "auto"
-    # torch.compile backend of the static engine. Default "inductor".
-    compile_backend: str = "inductor"
-    # torch.compile mode; "reduce-overhead" replays each decode step as one CUDA graph. Default it.
-    compile_mode: str = "reduce-overhead"
+    compile_backend: str = "inductor"  # torch.compile backend of the static engine
+    compile_mode: str = "reduce-overhead"  # torch.compile mode; "reduce-overhead" = CUDA graphs
 
 
 @dataclass(frozen=True)
