@@ -45,7 +45,7 @@ FAILED=0
 # limits in seconds per part, on a GPU (the dry mode has its own, for two slow CPU cores)
 limit() {
   case "$1:$DRY" in
-    E:0) echo 60 ;;  P:0) echo 90 ;;  T:0) echo 145 ;;  G:0) echo 120 ;;  S:0) echo 120 ;;  L:0) echo 90 ;;
+    E:0) echo 60 ;;  P:0) echo 90 ;;  T:0) echo 145 ;;  G:0) echo 80 ;;  S:0) echo 100 ;;  L:0) echo 60 ;;
     *:1) echo 300 ;;
     *) echo 120 ;;
   esac

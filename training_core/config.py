@@ -21,13 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Precision = Literal["auto", "bf16", "bf16_amp", "bf16_kahan", "bf16_pure", "fp16", "fp32"]
+Engine = Literal["auto", "hf", "static", "paged", "vllm"]
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    # HF hub id, local directory, or "tiny" (built in code by training_core.models.tiny). Default: the
-    # team's model.
-    name: str = "Qwen/Qwen2-0.5B-Instruct"
+    name: str = "Qwen/Qwen2-0.5B-Instruct"  # HF hub id, local directory, or "tiny" (training_core.models.tiny)
     # Weights/compute dtype (docs/training.md, "Precision"). "auto": "bf16" where the GPU supports it
     # (compute capability >= 8.0), fp16 on older GPUs (V100, T4, RTX 20xx), fp32 on CPU. "bf16": bf16
     # compute with every update kept, settled at start from the model's size and the GPUs' memory
@@ -37,14 +36,13 @@ class ModelConfig:
     # warning at small learning rates). "fp16": fp32 weights with fp16 autocast and loss scaling. A GPU
     # without bf16 gets fp16 instead at run time (training_core.platform.train_precision).
     precision: Precision = "auto"
-    # Recompute activations in backward to fit bigger batches (A100/H100 presets turn it on). Default off.
-    gradient_checkpointing: bool = False
+    # Recompute activations in backward to fit bigger batches (A100/H100 presets turn it on). "auto": off
+    # where the step's memory estimate fits the GPU without it (training_core.run.step_plan). Default off.
+    gradient_checkpointing: bool | Literal["auto"] = False
     # LoRA rank; 0 = full fine-tuning (default). The code recipes use r=16, alpha=32 (recipes/code_*.toml).
     lora_r: int = 0
-    # LoRA scaling alpha (unused when lora_r = 0). Default 32.
-    lora_alpha: int = 32
-    # LoRA dropout probability (unused when lora_r = 0). Default 0.05.
-    lora_dropout: float = 0.05
+    lora_alpha: int = 32  # LoRA scaling alpha (unused when lora_r = 0)
+    lora_dropout: float = 0.05  # LoRA dropout probability (unused when lora_r = 0)
     # Start from another run's newest checkpoint: a run id under this run's runs directory (e.g. an
     # `sft` run before GRPO). Replaces `name` when set; "" = off. A checkpoint path in `name` works too.
     from_run: str = ""
@@ -115,6 +113,8 @@ class TrainConfig:
     # transformers optimizer name ("adamw_torch", "adamw_bnb_8bit" for 8-bit AdamW). Default "adamw_torch".
     optim: str = "adamw_torch"
     # Completions per device per micro-step (TRL counts completions, not prompts). Default 2 (baseline).
+    # 0 = auto: the largest micro-batch the memory estimate fits, with accumulation making up
+    # generation_batch_size (on-policy: one generation per optimizer step; training_core.run.step_plan).
     per_device_train_batch_size: int = 2
     # Micro-steps per optimizer step. Default 4 (baseline).
     gradient_accumulation_steps: int = 4
@@ -145,6 +145,28 @@ class TrainConfig:
     dataloader_num_workers: int = 0
     # Log (metrics.jsonl, W&B, stdout) every N optimizer steps. Default 1.
     logging_steps: int = 1
+
+    @property
+    def generation_batch(self) -> int:
+        """Completions generated at once: generation_batch_size, or TRL's default batch x accumulation."""
+        t = self
+        return t.generation_batch_size or t.per_device_train_batch_size * t.gradient_accumulation_steps
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How GRPO generates completions (training_core.generation; docs/training.md, "Generation engines")."""
+
+    # "hf": TRL's HF generate(). "static": a static KV cache, its decode step torch.compile'd into CUDA
+    # graphs. "paged": transformers' continuous batching. "vllm": TRL's vLLM (train.vllm_mode). "auto"
+    # (default): vLLM where train.use_vllm resolves true, else "static" on CUDA, else "hf" (the CPU path).
+    # An engine that fails on a host falls back to "hf" in one printed line and the run goes on.
+    engine: Engine = "auto"
+    # torch.compile of the static engine's decode step. "auto": on CUDA only (where transformers compiles);
+    # "on": on every device (slow on a CPU); "off": the static cache alone. Default "auto".
+    compile: Literal["auto", "on", "off"] = "auto"
+    compile_backend: str = "inductor"  # torch.compile backend of the static engine
+    compile_mode: str = "reduce-overhead"  # torch.compile mode; "reduce-overhead" = CUDA graphs
 
 
 @dataclass(frozen=True)
@@ -330,6 +352,8 @@ class RunConfig:
         ]
     )
     train: TrainConfig = field(default_factory=TrainConfig)
+    # The GRPO generation engine (GRPO only; the other methods ignore it).
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)

@@ -70,7 +70,9 @@ def resolve_auto(config: dict[str, Any], facts: PlatformFacts) -> dict[str, Any]
             model["precision"] = "bf16" if facts.bf16 else "fp16"
         changes["model.precision"] = {"from": "auto", "to": model["precision"]}
     if train.get("use_vllm") == "auto":
-        train["use_vllm"] = facts.gpu_count > 0 and facts.vllm_available
+        # an engine named other than vllm is the user's choice: vLLM stays off then
+        engine = config.get("generation", {}).get("engine", "auto")
+        train["use_vllm"] = facts.gpu_count > 0 and facts.vllm_available and engine in ("auto", "vllm")
         changes["train.use_vllm"] = {"from": "auto", "to": train["use_vllm"]}
     return changes
 

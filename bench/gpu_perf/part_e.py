@@ -61,8 +61,10 @@ def main() -> None:
         "bf16_supported": bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported()),
     }
     _part.write(a.out, "E", a.dry, t0, smi=smi, versions=versions, backends=backends, torch_facts=facts)
-    print(f"{facts['device_name']}, torch {versions['torch']}, transformers {versions['transformers']}, "
-          f"trl {versions['trl']}, flash sdp {backends.get('flash_sdp', False)}")
+    print(
+        f"{facts['device_name']}, torch {versions['torch']}, transformers {versions['transformers']}, "
+        f"trl {versions['trl']}, flash sdp {backends.get('flash_sdp', False)}"
+    )
 
 
 if __name__ == "__main__":

@@ -41,6 +41,22 @@ SHORT_TITLES = {"completion length": "length", "grad norm": "grad", "DPO reward 
 Y_LABELS = 7  # columns plotext's y tick labels take, at most ("-0.512┤"): the title centres on the rest
 
 
+def perf_line(perf: dict[str, float]) -> str:
+    """The step's speed in one line: generation's share of the step, each phase's tokens/s, the corrected
+    MFU of the train phase with HFU (the whole step's) beside it; "" before a run logs them."""
+    parts = []
+    if "perf/gen_share" in perf:
+        parts.append(f"generation {100 * perf['perf/gen_share']:.0f}% of the step")
+    if "perf/gen_tokens_per_s" in perf:
+        parts.append(f"gen {perf['perf/gen_tokens_per_s']:,.0f} tok/s")
+    if "perf/train_tokens_per_s" in perf:
+        parts.append(f"train {perf['perf/train_tokens_per_s']:,.0f} tok/s")
+    if "perf/mfu" in perf:
+        hfu = f" (HFU {100 * perf['perf/hfu']:.1f}%)" if "perf/hfu" in perf else ""
+        parts.append(f"MFU {100 * perf['perf/mfu']:.1f}%{hfu}")
+    return " · ".join(parts)
+
+
 def plot_title(title: str, smoothing: float, width: int) -> str:
     """The longest of the plot's titles that fits ``width`` (plotext centres a title on the canvas)."""
     short = SHORT_TITLES.get(title, title)
@@ -364,6 +380,8 @@ class RunView(Vertical):
         if detail.wandb_url:
             head.append(" · W&B: ")
             head.append(detail.wandb_url, style=f"underline link {detail.wandb_url}")
+        if detail.perf:
+            head.append("\n" + perf_line(detail.perf), style="dim")
         if not detail.has_metrics:
             head.append("\nno metrics file (plain command or not started): log only", style="dim")
         title.update(head)

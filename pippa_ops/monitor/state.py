@@ -28,6 +28,8 @@ SLOT_KEYS = {
 }  # fmt: skip
 # Fractions, drawn as points on the reward plot (self-play: wins and invalid-move losses vs random).
 EVAL_PLOTTED = ("eval/accuracy", "mbpp_eval/pass_rate", "eval/vs_random/win", "eval/vs_random/invalid")
+# The step's speed, newest value only (training_core.run.flops): the run view's perf line.
+PERF_KEYS = ("perf/gen_share", "perf/gen_tokens_per_s", "perf/train_tokens_per_s", "perf/mfu", "perf/hfu")
 _STEP_KEYS = tuple(dict.fromkeys((*PLOTTED, *(k for keys in SLOT_KEYS.values() for k in keys))))
 
 Link = Literal["connecting", "up", "down"]
@@ -88,6 +90,7 @@ class RunDetail:
     end_status: str | None = None
     has_metrics: bool = False
     log_tail: tuple[str, ...] = ()
+    perf: dict[str, float] = field(default_factory=dict)  # PERF_KEYS, their newest values
 
 
 # ---------------------------------------------------------------------------------------------- events
@@ -193,6 +196,7 @@ class MetricsParser(MetricsReader):
     def _reset(self) -> None:
         self.series: dict[str, list[tuple[int, float]]] = {k: [] for k in PLOTTED}
         self.evals: dict[str, list[tuple[int, float]]] = {}
+        self.perf: dict[str, float] = {}
         self.wandb_url: str | None = None
         self.end_status: str | None = None
         self.last_step: int | None = None
@@ -217,6 +221,10 @@ class MetricsParser(MetricsReader):
             v = rec.get(key)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 self.series.setdefault(key, []).append((step, float(v)))
+        for key in PERF_KEYS:
+            v = rec.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                self.perf[key] = float(v)
 
     def on_eval(self, step: int, rec: dict[str, Any]) -> None:
         for key in EVAL_PLOTTED:
@@ -251,6 +259,7 @@ class MetricsParser(MetricsReader):
             end_status=self.end_status,
             has_metrics=self.seen_any,
             log_tail=log_tail,
+            perf=dict(self.perf),
         )
 
 

@@ -40,7 +40,7 @@ def test_v100_preset_uses_fp16_and_the_recipe_batch_override() -> None:
     res = resolve("max_gpu", [], V100)
     assert res.config.model.precision == "fp16"
     assert res.config.train.per_device_train_batch_size == 16
-    assert res.platform["preset"]["train.per_device_train_batch_size"] == {"from": 64, "to": 16}
+    assert res.platform["preset"]["train.per_device_train_batch_size"] == {"from": 0, "to": 16}
 
 
 def test_set_wins_over_the_preset() -> None:

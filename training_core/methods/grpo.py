@@ -16,6 +16,9 @@ from training_core.data.loaders import Row
 from training_core.errors import BadSetting, UsageError
 from training_core.methods import trl_run
 
+# The method writes its own batch (generation); training_core.run.flops counts that forward.
+GENERATES = True
+
 
 def validate(cfg: RunConfig) -> None:
     """Cross-field checks that TRL would otherwise report deep inside its constructor."""
@@ -29,9 +32,14 @@ def validate(cfg: RunConfig) -> None:
             f"generation batch {gen_batch} is not a multiple of train.num_generations={t.num_generations}; "
             "set train.generation_batch_size to a multiple of it"
         )
-    if t.generation_batch_size and t.generation_batch_size % t.per_device_train_batch_size:
+    if t.per_device_train_batch_size and t.generation_batch_size % t.per_device_train_batch_size:
         raise BadSetting(
             "train.generation_batch_size must be a multiple of train.per_device_train_batch_size"
+        )
+    if t.use_vllm is True and cfg.generation.engine not in ("auto", "vllm"):
+        raise BadSetting(
+            f"train.use_vllm = true conflicts with generation.engine = {cfg.generation.engine}; "
+            "set one of them"
         )
     if t.dataloader_num_workers != 0:
         raise BadSetting("train.dataloader_num_workers must be 0 (workers break TRL's generation batching)")
@@ -56,8 +64,7 @@ def check_names(cfg: RunConfig) -> None:
 
 def generation_batch(cfg: RunConfig) -> int:
     """Completions generated at once: train.generation_batch_size, or TRL's default batch x grad acc."""
-    t = cfg.train
-    return t.generation_batch_size or t.per_device_train_batch_size * t.gradient_accumulation_steps
+    return cfg.train.generation_batch
 
 
 def banner(cfg: RunConfig) -> str:
@@ -88,8 +95,10 @@ def build_trainer(
     cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, train_ds: Any, callbacks: list[Any],
     peft_config: Any, reward_funcs: Sequence[Any] = (),
 ) -> Any:  # fmt: skip
+    from training_core.generation.engines import for_host
     from training_core.methods.trainer import PippaGRPOTrainer, grpo_args
 
+    plan = for_host(cfg)
     return PippaGRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -99,6 +108,7 @@ def build_trainer(
         callbacks=callbacks,
         peft_config=peft_config,
         precision=cfg.model.precision,
+        generation=plan,
     )
 
 

@@ -33,6 +33,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from pippa_contract.checkpoint_check import write_manifest
 from training_core.config import RunConfig
+from training_core.generation.choice import EngineChoice
 from training_core.methods.precision_hooks import PrecisionHooks
 from training_core.precision import BF16_MODES
 from training_core.run.layout import (
@@ -273,9 +274,11 @@ def publish(staging: Path, step: int, keep: int) -> Path:
     return target
 
 
-class PippaGRPOTrainer(AtomicCheckpoints, RecordSamples, PrecisionHooks, GRPOTrainer):  # type: ignore[misc]
-    """Atomic checkpoints, a sample of some steps' batches in samples.jsonl (``samples``), and the settled
-    precision's optimizer and bf16 generation (``precision``, training_core.methods.precision_hooks)."""
+class PippaGRPOTrainer(AtomicCheckpoints, RecordSamples, PrecisionHooks, EngineChoice, GRPOTrainer):  # type: ignore[misc]
+    """Atomic checkpoints, a sample of some steps' batches in samples.jsonl (``samples``), the settled
+    precision's optimizer and bf16 generation (``precision``, training_core.methods.precision_hooks;
+    outermost, so every engine generates under it), and the generation engine of ``generation=`` (a
+    Plan; training_core.generation) with its one-line fallback."""
 
 
 def stop_callback(

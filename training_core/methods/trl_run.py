@@ -39,6 +39,12 @@ def validate_trainer_settings(cfg: RunConfig) -> None:
         "max_completion_length",
         "logging_steps",
     ):
+        if k == "per_device_train_batch_size" and t.per_device_train_batch_size == 0:
+            if t.generation_batch_size < 1:  # auto: the step's completions must be named
+                raise BadSetting(
+                    "train.per_device_train_batch_size = 0 (auto) needs train.generation_batch_size"
+                )
+            continue
         if getattr(t, k) < 1:
             raise BadSetting(f"bad value for train.{k}: must be >= 1, got {getattr(t, k)}")
     if cfg.model.from_run and not NAME_RE.match(cfg.model.from_run):
@@ -149,7 +155,7 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
     from training_core.methods import callbacks as cb_registry
     from training_core.models import load_model
     from training_core.rewards import registry
-    from training_core.run import metrics
+    from training_core.run import flops, metrics
 
     cfg, run_dir = life.res.config, life.run_dir
     if life.main:  # what `pippa run` shows while it waits for the first line
@@ -176,7 +182,8 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
     reward_funcs = method.reward_funcs(cfg, rctx)
     n_params = sum(p.numel() for p in model.parameters())
     progress = cfg.logging.progress and life.main
-    cbs: list[Any] = [metrics.make_callback(writer, progress, n_params, life.facts.gpu_name)]
+    setup = flops.setup_for(cfg, model, getattr(method, "GENERATES", False))
+    cbs: list[Any] = [metrics.make_callback(writer, progress, n_params, life.facts.gpu_name, setup=setup)]
     if cfg.eval.task != "none":
         task = EVAL_TASKS.get(cfg.eval.task, cfg.plugins)
         eval_rows = task.load(cfg.eval.n, cfg.seed, data=cfg.data, **cfg.eval.params)

@@ -161,6 +161,13 @@ class RunLifecycle:
                 print(f"resume: moved {moved} redone samples to samples.superseded.jsonl", flush=True)
         set_seed(cfg.seed)  # python, numpy and torch (CUDA too)
         self.res = models.settle(self.res, self.facts, self.run_dir.parent)
+        import torch
+
+        from training_core.run import step_plan
+
+        name = self.res.config.model.name  # an `auto` step sized for this GPU (none: the CPU path)
+        gpu_gb = self.facts.gpu_memory_gb if torch.cuda.is_available() else 0.0
+        self.res = step_plan.settle(self.res, gpu_gb, lambda: step_plan.model_config(name))
 
     @property
     def metrics_path(self) -> Path:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pippa_contract.metrics import redone
+from training_core.run.flops import Setup, Shape, StepCounts, figures
 from training_core.run.layout import SUPERSEDED
 from training_core.testhooks import SLOW_RECORD_ENV
 
@@ -272,6 +273,23 @@ def progress_line(step: int, max_steps: int, m: dict[str, float]) -> str:
     )
 
 
+def interval_figures(
+    m: dict[str, float], seconds: float, tokens: float, setup: Setup, peak: float | None
+) -> dict[str, float]:
+    """The per-phase figures and MFU/HFU of one logged interval (training_core.run.flops). Generation
+    seconds and tokens come from the GRPO trainer (``perf/gen_*``); without them (SFT, DPO) the whole
+    interval is the train phase and the LM head runs on every token."""
+    counts = StepCounts(
+        seconds=seconds,
+        gen_seconds=m.get("perf/gen_time_s", 0.0),
+        tokens=tokens,
+        scored=m.get("perf/gen_tokens", tokens),
+        gen_prompt_tokens=m.get("perf/gen_prompt_tokens", 0.0),
+        gen_tokens=m.get("perf/gen_tokens", 0.0),
+    )
+    return figures(counts, setup, peak)
+
+
 def peak_flops(gpu_name: str) -> float | None:
     for key, flops in PEAK_FLOPS.items():
         if key in gpu_name.upper():
@@ -280,9 +298,13 @@ def peak_flops(gpu_name: str) -> float | None:
 
 
 def make_callback(
-    writer: MetricsWriter, progress: bool, n_params: int, gpu_name: str = "", out: IO[str] | None = None
+    writer: MetricsWriter, progress: bool, n_params: int, gpu_name: str = "", out: IO[str] | None = None,
+    setup: Setup | None = None,
 ) -> Any:
+    """``setup``: the model's FLOP shape (training_core.run.flops); without it every weight counts as body."""
     from transformers import TrainerCallback
+
+    flop_setup = setup or Setup(Shape(body=n_params, head=0))
 
     class MetricsCallback(TrainerCallback):  # type: ignore[misc]
         """Step lines to metrics.jsonl and progress lines to stdout, one per logged step."""
@@ -302,18 +324,17 @@ def make_callback(
                 return
             m = namespaced(logs)
             now, tokens = time.time(), m.get("perf/num_tokens")
-            if tokens is not None and self.last_tokens is not None and now > self.last_time:
-                m["perf/tokens_per_s"] = (tokens - self.last_tokens) / (now - self.last_time)
-            self.last_time, self.last_tokens = now, tokens
             import torch
 
-            if torch.cuda.is_available():
+            cuda = torch.cuda.is_available()
+            if tokens is not None and self.last_tokens is not None and now > self.last_time:
+                m["perf/tokens_per_s"] = (tokens - self.last_tokens) / (now - self.last_time)
+                peak = peak_flops(gpu_name) if cuda else None
+                dt, dtok = now - self.last_time, tokens - self.last_tokens
+                m.update(interval_figures(m, dt, dtok, flop_setup, peak))
+            self.last_time, self.last_tokens = now, tokens
+            if cuda:
                 m["perf/peak_mem_gb"] = torch.cuda.max_memory_allocated() / 1e9
-                flops = peak_flops(gpu_name)
-                if flops and "perf/tokens_per_s" in m:
-                    # 6·N FLOPs per trained token (forward + backward); generation adds more, so
-                    # this is a lower bound on the card's real utilisation.
-                    m["perf/mfu"] = 6 * n_params * m["perf/tokens_per_s"] / flops
             writer.step(state.global_step, m)
             if progress:
                 print(

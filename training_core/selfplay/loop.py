@@ -95,7 +95,7 @@ def _prepare(life: RunLifecycle) -> _Run:
             'set model.precision = "bf16" or "fp32"'
         )
     model.to("cuda" if torch.cuda.is_available() else "cpu")
-    if cfg.model.gradient_checkpointing:
+    if cfg.model.gradient_checkpointing is True:  # "auto" is settled at start
         model.gradient_checkpointing_enable()
     _check_prompt(res, tokenizer, model)
     life.open_record()
