@@ -26,7 +26,7 @@ Engine = Literal["auto", "hf", "static", "paged", "vllm"]
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = "Qwen/Qwen2-0.5B-Instruct"  # HF hub id, local directory, or "tiny" (training_core.models.tiny)
+    name: str = "Qwen/Qwen2-0.5B-Instruct"  # HF hub id, local directory, or "tiny" (models.tiny)
     # Weights/compute dtype (docs/training.md, "Precision"). "auto": "bf16" where the GPU supports it
     # (compute capability >= 8.0), fp16 on older GPUs (V100, T4, RTX 20xx), fp32 on CPU. "bf16": bf16
     # compute with every update kept, settled at start from the model's size and the GPUs' memory
