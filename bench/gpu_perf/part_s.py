@@ -113,10 +113,30 @@ def main() -> None:
         tps = {k: v.get("step_tokens_per_s") for k, v in arms.items()}
         ratios = {f"B/{k}": tps["B"] / tps[k] for k in ("A0", "A1") if tps.get("B") and tps.get(k)}
         _part.write(a.out, "S", a.dry, t0, shape="toy" if a.dry else "Qwen2.5-0.5B", arms=arms, ratios=ratios)
+    fits = largest_fit(spec, a.dry)
+    _part.write(a.out, "S", a.dry, t0, shape="toy" if a.dry else "Qwen2.5-0.5B", arms=arms, ratios=ratios,
+                largest_fit=fits)  # fmt: skip
     failed = [f"{k}: {v['error']}" for k, v in arms.items() if "error" in v]
     if failed:
         raise SystemExit("step arms failed: " + "; ".join(failed))
     print(headline(arms, ratios))
+
+
+def largest_fit(spec: dict[str, Any], dry: bool) -> dict[str, Any] | None:
+    """The largest generation batch (prompts x 8, 200 + 256 tokens) that the step's memory estimate puts
+    at <= 90% of this card (training_core.run.step_plan.largest_batch): an estimate, beside arm B's
+    measured peak; in the dry mode (CPU) an 80 GB card stands in."""
+    import torch
+
+    from training_core.run import step_plan
+
+    gpu_gb = 80.0 if dry else torch.cuda.get_device_properties(0).total_memory / 1e9
+    found = step_plan.largest_batch(step_plan.dims_of(spec), gpu_gb, False, 200, 256)
+    if found is None:
+        return None
+    batch, step = found
+    return {"batch": batch, "per_device": step.per_device, "checkpointing": step.checkpointing,
+            "estimate_gb": round(step.estimate_gb, 1), "card_gb": round(gpu_gb, 1)}  # fmt: skip
 
 
 def headline(arms: dict[str, Any], ratios: dict[str, float]) -> str:

@@ -62,3 +62,17 @@ def test_max_gpu_is_auto_on_a_gpu_and_settles_to_one_micro_batch_on_a_cpu(
 def test_a_recipe_without_auto_is_left_as_it_is() -> None:
     res = resolve("tiny", [], PlatformFacts())
     assert step_plan.settle(res, 80.0, lambda: pytest.fail("not read")) is res
+
+
+def test_the_largest_generation_batch_is_the_last_that_fits_and_doubling_it_does_not() -> None:
+    """max_gpu's memory goal is a batch, not a share of memory: the bench prints the largest that the
+    estimate puts under 90% of the card (bench/gpu_perf/part_s.py)."""
+    d = step_plan.dims_of(QWEN2_0_5B)
+    batch, step = step_plan.largest_batch(d, 80.0, False, 200, 256) or (0, None)
+    assert step is not None and batch >= 512 and batch % 8 == 0
+    assert step.estimate_gb <= step_plan.BUDGET * 80.0
+    bigger = step_plan.plan(d, 80.0, False, batch * 2, 200, 256)
+    assert bigger.estimate_gb > step_plan.BUDGET * 80.0 or batch * 2 > 65536
+    small = step_plan.largest_batch(d, 24.0, False, 200, 256)
+    assert small is not None and small[0] < batch  # a smaller card, a smaller batch
+    assert step_plan.largest_batch(d, 1.0, False, 200, 256) is None  # not even one prompt's completions

@@ -92,6 +92,24 @@ def plan(d: Dims, gpu_gb: float, half: bool, batch: int, prompt: int, completion
     return Step(m, batch // m, True, peak_bytes(d, half, m, prompt, completion, batch, True) / 1e9)
 
 
+def largest_batch(
+    d: Dims, gpu_gb: float, half: bool, prompt: int, completion: int, per_prompt: int = 8, most: int = 65536
+) -> tuple[int, Step] | None:
+    """The largest generation batch (a power-of-two number of prompts x ``per_prompt`` completions, up to
+    ``most``) whose step the estimate puts at <= ``BUDGET`` of the card, with that step; None when even one
+    prompt's completions do not fit. max_gpu's memory goal: the batch, not a share of memory."""
+    best = None
+    prompts = 1
+    while prompts * per_prompt <= most:
+        batch = prompts * per_prompt
+        step = plan(d, gpu_gb, half, batch, prompt, completion)
+        if step.estimate_gb > BUDGET * gpu_gb:
+            break
+        best = (batch, step)
+        prompts *= 2
+    return best
+
+
 def settle(res: Resolved, gpu_gb: float, model_config: Any) -> Resolved:
     """``res`` with an ``auto`` micro-batch and checkpointing settled; ``model_config()`` reads the
     model's config.json only when something is auto. ``gpu_gb`` = 0: no GPU (one micro-batch, no
