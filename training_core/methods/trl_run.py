@@ -169,7 +169,14 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
         # found now, not at the first reward: a sandbox that cannot keep its promises stops the run here,
         # with one line, and the header shows what every program will run under (mode, caps, seccomp,
         # which /usr: the resident copy every code reward's pool makes once, or why the host's)
-        print(sandbox.default_pool().launcher.isolation.header(), flush=True)
+        # (the log's line is short; the run's sandbox.txt holds the whole of it, or why it was refused)
+        try:
+            iso = sandbox.default_pool().launcher.isolation
+        except sandbox.SandboxUnavailable as e:
+            (run_dir / "sandbox.txt").write_text(e.details + "\n", encoding="utf-8")
+            raise
+        (run_dir / "sandbox.txt").write_text(iso.header() + "\n", encoding="utf-8")
+        print(iso.summary(), flush=True)
     rctx = registry.RewardContext(model=model, tokenizer=tokenizer, run_dir=str(run_dir), config=cfg)
     reward_funcs = method.reward_funcs(cfg, rctx)
     n_params = sum(p.numel() for p in model.parameters())
