@@ -255,6 +255,7 @@ def sync(
     defer_marker: list[dict[str, object]] | None = None,
     agent: agent_client.Session | None = None,
     confirm: Callable[[SyncResult], bool] | None = None,
+    connected: Callable[[], None] = lambda: None,
 ) -> SyncResult:
     """Bring ``spec.remote_dir`` on the host up to date with ``repo``; see the module docstring.
 
@@ -263,15 +264,18 @@ def sync(
     trip); the caller must have it written. ``agent``: the caller's agent session, to be used again
     after the sync (``pippa run``); by default the sync has one of its own. ``confirm``: asked
     before deleting more than a handful of host files, or more than the tree holds (``many_deletions``);
-    False cancels the sync with nothing changed."""
+    False cancels the sync with nothing changed. ``connected``: called once the host answered (its
+    listing came back: key verified, logged in), so a "sending" line never precedes a refusal; it costs
+    no round trip of its own."""
     if agent is None:
         with agent_client.Session(transport) as own:
             return sync(
                 spec, transport, repo, delete=delete, dry_run=dry_run, progress=progress,
-                defer_marker=defer_marker, agent=own, confirm=confirm,
+                defer_marker=defer_marker, agent=own, confirm=confirm, connected=connected,
             )  # fmt: skip
     t0 = time.monotonic()
     if transport.is_local:
+        connected()
         commit, dirty = tree_state(repo)  # the repo is the remote dir: only the marker
         files = local_files(repo)
         if not dry_run:
@@ -298,6 +302,7 @@ def sync(
     listing = remote_box["v"]
     if isinstance(listing, BaseException):
         raise listing
+    connected()
     remote = listing.files
     zstd = listing.zstd and shutil.which("zstd") is not None
     deletable = None

@@ -127,9 +127,9 @@ def up_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOp
     keys = _KeysWatch(host, accept_new)
     try:
         spec, transport = connect(host, accept_new=accept_new)
-        with transport:
-            err_console().print(escape(f"pippa: {tree.line('sending')}"))
-            report = up(spec, transport, tree.root, emit=lambda line: err_console().print(escape(line)))
+        with transport:  # "sending" once the host answered (its key checked), never before a refusal
+            report = up(spec, transport, tree.root, emit=lambda line: err_console().print(escape(line)),
+                        connected=lambda: err_console().print(escape(f"pippa: {tree.line('sending')}")))
     finally:
         keys.report()  # a key recorded stays recorded when a later step fails: say so either way
     if json_out:
@@ -203,14 +203,17 @@ def sync_command(
     from pippa_ops.sync import sync
 
     tree = project()
-    if not json_out:
-        typer.echo(tree.line("would send" if dry_run else "sending"))
     keys = _KeysWatch(host, accept_new)
     spec, transport = connect(host, accept_new=accept_new)
     confirm = None if yes else _deletions_check(tree.root)
+
+    def say_sending() -> None:  # once the host answered (key verified): never before a refusal
+        if not json_out:
+            typer.echo(tree.line("would send" if dry_run else "sending"))
+
     with transport, _byte_progress(enabled=sys.stderr.isatty() and not (json_out or dry_run)) as progress:
         result = sync(spec, transport, tree.root, delete=delete, dry_run=dry_run, progress=progress,
-                      confirm=confirm)  # fmt: skip
+                      confirm=confirm, connected=say_sending)  # fmt: skip
     keys.report()
     if json_out:
         emit_json(result.to_json())

@@ -6,14 +6,20 @@ from pathlib import Path
 
 import typer
 
+from pippa_ops.cli.start_out import report_start
 from pippa_ops.errors import UsageError
+from pippa_ops.hosts.connect import connect
 from pippa_ops.repo import pulled_runs_dir
 from pippa_ops.runs.move import move_run
+from pippa_ops.runs.schedulers import scheduler_for
 
 
 def move_and_resume(
-    name: str, to_host: str, host: str | None, sets: list[str], follow: bool, runs_dir: Path | None
+    name: str, to_host: str, host: str | None, sets: list[str], follow: bool, runs_dir: Path | None,
+    *, wait: float | None = None, no_wait: bool = False,
 ) -> None:
+    """Move, then watch the start on the new host as ``run`` and ``resume`` do (not after
+    ``--no-wait``): a start that fails there exits non-zero with its reason line."""
     if sets:
         raise UsageError("--on moves the run as it was: resume it there with --set afterwards")
     if follow:
@@ -25,3 +31,9 @@ def move_and_resume(
     typer.echo(f"resumed {r.run_id} on {r.to_host}")
     typer.echo(f"  session: {r.launch.session}")
     typer.echo(f"  logs:    {r.launch.logs_hint()}")
+    if no_wait:
+        return
+    spec, transport = connect(r.to_host)
+    with transport:
+        if scheduler_for(spec).starts_at_once:  # a queued job starts later: nothing to watch yet
+            report_start(transport, spec, r.run_id, wait, recipe=True, quiet=False)

@@ -296,7 +296,7 @@ def resume_cmd(
     if on is not None:
         from pippa_ops.cli.move_cmd import move_and_resume
 
-        return move_and_resume(name, on, host, set_ or [], follow, runs_dir)
+        return move_and_resume(name, on, host, set_ or [], follow, runs_dir, wait=wait, no_wait=no_wait)
     from pippa_ops.runs.tidy import checked_checkpoints
     from pippa_ops.transport import agent_client
 

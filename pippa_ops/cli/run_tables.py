@@ -158,7 +158,9 @@ def render_ps(
     for r in records:
         if r.state in (states.FAILED, states.DIVERGED) and r.error:
             rid = shown.get(r.run_id, r.run_id)
-            line = f"{r.host} {rid}: {r.state_text}: {r.error}{failure_hint(r.error, r.host)}"
+            said = r.error.strip() in r.state_text  # a failure class's label carries its reason already
+            why = "" if said else f": {r.error}"
+            line = f"{r.host} {rid}: {r.state_text}{why}{failure_hint(r.error, r.host)}"
             typer.secho(escape(line), fg="red")
     for r in records:
         for skipped in r.skipped:  # a torn checkpoint its resume passed over (kept as <name>.torn)

@@ -68,8 +68,8 @@ def problem(h: HostState) -> str:
     if h.link == "down":
         return h.reason or "unreachable"
     bad = problem_runs(h)
-    if bad:
-        return f"{bad[0].run_id} {bad[0].state}"
+    if bad:  # the run's name (its id without the start time, as the runs column): fits 80 columns
+        return f"{run_name(bad[0].run_id)} {bad[0].state}"
     if h.gpus and not running(h) and not any(busy(g) for g in h.gpus):
         return "idle"
     return ""
@@ -88,16 +88,42 @@ def run_name(run_id: str) -> str:
     return STAMP.sub("", run_id)[:18]
 
 
-def run_text(r: RunRow) -> str:
+def run_text(r: RunRow, detail: int = 2) -> str:
+    """The run's name, then (``detail`` >= 1) its step and attempt, then (2) its last reward."""
     attempt = r.state.partition("attempt ")[2].split("/")[0] if "attempt" in r.state else ""
     parts = [run_name(r.run_id)]
-    if r.step is not None:
+    if r.step is not None and detail >= 1:
         parts.append(f"s{r.step}")
-    if r.last_reward is not None:
+    if r.last_reward is not None and detail >= 2:
         parts.append(f"r{r.last_reward:.2f}")
-    if attempt:
+    if attempt and detail >= 1:
         parts.append(f"a{attempt}")
     return " ".join(parts)
+
+
+def runs_and_problem(h: HostState, rest: int) -> tuple[str, str]:
+    """(running runs, problem) in ``rest`` cells: the running run never gives way to a problem, and a
+    run's name is never cut. Both whole if they fit; else the problem's state shortened to its first
+    word, then the running run's reward and step dropped, then the problem as a count (``1 failed``);
+    else the running run alone."""
+    runs = running(h)
+    more = f" +{len(runs) - 1}" if len(runs) > 1 else ""
+    whats = [run_text(runs[0], d) + more for d in (2, 1, 0)] if runs else [""]
+    trouble = problem(h)
+    if not trouble:
+        return whats[0][:rest], ""
+    bad = problem_runs(h) if h.link != "down" else []
+    word = bad[0].state.partition(" ")[0] if bad else ""
+    shorter = [f"{run_name(bad[0].run_id)} {word}"] if bad else []
+    counted = [f"{len(bad)} {word}" if len(bad) == 1 else f"{len(bad)} problems"] if bad else []
+    tries = [(whats[0], trouble), *((w, t) for w in whats for t in shorter), *((w, t) for w in whats
+             for t in counted)]  # fmt: skip
+    for what, t in tries:
+        if len(what) + (1 if what else 0) + len(t) <= rest:
+            return what, t
+    if not runs:  # the host's own problem (down) or idle: cut to the room
+        return "", trouble[:rest]
+    return whats[0][:rest], ""
 
 
 def fleet_row(h: HostState, width: int, now: float | None = None) -> Text:
@@ -125,15 +151,12 @@ def fleet_row(h: HostState, width: int, now: float | None = None) -> Text:
     line.append(" ")
     count = f"{len(gpus) - idle_gpus(h)}/{idle_gpus(h)}" if gpus else "-"
     line.append(f"{count:>{COUNT_W}} ")
-    runs = running(h)
     rest = width - line.cell_len
-    what = run_text(runs[0]) + (f" +{len(runs) - 1}" if len(runs) > 1 else "") if runs else ""
-    trouble = problem(h)
-    run_w = max(0, min(len(what), rest - (len(trouble) + 1 if trouble else 0))) if trouble else rest
-    line.append(f"{what[:run_w]:<{run_w}}")
-    if trouble and rest - run_w > 1:
-        line.append(" ")
-        line.append(trouble[: rest - run_w - 1], style="red" if trouble != "idle" else "yellow")
+    what, trouble = runs_and_problem(h, rest)
+    line.append(what if trouble else f"{what:<{rest}}")
+    if trouble:
+        line.append(" " if what else "")
+        line.append(trouble, style="red" if trouble != "idle" else "yellow")
     line.truncate(width)
     return line
 

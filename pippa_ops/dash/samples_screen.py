@@ -57,13 +57,26 @@ class SamplesScreen(Screen[None]):
         self.answer: SamplesAnswer | None = None
 
     def compose(self) -> ComposeResult:
-        title = f"{self.run_id} on {self.host}: what the model wrote (esc to go back)"
-        yield Label(title, id="samples-title")
-        with VerticalScroll(id="samples-scroll"):
+        yield Label(self._title(), id="samples-title")
+        with VerticalScroll(id="samples-scroll"):  # no scrollbar (dash.tcss): the title says where
             yield Static("loading…", id="samples-body")
         yield Footer()
 
+    def _title(self, where: str = "") -> str:
+        return f"{self.run_id} on {self.host}: what the model wrote{where} · esc: back"
+
+    def _where(self, _: float = 0.0) -> None:
+        """The title's ``lines A-B of N`` (the scrollbar's glyph stood outside the blocks' frame)."""
+        scroll = self.query_one("#samples-scroll", VerticalScroll)
+        total, seen = scroll.virtual_size.height, scroll.scrollable_content_region.height
+        top = round(scroll.scroll_y)
+        where = f" · lines {top + 1}-{min(total, top + seen)} of {total}" if total > seen > 0 else ""
+        self.query_one("#samples-title", Label).update(self._title(where))
+
     def on_mount(self) -> None:
+        scroll = self.query_one("#samples-scroll", VerticalScroll)
+        self.watch(scroll, "scroll_y", self._where, init=False)
+        self.watch(scroll, "virtual_size", lambda _: self._where(), init=False)
         if self._fetch is None:
             self.query_one("#samples-body", Static).update("samples are not available here")
             return
@@ -99,7 +112,7 @@ class SamplesScreen(Screen[None]):
         self.answer = answer
         if self.step is None:
             self.step = answer.get("step")
-        width = max(20, self.size.width - 2)
+        width = max(20, self.size.width)  # the whole width: the scroll has no scrollbar
         self.query_one("#samples-body", Static).update(styled(samples.blocks(answer, width)))
 
     def _show_error(self, line: str) -> None:

@@ -225,10 +225,13 @@ def up(
     *,
     emit: Emit = lambda _line: None,
     env_path: Path | None = None,
+    connected: Callable[[], None] = lambda: None,
 ) -> UpReport:
-    """Prepare the host; see the module docstring. ``emit`` receives progress lines for people."""
+    """Prepare the host; see the module docstring. ``emit`` receives progress lines for people;
+    ``connected`` is called once the host answered its first probe (key verified, logged in)."""
     t0 = time.monotonic()
     facts = probe(transport, spec)
+    connected()
     if facts.tmux is None:
         raise ToolMissing(f"{spec.name}: tmux is not installed on the host (sudo apt-get install tmux)")
     emit(

@@ -72,9 +72,38 @@ def test_code_tests_recipe_trains_on_cpu(tmp_path: Path, offline: None,
                       facts=PlatformFacts()) == 0
     steps = [x for x in lines(run_dir) if x["type"] == "step"]
     assert len(steps) == 1 and 0.0 <= steps[0]["reward/test_cases"] <= 2.0
-    header = [line for line in capsys.readouterr().out.splitlines() if line.startswith("sandbox: bwrap")]
-    assert header and "(isolation = " in header[0] and "seccomp (libseccomp" in header[0]
-    assert "memfd_create" in header[0] and "fcntl: lock" in header[0]
+    header = [line for line in capsys.readouterr().out.splitlines() if line.startswith("sandbox: ")]
+    # the log's line is short (it was ~2,000 characters: the whole filter); sandbox.txt has it all
+    assert len(header) == 1 and header[0].startswith("sandbox: bwrap") and len(header[0]) < 160, header
+    assert "(isolation = " in header[0] and "seccomp filter" in header[0]
+    details = (run_dir / "sandbox.txt").read_text()
+    assert "seccomp (libseccomp" in details and "memfd_create" in details and "fcntl: lock" in details
+
+
+def test_a_sandbox_refusal_comes_before_the_model_loads_in_one_short_line(
+        tmp_path: Path, offline: None, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """A host that cannot give code_tests strict isolation (here: no Landlock): the run fails before the
+    model loads (it loaded it first: seconds on a real model), its error is one short line, the details
+    are in the run's sandbox.txt, and the run still records its failed start."""
+    from training_core.sandbox import isolation, pool, procview
+
+    monkeypatch.setattr(procview, "landlock_abi", lambda: 0)
+    monkeypatch.setattr(isolation, "_cached", None)
+    monkeypatch.setattr(pool, "_default", None)  # this process's pool (an earlier test made one)
+    import training_core.models as models
+
+    def no_model(*a: object, **k: object) -> None:
+        raise AssertionError("the model loaded before the sandbox was found")
+
+    monkeypatch.setattr(models, "load_model", no_model)
+    run_dir = tmp_path / "refused"
+    assert train_main(["code_tests", "--run-dir", str(run_dir), "--set", "train.max_steps=1"],
+                      facts=PlatformFacts()) == 1
+    (error,) = [ln for ln in capsys.readouterr().err.splitlines() if "no sandbox" in ln]
+    assert len(error) < 300 and "no Landlock" in error and "fix: " in error, error
+    assert "fixes: " in (run_dir / "sandbox.txt").read_text()
+    assert [x["status"] for x in lines(run_dir) if x["type"] == "end"] == ["failed"]
 
 
 def test_code_game_opponent_is_a_frozen_copy_and_accuracy_is_logged() -> None:

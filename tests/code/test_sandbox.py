@@ -242,6 +242,17 @@ def test_per_process_caps_are_refused_unless_the_recipe_accepts_them_by_name() -
     assert "no cgroup" in str(e.value)
 
 
+def test_a_refusal_is_one_short_line_with_the_details_kept_apart() -> None:
+    """The refusal a run prints is the first reason and its fix (it was ~600 characters: every mode
+    tried, each with its details, and every hint); ``details`` keeps all of it for the run's sandbox.txt."""
+    with pytest.raises(SandboxUnavailable) as e:
+        detect(force_mode="bwrap-user", level="strict")
+    line = str(e.value)
+    assert len(line) <= 260 and line.count("fix:") == 1 and "no cgroup" in line, line
+    details = e.value.details
+    assert "no cgroup" in details and "fixes:" in details and "\n" not in line
+
+
 def test_root_without_writable_cgroups_is_refused_not_weakened(monkeypatch: pytest.MonkeyPatch) -> None:
     """Root whose cgroups are read-only (a container) used to fall back to rlimits without a word."""
     if os.geteuid() != 0:

@@ -69,6 +69,20 @@ def test_a_line_has_state_gpus_counts_runs_and_the_newest_problem() -> None:
     assert " fail " in fleet_row(apply(HOSTS[3], DoctorRead("node03", "fail")), 120).plain
 
 
+def test_at_80_columns_the_running_run_comes_first_and_a_failed_run_shows_its_name() -> None:
+    """A failed run beside a running one used to push the running run out and show the failed run's
+    id cut (its start time took the room): the running run is whole, then the failed run's name."""
+    h = apply(HOSTS[1], RunsListed("node01", (
+        RunRow("20261126-185651-gsm8k-ab12", "gsm8k", "running", "s", 120, 0.5),
+        RunRow("20261126-101010-gsm8k-cd34", "gsm8k", "failed (exit 1: CUDA out of memory)"))))
+    line = fleet_row(h, 80).plain
+    assert len(line) <= 80 and line.split()[-3:] == ["gsm8k-ab12", "gsm8k-cd34", "failed"], line
+    wide = fleet_row(h, 120).plain
+    assert "gsm8k-ab12 s120 r0.50 gsm8k-cd34 failed (exit 1: CUDA out of memory)" in wide, wide
+    alone = fleet_row(apply(h, RunsListed("node01", h.runs[:1])), 80).plain
+    assert alone.rstrip().endswith("gsm8k-ab12 s120 r0.50"), alone
+
+
 @pytest.mark.parametrize(("size", "least"), [((80, 24), 18), ((160, 48), 40)])
 async def test_enough_hosts_fit(size: tuple[int, int], least: int) -> None:
     app = _app(64)

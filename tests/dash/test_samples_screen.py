@@ -125,3 +125,42 @@ async def test_the_run_pane_shows_the_newest_samples_line_under_the_curves(tmp_p
         text = str(line.render())
         assert text.startswith("step 40 (train) reward") and line.display
         assert "no learning signal (step 20)" in text
+
+
+def test_in_a_terminal_nothing_is_drawn_beside_the_blocks_frame_and_the_title_says_where() -> None:
+    """At 80x24 with samples that fill several screens: the blocks' rules span the screen and no
+    scrollbar glyph stands right of them (it did: two columns beside every rule); the title says which
+    lines show, and follows a page down."""
+    import os
+    import secrets
+    import subprocess
+    import sys
+    import time
+
+    here = Path(__file__).parent
+    tmux = ["tmux", "-L", "pippa-samples-" + secrets.token_hex(3)]
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+
+    def screen_until(text: str) -> list[str]:
+        deadline = time.monotonic() + 60
+        while text not in (out := subprocess.run([*tmux, "capture-pane", "-p", "-t", "d"], env=env,
+                                                 capture_output=True, text=True).stdout):  # fmt: skip
+            assert time.monotonic() < deadline, out
+            time.sleep(0.2)
+        return out.splitlines()
+
+    cmd = f"cd {here} && exec {sys.executable} samples_fixture_app.py"
+    subprocess.run([*tmux, "new-session", "-d", "-s", "d", "-x", "80", "-y", "24", cmd], env=env, check=True)
+    try:
+        screen_until("step 40 (train)")  # the run pane has its newest sample: the run is selected
+        subprocess.run([*tmux, "send-keys", "-t", "d", "w"], env=env, check=True)
+        lines = screen_until("lines 1-")
+        rules = [ln for ln in lines if ln.startswith("── step 40")]
+        assert rules and all(len(ln) == 80 and ln.endswith("─") for ln in rules), "\n".join(lines)
+        glyphs = set("▁▂▃▄▅▆▇█▏▎▍▌▋▊▉▐")
+        assert not any(set(ln[-2:]) & glyphs for ln in lines[1:-1]), "\n".join(lines)
+        assert "lines 1-22 of " in lines[0], lines[0]
+        subprocess.run([*tmux, "send-keys", "-t", "d", "PageDown"], env=env, check=True)
+        assert "lines 23-44 of " in screen_until("lines 23-")[0]
+    finally:
+        subprocess.run([*tmux, "kill-server"], env=env, capture_output=True)

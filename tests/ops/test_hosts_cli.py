@@ -70,10 +70,13 @@ def test_unknown_host_key_refused_then_accept_new_records_it(client_env, ssh_hos
     assert shown.returncode == 0, shown.stderr
     line = [ln for ln in shown.stdout.splitlines() if ln.startswith(f"{h.name} ")]
     assert len(line) == 1 and line[0].endswith("key unknown"), (shown.stdout, shown.stderr)
-    line = _one_line_error(pippa(client_env, "sync", h.name, cwd=repo), ExitCode.HOST_KEY)
+    refused = pippa(client_env, "sync", h.name, cwd=repo)
+    line = _one_line_error(refused, ExitCode.HOST_KEY)
     assert "SHA256:" in line and "--accept-new" in line
+    assert "sending" not in refused.stdout + refused.stderr  # it was printed before the refusal
     ok = pippa(client_env, "sync", h.name, "--accept-new", cwd=repo)
     assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("sending ")  # once the host answered
     assert f"[{h.address}]:{h.port} ssh-ed25519" in kh.read_text()
 
 

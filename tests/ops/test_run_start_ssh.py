@@ -134,3 +134,28 @@ def test_on_a_terminal_the_wait_shows_one_line_of_progress(client_env, host, rep
     assert shown.returncode == 0, shown.stdout
     assert f"starting on {host.name}: " in shown.stdout  # redrawn in place, then erased
     assert shown.stdout.rstrip("\n").endswith("\x1b[2K") and shown.stdout.startswith("started ")
+
+
+def test_resume_on_another_host_watches_the_start_there(client_env, host, ssh_hosts, repo) -> None:
+    """``resume RUN --on HOST`` (move, then resume) said `resumed` and exited 0 however the start went
+    on the new host: it watches it as `run` and `resume` do, and a failed start exits 1 with its reason."""
+    other = ssh_hosts[1]
+    remote = f"run-start-on-{uuid.uuid4().hex[:8]}"
+    inv = client_env.personal_inventory
+    head = f"[hosts.{other.name}]\n"
+    inv.write_text(inv.read_text().replace(
+        head, f'{head}remote_dir = "~/{remote}"\nenv = {{ PIPPA_PLATFORM_OFFLINE = "1" }}\n', 1))
+    try:
+        p = pippa(client_env, repo, "run", "tiny", "--host", host.name, "--name", "rs-move", "--wait", "300",
+                  "--set", "model.name=no-such-org/no-such-model")  # fmt: skip
+        assert p.returncode == 1, (p.stdout, p.stderr)
+        run_id = p.stdout.split()[1]
+        r = pippa(client_env, repo, "resume", run_id, "--on", other.name, "--wait", "300")
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert f"resumed {run_id} on {other.name}" in r.stdout, r.stdout
+        (line,) = r.stderr.splitlines()
+        assert line.startswith(f"pippa: {other.name}: run {run_id} failed (exit 1) after "), line
+        assert "couldn't connect to 'https://huggingface.co'" in line, line
+    finally:
+        other.run_as_user(["tmux", "kill-server"])
+        other.run_as_user(["rm", "-rf", str(other.home / remote)])

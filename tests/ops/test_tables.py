@@ -170,6 +170,7 @@ def test_a_600_character_reason_is_cut_in_the_state_and_every_other_column_stays
     assert {"SESSION", "DURATION", "COST"} <= set(lines[0].split()), lines[0]
     assert "config" in lines[1] and "…" in lines[1] and "$0.03" in lines[1]
     assert any(reason.strip() in line for line in lines[3:])  # the whole reason, under the table
+    assert sum(line.count(reason.strip()) for line in lines[3:]) == 1, lines[3:]  # once (it came twice)
     for shown in (recs, [bad, *recs[1:]]):
         infos = [RunInfo(r, steps=120, final_reward=0.5, best_reward=0.9, eval=None) for r in shown]
         render_runs(infos, {}, eval_text=lambda e: "-", wandb_text=lambda w: "-")

@@ -158,6 +158,25 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
     from training_core.run import flops, metrics
 
     cfg, run_dir = life.res.config, life.run_dir
+    # model-written code runs only under real isolation unless the recipe says "unsafe" (the config
+    # records the setting; the sandbox refuses with one line naming what to install otherwise)
+    sandbox.set_level(cfg.sandbox.isolation)
+    if cfg.sandbox.isolation == "unsafe":
+        print("sandbox: isolation = unsafe (recipe setting): model-written code runs without namespaces",
+              flush=True)  # fmt: skip
+    if runs_model_code(cfg):
+        # found now, before the model loads (not at the first reward): a sandbox that cannot keep its
+        # promises stops the run here, with one line; the log's line says what every program runs
+        # under, short, and the run's sandbox.txt the whole of it (mode, caps, seccomp, which /usr:
+        # the resident copy every code reward's pool makes once, or why the host's), or every reason
+        # for a refusal
+        try:
+            iso = sandbox.default_pool().launcher.isolation
+        except sandbox.SandboxUnavailable as e:
+            (run_dir / "sandbox.txt").write_text(e.details + "\n", encoding="utf-8")
+            raise
+        (run_dir / "sandbox.txt").write_text(iso.header() + "\n", encoding="utf-8")
+        print(iso.summary(), flush=True)
     if life.main:  # what `pippa run` shows while it waits for the first line
         print(f"starting: loading model {cfg.model.name} and the data", flush=True)
     model, tokenizer = load_model(cfg.model.name, cfg.model.precision)
@@ -167,17 +186,6 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
     life.open_record()
     writer = life.writer
 
-    # model-written code runs only under real isolation unless the recipe says "unsafe" (the header
-    # above records the setting; the sandbox refuses with one line naming what to install otherwise)
-    sandbox.set_level(cfg.sandbox.isolation)
-    if cfg.sandbox.isolation == "unsafe":
-        print("sandbox: isolation = unsafe (recipe setting): model-written code runs without namespaces",
-              flush=True)  # fmt: skip
-    if runs_model_code(cfg):
-        # found now, not at the first reward: a sandbox that cannot keep its promises stops the run here,
-        # with one line, and the header shows what every program will run under (mode, caps, seccomp,
-        # which /usr: the resident copy every code reward's pool makes once, or why the host's)
-        print(sandbox.default_pool().launcher.isolation.header(), flush=True)
     rctx = registry.RewardContext(model=model, tokenizer=tokenizer, run_dir=str(run_dir), config=cfg)
     reward_funcs = method.reward_funcs(cfg, rctx)
     n_params = sum(p.numel() for p in model.parameters())

@@ -59,13 +59,21 @@ UID_COUNT = 512
 UID_RANGES = 256
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and allow unprivileged user "
                 "namespaces (sysctl user.max_user_namespaces > 0)")
-CGROUP_HINT_ROOT = ("make the memory and pids cgroup controllers writable for root (/sys/fs/cgroup mounted "
-                    "read-write; in a container: --cgroupns=private with a writable cgroup mount)")
+CGROUP_HINT_ROOT = ("make the memory and pids cgroup controllers writable (container: --cgroupns=private, "
+                    "rw mount)")
 CGROUP_HINT_USER = cgroupdeleg.HOW_TO
+# the refusal's line names one fix, short; SandboxUnavailable.details has the long ones
+SHORT_FIX = {CGROUP_HINT_USER: "start the trainer in a delegated cgroup (systemd-run --user --scope -p "
+                               "Delegate=yes)"}
 
 
 class SandboxUnavailable(SandboxMissing):
-    """No real isolation here: model-written code is refused rather than run unconfined."""
+    """No real isolation here: model-written code is refused rather than run unconfined. ``str()`` is
+    one short line (the first reason and its fix); ``details`` is every mode tried and why it failed."""
+
+    def __init__(self, line: str, details: str = "") -> None:
+        super().__init__(line)
+        self.details = details or line
 
 
 @dataclass(frozen=True)
@@ -83,8 +91,20 @@ class Isolation:
     seccomp: str = ""  # what the seccomp filter denies (``seccomp.Filter.summary``); "" = no filter
     level: str = "strict"  # the recipe's sandbox.isolation this satisfies: strict | rlimits | unsafe
 
+    def summary(self) -> str:
+        """The run log's sandbox line, short: the mode and level, the caps, Landlock, the filter, and each
+        warning's first words (``header`` has it all; the trainer writes it to the run's sandbox.txt)."""
+        caps = (f"{self.memory_cap} caps" if self.memory_cap == self.pids_cap
+                else f"memory cap {self.memory_cap}, process cap {self.pids_cap}")
+        found = [caps.replace("rlimit caps", "per-process caps (rlimits)")]
+        found += [n.split(":")[0] for n in self.notes if n.startswith(("NO ", "UNSAFE"))]
+        if any("Landlock ABI" in n for n in self.notes):
+            found.append("Landlock /proc")
+        found.append("seccomp filter" if self.seccomp else "NO seccomp filter")
+        return f"sandbox: {self.mode} (isolation = {self.level}): {', '.join(found)}"
+
     def header(self) -> str:
-        """The run header's sandbox line: what was applied, and what was not."""
+        """Everything applied, and what was not (the run's sandbox.txt; ``summary`` is the log's line)."""
         caps = f"memory cap {self.memory_cap}, process cap {self.pids_cap}"
         notes = "".join(f"; {n}" for n in self.notes)
         return (f"sandbox: {self.mode} (isolation = {self.level}), {caps}{notes}; "
@@ -315,16 +335,19 @@ def _detect(force_mode: str | None, level: str) -> Launcher:
         return LEVEL_DETECTORS[level]()
     root = os.geteuid() == 0
     bwrap = shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
-    why: list[str] = []
+    why: list[str] = []  # every mode's reason, with its details (SandboxUnavailable.details)
+    short: list[str] = []  # the same, without the details (the refusal's line names the first)
     hints: list[str] = []
     try:
         flt: Filter | None = seccomp.build()
     except SeccompUnavailable as e:
         flt = None
         why.append(str(e))
+        short.append("no seccomp filter (no libseccomp binding)")
         hints.append(seccomp.INSTALL_HINT)
     if bwrap is None:
         why.append("bwrap not found")
+        short.append("bwrap not found")
         hints.append(INSTALL_HINT)
     elif flt is not None:
         landlock = procview.landlock_abi()
@@ -336,12 +359,13 @@ def _detect(force_mode: str | None, level: str) -> Launcher:
             slots = process_cgroups() if mode == "bwrap-root" or not root else "root runs bwrap-root"
             cg = slots if isinstance(slots, CgroupSlots) else None
             if cg is None and level == "strict":
-                why.append(f"{mode}: no cgroup to cap memory and processes of a run's processes together "
-                           f"({slots})")
+                short.append(f"{mode}: no cgroup to cap a run's processes together")
+                why.append(f"{short[-1]} ({slots})")
                 hints.append(CGROUP_HINT_ROOT if root else CGROUP_HINT_USER)
                 continue
             if not landlock and level == "strict":
                 why.append(f"{mode}: no Landlock to keep the machine's /proc files from the program")
+                short.append(why[-1])
                 hints.append(procview.HINT)
                 continue
             cap = cg.kind if cg else "rlimit"
@@ -361,12 +385,14 @@ def _detect(force_mode: str | None, level: str) -> Launcher:
                 if not err:
                     return launcher
                 why.append(f"{mode} with {python}: {err}")
+                short.append(f"{mode} did not start a program")
         if not hints:
             hints.append(INSTALL_HINT)
     if level == "unsafe" and force_mode is None:
         return _unsafe()
-    weaker = ('sandbox.isolation = "rlimits" in the recipe to accept per-process caps' if level == "strict"
-              and flt is not None and bwrap is not None else
-              'sandbox.isolation = "unsafe" in the recipe to run it unconfined')
-    raise SandboxUnavailable(f"no sandbox for model-written code at isolation = {level} ({'; '.join(why)}): "
-                             f"{'; '.join(dict.fromkeys(hints))}; or set {weaker}")
+    weaker = ('"rlimits" (per-process caps)' if level == "strict" and flt is not None and bwrap is not None
+              else '"unsafe" (unconfined)')
+    fixes = list(dict.fromkeys(hints))
+    raise SandboxUnavailable(f"no sandbox at isolation = {level}: {short[0]}; fix: "
+                             f"{SHORT_FIX.get(fixes[0], fixes[0])}, or set sandbox.isolation = {weaker}",
+                             f"isolation = {level}: {'; '.join(why)}; fixes: {'; '.join(fixes)}")
