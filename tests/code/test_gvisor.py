@@ -29,6 +29,8 @@ from training_core.sandbox import (
     seccomp,
 )
 
+# One worker runs them in turn: the leftover check looks at every gVisor process of this machine.
+pytestmark = pytest.mark.xdist_group("gvisor")
 needs_runsc = pytest.mark.skipif(shutil.which("runsc", path=gvisor.SEARCH) is None,
                                  reason="no runsc (scripts/setup --test-deps installs it)")
 

@@ -196,7 +196,8 @@ def test_ps_shows_running_and_the_last_ten_ended_and_prune_rm_never_touch_a_runn
     assert all((runs_dir / e).is_dir() for e in ended[1:])  # a dry run removes nothing
     done = pippa(env, repo, *prune, "--yes")
     assert done.returncode == 0 and "removed 10 runs" in done.stdout, done.stdout
-    assert sorted(p.name for p in runs_dir.iterdir()) == sorted([live, ended[1]])  # running + checkpointed
+    kept = sorted(p.name for p in runs_dir.iterdir() if not p.name.startswith("."))  # .launch.lock stays
+    assert kept == sorted([live, ended[1]])  # running + checkpointed
     host.run_as_user(["tmux", "kill-session", "-t", "=fh-live"])
 
 
