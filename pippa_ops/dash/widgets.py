@@ -276,10 +276,15 @@ class HostPanel(Vertical):
         if state is not None:
             self.show(state)  # the GPU lines fit the new width
 
+    def on_mount(self) -> None:
+        self.on_resize()  # a state that came before the panel's lines existed
+
     def show(self, state: HostState) -> None:
         if state == self._state:
             return
         self._state = state
+        if not self.children:  # not composed yet: on_mount draws it
+            return
         self.query_one(".status", Static).update(status_line(state))
         gpus = self.query_one(".gpus", Static)
         gpus.display = bool(state.gpus)
