@@ -117,7 +117,8 @@ def check_gpu_faults(health: Any, remote_dir: str, run: str | None) -> int:
     as an event of the active run. nvidia-smi's full query only while a run is active (the baseline of
     the kernel log is kept meanwhile). Returns how many alerts were sent."""
     from pippa_agent.doctor import kernel
-    from pippa_agent.doctor.watch import boot_time, observe
+    from pippa_agent.doctor.watch import observe
+    from pippa_contract.xids import boot_time
 
     if run is None:
         lines, _ = kernel.read_log()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from pippa_agent.doctor import kernel, smi
-from pippa_contract.xids import XidEvent, boot_time, logged_at, pci_key
+from pippa_contract.xids import XidEvent, logged_at, pci_key
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from pippa_agent.doctor.smi import Gpu
 
 POLL_S = 30.0  # the kernel log and nvidia-smi -q -x every 30 s while a run is active
-__all__ = ["GpuHealthWatch", "boot_time", "observe"]
 
 
 def _clock(line: str, boot: float | None) -> str:
