@@ -28,14 +28,8 @@ DRY="${DRY:-0}"
 PY="${PYTHON:-python3}"
 PARTS="${PARTS:-E P T G S L}"
 
-# The GPU machine has torch but not every dependency: the wheels it lacks travel in .whl/.
-if [ -d .whl ] && compgen -G ".whl/*.whl" > /dev/null; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    > "$OUT/wheels.log" 2>&1 || echo "wheel install failed: see $OUT/wheels.log" >&2
-  export PYTHONPATH="/tmp/site:$ROOT"
-else
-  export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-fi
+# the wheels the GPU machine lacks (.whl/), and PYTHONPATH
+. "$ROOT/bench/gpu_env.sh"
 export PYTHONUNBUFFERED=1
 
 SUMMARY="$OUT/summary.txt"
