@@ -87,8 +87,10 @@ def watcher_cpu(polls: int, smi: str | None) -> None:
             proc.wait(10)
     per_poll = (c1 - c0) / polls
     which = "fake" if smi is None else smi
-    print(f"watcher: {polls} polls in {t1 - t0:.1f}s, {c1 - c0:.3f} CPU-s:"
-          f" {per_poll * 1000:.1f} ms CPU per poll (nvidia-smi: {which})")  # fmt: skip
+    print(
+        f"watcher: {polls} polls in {t1 - t0:.1f}s, {c1 - c0:.3f} CPU-s:"
+        f" {per_poll * 1000:.1f} ms CPU per poll (nvidia-smi: {which})"
+    )
     print(f"watcher: {100 * (c1 - c0) / (t1 - t0):.2f}% of one core polling every 0.5 s (idle_alert <= 5s)")
     print(f'watcher: {100 * per_poll / 60:.3f}% of one core at idle_alert = "20m" (a poll every 60 s)')
 
@@ -134,8 +136,9 @@ def latency(runs: int, hooks: int) -> None:
                 n = len(hook.posts)
                 t0 = time.time()
                 prog = str(h.home / ".config/pippa/alerts/agent.pyz")
-                h.run_as_user(["python3", "-S", "-I", prog, "alerts", "event", "--run-dir", str(run_dir),
-                               "--detach"])  # fmt: skip
+                h.run_as_user(
+                    ["python3", "-S", "-I", prog, "alerts", "event", "--run-dir", str(run_dir), "--detach"]
+                )
                 post = hook.wait_for(lambda p, n=n: hook.posts.index(p) >= n, timeout=60)
                 hook_lat.append(post.received - t0)
         for name, xs in (
@@ -144,8 +147,10 @@ def latency(runs: int, hooks: int) -> None:
         ):
             xs = sorted(xs)
             p95 = xs[max(0, round(0.95 * len(xs)) - 1)]
-            print(f"alert latency, {name}: n={len(xs)} median {statistics.median(xs):.2f}s p95 {p95:.2f}s "
-                  f"max {xs[-1]:.2f}s")  # fmt: skip
+            print(
+                f"alert latency, {name}: n={len(xs)} median {statistics.median(xs):.2f}s p95 {p95:.2f}s "
+                f"max {xs[-1]:.2f}s"
+            )
     finally:
         world.close()
 

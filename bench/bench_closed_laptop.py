@@ -74,11 +74,17 @@ def one_run(steps: int, tmp: Path, tag: str, side: bool, url: str, every: float)
     t0 = time.monotonic()
     if side:
         side_argv = [sys.executable, "-c", SIDE, str(runs), run_id, url, str(every)]
-        helper = subprocess.Popen(side_argv, cwd=ROOT, env={**env, "HOME": str(tmp)}, stdout=subprocess.PIPE,
-                                  text=True)  # fmt: skip
+        helper = subprocess.Popen(
+            side_argv, cwd=ROOT, env={**env, "HOME": str(tmp)}, stdout=subprocess.PIPE, text=True
+        )
     argv = [sys.executable, "-m", "training_core.train", "tiny", "--run-dir", str(run_dir)]
-    for s in ["seed=0", "checkpoint.every=0", "logging.progress=false", f"train.max_steps={steps}",
-              "eval.interval=100000"]:  # fmt: skip
+    for s in [
+        "seed=0",
+        "checkpoint.every=0",
+        "logging.progress=false",
+        f"train.max_steps={steps}",
+        "eval.interval=100000",
+    ]:
         argv += ["--set", s]
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -103,15 +109,17 @@ def main() -> None:
     args = p.parse_args()
     import webhook
 
-    print(f"cpu: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; tiny recipe, "
-          f"{args.steps} steps, heartbeat every {args.every:g}s")  # fmt: skip
+    print(
+        f"cpu: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; tiny recipe, "
+        f"{args.steps} steps, heartbeat every {args.every:g}s"
+    )
     with webhook.serve() as hook, tempfile.TemporaryDirectory(prefix="bench-closed-") as tmp:
         url = f"http://{hook.address}:{hook.port}/ping/bench"
         without: list[float] = []
         with_: list[float] = []
         shares: list[float] = []
         for i in range(args.pairs):
-            for side in ((False, True) if i % 2 == 0 else (True, False)):
+            for side in (False, True) if i % 2 == 0 else (True, False):
                 r = one_run(args.steps, Path(tmp), f"{i}-{int(side)}", side, url, args.every)
                 (with_ if side else without).append(r["train_s"])
                 if side:
@@ -122,9 +130,11 @@ def main() -> None:
                 what = "with   " if side else "without"
                 print(f"pair {i}  {what}  train {r['train_s']:.2f}s{extra}", flush=True)
     ratio = statistics.median(with_) / statistics.median(without)
-    print(f"median train time: without {statistics.median(without):.2f}s, with "
-          f"{statistics.median(with_):.2f}s: ratio {ratio:.3f} (target <= 1.02); side process CPU median "
-          f"{100 * statistics.median(shares):.2f}% of a core (target <= 0.5%)")  # fmt: skip
+    print(
+        f"median train time: without {statistics.median(without):.2f}s, with "
+        f"{statistics.median(with_):.2f}s: ratio {ratio:.3f} (target <= 1.02); side process CPU median "
+        f"{100 * statistics.median(shares):.2f}% of a core (target <= 0.5%)"
+    )
 
 
 if __name__ == "__main__":

@@ -73,8 +73,9 @@ def main() -> None:
     with ThreadPoolExecutor(2) as ex:
         sender = SENDER.format(bits=bits, slot=args.slot, start=start, threads=args.threads)
         fs = ex.submit(run_python, sender, limits, launcher)
-        fr = ex.submit(run_python, RECEIVER.format(n=args.bits, slot=args.slot, start=start), limits,
-                       launcher)
+        fr = ex.submit(
+            run_python, RECEIVER.format(n=args.bits, slot=args.slot, start=start), limits, launcher
+        )
         sent, got = fs.result(), fr.result()
     assert sent.ok and got.ok, (sent.stderr[-300:], got.stderr[-300:])
     counts = [int(x) for x in got.stdout.split()]
@@ -82,8 +83,10 @@ def main() -> None:
     decoded = [int(c < threshold) for c in counts]  # a busy sender slows the receiver: fewer loops
     p = sum(a != b for a, b in zip(bits, decoded, strict=True)) / len(bits)
     capacity = max(0.0, 1 - entropy(min(p, 1 - p))) / args.slot
-    print(f"{args.bits} bits at {args.slot * 1000:.0f} ms a bit, sender {args.threads} threads: "
-          f"bit error rate {p:.2f}, capacity {capacity:.1f} bits/s")
+    print(
+        f"{args.bits} bits at {args.slot * 1000:.0f} ms a bit, sender {args.threads} threads: "
+        f"bit error rate {p:.2f}, capacity {capacity:.1f} bits/s"
+    )
 
 
 if __name__ == "__main__":

@@ -89,9 +89,11 @@ def main() -> None:
     p95 = lat[min(len(lat) - 1, int(0.95 * len(lat)))] if lat else float("nan")
     print(f"pippa dash, {args.hosts} hosts x 2 GPUs at 1 Hz, {args.seconds:.0f} s, {len(lat)} samples drawn")
     print(f"CPU: {cpu_pct:.2f}% of one core   (goal <= {CPU_GOAL}%: ratio {cpu_pct / CPU_GOAL:.2f})")
-    print(f"latency host sample -> drawn state: p50 {p50 * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, "
-          f"max {lat[-1] * 1000 if lat else float('nan'):.0f} ms   "
-          f"(goal p95 <= {LATENCY_GOAL_S} s: ratio {p95 / LATENCY_GOAL_S:.2f})")  # fmt: skip
+    print(
+        f"latency host sample -> drawn state: p50 {p50 * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, "
+        f"max {lat[-1] * 1000 if lat else float('nan'):.0f} ms   "
+        f"(goal p95 <= {LATENCY_GOAL_S} s: ratio {p95 / LATENCY_GOAL_S:.2f})"
+    )
 
 
 if __name__ == "__main__":

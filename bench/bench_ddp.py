@@ -30,11 +30,16 @@ ROOT = Path(__file__).resolve().parent.parent
 BATCH = 256  # the tiny recipe's per_device_train_batch_size (16 prompts x 16 completions)
 
 
-def one_run(run_dir: Path, steps: int, processes: int, per_rank_batch: int, threads: int
-            ) -> tuple[float, float]:  # fmt: skip
+def one_run(
+    run_dir: Path, steps: int, processes: int, per_rank_batch: int, threads: int
+) -> tuple[float, float]:
     """(median seconds per step, completions per second) of one run, from its metrics.jsonl times."""
-    sets = [f"train.max_steps={steps}", "eval.task=none", "checkpoint.every=0",
-            f"train.per_device_train_batch_size={per_rank_batch}"]  # fmt: skip
+    sets = [
+        f"train.max_steps={steps}",
+        "eval.task=none",
+        "checkpoint.every=0",
+        f"train.per_device_train_batch_size={per_rank_batch}",
+    ]
     argv = [sys.executable, "-m", "training_core.launch", "tiny", "--run-dir", str(run_dir)]
     for s in sets:
         argv += ["--set", s]
@@ -73,8 +78,10 @@ def main() -> None:
             for name, (procs, batch, threads) in shapes.items():
                 run_dir = Path(tmp) / f"{r}-{procs}-{batch}-{threads}"
                 results[name].append(one_run(run_dir, args.steps, procs, batch, threads))
-    print(f"tiny recipe, {args.steps} steps x {args.rounds} rounds, {os.cpu_count()} cores, "
-          f"{time.time() - t0:.0f} s in all (median over rounds)")  # fmt: skip
+    print(
+        f"tiny recipe, {args.steps} steps x {args.rounds} rounds, {os.cpu_count()} cores, "
+        f"{time.time() - t0:.0f} s in all (median over rounds)"
+    )
     first = next(iter(results))
     base_step = statistics.median(s for s, _ in results[first])
     base_rate = statistics.median(c for _, c in results[first])

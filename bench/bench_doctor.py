@@ -136,8 +136,14 @@ def passive(repeat: int) -> list[dict[str, float]]:
             names = [h.name for h in world.hosts[:4]]
             for mode in (["--quick"], []):  # the bound: 4 hosts <= 60 s, --quick <= 5 s
                 t0 = time.perf_counter()
-                p = subprocess.run([PIPPA, "doctor", *mode, "--json", *names], env=env, cwd=ROOT,
-                                   capture_output=True, text=True, timeout=300)  # fmt: skip
+                p = subprocess.run(
+                    [PIPPA, "doctor", *mode, "--json", *names],
+                    env=env,
+                    cwd=ROOT,
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
                 took = time.perf_counter() - t0
                 what = "pippa doctor " + (" ".join(mode) or "(full: passive + active, fake GPU figures)")
                 print(f"4 hosts: {what}: {took:.2f}s (exit {p.returncode})")
@@ -161,9 +167,15 @@ def warm(h: object, tmp: Path, env: dict[str, str], repeat: int) -> dict[str, fl
     kept = {k: v for k, v in env.items() if k != "PIPPA_NO_REUSE"}
     kept["PIPPA_RUNTIME_DIR"] = str(tmp / "run")
     control = ["-o", "ControlMaster=auto", "-o", f"ControlPath={tmp}/cm-%C", "-o", "ControlPersist=60"]
-    ssh = ["ssh", "-F", str(tmp / "client" / ".ssh" / "config"), "-o",
-           "UserKnownHostsFile=" + str(tmp / "client" / ".ssh" / "known_hosts"), *control,
-           h.ssh_alias]  # type: ignore[attr-defined]  # fmt: skip
+    ssh = [
+        "ssh",
+        "-F",
+        str(tmp / "client" / ".ssh" / "config"),
+        "-o",
+        "UserKnownHostsFile=" + str(tmp / "client" / ".ssh" / "known_hosts"),
+        *control,
+        h.ssh_alias,
+    ]  # type: ignore[attr-defined]
     doc, hand = [], []
     try:
         for _ in range(repeat + 1):
@@ -172,8 +184,9 @@ def warm(h: object, tmp: Path, env: dict[str, str], repeat: int) -> dict[str, fl
             subprocess.run(argv, env=kept, cwd=ROOT, capture_output=True, check=True, timeout=300)
             doc.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            subprocess.run([*ssh, "nvidia-smi -q -x; dmesg"], env=env, capture_output=True, check=True,
-                           timeout=120)  # fmt: skip
+            subprocess.run(
+                [*ssh, "nvidia-smi -q -x; dmesg"], env=env, capture_output=True, check=True, timeout=120
+            )
             hand.append(time.perf_counter() - t0)
     finally:
         subprocess.run([*ssh[:-1], "-O", "exit", ssh[-1]], env=env, capture_output=True, timeout=30)
@@ -185,8 +198,10 @@ def warm(h: object, tmp: Path, env: dict[str, str], repeat: int) -> dict[str, fl
         os.environ.clear()
         os.environ.update(saved)
     d, b = statistics.median(doc[1:]), statistics.median(hand[1:])
-    print(f"1 host, kept connections: pippa doctor --quick (keeper) {d:.2f}s, by hand (OpenSSH "
-          f"ControlPersist) {b:.2f}s, ratio {d / b:.2f}x")  # fmt: skip
+    print(
+        f"1 host, kept connections: pippa doctor --quick (keeper) {d:.2f}s, by hand (OpenSSH "
+        f"ControlPersist) {b:.2f}s, ratio {d / b:.2f}x"
+    )
     return {"hosts": 1, "kept": True, "doctor_s": d, "by_hand_s": b, "ratio": d / b}
 
 
@@ -220,8 +235,10 @@ def in_process(h: object, client: Path, repeat: int) -> dict[str, float]:
             t.run("nvidia-smi -q -x; dmesg", check=True)
             hand.append(time.perf_counter() - t0)
     d, c, b = statistics.median(doc), statistics.median(cold), statistics.median(hand)
-    print(f"one open connection: doctor request {d:.3f}s (torch facts cached; {c:.3f}s probing the python), "
-          f"the by-hand commands {b:.3f}s, ratio {d / b:.2f}x ({c / b:.2f}x uncached)")  # fmt: skip
+    print(
+        f"one open connection: doctor request {d:.3f}s (torch facts cached; {c:.3f}s probing the python), "
+        f"the by-hand commands {b:.3f}s, ratio {d / b:.2f}x ({c / b:.2f}x uncached)"
+    )
     return {"hosts": 1, "in_process": True, "doctor_s": d, "uncached_s": c, "by_hand_s": b, "ratio": d / b}
 
 

@@ -49,8 +49,13 @@ def main() -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        job = " & ".join(f"RANK={r} {sys.executable} {d / 'hang.py'} {port} {d} {args.ranks}"
-                         for r in range(args.ranks)) + " & wait"  # fmt: skip
+        job = (
+            " & ".join(
+                f"RANK={r} {sys.executable} {d / 'hang.py'} {port} {d} {args.ranks}"
+                for r in range(args.ranks)
+            )
+            + " & wait"
+        )
         root = subprocess.Popen(["sh", "-c", job], start_new_session=True)
         try:
             deadline = time.monotonic() + 300
@@ -69,8 +74,10 @@ def main() -> None:
             os.killpg(root.pid, 9)
             root.wait()
     print(f"{args.ranks} processes: capture " + ", ".join(f"{t:.2f}s" for t in times))
-    print(f"median {statistics.median(times):.2f}s, slowest {max(times):.2f}s (goal <= 10 s); "
-          f"suspect right {right}/{args.repeats}")  # fmt: skip
+    print(
+        f"median {statistics.median(times):.2f}s, slowest {max(times):.2f}s (goal <= 10 s); "
+        f"suspect right {right}/{args.repeats}"
+    )
 
 
 if __name__ == "__main__":

@@ -55,8 +55,11 @@ def main() -> None:
         subprocess.run(["cp", "-a", str(world.client_template), str(client)], check=True)
         import sshd
 
-        env = {k: v for k, v in sshd.client_subprocess_env(client).items()
-               if k not in ("SSH_AUTH_SOCK", "PIPPA_NO_REUSE", "PYTHONDONTWRITEBYTECODE")}  # fmt: skip
+        env = {
+            k: v
+            for k, v in sshd.client_subprocess_env(client).items()
+            if k not in ("SSH_AUTH_SOCK", "PIPPA_NO_REUSE", "PYTHONDONTWRITEBYTECODE")
+        }
         env.update(PIPPA_RUNTIME_DIR=str(tmp / "run"), PYTHONPYCACHEPREFIX=str(tmp / "pycache"))
         repo = tmp / "repo"
         repo.mkdir()
@@ -83,14 +86,18 @@ def main() -> None:
                     wall, cpu, _ = timed_cpu([pippa, *argv], env, repo)
                     times.setdefault((" ".join(argv), way), []).append(wall)
                     cpus.setdefault((" ".join(argv), way), []).append(cpu)
-        print(f"\nwarm commands on loopback, medians of {args.repeat} (seconds); python -c pass: "
-              f"{statistics.median(bare):.3f}")  # fmt: skip
+        print(
+            f"\nwarm commands on loopback, medians of {args.repeat} (seconds); python -c pass: "
+            f"{statistics.median(bare):.3f}"
+        )
         for argv in argvs:
             k = " ".join(argv)
             b, t = statistics.median(times[(k, "baseline")]), statistics.median(times[(k, "this")])
             bc, tc = statistics.median(cpus[(k, "baseline")]), statistics.median(cpus[(k, "this")])
-            print(f"  {k:24} wall baseline {b:.3f}   this {t:.3f}   {t / b:.2f}x"
-                  f"   cpu baseline {bc:.3f}   this {tc:.3f}   {tc / bc:.2f}x")  # fmt: skip
+            print(
+                f"  {k:24} wall baseline {b:.3f}   this {t:.3f}   {t / b:.2f}x"
+                f"   cpu baseline {bc:.3f}   this {tc:.3f}   {tc / bc:.2f}x"
+            )
         print(json.dumps({"load": os.getloadavg()[0]}))
     finally:
         world.close()

@@ -82,8 +82,10 @@ def main() -> None:
         print(f"  ratio pippa/hand {p / h:5.2f}x   goal <= 0.8x {'ok' if p / h <= 0.8 else 'MISSED'}")
         if args.baseline:
             (bw, bc), (tw, tc) = ([statistics.median(x) for x in ab[k]] for k in ("baseline", "this"))
-            print(f"  this vs baseline: wall {tw:.3f} / {bw:.3f} s = {tw / bw:.2f}x, "
-                  f"cpu {tc:.3f} / {bc:.3f} s = {tc / bc:.2f}x; load {os.getloadavg()[0]:.1f}")  # fmt: skip
+            print(
+                f"  this vs baseline: wall {tw:.3f} / {bw:.3f} s = {tw / bw:.2f}x, "
+                f"cpu {tc:.3f} / {bc:.3f} s = {tc / bc:.2f}x; load {os.getloadavg()[0]:.1f}"
+            )
     finally:
         world.close()
 

@@ -32,8 +32,10 @@ def main() -> None:
     parser.add_argument("--saves", type=int, default=60, help="saves in all (the first 2 warm up)")
     args = parser.parse_args()
     real_manifest, real_save, real_submit = (
-        pippa_trainer.write_manifest, Trainer._save_checkpoint, pippa_trainer.Manifests.submit
-    )  # fmt: skip
+        pippa_trainer.write_manifest,
+        Trainer._save_checkpoint,
+        pippa_trainer.Manifests.submit,
+    )
     times: dict[str, list[float]] = {"manifest": [], "none": []}
     own: list[float] = []  # the manifest's own time, in its thread
     state = {"n": 0, "t": 0.0}
@@ -68,12 +70,16 @@ def main() -> None:
         size = sum(p.stat().st_size for p in (Path(tmp) / "run" / "checkpoints").rglob("*") if p.is_file())
     assert code == 0, f"the tiny run ended {code}"
     with_m, without = statistics.median(times["manifest"]), statistics.median(times["none"])
-    print(f"tiny recipe, {len(times['manifest'])} + {len(times['none'])} saves alternated, checkpoints kept: "
-          f"{size / 1e6:.2f} MB")  # fmt: skip
+    print(
+        f"tiny recipe, {len(times['manifest'])} + {len(times['none'])} saves alternated, checkpoints kept: "
+        f"{size / 1e6:.2f} MB"
+    )
     print(f"save with manifest: median {with_m * 1e3:.1f} ms; without: {without * 1e3:.1f} ms")
     print(f"ratio with/without: {with_m / without:.3f}x (goal <= 1.02x)")
-    print(f"the manifest's own time, in its thread while training goes on: median "
-          f"{statistics.median(own) * 1e3:.2f} ms per checkpoint ({len(own)} manifests)")  # fmt: skip
+    print(
+        f"the manifest's own time, in its thread while training goes on: median "
+        f"{statistics.median(own) * 1e3:.2f} ms per checkpoint ({len(own)} manifests)"
+    )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,16 @@ def make_run(host: sshd.SSHHost, mb: int) -> None:
     ck = run / "checkpoints" / "checkpoint-2"
     ck.mkdir(parents=True, exist_ok=True)
     command = f".venv/bin/python -m training_core.launch tiny --run-dir ~/pippa/runs/{RUN_ID}"
-    meta = {"run_id": RUN_ID, "session": "bm", "host": host.name, "recipe": "tiny", "command": command,
-            "started": time.time(), "sweep_index": 0, "sweep_size": 1}  # fmt: skip
+    meta = {
+        "run_id": RUN_ID,
+        "session": "bm",
+        "host": host.name,
+        "recipe": "tiny",
+        "command": command,
+        "started": time.time(),
+        "sweep_index": 0,
+        "sweep_size": 1,
+    }
     (run / "run.json").write_text(json.dumps(meta))
     (run / "metrics.jsonl").write_text('{"type": "step", "step": 1}\n{"type": "step", "step": 2}\n')
     (run / "exit_code").write_text("130\n")
@@ -64,8 +72,18 @@ def scp3(a: sshd.SSHHost, b: sshd.SSHHost, env: dict[str, str]) -> float:
     t0 = time.perf_counter()
     src, dest = f"{a.ssh_alias}:pippa/runs/{RUN_ID}", f"{b.ssh_alias}:pippa/scp-{RUN_ID}"
     ssh_dir = Path(env["HOME"]) / ".ssh"  # ssh reads the passwd home's files, not $HOME's
-    argv = ["scp", "-F", str(ssh_dir / "config"), "-o", f"UserKnownHostsFile={ssh_dir / 'known_hosts'}",
-            "-3", "-q", "-r", src, dest]  # fmt: skip
+    argv = [
+        "scp",
+        "-F",
+        str(ssh_dir / "config"),
+        "-o",
+        f"UserKnownHostsFile={ssh_dir / 'known_hosts'}",
+        "-3",
+        "-q",
+        "-r",
+        src,
+        dest,
+    ]
     p = subprocess.run(argv, env=env, capture_output=True, timeout=1800)
     if p.returncode != 0:
         raise SystemExit(f"scp -3 failed: {p.stderr.decode(errors='replace')}")
@@ -95,10 +113,14 @@ def main() -> None:
                 shutil.rmtree(b.home / "pippa" / f"scp-{RUN_ID}")
             move_s, scp_s = statistics.median(moves), statistics.median(scps)
             print(f"checkpoint {args.mb} MB, {args.repeat} rounds alternately, medians:")
-            print(f"  pippa move (host -> laptop -> host, sha256, staged): {move_s:6.2f} s  "
-                  f"{args.mb / move_s:6.1f} MB/s  ({', '.join(f'{x:.2f}' for x in moves)})")  # fmt: skip
-            print(f"  scp -3 -r:                                           {scp_s:6.2f} s  "
-                  f"{args.mb / scp_s:6.1f} MB/s  ({', '.join(f'{x:.2f}' for x in scps)})")  # fmt: skip
+            print(
+                f"  pippa move (host -> laptop -> host, sha256, staged): {move_s:6.2f} s  "
+                f"{args.mb / move_s:6.1f} MB/s  ({', '.join(f'{x:.2f}' for x in moves)})"
+            )
+            print(
+                f"  scp -3 -r:                                           {scp_s:6.2f} s  "
+                f"{args.mb / scp_s:6.1f} MB/s  ({', '.join(f'{x:.2f}' for x in scps)})"
+            )
             ratio = scp_s / move_s
             met = "met" if ratio >= 0.8 else "MISSED"
             print(f"  pippa's throughput / scp's: {ratio:.2f}x (goal >= 0.8x): {met}")

@@ -100,15 +100,21 @@ def main() -> None:
     retried = statistics.median(t for t, _ in runs[True])
     plain_wall = statistics.median(w for _, w in runs[False])
     retried_wall = statistics.median(w for _, w in runs[True])
-    print(f"training time, median of {args.rounds}: unsupervised {plain:.2f} s, watched with --retry 3 "
-          f"{retried:.2f} s: ratio {retried / plain:.3f} (goal <= 1.03)")  # fmt: skip
+    print(
+        f"training time, median of {args.rounds}: unsupervised {plain:.2f} s, watched with --retry 3 "
+        f"{retried:.2f} s: ratio {retried / plain:.3f} (goal <= 1.03)"
+    )
     pairs = [r / p for (r, _), (p, _) in zip(runs[True], runs[False], strict=True)]
     print(f"per-round ratios (the same round's two runs): {', '.join(f'{x:.3f}' for x in pairs)}")
-    print(f"wall time, median: unsupervised {plain_wall:.2f} s, watched {retried_wall:.2f} s: "
-          f"ratio {retried_wall / plain_wall:.3f}")  # fmt: skip
+    print(
+        f"wall time, median: unsupervised {plain_wall:.2f} s, watched {retried_wall:.2f} s: "
+        f"ratio {retried_wall / plain_wall:.3f}"
+    )
     if cpu:
-        print(f"supervisor CPU per second of run: {max(cpu) * 100:.3f}% of one core at most (runs: "
-              f"{', '.join(f'{x * 100:.3f}%' for x in cpu)})")  # fmt: skip
+        print(
+            f"supervisor CPU per second of run: {max(cpu) * 100:.3f}% of one core at most (runs: "
+            f"{', '.join(f'{x * 100:.3f}%' for x in cpu)})"
+        )
 
 
 if __name__ == "__main__":

@@ -76,8 +76,9 @@ def main() -> None:
             env.pop("PIPPA_RUN_WAIT_S", None)
 
             def pippa(*a: str) -> subprocess.CompletedProcess[str]:
-                p = subprocess.run([PIPPA, *a], env=env, cwd=repo, capture_output=True, text=True,
-                                   timeout=400)  # fmt: skip
+                p = subprocess.run(
+                    [PIPPA, *a], env=env, cwd=repo, capture_output=True, text=True, timeout=400
+                )
                 if p.returncode != 0:
                     raise SystemExit(f"pippa {' '.join(a)} failed: {p.stderr}")
                 return p
@@ -87,8 +88,17 @@ def main() -> None:
                 for how in rows:
                     name = f"b{i}{'w' if how == 'pippa run' else 'n'}"
                     more = ["--wait", "120"] if how == "pippa run" else ["--no-wait"]
-                    p = pippa("run", "tiny", "--host", host.name, "-n", name,
-                              "--set", "train.max_steps=100000", *more)  # fmt: skip
+                    p = pippa(
+                        "run",
+                        "tiny",
+                        "--host",
+                        host.name,
+                        "-n",
+                        name,
+                        "--set",
+                        "train.max_steps=100000",
+                        *more,
+                    )
                     run_id = p.stdout.split()[1]
                     if how != "pippa run":
                         while True:  # the user's loop: look once a second until the run shows a step

@@ -35,15 +35,25 @@ sys.path.insert(0, str(ROOT))
 from pippa_contract import samples as sm  # noqa: E402
 
 SETTINGS = {"off": "samples.every=-1", "default": "samples.every=0", "every": "samples.every=1"}
-KEYS = ("reward/mean", "reward/frac_zero_std", "completions/mean_length", "completions/clipped_ratio",
-        "eval/accuracy")  # fmt: skip
+KEYS = (
+    "reward/mean",
+    "reward/frac_zero_std",
+    "completions/mean_length",
+    "completions/clipped_ratio",
+    "eval/accuracy",
+)
 
 
 def one_run(setting: str, steps: int, tmp: Path, n: int) -> tuple[float, float]:
     run_dir = tmp / f"20261126-000000-tiny-{n:04x}"
     argv = [sys.executable, "-m", "training_core.train", "tiny", "--run-dir", str(run_dir)]
-    for s in (f"train.max_steps={steps}", "checkpoint.every=0", "logging.progress=false",
-              f"eval.interval={max(1, steps // 2)}", SETTINGS[setting]):  # fmt: skip
+    for s in (
+        f"train.max_steps={steps}",
+        "checkpoint.every=0",
+        "logging.progress=false",
+        f"eval.interval={max(1, steps // 2)}",
+        SETTINGS[setting],
+    ):
         argv += ["--set", s]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     env = {**os.environ, "WANDB_MODE": "disabled"}
@@ -59,8 +69,10 @@ def one_run(setting: str, steps: int, tmp: Path, n: int) -> tuple[float, float]:
 
 
 def bench_training(steps: int, repeats: int) -> None:
-    print(f"1. tiny, {steps} steps, {repeats} runs per setting in turns; cpu: {os.cpu_count()} cores, "
-          f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(
+        f"1. tiny, {steps} steps, {repeats} runs per setting in turns; cpu: {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in SETTINGS}
     with tempfile.TemporaryDirectory(prefix="bench-samples-") as tmp:
         n = 0
@@ -74,13 +86,16 @@ def bench_training(steps: int, repeats: int) -> None:
     # The fastest of each setting is the least disturbed by other load (the machine is shared); the
     # medians say how noisy the round was.
     best = {k: (min(t for t, _ in v), min(c for _, c in v)) for k, v in times.items()}
-    med = {k: (statistics.median(t for t, _ in v), statistics.median(c for _, c in v))
-           for k, v in times.items()}  # fmt: skip
+    med = {
+        k: (statistics.median(t for t, _ in v), statistics.median(c for _, c in v)) for k, v in times.items()
+    }
     for k in SETTINGS:
         (t, c), (mt, mc) = best[k], med[k]
-        print(f"   {k:>7}: fastest train {t:.2f} s ({t / best['off'][0]:.3f}x off), cpu {c:.2f} s "
-              f"({c / best['off'][1]:.3f}x off); medians {mt:.2f} s ({mt / med['off'][0]:.3f}x), "
-              f"cpu {mc:.2f} s ({mc / med['off'][1]:.3f}x)")  # fmt: skip
+        print(
+            f"   {k:>7}: fastest train {t:.2f} s ({t / best['off'][0]:.3f}x off), cpu {c:.2f} s "
+            f"({c / best['off'][1]:.3f}x off); medians {mt:.2f} s ({mt / med['off'][0]:.3f}x), "
+            f"cpu {mc:.2f} s ({mc / med['off'][1]:.3f}x)"
+        )
 
 
 def bench_in_run(steps: int) -> None:
@@ -115,8 +130,13 @@ def bench_in_run(steps: int) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-samples-in-") as tmp:
             run_dir = Path(tmp) / "20261126-000000-tiny-cafe"
             argv = ["tiny", "--run-dir", str(run_dir)]
-            for s in (f"train.max_steps={steps}", "checkpoint.every=0", "logging.progress=false",
-                      f"eval.interval={max(1, steps // 2)}", SETTINGS[setting]):  # fmt: skip
+            for s in (
+                f"train.max_steps={steps}",
+                "checkpoint.every=0",
+                "logging.progress=false",
+                f"eval.interval={max(1, steps // 2)}",
+                SETTINGS[setting],
+            ):
                 argv += ["--set", s]
             if train.main(argv) != 0:
                 raise SystemExit(f"bench_samples: the in-process {setting} run failed")
@@ -124,8 +144,10 @@ def bench_in_run(steps: int) -> None:
             st = [r for r in recs if r["type"] == "step"]
             total = recs[-1]["time"] - st[0]["time"] + st[0]["perf/step_time_s"]
             rows = sum(1 for _ in (run_dir / sm.SAMPLES).open())
-        print(f"   {setting:>7}: training {total:.2f} s, sampling and alarms {spent[0] * 1000:.1f} ms "
-              f"({rows} rows): {total / (total - spent[0]):.4f}x")  # fmt: skip
+        print(
+            f"   {setting:>7}: training {total:.2f} s, sampling and alarms {spent[0] * 1000:.1f} ms "
+            f"({rows} rows): {total / (total - spent[0]):.4f}x"
+        )
 
 
 def big_file(path: Path, mb: float) -> int:
@@ -135,9 +157,25 @@ def big_file(path: Path, mb: float) -> int:
     with path.open("wb") as f:
         while f.tell() < mb * 1e6:
             step += 1
-            f.write(b"".join(sm.encode(sm.sample_row(step, "train", f"{step % 97}+{i}=", f"{text} {step}",
-                    index=i, rewards={"correct": i % 2}, reward=(step * 7 + i) % 11 / 10, length=120,
-                    truncated=False, time=0.0)) for i in range(8)))  # fmt: skip
+            f.write(
+                b"".join(
+                    sm.encode(
+                        sm.sample_row(
+                            step,
+                            "train",
+                            f"{step % 97}+{i}=",
+                            f"{text} {step}",
+                            index=i,
+                            rewards={"correct": i % 2},
+                            reward=(step * 7 + i) % 11 / 10,
+                            length=120,
+                            truncated=False,
+                            time=0.0,
+                        )
+                    )
+                    for i in range(8)
+                )
+            )
     return step
 
 
@@ -148,15 +186,26 @@ def bench_reading(mb: float) -> None:
         steps = big_file(run_dir / sm.SAMPLES, mb)
         size = (run_dir / sm.SAMPLES).stat().st_size
         print(f"2. a {size / 1e6:.0f} MB samples.jsonl of {steps} steps x 8 rows")
-        cases = {"newest step": {}, "--step (middle)": {"step": steps // 2}, "--best": {"best": True},
-                 "--grep (near the end)": {"grep": f" {steps - 3}"}}  # fmt: skip
+        cases = {
+            "newest step": {},
+            "--step (middle)": {"step": steps // 2},
+            "--best": {"best": True},
+            "--grep (near the end)": {"grep": f" {steps - 3}"},
+        }
         for name, req in cases.items():
             t0 = time.perf_counter()
             answer = sm.answer(run_dir.name, str(run_dir), {"n": 4, **req})
             took = time.perf_counter() - t0
             print(f"   samples verb, {name:<22} {took * 1000:7.1f} ms ({len(answer['rows'])} rows)")
-        argv = [str(Path(sys.prefix) / "bin" / "pippa"), "samples", run_dir.name, "--host", "bench",
-                "--runs-dir", tmp]  # fmt: skip
+        argv = [
+            str(Path(sys.prefix) / "bin" / "pippa"),
+            "samples",
+            run_dir.name,
+            "--host",
+            "bench",
+            "--runs-dir",
+            tmp,
+        ]
         for label in ("cold process", "warm (again)", "warm (again)"):
             t0 = time.perf_counter()
             p = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"})

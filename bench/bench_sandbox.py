@@ -43,7 +43,7 @@ from training_core.sandbox import (
     run_python,
     seccomp,
 )
-from training_core.sandbox.isolation import Launcher
+from training_core.sandbox.launcher import Launcher
 
 BEFORE_46 = "sandbox before issue 46"
 # a program in its own gVisor sandbox, as `runsc do` starts it (the host's root read-only under a tmpfs
@@ -77,12 +77,14 @@ def sandboxed(codes: list[str], pool: SandboxPool) -> float:
 
 
 # syscalls a filter sees most: futex (lock hand-offs between threads), madvise (malloc), stat, getppid
-HEAVY = ("import os, threading, time\nt0 = time.process_time()\nlock = threading.Lock()\nn = [0]\n"
-         "def work():\n    for _ in range(20000):\n        with lock:\n            n[0] += 1\n"
-         "        os.getppid()\n        os.stat('/tmp')\n"
-         "ts = [threading.Thread(target=work) for _ in range(4)]\nfor t in ts:\n    t.start()\n"
-         "for t in ts:\n    t.join()\nfor _ in range(200):\n    b = bytearray(1 << 20)\n    del b\n"
-         "print(time.process_time() - t0)")
+HEAVY = (
+    "import os, threading, time\nt0 = time.process_time()\nlock = threading.Lock()\nn = [0]\n"
+    "def work():\n    for _ in range(20000):\n        with lock:\n            n[0] += 1\n"
+    "        os.getppid()\n        os.stat('/tmp')\n"
+    "ts = [threading.Thread(target=work) for _ in range(4)]\nfor t in ts:\n    t.start()\n"
+    "for t in ts:\n    t.join()\nfor _ in range(200):\n    b = bytearray(1 << 20)\n    del b\n"
+    "print(time.process_time() - t0)"
+)
 
 
 STARTUP = "import time\nprint(time.process_time())"  # the interpreter's CPU time from its start
@@ -106,12 +108,16 @@ def heavy(launcher: Launcher, earlier: Launcher, resident: Launcher, rounds: int
             assert r.ok, r.stderr[-500:]
             start[name] = min(start[name], float(r.stdout))
     host, res = start["host /usr"] * 1000, start["resident /usr"] * 1000
-    print(f"interpreter start-up, CPU time, best of {rounds * 2}: host /usr {host:.1f} ms, resident /usr "
-          f"{res:.1f} ms")
+    print(
+        f"interpreter start-up, CPU time, best of {rounds * 2}: host /usr {host:.1f} ms, resident /usr "
+        f"{res:.1f} ms"
+    )
     new, old = best["new filter"] * 1000, best["earlier filter"] * 1000
-    print(f"syscall-heavy program, CPU time, best of {rounds * 2}: new filter {new:.0f} ms, earlier filter "
-          f"{old:.0f} ms, ratio of throughput "
-          f"{best['earlier filter'] / best['new filter']:.2f} (goal >= 0.90)")
+    print(
+        f"syscall-heavy program, CPU time, best of {rounds * 2}: new filter {new:.0f} ms, earlier filter "
+        f"{old:.0f} ms, ratio of throughput "
+        f"{best['earlier filter'] / best['new filter']:.2f} (goal >= 0.90)"
+    )
 
 
 def cpu_per_run(sides: dict[str, Launcher | list[str] | None], n: int, rounds: int) -> None:
@@ -150,56 +156,88 @@ def cpu_per_run(sides: dict[str, Launcher | list[str] | None], n: int, rounds: i
         extra = f", isolation {ms - bare_ms:.1f} ms" if name != "bare python -I -S" else ""
         print(f"CPU per program, all its processes, {name}: {ms:.1f} ms{extra} (best of {rounds} x {n})")
     if GVISOR in best:
-        print(f"a program in its own gVisor sandbox ({GVISOR}) / in the strict sandbox, CPU per run: "
-              f"{best[GVISOR] / best['sandbox']:.2f}")
+        print(
+            f"a program in its own gVisor sandbox ({GVISOR}) / in the strict sandbox, CPU per run: "
+            f"{best[GVISOR] / best['sandbox']:.2f}"
+        )
     if GVISOR_LEVEL in best:
-        print(f"CPU per run, {GVISOR_LEVEL} / strict sandbox = {best[GVISOR_LEVEL] / best['sandbox']:.2f}; "
-              f"{GVISOR_RESIDENT} / strict sandbox, resident /usr (the code rewards' pool) = "
-              f"{best[GVISOR_RESIDENT] / best['sandbox, resident /usr']:.2f}")
+        print(
+            f"CPU per run, {GVISOR_LEVEL} / strict sandbox = {best[GVISOR_LEVEL] / best['sandbox']:.2f}; "
+            f"{GVISOR_RESIDENT} / strict sandbox, resident /usr (the code rewards' pool) = "
+            f"{best[GVISOR_RESIDENT] / best['sandbox, resident /usr']:.2f}"
+        )
     if BEFORE_46 in best and "sandbox" in best:
         ratio = (best["sandbox"] - bare_ms) / (best[BEFORE_46] - bare_ms)
-        print(f"isolation CPU per run, sandbox / {BEFORE_46} = {ratio:.2f} (goal <= 1.20: Landlock and "
-              f"the machine-state rules)")
+        print(
+            f"isolation CPU per run, sandbox / {BEFORE_46} = {ratio:.2f} (goal <= 1.20: Landlock and "
+            f"the machine-state rules)"
+        )
 
 
-def throughput(launcher: Launcher, plain: Launcher, no_filter: Launcher, earlier: Launcher, on_copy: Launcher,
-               args: argparse.Namespace) -> None:
+def throughput(
+    launcher: Launcher,
+    plain: Launcher,
+    no_filter: Launcher,
+    earlier: Launcher,
+    on_copy: Launcher,
+    args: argparse.Namespace,
+) -> None:
     """Programs per second on each side, alternating rounds (wall time: the machine's load shows)."""
     print(f"sandbox python: {launcher.python}\nbare python: {sys.executable}")
     codes = programs(args.n)
-    sides = ("bare", "bare -I -S", "sandbox", "sandbox, no cgroup", "sandbox, no seccomp",
-             "sandbox, earlier filter", "sandbox, resident /usr")
+    sides = (
+        "bare",
+        "bare -I -S",
+        "sandbox",
+        "sandbox, no cgroup",
+        "sandbox, no seccomp",
+        "sandbox, earlier filter",
+        "sandbox, resident /usr",
+    )
     best = dict.fromkeys(sides, 0.0)
-    with SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=launcher) as pool, \
-            SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=plain) as pool_plain, \
-            SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=no_filter) as pool_no_filter, \
-            SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=earlier) as pool_earlier, \
-            SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=on_copy) as pool_resident:
+    with (
+        SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=launcher) as pool,
+        SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=plain) as pool_plain,
+        SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=no_filter) as pool_no_filter,
+        SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=earlier) as pool_earlier,
+        SandboxPool(workers=args.workers, limits=SandboxLimits(), launcher=on_copy) as pool_resident,
+    ):
         pool.map(codes[:4])  # warm
         for r in range(args.rounds):
-            got = {"bare": bare(codes, args.workers, sys.executable),
-                   "sandbox": sandboxed(codes, pool),
-                   "bare -I -S": bare(codes, args.workers, launcher.python, ("-I", "-S")),
-                   "sandbox, no cgroup": sandboxed(codes, pool_plain),
-                   "sandbox, no seccomp": sandboxed(codes, pool_no_filter),
-                   "sandbox, earlier filter": sandboxed(codes, pool_earlier),
-                   "sandbox, resident /usr": sandboxed(codes, pool_resident)}
+            got = {
+                "bare": bare(codes, args.workers, sys.executable),
+                "sandbox": sandboxed(codes, pool),
+                "bare -I -S": bare(codes, args.workers, launcher.python, ("-I", "-S")),
+                "sandbox, no cgroup": sandboxed(codes, pool_plain),
+                "sandbox, no seccomp": sandboxed(codes, pool_no_filter),
+                "sandbox, earlier filter": sandboxed(codes, pool_earlier),
+                "sandbox, resident /usr": sandboxed(codes, pool_resident),
+            }
             best = {k: max(best[k], v) for k, v in got.items()}
-            print(f"round {r + 1}: " + "  ".join(f"{k} {v:6.1f}/s" for k, v in got.items())
-                  + f"  ratio {got['sandbox'] / got['bare']:.2f}")
+            print(
+                f"round {r + 1}: "
+                + "  ".join(f"{k} {v:6.1f}/s" for k, v in got.items())
+                + f"  ratio {got['sandbox'] / got['bare']:.2f}"
+            )
     print("best: " + ", ".join(f"{k} {v:.1f} prog/s" for k, v in best.items()))
     print(f"sandbox / bare subprocess.run = {best['sandbox'] / best['bare']:.2f} (goal >= 0.80)")
     print(f"sandbox / bare python -I -S = {best['sandbox'] / best['bare -I -S']:.2f} (isolation alone)")
     vs_earlier = best["sandbox"] / best["sandbox, earlier filter"]
-    print(f"sandbox / sandbox with the earlier filter = {vs_earlier:.2f} (goal >= 0.90: the page-cache and "
-          f"futex rules)")
-    print(f"code rewards' sandbox (resident /usr) / sandbox on the host's /usr = "
-          f"{best['sandbox, resident /usr'] / best['sandbox']:.2f} (goal >= 0.90)")
+    print(
+        f"sandbox / sandbox with the earlier filter = {vs_earlier:.2f} (goal >= 0.90: the page-cache and "
+        f"futex rules)"
+    )
+    print(
+        f"code rewards' sandbox (resident /usr) / sandbox on the host's /usr = "
+        f"{best['sandbox, resident /usr'] / best['sandbox']:.2f} (goal >= 0.90)"
+    )
     per_run = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["bare -I -S"])
     cgroup = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["sandbox, no cgroup"])
     filt = args.workers * 1000 * (1 / best["sandbox"] - 1 / best["sandbox, no seccomp"])
-    print(f"isolation cost per run: {per_run:.1f} ms, of which the cgroup move {cgroup:.1f} ms and the "
-          f"seccomp filter with the fresh keyring {filt:.1f} ms ({args.workers} workers)")
+    print(
+        f"isolation cost per run: {per_run:.1f} ms, of which the cgroup move {cgroup:.1f} ms and the "
+        f"seccomp filter with the fresh keyring {filt:.1f} ms ({args.workers} workers)"
+    )
 
 
 def main() -> None:
@@ -221,9 +259,14 @@ def main() -> None:
         throughput(launcher, plain, no_filter, earlier, on_copy, args)
         heavy(launcher, earlier, on_copy, args.rounds)
     cpu_sides: dict[str, Launcher | list[str] | None] = {
-        "bare python -I -S": None, "sandbox": launcher, "sandbox, earlier filter": earlier,
-        "sandbox, resident /usr": on_copy, "sandbox, no seccomp": no_filter, "sandbox, no cgroup": plain,
-        BEFORE_46: before_46}
+        "bare python -I -S": None,
+        "sandbox": launcher,
+        "sandbox, earlier filter": earlier,
+        "sandbox, resident /usr": on_copy,
+        "sandbox, no seccomp": no_filter,
+        "sandbox, no cgroup": plain,
+        BEFORE_46: before_46,
+    }
     if runsc := shutil.which("runsc"):
         # --ignore-cgroups: its sandbox and gofer stay in this process's cgroup, where their CPU is counted
         cpu_sides[GVISOR] = [runsc, "--rootless", "--ignore-cgroups", "--network=none", "do", "--quiet"]

@@ -112,12 +112,16 @@ def main() -> None:
             rows.append(r)
             print(
                 row.format(
-                    seed, f"{r['train_s']:.0f}", f"{r['pm0']:.2f} -> {r['pm1']:.2f}",
-                    f"{r['win0']:.2f} -> {r['win1']:.2f}", f"{r['invalid0']:.2f} -> {r['invalid1']:.2f}",
-                    f"{r['best_win']:.2f}", f"{r['mm_inv0']:.2f} -> {r['mm_inv1']:.2f}",
+                    seed,
+                    f"{r['train_s']:.0f}",
+                    f"{r['pm0']:.2f} -> {r['pm1']:.2f}",
+                    f"{r['win0']:.2f} -> {r['win1']:.2f}",
+                    f"{r['invalid0']:.2f} -> {r['invalid1']:.2f}",
+                    f"{r['best_win']:.2f}",
+                    f"{r['mm_inv0']:.2f} -> {r['mm_inv1']:.2f}",
                 ),
                 flush=True,
-            )  # fmt: skip
+            )
     gain = min(r["win1"] - r["win0"] for r in rows)
     drop = min(r["invalid0"] - r["invalid1"] for r in rows)
     print(

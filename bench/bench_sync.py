@@ -128,8 +128,10 @@ def main() -> None:
         )
         if args.baseline:
             (bw, bc), (tw, tc) = ([statistics.median(x) for x in ab[k]] for k in ("baseline", "this"))
-            print(f"no change, this vs baseline: wall {tw:.3f} / {bw:.3f} s = {tw / bw:.2f}x, "
-                  f"cpu {tc:.3f} / {bc:.3f} s = {tc / bc:.2f}x; load {os.getloadavg()[0]:.1f}")  # fmt: skip
+            print(
+                f"no change, this vs baseline: wall {tw:.3f} / {bw:.3f} s = {tw / bw:.2f}x, "
+                f"cpu {tc:.3f} / {bc:.3f} s = {tc / bc:.2f}x; load {os.getloadavg()[0]:.1f}"
+            )
     finally:
         world.close()
 

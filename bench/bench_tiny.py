@@ -91,8 +91,15 @@ def main() -> None:
             margin = r["end"] - r["baseline"]
             print(
                 row.format(
-                    seed, threads, kernels, f"{r['wall_s']:.1f}", f"{r['train_s']:.1f}", f"{r['start']:.3f}",
-                    f"{r['end']:.3f}", f"{r['baseline']:.3f}", f"{margin:+.3f}",
+                    seed,
+                    threads,
+                    kernels,
+                    f"{r['wall_s']:.1f}",
+                    f"{r['train_s']:.1f}",
+                    f"{r['start']:.3f}",
+                    f"{r['end']:.3f}",
+                    f"{r['baseline']:.3f}",
+                    f"{margin:+.3f}",
                 ),
                 flush=True,
             )

@@ -141,8 +141,11 @@ def run_bench(world, h, tmp: Path, repeat: int, delay_s: float) -> None:  # type
         f.write(f"Host wan\n  HostName 127.0.0.1\n  Port {proxy.port}\n  User {h.user}\n")
         f.write(f"  IdentityFile {key}\n  IdentitiesOnly yes\n")
     # The pippa host "wan" is that ssh alias: the same address, user, key.
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("SSH_AUTH_SOCK", "PIPPA_NO_REUSE", "PYTHONDONTWRITEBYTECODE")}  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SSH_AUTH_SOCK", "PIPPA_NO_REUSE", "PYTHONDONTWRITEBYTECODE")
+    }
     env.update(
         PYTHONPYCACHEPREFIX=str(tmp / "pycache"),
         HOME=str(client),
@@ -210,8 +213,23 @@ def run_bench(world, h, tmp: Path, repeat: int, delay_s: float) -> None:  # type
     # Ready the host for both paths, and a 50-line run for logs.
     t([PIPPA, "--no-reuse", "sync", "wan"])
     t(rsync(fresh))
-    out = timed([PIPPA, "--no-reuse", "run", "--no-wait", "--host", "wan", "-n", "src", "--cmd", "seq 1 50",
-                 "--json"], env, repo)[1]  # fmt: skip
+    out = timed(
+        [
+            PIPPA,
+            "--no-reuse",
+            "run",
+            "--no-wait",
+            "--host",
+            "wan",
+            "-n",
+            "src",
+            "--cmd",
+            "seq 1 50",
+            "--json",
+        ],
+        env,
+        repo,
+    )[1]
     run_id = json.loads(out)["run_ids"][0]
     time.sleep(1)
     counter = iter(range(10**6))
@@ -290,8 +308,24 @@ def run_bench(world, h, tmp: Path, repeat: int, delay_s: float) -> None:  # type
                 if verb == "run --cmd":  # keep the host as it was: ps lists as many runs every time,
                     h.run_as_user(["tmux", "kill-server"])  # and the logs run stays in the newest 50
                     runs = f"{h.home}/pippa/runs"
-                    h.run_as_user(["find", runs, "-mindepth", "1", "-maxdepth", "1", "!", "-name", run_id,
-                                   "-exec", "rm", "-rf", "{}", "+"])  # fmt: skip
+                    h.run_as_user(
+                        [
+                            "find",
+                            runs,
+                            "-mindepth",
+                            "1",
+                            "-maxdepth",
+                            "1",
+                            "!",
+                            "-name",
+                            run_id,
+                            "-exec",
+                            "rm",
+                            "-rf",
+                            "{}",
+                            "+",
+                        ]
+                    )
         print(f"  (done: {d * 1000:.0f} ms one-way)", flush=True)
     master_down()
     h.run_as_user(["tmux", "kill-server"])

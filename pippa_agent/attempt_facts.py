@@ -36,8 +36,6 @@ def log_tail(path: str, start: int, nbytes: int = TAIL_BYTES) -> list[str]:
         return []
 
 
-
-
 def kernel_lines(since: float) -> list[str]:
     """Kernel log lines from ``since`` (unix s) on: ``dmesg`` (its ``[seconds since boot]`` stamps
     placed with /proc/uptime), else ``journalctl -k``; none when neither may be read."""
@@ -219,8 +217,11 @@ def gpu_index(pci: str) -> int | None:
     ``index,pci.bus_id`` (``00000000:3B:00.0``); None when nvidia-smi cannot say."""
     want = pci_key(pci)
     try:
-        p = subprocess.run(["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"],
-                           capture_output=True, timeout=KERNEL_TIMEOUT_S)  # fmt: skip
+        p = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"],
+            capture_output=True,
+            timeout=KERNEL_TIMEOUT_S,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     for line in p.stdout.decode(errors="replace").splitlines() if p.returncode == 0 else []:

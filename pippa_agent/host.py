@@ -55,7 +55,10 @@ def which(tool: str) -> str | None:
 
 
 def run(
-    argv: list[str], timeout: float = 60, input: bytes | None = None, env: dict[str, str] | None = None,
+    argv: list[str],
+    timeout: float = 60,
+    input: bytes | None = None,
+    env: dict[str, str] | None = None,
     cwd: str | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run an argument list (no shell); a missing tool reads as exit status 127."""
@@ -63,10 +66,14 @@ def run(
 
     try:
         return subprocess.run(
-            argv, input=input, stdin=None if input is not None else subprocess.DEVNULL,
-            capture_output=True, timeout=timeout, env={**os.environ, "PATH": search_path(), **(env or {})},
+            argv,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            env={**os.environ, "PATH": search_path(), **(env or {})},
             cwd=cwd,
-        )  # fmt: skip
+        )
     except FileNotFoundError:
         return subprocess.CompletedProcess(argv, 127, b"", (argv[0] + ": not found").encode())
     except subprocess.TimeoutExpired:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
         ProbeAnswer,
         ProbeRequest,
         SandboxFacts,
-    )  # fmt: skip
+    )
 
 
 def probe(req: ProbeRequest) -> ProbeAnswer:
@@ -43,11 +43,17 @@ def probe(req: ProbeRequest) -> ProbeAnswer:
         d = os.path.dirname(d)
     st = os.statvfs(d)
     return {
-        "python": ".".join(str(v) for v in sys.version_info[:3]), "python_path": sys.executable,
-        "tmux": text(t) if t.returncode == 0 else None, "uv": text(uv) if uv.returncode == 0 else None,
-        "curl": which("curl") is not None, "gpus": gpu_lines, "driver": driver, "cuda": cuda,
-        "free_disk_gb": round(st.f_bavail * st.f_frsize / 1024**3, 1), "sandbox": sandbox_facts(),
-    }  # fmt: skip
+        "python": ".".join(str(v) for v in sys.version_info[:3]),
+        "python_path": sys.executable,
+        "tmux": text(t) if t.returncode == 0 else None,
+        "uv": text(uv) if uv.returncode == 0 else None,
+        "curl": which("curl") is not None,
+        "gpus": gpu_lines,
+        "driver": driver,
+        "cuda": cuda,
+        "free_disk_gb": round(st.f_bavail * st.f_frsize / 1024**3, 1),
+        "sandbox": sandbox_facts(),
+    }
 
 
 def sandbox_facts() -> SandboxFacts:
@@ -83,10 +89,18 @@ def sandbox_facts() -> SandboxFacts:
     if works and seccomp:
         level = "strict" if cgroups else "rlimits"
     return {
-        "bwrap": bwrap, "works": works, "why": why, "root": root, "sudo": sudo,
-        "userns": userns, "apt": which("apt-get") is not None, "seccomp": seccomp,
-        "cgroups": cgroups, "cgroups_why": cgroups_why, "level": level,
-    }  # fmt: skip
+        "bwrap": bwrap,
+        "works": works,
+        "why": why,
+        "root": root,
+        "sudo": sudo,
+        "userns": userns,
+        "apt": which("apt-get") is not None,
+        "seccomp": seccomp,
+        "cgroups": cgroups,
+        "cgroups_why": cgroups_why,
+        "level": level,
+    }
 
 
 def cgroup_caps(root: str = "/sys/fs/cgroup") -> bool:
@@ -108,8 +122,9 @@ def cgroup_facts(root: str = "/sys/fs/cgroup") -> tuple[bool, str]:
     if own is not None and root == cgroupdeleg.ROOT and cgroupdeleg.wants_scope(where, os.geteuid()):
         why = cgroupdeleg.user_scope()  # what training_core.launch decides with for a strict code run
         if not why:
-            return True, ("cgroup v2 caps per run (pippa run starts the trainer in a delegated systemd "
-                          "user scope)")
+            return True, (
+                "cgroup v2 caps per run (pippa run starts the trainer in a delegated systemd user scope)"
+            )
         return False, f"{where}; {why}"
     if isinstance(where, str):
         return False, where
@@ -119,8 +134,10 @@ def cgroup_facts(root: str = "/sys/fs/cgroup") -> tuple[bool, str]:
     made = []
     try:
         if where.kind == "cgroup v1":
-            for parent, control in ((where.memory_parent, "memory.limit_in_bytes"),
-                                    (where.pids_parent, "pids.max")):
+            for parent, control in (
+                (where.memory_parent, "memory.limit_in_bytes"),
+                (where.pids_parent, "pids.max"),
+            ):
                 d = os.path.join(parent, name)
                 os.mkdir(d)
                 made.append(d)

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from pippa_contract.messages import PullManifest, PullRequest
 
 
-
 PULL_CHUNK = 1 << 20
 
 

@@ -20,7 +20,7 @@ from pippa_agent.host import (
     tmux,
     which,
     write_sync_marker,
-)  # fmt: skip
+)
 from pippa_agent.pins import record_program
 from pippa_contract import rundir as rd
 from pippa_contract.checkpoint_check import pick
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
         RunRequest,
         StopAnswer,
         StopRequest,
-    )  # fmt: skip
+    )
 
 
 def list_runs(req: ListRunsRequest) -> ListRunsAnswer:

@@ -64,10 +64,33 @@ if TYPE_CHECKING:
     from pippa_agent.wandb_sync import wandb_sync
 
     HANDLERS = (
-        probe, install_bwrap, install_uv, check_python, list_runs, launch, stop, run_checkpoints,
-        remove_runs, slurm_submit, slurm_stop, sync_list, sync_apply, sync_marker, write_file, wandb_sync,
-        gpu_report, link_program, doctor, doctor_history, samples, read, read_run, follow, pull, receive_run,
-    )  # fmt: skip
+        probe,
+        install_bwrap,
+        install_uv,
+        check_python,
+        list_runs,
+        launch,
+        stop,
+        run_checkpoints,
+        remove_runs,
+        slurm_submit,
+        slurm_stop,
+        sync_list,
+        sync_apply,
+        sync_marker,
+        write_file,
+        wandb_sync,
+        gpu_report,
+        link_program,
+        doctor,
+        doctor_history,
+        samples,
+        read,
+        read_run,
+        follow,
+        pull,
+        receive_run,
+    )
 
 
 def handler(verb: str) -> Callable[[dict[str, Any]], Any]:

@@ -19,7 +19,7 @@ from pippa_agent.host import (
     which,
     write_atomic,
     write_sync_marker,
-)  # fmt: skip
+)
 from pippa_contract import rundir as rd
 from pippa_contract.names import NAME_RE
 from pippa_contract.states import SLURM_ACTIVE
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
         SlurmStopRequest,
         SlurmSubmitAnswer,
         SlurmSubmitRequest,
-    )  # fmt: skip
+    )
 
 _JOB_ID_RE = re.compile(r"^[0-9]+(_[0-9]+)?$")
 

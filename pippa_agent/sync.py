@@ -14,7 +14,7 @@ from pippa_agent.host import (
     which,
     write_atomic,
     write_sync_marker,
-)  # fmt: skip
+)
 from pippa_contract.runfacts import mtime
 from pippa_contract.secrets import SECRETS_PATH
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         SyncListAnswer,
         SyncMarkerRequest,
         WriteFileRequest,
-    )  # fmt: skip
+    )
 
 PROTECTED_TOP = (".pippa", "runs", ".venv")
 STAGE_MAX_AGE_S = 86400.0
@@ -157,8 +157,9 @@ def sync_apply(req: SyncApplyRequest) -> SyncApplyAnswer:
         dec = subprocess.Popen(unpack, stdin=0, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         tar = subprocess.Popen(
             ["tar", "-xpf", "-", "--no-same-owner", "-C", files],
-            stdin=dec.stdout, stderr=subprocess.PIPE,
-        )  # fmt: skip
+            stdin=dec.stdout,
+            stderr=subprocess.PIPE,
+        )
         assert dec.stdout is not None
         dec.stdout.close()
         tar_err = tar.communicate()[1]

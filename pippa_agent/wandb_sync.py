@@ -31,9 +31,10 @@ def wandb_sync(req: WandbSyncRequest) -> WandbSyncAnswer:
         with open(moved) as f:
             to = f.read().strip() or "another host"
         raise AgentError(
-            ErrorKind.USAGE, f"{run_dir} moved to {to}: its W&B run goes on there, so this copy's offline "
+            ErrorKind.USAGE,
+            f"{run_dir} moved to {to}: its W&B run goes on there, so this copy's offline "
             f"W&B runs are never synced (sync the run on {to})",
-        )  # fmt: skip
+        )
     base = os.path.join(run_dir, "wandb")
     try:
         found = sorted(n for n in os.listdir(base) if n.startswith("offline-run-"))
@@ -58,9 +59,13 @@ def wandb_sync(req: WandbSyncRequest) -> WandbSyncAnswer:
     timeout = float(req.get("timeout", 600))
     try:
         p = subprocess.run(
-            argv, cwd=host_path(req["remote_dir"]), stdin=subprocess.DEVNULL, capture_output=True,
-            timeout=timeout, env={**os.environ, "PATH": search_path(), **env},
-        )  # fmt: skip
+            argv,
+            cwd=host_path(req["remote_dir"]),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            env={**os.environ, "PATH": search_path(), **env},
+        )
     except FileNotFoundError:
         why = f"{python[0]} not found on the host (pippa up installs it)"
         raise AgentError(ErrorKind.TOOL_MISSING, why) from None

@@ -13,18 +13,34 @@ if TYPE_CHECKING:
 
 # (words of the reason, what to fix), the first that fits wins
 _CAUSES = (
-    (("CPU-only build", "not compiled with CUDA", "no CUDA GPUs", "NVIDIA driver"),
-     "the host's torch build: install a CUDA build of torch (the host's setup; pippa up HOST runs it)"),
-    (("WANDB_API_KEY", "wandb", "W&B"),
-     "the W&B key: fix WANDB_API_KEY where it came from, or set WANDB_MODE=offline (docs/hosts.md)"),
-    (("401", "403", "Invalid user token", "Unauthorized", "gated repo", "HF_TOKEN"),
-     "the Hub key: fix HF_TOKEN in .env, then pippa up HOST pushes it"),
-    (("huggingface.co", "LocalEntryNotFoundError", "OfflineModeIsEnabled", "offline mode", "HF_HUB_OFFLINE",
-      "ConnectionError", "Temporary failure in name resolution", "Max retries exceeded"),
-     "network or Hub cache: give the host access to huggingface.co, or put the model and data in its "
-     "HF_HOME cache"),
+    (
+        ("CPU-only build", "not compiled with CUDA", "no CUDA GPUs", "NVIDIA driver"),
+        "the host's torch build: install a CUDA build of torch (the host's setup; pippa up HOST runs it)",
+    ),
+    (
+        ("WANDB_API_KEY", "wandb", "W&B"),
+        "the W&B key: fix WANDB_API_KEY where it came from, or set WANDB_MODE=offline (docs/hosts.md)",
+    ),
+    (
+        ("401", "403", "Invalid user token", "Unauthorized", "gated repo", "HF_TOKEN"),
+        "the Hub key: fix HF_TOKEN in .env, then pippa up HOST pushes it",
+    ),
+    (
+        (
+            "huggingface.co",
+            "LocalEntryNotFoundError",
+            "OfflineModeIsEnabled",
+            "offline mode",
+            "HF_HUB_OFFLINE",
+            "ConnectionError",
+            "Temporary failure in name resolution",
+            "Max retries exceeded",
+        ),
+        "network or Hub cache: give the host access to huggingface.co, or put the model and data in its "
+        "HF_HOME cache",
+    ),
     (("ModuleNotFoundError", "ImportError"), "the host's packages: pippa up HOST runs its setup"),
-)  # fmt: skip
+)
 
 
 def started_training(end: Any, steps: Any) -> bool:

@@ -109,9 +109,15 @@ def _length_collapse(steps: list[Record], ratio: float, window: int) -> Record |
             mean = sum(v for _, v in lengths[i : i + window]) / window
             if early > 0 and mean < ratio * early:  # it began at the window's first short step
                 since = next(s for s, v in lengths[i : i + window] if v < ratio * early)
-                return {**_alarm(LENGTH_COLLAPSE, since, f"mean completion length {mean:.1f} over {window} "
-                                 f"steps from step {since}, under {ratio:g}x its early {early:.1f}"),
-                        "_until": lengths[i + window - 1][0]}  # fmt: skip
+                return {
+                    **_alarm(
+                        LENGTH_COLLAPSE,
+                        since,
+                        f"mean completion length {mean:.1f} over {window} "
+                        f"steps from step {since}, under {ratio:g}x its early {early:.1f}",
+                    ),
+                    "_until": lengths[i + window - 1][0],
+                }
     clipped = _series(steps, "completions/clipped_ratio")
     if len(clipped) < 2 * window or min(v for _, v in clipped[:window]) >= 0.999:
         return None  # every completion truncated from the start is the recipe's choice, not a collapse
@@ -120,8 +126,14 @@ def _length_collapse(steps: list[Record], ratio: float, window: int) -> Record |
         run = run + 1 if v >= 0.999 else 0
         if i >= window and run >= window:
             since = clipped[i - run + 1][0]
-            return {**_alarm(LENGTH_COLLAPSE, since, f"every completion truncated at the length cap "
-                             f"for {run} steps since step {since}"), "_until": clipped[i][0]}  # fmt: skip
+            return {
+                **_alarm(
+                    LENGTH_COLLAPSE,
+                    since,
+                    f"every completion truncated at the length cap for {run} steps since step {since}",
+                ),
+                "_until": clipped[i][0],
+            }
     return None
 
 
@@ -146,8 +158,12 @@ def reward_without_substance(steps: list[Record], evals: list[Record], drop: flo
     if not before or not after or sum(after) / len(after) <= sum(before) / len(before):
         return None
     since = later[0][0]
-    return _alarm(REWARD_WITHOUT_SUBSTANCE, since, f"eval accuracy {later[-1][1]:.2f} is {drop:g}+ under "
-                  f"its best {best_acc:.2f} (step {best_step}) while the mean reward rose")  # fmt: skip
+    return _alarm(
+        REWARD_WITHOUT_SUBSTANCE,
+        since,
+        f"eval accuracy {later[-1][1]:.2f} is {drop:g}+ under "
+        f"its best {best_acc:.2f} (step {best_step}) while the mean reward rose",
+    )
 
 
 def raised(steps: list[Record], evals: list[Record], settings: dict[str, Any] | None = None) -> list[Record]:

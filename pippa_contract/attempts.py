@@ -16,8 +16,14 @@ USAGE_EXIT = 2  # training_core's exit code for a bad recipe or setting: a retry
 
 # Outcomes of an attempt (``attempts[i]["outcome"]``).
 RUNNING, COMPLETED, FAILED, STALLED, DIVERGED, STOPPED, LOST = (
-    "running", "completed", "failed", "stalled", "diverged", "stopped", "lost",
-)  # fmt: skip
+    "running",
+    "completed",
+    "failed",
+    "stalled",
+    "diverged",
+    "stopped",
+    "lost",
+)
 
 
 def policy_of(meta: dict[str, Any]) -> dict[str, Any]:

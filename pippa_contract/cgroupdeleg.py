@@ -29,9 +29,11 @@ from dataclasses import dataclass
 
 ROOT = "/sys/fs/cgroup"
 TRAINER_LEAF = "pippa-trainer"  # v2, delegated: where the trainer moves itself
-HOW_TO = ("run the trainer as root, or in a delegated cgroup: on cgroup v2 start it under "
-          "'systemd-run --user --scope -p Delegate=yes' (pippa run does where the user's systemd manager "
-          "delegates), on v1 chown its memory and pids cgroups to the user")
+HOW_TO = (
+    "run the trainer as root, or in a delegated cgroup: on cgroup v2 start it under "
+    "'systemd-run --user --scope -p Delegate=yes' (pippa run does where the user's systemd manager "
+    "delegates), on v1 chown its memory and pids cgroups to the user"
+)
 
 
 @dataclass(frozen=True)
@@ -82,17 +84,25 @@ def plan(root: str = ROOT, own: dict[str, str] | None = None, euid: int | None =
             return f"no /proc/self/cgroup ({e.strerror})"
     euid = os.geteuid() if euid is None else euid
     is_root = euid == 0
-    if "memory" in own and "pids" in own and os.path.isdir(os.path.join(root, "memory")) \
-            and os.path.isdir(os.path.join(root, "pids")):
+    if (
+        "memory" in own
+        and "pids" in own
+        and os.path.isdir(os.path.join(root, "memory"))
+        and os.path.isdir(os.path.join(root, "pids"))
+    ):
         mem = os.path.join(root, "memory", own["memory"].lstrip("/"))
         pids = os.path.join(root, "pids", own["pids"].lstrip("/"))
         if is_root:
             return Plan("cgroup v1", mem, pids, False)
-        if all(_owned(p, euid) for p in (mem, pids, os.path.join(mem, "cgroup.procs"),
-                                          os.path.join(pids, "cgroup.procs"))):
+        if all(
+            _owned(p, euid)
+            for p in (mem, pids, os.path.join(mem, "cgroup.procs"), os.path.join(pids, "cgroup.procs"))
+        ):
             return Plan("cgroup v1", mem, pids, True)
-        return (f"cgroup v1: this user's memory and pids cgroups ({own['memory']}, {own['pids']}) are not "
-                f"its own to write")
+        return (
+            f"cgroup v1: this user's memory and pids cgroups ({own['memory']}, {own['pids']}) are not "
+            f"its own to write"
+        )
     if "" in own and os.path.exists(os.path.join(root, "cgroup.controllers")):
         base = os.path.normpath(os.path.join(root, own[""].lstrip("/")))
         if os.path.basename(base) == TRAINER_LEAF and not is_root:
@@ -139,12 +149,13 @@ def wants_scope(where: Plan | str, euid: int) -> bool:
 
 
 # run inside a trial scope: name its cgroup, then hold the scope open until stdin closes
-_HOLD = ("import sys; print(open('/proc/self/cgroup').read().replace('\\n', ';'), flush=True); "
-         "sys.stdin.read()")
+_HOLD = (
+    "import sys; print(open('/proc/self/cgroup').read().replace('\\n', ';'), flush=True); sys.stdin.read()"
+)
 
 
 def user_scope(timeout: float = 30.0) -> str:
-    """"" when ``scope_argv`` gives this user a delegated cgroup with memory and pids, else one line saying
+    """ "" when ``scope_argv`` gives this user a delegated cgroup with memory and pids, else one line saying
     why not. Tried: a python started in a trial scope names its cgroup and waits while ``plan`` judges
     that cgroup (the same rule the trainer follows there). ``pippa up``'s probe reports it; the launcher
     (training_core.launch) decides with it."""
@@ -153,9 +164,14 @@ def user_scope(timeout: float = 30.0) -> str:
         return "no systemd-run (no systemd user manager)"
     head = "systemd-run --user --scope -p Delegate=yes"
     try:
-        p = subprocess.Popen([*scope_argv(found), sys.executable, "-S", "-I", "-c", _HOLD],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, **scope_env(os.environ)})
+        p = subprocess.Popen(
+            [*scope_argv(found), sys.executable, "-S", "-I", "-c", _HOLD],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **scope_env(os.environ)},
+        )
     except OSError as e:
         return f"{head}: {e.strerror or e}"
     assert p.stdin is not None and p.stdout is not None and p.stderr is not None

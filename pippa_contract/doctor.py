@@ -41,8 +41,14 @@ def verdict(checks: list[Check]) -> str:
 
 
 def result(host: str, checks: list[Check], measured: dict[str, Any], quick: bool) -> DoctorResult:
-    return {"host": host, "verdict": verdict(checks), "checks": list(checks), "measured": measured,
-            "time": time.time(), "quick": quick}  # fmt: skip
+    return {
+        "host": host,
+        "verdict": verdict(checks),
+        "checks": list(checks),
+        "measured": measured,
+        "time": time.time(),
+        "quick": quick,
+    }
 
 
 def failed(res: DoctorResult) -> list[Check]:

@@ -43,8 +43,21 @@ STALLED, LOST, CRASH = "stalled", "lost", "crash"
 DISK_FULL = "disk-full"
 # Its --budget was spent: the supervisor saved and stopped it, never retried (pippa_agent.supervise.budget).
 BUDGET = "budget"
-CLASSES: tuple[str, ...] = (COMPLETED, STOPPED, CONFIG, DIVERGED, OOM, HOST_OOM, GPU_FAULT, NCCL, STALLED,
-                             LOST, CRASH, DISK_FULL, BUDGET)  # fmt: skip
+CLASSES: tuple[str, ...] = (
+    COMPLETED,
+    STOPPED,
+    CONFIG,
+    DIVERGED,
+    OOM,
+    HOST_OOM,
+    GPU_FAULT,
+    NCCL,
+    STALLED,
+    LOST,
+    CRASH,
+    DISK_FULL,
+    BUDGET,
+)
 # The infrastructure's fault: retried without spending --retry, up to --infra-retries.
 INFRA = (LOST, NCCL, STALLED)
 # Never retried: a retry would end the same way, the user asked, or its budget is spent.
@@ -252,8 +265,11 @@ def classify(f: AttemptFacts) -> Verdict:
         said = strip_rank(full).strip() if full is not None else None
         where = f" ({f.disk_full})" if f.disk_full and (said is None or f.disk_full not in said) else ""
         reason = said[len("disk full: ") :] if said and said.startswith("disk full: ") else said
-        return Verdict(DISK_FULL, _short(f"{reason or 'no space left on the run directory'}{where}"),
-                       (said,) if said else ())  # fmt: skip
+        return Verdict(
+            DISK_FULL,
+            _short(f"{reason or 'no space left on the run directory'}{where}"),
+            (said,) if said else (),
+        )
     if f.diverged_error:
         return Verdict(DIVERGED, _short(f.diverged_error))
     if f.exit_code == USAGE_EXIT:

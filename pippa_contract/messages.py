@@ -50,7 +50,7 @@ from pippa_contract.wire import (
     SYNC_MARKER,
     WANDB_SYNC,
     WRITE_FILE,
-)  # fmt: skip
+)
 
 
 class Empty(TypedDict):

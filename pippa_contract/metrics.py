@@ -159,11 +159,15 @@ class Summary(MetricsReader):
         best = max(self.rewards, key=lambda p: p[1]) if self.rewards else None
         last_eval = self.evals[-1] if self.evals else None
         out: Record = {
-            "recipe": self.recipe, "wandb": self.wandb, "last_step": self.last_step, "end": self.end,
+            "recipe": self.recipe,
+            "wandb": self.wandb,
+            "last_step": self.last_step,
+            "end": self.end,
             "final_reward": self.rewards[-1][1] if self.rewards else None,
-            "best_reward": best[1] if best else None, "best_step": best[0] if best else None,
+            "best_reward": best[1] if best else None,
+            "best_step": best[0] if best else None,
             "eval": {k: v for k, v in last_eval.items() if k not in ("type", "time")} if last_eval else None,
-        }  # fmt: skip
+        }
         if self.headers:
             out["max_steps"] = self.max_steps
         return out

@@ -137,5 +137,6 @@ def may_restart_lost(doc: object) -> bool | None:
     if not attempts or any("class" not in a for a in earlier) or "infra_retries" not in doc:
         return None
     classes = [str(a["class"]) for a in earlier] + [fc.LOST]
-    return decide(classes, max_attempts=int(doc.get("max_attempts") or 1),
-                  infra_retries=int(doc["infra_retries"])).retry  # fmt: skip
+    return decide(
+        classes, max_attempts=int(doc.get("max_attempts") or 1), infra_retries=int(doc["infra_retries"])
+    ).retry

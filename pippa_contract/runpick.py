@@ -138,8 +138,9 @@ def fact(raw: dict[str, Any], sessions: dict[str, float], idents: dict[str, str]
         state = DIVERGED  # a NaN/inf loss or reward ended it (training_core); not retried by default
     job = raw.get("slurm")
     if isinstance(job, dict):
-        state = slurm_state(str(job.get("state") or ""), exit_code=exit_code, started=started,
-                            stop_requested=stop_requested)  # fmt: skip
+        state = slurm_state(
+            str(job.get("state") or ""), exit_code=exit_code, started=started, stop_requested=stop_requested
+        )
         session = f"slurm:{job.get('job_id')}"
     if raw.get("moved_to") and state not in ACTIVE:
         state = MOVED  # it goes on on another host (pippa resume --on)

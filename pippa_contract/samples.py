@@ -44,12 +44,23 @@ def _number(value: Any) -> float | None:
 
 
 def sample_row(
-    step: int, kind: str, prompt: str, completion: str, *, index: int = 0,
-    rewards: dict[str, Any] | None = None, reward: Any = None, advantage: Any = None,
-    length: int | None = None, truncated: bool | None = None, answer: Any = None,
-    passed: bool | None = None, transcript: Iterable[str] | None = None,
-    redact: Callable[[str], str] | None = None, time: float | None = None,
-) -> Row:  # fmt: skip
+    step: int,
+    kind: str,
+    prompt: str,
+    completion: str,
+    *,
+    index: int = 0,
+    rewards: dict[str, Any] | None = None,
+    reward: Any = None,
+    advantage: Any = None,
+    length: int | None = None,
+    truncated: bool | None = None,
+    answer: Any = None,
+    passed: bool | None = None,
+    transcript: Iterable[str] | None = None,
+    redact: Callable[[str], str] | None = None,
+    time: float | None = None,
+) -> Row:
     """One row: ``{"type": "sample", "step", "time", "kind", "index", "prompt", "completion",
     "rewards": {function: value}, "reward": weighted total, "advantage", "length": completion tokens,
     "truncated"}``, plus ``"answer"``/``"passed"`` for an evaluation and ``"transcript"`` for a game.
@@ -63,13 +74,19 @@ def sample_row(
         return clip(redact(raw) if redact is not None else raw)
 
     row: Row = {
-        "type": SAMPLE, "step": int(step), "time": _time.time() if time is None else time, "kind": kind,
-        "index": int(index), "prompt": text(prompt), "completion": text(completion),
+        "type": SAMPLE,
+        "step": int(step),
+        "time": _time.time() if time is None else time,
+        "kind": kind,
+        "index": int(index),
+        "prompt": text(prompt),
+        "completion": text(completion),
         "rewards": {str(k): _number(v) for k, v in (rewards or {}).items()},
-        "reward": _number(reward), "advantage": _number(advantage),
+        "reward": _number(reward),
+        "advantage": _number(advantage),
         "length": None if length is None else int(length),
         "truncated": None if truncated is None else bool(truncated),
-    }  # fmt: skip
+    }
     if answer is not None:
         row["answer"] = text(answer)
     if passed is not None:
@@ -227,6 +244,7 @@ def rows_backward(path: str, needle: str | None = None) -> Iterator[Row]:
 
 def _order(rows: list[Row], best: bool, worst: bool) -> list[Row]:
     if best or worst:
+
         def key(r: Row) -> tuple[bool, float]:
             v = _number(r.get("reward"))
             return (v is None, -(v or 0.0) if best else (v or 0.0))
@@ -236,9 +254,14 @@ def _order(rows: list[Row], best: bool, worst: bool) -> list[Row]:
 
 
 def select(
-    path: str, step: int | None = None, n: int = 8, best: bool = False, worst: bool = False,
-    grep: str | None = None, kind: str | None = None,
-) -> Row:  # fmt: skip
+    path: str,
+    step: int | None = None,
+    n: int = 8,
+    best: bool = False,
+    worst: bool = False,
+    grep: str | None = None,
+    kind: str | None = None,
+) -> Row:
     """What ``pippa samples`` shows: ``{"rows", "step", "prev", "next", "size"}``. The rows of
     ``step`` (None: the newest sampled step), ``best``/``worst`` first by total reward, at most
     ``n``; ``prev``/``next``: the sampled steps around it. With ``grep``: the newest ``n`` rows that
@@ -332,12 +355,22 @@ def answer(run_id: str, run_dir: str, req: Row) -> Row:
     if diff:
         a = select(path, step=int(diff[0]), n=10_000, kind=kind)
         b = select(path, step=int(diff[1]), n=10_000, kind=kind)
-        out: Row = {"pairs": [list(p) for p in diff_rows(a["rows"], b["rows"])[:n]],
-                    "diff": [int(diff[0]), int(diff[1])], "size": a["size"]}  # fmt: skip
+        out: Row = {
+            "pairs": [list(p) for p in diff_rows(a["rows"], b["rows"])[:n]],
+            "diff": [int(diff[0]), int(diff[1])],
+            "size": a["size"],
+        }
     else:
         step = req.get("step")
-        out = select(path, step=None if step is None else int(step), n=n, best=bool(req.get("best")),
-                     worst=bool(req.get("worst")), grep=req.get("grep") or None, kind=kind)  # fmt: skip
+        out = select(
+            path,
+            step=None if step is None else int(step),
+            n=n,
+            best=bool(req.get("best")),
+            worst=bool(req.get("worst")),
+            grep=req.get("grep") or None,
+            kind=kind,
+        )
     out["run_id"] = run_id
     out["alarms"] = read_alarms(os.path.join(run_dir, ALARMS_JSON))
     return out

@@ -49,8 +49,9 @@ def slurm_state(state: str, *, exit_code: int | None, started: bool, stop_reques
     whether it waits (queued), runs, or ended without the script recording it (cancelled, killed,
     failed: a time limit, a node failure, out of memory)."""
     if exit_code is not None:
-        return derive_state(session_alive=False, exit_code=exit_code, started=started,
-                            stop_requested=stop_requested)  # fmt: skip
+        return derive_state(
+            session_alive=False, exit_code=exit_code, started=started, stop_requested=stop_requested
+        )
     if state in SLURM_WAITING:
         return QUEUED
     if state in SLURM_RUNNING:

@@ -45,7 +45,7 @@ def _clean(text: str, keep_sgr: bool) -> str:
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     out, at = [], 0
     for m in _SEQ.finditer(text):
-        out.append(_CONTROLS.sub("", text[at:m.start()]))
+        out.append(_CONTROLS.sub("", text[at : m.start()]))
         if keep_sgr and _SGR.match(m.group(0)):
             out.append(m.group(0))
         at = m.end()
@@ -69,7 +69,7 @@ class TerminalText:
             self._held, text = "\r", text[:-1]
         m = _OPEN.search(text)
         if m is not None and len(text) - m.start() <= MAX_HELD:
-            self._held, text = text[m.start():] + self._held, text[:m.start()]
+            self._held, text = text[m.start() :] + self._held, text[: m.start()]
         return _clean(text, self.keep_sgr)
 
     def close(self) -> str:

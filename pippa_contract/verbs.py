@@ -41,7 +41,7 @@ from pippa_contract.wire import (
     SYNC_MARKER,
     WANDB_SYNC,
     WRITE_FILE,
-)  # fmt: skip
+)
 
 if TYPE_CHECKING:  # annotations and casts only: the TypedDicts cost a cold command ~1.4 ms to build
     from pippa_contract.messages import (
@@ -87,7 +87,7 @@ if TYPE_CHECKING:  # annotations and casts only: the TypedDicts cost a cold comm
         WandbSyncAnswer,
         WandbSyncRequest,
         WriteFileRequest,
-    )  # fmt: skip
+    )
 
 P = TypeVar("P")
 P_co = TypeVar("P_co", covariant=True)
@@ -144,12 +144,23 @@ def launch(agent: Caller, request: LaunchRequest) -> LaunchAnswer:
 
 
 def stop(
-    agent: Caller, remote_dir: str, session: str, run_ids: Sequence[str], watch: str, grace_s: float,
+    agent: Caller,
+    remote_dir: str,
+    session: str,
+    run_ids: Sequence[str],
+    watch: str,
+    grace_s: float,
     stamp: float,
-) -> StopAnswer:  # fmt: skip
+) -> StopAnswer:
     """Mark the runs stop_requested, Ctrl-C the session, kill it once ``watch`` ended or after ``grace_s``."""
-    request: StopRequest = {"remote_dir": remote_dir, "session": session, "run_ids": list(run_ids),
-                            "watch": watch, "grace_s": grace_s, "stamp": stamp}  # fmt: skip
+    request: StopRequest = {
+        "remote_dir": remote_dir,
+        "session": session,
+        "run_ids": list(run_ids),
+        "watch": watch,
+        "grace_s": grace_s,
+        "stamp": stamp,
+    }
     return cast("StopAnswer", _ask(agent, STOP, request, grace_s + 60))
 
 
@@ -160,8 +171,13 @@ def slurm_submit(agent: Caller, request: SlurmSubmitRequest) -> SlurmSubmitAnswe
 def slurm_stop(
     agent: Caller, remote_dir: str, run_id: str, job_id: str, grace_s: float, stamp: float
 ) -> SlurmStopAnswer:
-    request: SlurmStopRequest = {"remote_dir": remote_dir, "run_id": run_id, "job_id": job_id,
-                                 "grace_s": grace_s, "stamp": stamp}  # fmt: skip
+    request: SlurmStopRequest = {
+        "remote_dir": remote_dir,
+        "run_id": run_id,
+        "job_id": job_id,
+        "grace_s": grace_s,
+        "stamp": stamp,
+    }
     return cast("SlurmStopAnswer", _ask(agent, SLURM_STOP, request, grace_s + 60))
 
 
@@ -211,11 +227,22 @@ def remove_runs(
 
 
 def wandb_sync(
-    agent: Caller, run_dir: str, remote_dir: str, python: Sequence[str], secrets_path: str,
-    env: dict[str, str], timeout_s: float,
-) -> WandbSyncAnswer:  # fmt: skip
-    request: WandbSyncRequest = {"run_dir": run_dir, "remote_dir": remote_dir, "python": list(python),
-                                 "secrets_path": secrets_path, "env": env, "timeout": timeout_s}  # fmt: skip
+    agent: Caller,
+    run_dir: str,
+    remote_dir: str,
+    python: Sequence[str],
+    secrets_path: str,
+    env: dict[str, str],
+    timeout_s: float,
+) -> WandbSyncAnswer:
+    request: WandbSyncRequest = {
+        "run_dir": run_dir,
+        "remote_dir": remote_dir,
+        "python": list(python),
+        "secrets_path": secrets_path,
+        "env": env,
+        "timeout": timeout_s,
+    }
     return cast("WandbSyncAnswer", _ask(agent, WANDB_SYNC, request, timeout_s + 30))
 
 

@@ -40,12 +40,17 @@ def training_python(spec: HostSpec) -> list[str]:
 GPU_NAME = re.compile(r"(?i)(?<![a-z0-9])(gpu|[abhv]100|[hb]200|a10g?|a40|l40s?|l4|t4|rtx\w*|a6000)(?![a-z])")
 
 
-def request(spec: HostSpec, quick: bool, smi_timeout: float | None = None,
-            shm_dir: str | None = None) -> DoctorRequest:  # fmt: skip
+def request(
+    spec: HostSpec, quick: bool, smi_timeout: float | None = None, shm_dir: str | None = None
+) -> DoctorRequest:
     req: DoctorRequest = {
-        "host": spec.name, "remote_dir": spec.remote_dir, "python": training_python(spec),
-        "env": dict(spec.env), "expected_gpus": spec.gpus, "quick": quick,
-    }  # fmt: skip
+        "host": spec.name,
+        "remote_dir": spec.remote_dir,
+        "python": training_python(spec),
+        "env": dict(spec.env),
+        "expected_gpus": spec.gpus,
+        "quick": quick,
+    }
     named = GPU_NAME.search(f"{spec.name} {spec.address or ''}") if spec.gpus is None else None
     if named:
         req["gpu_named"] = named.group(0)
@@ -56,8 +61,14 @@ def request(spec: HostSpec, quick: bool, smi_timeout: float | None = None,
     return req
 
 
-def check_host(spec: HostSpec, transport: Transport, quick: bool, *, smi_timeout: float | None = None,
-               shm_dir: str | None = None) -> DoctorResult:  # fmt: skip
+def check_host(
+    spec: HostSpec,
+    transport: Transport,
+    quick: bool,
+    *,
+    smi_timeout: float | None = None,
+    shm_dir: str | None = None,
+) -> DoctorResult:
     """The host's checks and verdict (stored on the host too)."""
     req = request(spec, quick, smi_timeout, shm_dir)
     res = verbs.doctor(

@@ -158,20 +158,28 @@ class NotAttachable(UsageError):
     kind = ErrorKind.NOT_ATTACHABLE
 
 
-
 class WandbUnavailable(PippaError):
     """No key, no wandb package, or W&B did not answer: one line saying which."""
 
     kind = ErrorKind.WANDB_UNAVAILABLE
 
+
 def refused_as(e: PippaError) -> str | None:
     """Why a host is not usable when it is not simply down, in a word or two for a table (`pippa
     hosts`, `ps`): it answered with a key pippa does not know, or refused us; None otherwise."""
     if isinstance(e, HostKeyRejected):
-        return "key changed" if isinstance(e, HostKeyChanged) else "key unknown" if isinstance(
-            e, HostKeyUnknown) else "host key refused"  # fmt: skip
-    return {ExitCode.AUTH: "auth failed", ExitCode.UNKNOWN_HOST: "unknown host",
-            ExitCode.USAGE: "bad entry"}.get(e.exit_code)  # fmt: skip
+        return (
+            "key changed"
+            if isinstance(e, HostKeyChanged)
+            else "key unknown"
+            if isinstance(e, HostKeyUnknown)
+            else "host key refused"
+        )
+    return {
+        ExitCode.AUTH: "auth failed",
+        ExitCode.UNKNOWN_HOST: "unknown host",
+        ExitCode.USAGE: "bad entry",
+    }.get(e.exit_code)
 
 
 def error_class(kind: ErrorKind, default: type[Exception]) -> type[Exception]:

@@ -84,8 +84,10 @@ def project(cwd: Path | None = None) -> Project:
     found = find_project(cwd)
     if found is None:
         where = git_toplevel(cwd) or Path(os.path.abspath(cwd or os.getcwd()))
-        raise NotAProject(f"{where} is not a pippa project (it needs {MARKERS}), and pippa was not "
-                          "installed from one: run pippa from your pippa checkout")  # fmt: skip
+        raise NotAProject(
+            f"{where} is not a pippa project (it needs {MARKERS}), and pippa was not "
+            "installed from one: run pippa from your pippa checkout"
+        )
     return found
 
 

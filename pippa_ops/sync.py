@@ -270,9 +270,17 @@ def sync(
     if agent is None:
         with agent_client.Session(transport) as own:
             return sync(
-                spec, transport, repo, delete=delete, dry_run=dry_run, progress=progress,
-                defer_marker=defer_marker, agent=own, confirm=confirm, connected=connected,
-            )  # fmt: skip
+                spec,
+                transport,
+                repo,
+                delete=delete,
+                dry_run=dry_run,
+                progress=progress,
+                defer_marker=defer_marker,
+                agent=own,
+                confirm=confirm,
+                connected=connected,
+            )
     t0 = time.monotonic()
     if transport.is_local:
         connected()
@@ -311,9 +319,18 @@ def sync(
         deletable = set(gone) - ignored_by_git(repo, gone)
     todo = plan(local, remote, deletable)
     result = SyncResult(
-        spec.name, spec.remote_dir, len(local), tuple(todo.send), tuple(todo.delete), 0, commit, dirty,
-        dry_run, 0.0, send_size=sum(local[n].size for n in todo.send),
-    )  # fmt: skip
+        spec.name,
+        spec.remote_dir,
+        len(local),
+        tuple(todo.send),
+        tuple(todo.delete),
+        0,
+        commit,
+        dirty,
+        dry_run,
+        0.0,
+        send_size=sum(local[n].size for n in todo.send),
+    )
     if dry_run:
         return _finish(result, 0, t0)
     if confirm is not None and many_deletions(result) and not confirm(result):
@@ -326,9 +343,12 @@ def sync(
             verbs.sync_marker(agent, remote_dir, marker)
         return _finish(result, 0, t0)
     request: messages.SyncApplyRequest = {
-        "remote_dir": remote_dir, "send": todo.send, "delete": todo.delete, "marker": marker,
+        "remote_dir": remote_dir,
+        "send": todo.send,
+        "delete": todo.delete,
+        "marker": marker,
         "zstd": zstd,
-    }  # fmt: skip
+    }
     with verbs.sync_apply(agent, request) as proc:
         try:
             sent_bytes = _send_stream(repo, todo.send, proc.write, progress, zstd)

@@ -97,8 +97,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The suite fails if it changed the mode of a system path: a later test (or a later run) on this
     machine must not pass only because an earlier one opened /root."""
     before = session.config.stash.get(_MODES, {})
-    changed = [f"{p}: {oct(m)} -> {oct(p.stat().st_mode)}" for p, m in before.items()
-               if p.exists() and p.stat().st_mode != m]  # fmt: skip
+    changed = [
+        f"{p}: {oct(m)} -> {oct(p.stat().st_mode)}"
+        for p, m in before.items()
+        if p.exists() and p.stat().st_mode != m
+    ]
     if changed:
         sys.stderr.write("tests changed the mode of system paths: " + "; ".join(changed) + "\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

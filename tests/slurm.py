@@ -70,8 +70,9 @@ class Cluster:
         return {**os.environ, **self.env}
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(argv, env=self.client_env(), capture_output=True, text=True, timeout=30,
-                              check=check)  # fmt: skip
+        return subprocess.run(
+            argv, env=self.client_env(), capture_output=True, text=True, timeout=30, check=check
+        )
 
     def client_wrapper(self, tool: str) -> str:
         return f'#!/bin/sh\nSLURM_CONF={self.conf} exec {shutil.which(tool) or tool} "$@"\n'
@@ -165,11 +166,23 @@ def start_cluster(base: Path, timeout: float = 60) -> Cluster:
     env = cluster.client_env()
     try:
         r = subprocess.run(
-            ["runuser", "-u", "munge", "--", _bin("munged"), f"--socket={mdir}/munge.socket",
-             f"--key-file={key}", f"--pid-file={mdir}/munged.pid", f"--log-file={mdir}/munged.log",
-             f"--seed-file={mdir}/munged.seed", "--force"],
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip  (munged forks into the background once its socket is ready)
+            [
+                "runuser",
+                "-u",
+                "munge",
+                "--",
+                _bin("munged"),
+                f"--socket={mdir}/munge.socket",
+                f"--key-file={key}",
+                f"--pid-file={mdir}/munged.pid",
+                f"--log-file={mdir}/munged.log",
+                f"--seed-file={mdir}/munged.seed",
+                "--force",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )  # (munged forks into the background once its socket is ready)
         if r.returncode != 0:
             raise RuntimeError(f"munged did not start: {r.stderr.strip()}")
         pid_file, deadline = mdir / "munged.pid", time.monotonic() + 10

@@ -61,8 +61,13 @@ def _link_tree(src: Path, dst: Path, skip: frozenset[str] = frozenset()) -> None
         except OSError:
             shutil.copy2(s, d)
 
-    shutil.copytree(src, dst, symlinks=True, copy_function=link_or_copy,
-                    ignore=lambda d, names: [n for n in names if n in skip and Path(d) == src])  # fmt: skip
+    shutil.copytree(
+        src,
+        dst,
+        symlinks=True,
+        copy_function=link_or_copy,
+        ignore=lambda d, names: [n for n in names if n in skip and Path(d) == src],
+    )
 
 
 def reachable_python(dest: Path) -> str:
@@ -95,8 +100,10 @@ def reachable_python(dest: Path) -> str:
     needs_runpath = subprocess.run(["ldd", str(exe)], capture_output=True, text=True).stdout
     if str(base) in needs_runpath:
         if patchelf is None:
-            raise RuntimeError("patchelf missing: install it (scripts/setup --test-deps) to give test users "
-                               f"a copy of {real_bin}, whose directory they cannot reach")
+            raise RuntimeError(
+                "patchelf missing: install it (scripts/setup --test-deps) to give test users "
+                f"a copy of {real_bin}, whose directory they cannot reach"
+            )
         subprocess.run([patchelf, "--set-rpath", "$ORIGIN/../lib", str(exe)], check=True, capture_output=True)
     env = dest / "venv"
     (env / "bin").mkdir(parents=True)

@@ -76,8 +76,11 @@ class AlarmWatch:
             now = int(self.steps[-1]["step"]) if self.steps else int(a["since"])
             step = self.sampled(a["since"], now) if self.sampled else None
             a["samples_step"] = step
-            print(f"alarm: {a['kind'].replace('_', ' ')}: {a['message']}"
-                  + (f" (samples: step {step})" if step is not None else ""), flush=True)  # fmt: skip
+            print(
+                f"alarm: {a['kind'].replace('_', ' ')}: {a['message']}"
+                + (f" (samples: step {step})" if step is not None else ""),
+                flush=True,
+            )
         self.raised += new
         alarms.write_alarms(str(self.path), self.raised)
         tell_host(self.path.parent)
@@ -99,8 +102,23 @@ def tell_host(run_dir: Path) -> None:
     program = run_dir / RUN_PROGRAM
     if not program.is_file() or not Path(os.path.expanduser(f"{ALERTS_DIR}/{ALERTS_CONFIG}")).is_file():
         return
-    argv = [shutil.which("python3") or sys.executable, "-S", "-I", str(program), "alerts", "alarms",
-            "--run-dir", str(run_dir), "--detach"]  # fmt: skip
+    argv = [
+        shutil.which("python3") or sys.executable,
+        "-S",
+        "-I",
+        str(program),
+        "alerts",
+        "alarms",
+        "--run-dir",
+        str(run_dir),
+        "--detach",
+    ]
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # --detach: it returns once forked
-        subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=30, check=False)  # fmt: skip
+        subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
+            check=False,
+        )

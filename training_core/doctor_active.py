@@ -38,8 +38,14 @@ class Sizes:
     allreduce_iters: int = 20
 
 
-CPU_SIZES = Sizes(gemm_n=128, copy_bytes=4 << 20, mem_share=0.0, chunk_bytes=4 << 20,
-                  allreduce_bytes=1 << 20, allreduce_iters=3)  # fmt: skip
+CPU_SIZES = Sizes(
+    gemm_n=128,
+    copy_bytes=4 << 20,
+    mem_share=0.0,
+    chunk_bytes=4 << 20,
+    allreduce_bytes=1 << 20,
+    allreduce_iters=3,
+)
 CPU_MEM_BYTES = 16 << 20
 
 
@@ -121,8 +127,12 @@ def slowdowns() -> dict[int, str]:
     for prefix in ("clocks_event_reasons", "clocks_throttle_reasons"):
         fields = ",".join(["index", *(f"{prefix}.{f}" for f in SLOWDOWN_FIELDS)])
         try:
-            p = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
-                               capture_output=True, text=True, timeout=15)  # fmt: skip
+            p = subprocess.run(
+                ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=15,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return {}
         if p.returncode == 0:
@@ -137,9 +147,13 @@ def slowdowns() -> dict[int, str]:
 
 
 def per_device(
-    torch: Any, device: Any, sizes: Sizes, seconds: float, mem_bytes: int,
+    torch: Any,
+    device: Any,
+    sizes: Sizes,
+    seconds: float,
+    mem_bytes: int,
     timing: threading.Event | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     row: dict[str, Any] = {"index": device.index or 0}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -193,8 +207,13 @@ def allreduce_gbs(world: int, backend: str, nbytes: int, iters: int) -> float:
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
-    mp.start_processes(_allreduce_worker, args=(world, port, backend, nbytes, iters, q), nprocs=world,
-                       join=True, start_method="spawn")  # fmt: skip
+    mp.start_processes(
+        _allreduce_worker,
+        args=(world, port, backend, nbytes, iters, q),
+        nprocs=world,
+        join=True,
+        start_method="spawn",
+    )
     return float(q.get())
 
 

@@ -61,8 +61,10 @@ class Rendezvous:
 def mixed_precision(launch: LaunchConfig, precision: str, facts: PlatformFacts) -> str:
     """accelerate's mixed precision from the model's: one precision per run, and "no" without a GPU
     (the trainer falls back to fp32 there, training_core.platform.train_precision)."""
-    derived = "no" if facts.gpu_count == 0 else {**dict.fromkeys(BF16_MODES, "bf16"), "fp16": "fp16"}.get(
-        precision, "no"
+    derived = (
+        "no"
+        if facts.gpu_count == 0
+        else {**dict.fromkeys(BF16_MODES, "bf16"), "fp16": "fp16"}.get(precision, "no")
     )
     if launch.mixed_precision not in ("auto", derived) and facts.gpu_count > 0:
         raise BadSetting(
@@ -246,8 +248,14 @@ def write_config(run_dir: Path, cfg: dict[str, object], name: str = CONFIG_NAME)
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training_core.launch", description=__doc__.split("\n\n")[0])
     p.add_argument("recipe", help="recipe name in recipes/ or a path to a .toml file")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one setting (repeatable); passed on to the trainer")
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting (repeatable); passed on to the trainer",
+    )
     p.add_argument("--run-dir", type=Path, default=None, help="run directory (default runs/<run-id>)")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in the run dir")
     p.add_argument("--processes", type=int, default=None, help="processes on this host (launch.processes)")
@@ -257,11 +265,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--machine-rank", type=int, default=0, help="this host's rank, 0 = the rendezvous host")
     p.add_argument("--main-addr", default="127.0.0.1", help="address of machine rank 0 (c10d rendezvous)")
     p.add_argument("--main-port", type=int, default=0, help="rendezvous port (0 = free port, one host only)")
-    p.add_argument("--checkpoint-each-host", action="store_true",
-                   help="no shared file system: every host keeps a whole checkpoint (save_on_each_node)")
+    p.add_argument(
+        "--checkpoint-each-host",
+        action="store_true",
+        help="no shared file system: every host keeps a whole checkpoint (save_on_each_node)",
+    )
     p.add_argument("--print", action="store_true", help="write the config, print the command, do not run it")
     p.add_argument("--debug", action="store_true", help="print the traceback of an error, not only its line")
-    return p  # fmt: skip
+    return p
 
 
 def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> int:
@@ -311,9 +322,14 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
         _, serve, serve_env = server
         health = f"http://127.0.0.1:{cfg.launch.vllm_port}/health"
         return vllm_server.supervise(
-            serve, {**os.environ, **serve_env}, p.argv, {**os.environ, **p.env},
-            health, run_dir / VLLM_LOG, cfg.launch.vllm_timeout_s,
-        )  # fmt: skip
+            serve,
+            {**os.environ, **serve_env},
+            p.argv,
+            {**os.environ, **p.env},
+            health,
+            run_dir / VLLM_LOG,
+            cfg.launch.vllm_timeout_s,
+        )
     os.execvpe(p.argv[0], p.argv, {**os.environ, **p.env})
 
 

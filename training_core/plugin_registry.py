@@ -59,4 +59,3 @@ class Registry(Generic[T]):
         if name not in table:
             raise UnknownName(f"unknown {self.kind} {name!r}; known: {', '.join(sorted(table))}")
         return table[name]
-

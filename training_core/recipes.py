@@ -275,8 +275,13 @@ def explain(
             continue
         layer = {k: v for k, v in _load_toml(layer_file).items() if k not in ("restart", "platform")}
         where = layer_file.name if layer_file.parent == recipes_dir else str(layer_file)
-        origin.update({k: f"recipes/{where}" if layer_file.parent == recipes_dir else where
-                       for k in _flatten(layer) if k in origin})  # fmt: skip
+        origin.update(
+            {
+                k: f"recipes/{where}" if layer_file.parent == recipes_dir else where
+                for k in _flatten(layer)
+                if k in origin
+            }
+        )
     name = str(res.platform["name"])
     changed = res.platform["preset"]
     decided = {k for k in _AUTO_KEYS if isinstance(changed.get(k), dict) and changed[k]["from"] == "auto"}
@@ -290,4 +295,3 @@ def explain(
             origin[key] = "--set"
     origin.update({k: f"auto ({name})" for k in decided if k in origin})
     return [(k, final[k], origin[k]) for k in sorted(final)]
-

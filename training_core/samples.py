@@ -141,8 +141,11 @@ def supersede(run_dir: Path, resumed_from_step: int) -> int:
     from samples.jsonl to samples.superseded.jsonl, as metrics.jsonl's do (``metrics.move_redone``);
     one row per (step, kind, index) afterwards. Returns how many lines moved; with none the file is
     untouched. -1 supersedes every row."""
-    return move_redone(run_dir / contract.SAMPLES, run_dir / contract.SAMPLES_SUPERSEDED,
-                       lambda line: contract.redone(line, resumed_from_step))  # fmt: skip
+    return move_redone(
+        run_dir / contract.SAMPLES,
+        run_dir / contract.SAMPLES_SUPERSEDED,
+        lambda line: contract.redone(line, resumed_from_step),
+    )
 
 
 def prompt_text(prompt: Any) -> str:
@@ -150,6 +153,7 @@ def prompt_text(prompt: Any) -> str:
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, list):
-        return "\n".join(f"{m.get('role', '?')}: {m.get('content', '')}" if isinstance(m, dict) else str(m)
-                         for m in prompt)  # fmt: skip
+        return "\n".join(
+            f"{m.get('role', '?')}: {m.get('content', '')}" if isinstance(m, dict) else str(m) for m in prompt
+        )
     return str(prompt)

@@ -66,11 +66,17 @@ def batch_rows(
         values = {n: (None if math.isnan(v) else v) for n, v in zip(names, per_fn, strict=False)}
         scored = [w * v for w, v in zip(weights, per_fn, strict=False) if not math.isnan(v)]
         row = writer.row(
-            step, "train", prompt_text(inputs[i].get("prompt")),
+            step,
+            "train",
+            prompt_text(inputs[i].get("prompt")),
             tok.decode(toks[: end if end is not None else len(toks)], skip_special_tokens=True),
-            index=i, rewards=values, reward=sum(scored) if scored else None, advantage=adv[k],
-            length=end + 1 if end is not None else len(toks), truncated=end is None,
+            index=i,
+            rewards=values,
+            reward=sum(scored) if scored else None,
+            advantage=adv[k],
+            length=end + 1 if end is not None else len(toks),
+            truncated=end is None,
             answer=inputs[i].get("answer"),
-        )  # fmt: skip
+        )
         rows.append(row)
     return rows

@@ -65,8 +65,19 @@ def serve_argv(python: str, model: str, tensor_parallel: int, port: int, extra: 
     """``trl vllm-serve`` (the console script beside ``python``) on 127.0.0.1 only: the trainer runs on
     the same host, and nothing else should reach an unauthenticated weight-sync endpoint."""
     trl = str(Path(python).with_name("trl"))
-    return [trl, "vllm-serve", "--model", model, "--tensor-parallel-size", str(tensor_parallel),
-            "--host", "127.0.0.1", "--port", str(port), *extra]  # fmt: skip
+    return [
+        trl,
+        "vllm-serve",
+        "--model",
+        model,
+        "--tensor-parallel-size",
+        str(tensor_parallel),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *extra,
+    ]
 
 
 def healthy(url: str, timeout: float = 2.0) -> bool:
@@ -119,8 +130,9 @@ def supervise(
 ) -> int:
     """Run the server, wait for its health, run the trainer; the run's exit status (see the module)."""
     with log.open("ab") as out:
-        server = subprocess.Popen(serve, env=serve_env, stdout=out, stderr=subprocess.STDOUT,
-                                  start_new_session=True)  # fmt: skip
+        server = subprocess.Popen(
+            serve, env=serve_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     trainer: subprocess.Popen[bytes] | None = None
     stopping: list[int] = []
 

@@ -114,8 +114,16 @@ def main() -> None:
         ratios = {f"B/{k}": tps["B"] / tps[k] for k in ("A0", "A1") if tps.get("B") and tps.get(k)}
         _part.write(a.out, "S", a.dry, t0, shape="toy" if a.dry else "Qwen2.5-0.5B", arms=arms, ratios=ratios)
     fits = largest_fit(spec, a.dry)
-    _part.write(a.out, "S", a.dry, t0, shape="toy" if a.dry else "Qwen2.5-0.5B", arms=arms, ratios=ratios,
-                largest_fit=fits)  # fmt: skip
+    _part.write(
+        a.out,
+        "S",
+        a.dry,
+        t0,
+        shape="toy" if a.dry else "Qwen2.5-0.5B",
+        arms=arms,
+        ratios=ratios,
+        largest_fit=fits,
+    )
     failed = [f"{k}: {v['error']}" for k, v in arms.items() if "error" in v]
     if failed:
         raise SystemExit("step arms failed: " + "; ".join(failed))
@@ -135,8 +143,13 @@ def largest_fit(spec: dict[str, Any], dry: bool) -> dict[str, Any] | None:
     if found is None:
         return None
     batch, step = found
-    return {"batch": batch, "per_device": step.per_device, "checkpointing": step.checkpointing,
-            "estimate_gb": round(step.estimate_gb, 1), "card_gb": round(gpu_gb, 1)}  # fmt: skip
+    return {
+        "batch": batch,
+        "per_device": step.per_device,
+        "checkpointing": step.checkpointing,
+        "estimate_gb": round(step.estimate_gb, 1),
+        "card_gb": round(gpu_gb, 1),
+    }
 
 
 def headline(arms: dict[str, Any], ratios: dict[str, float]) -> str:

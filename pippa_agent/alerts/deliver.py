@@ -31,8 +31,14 @@ def log_delivery(event: dict[str, Any], ok: bool, error: str | None) -> None:
     import fcntl
 
     path = here(DELIVERIES)
-    rec = {"time": time.time(), "state": event.get("state"), "run_id": event.get("run_id"),
-           "subject": event.get("subject"), "ok": ok, "error": error}  # fmt: skip
+    rec = {
+        "time": time.time(),
+        "state": event.get("state"),
+        "run_id": event.get("run_id"),
+        "subject": event.get("subject"),
+        "ok": ok,
+        "error": error,
+    }
     try:
         lock = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     except OSError:

@@ -134,6 +134,14 @@ def host_event(state: str, subject: str, reason: str, elapsed_s: float | None = 
     cost = None
     if elapsed_s is not None and state == "idle":
         cost = cost_so_far(elapsed_s, cfg.get("cost_per_hour"), cfg.get("cost_per_gpu_hour"), None, gpus)
-    return {"state": state, "host": host, "subject": subject, "reason": reason, "elapsed_s": elapsed_s,
-            "cost": cost, "currency": cfg.get("currency"), "look": "pippa hosts",
-            "time": time.time()}  # fmt: skip
+    return {
+        "state": state,
+        "host": host,
+        "subject": subject,
+        "reason": reason,
+        "elapsed_s": elapsed_s,
+        "cost": cost,
+        "currency": cfg.get("currency"),
+        "look": "pippa hosts",
+        "time": time.time(),
+    }

@@ -45,8 +45,9 @@ def post(url: str, body: str = "") -> None:
     """One ping (POST, which healthchecks.io, Uptime Kuma and BetterStack accept); raises on failure."""
     import urllib.request
 
-    req = urllib.request.Request(url, data=body.encode("utf-8", "replace"), method="POST",
-                                 headers={"User-Agent": "pippa-heartbeat"})  # fmt: skip
+    req = urllib.request.Request(
+        url, data=body.encode("utf-8", "replace"), method="POST", headers={"User-Agent": "pippa-heartbeat"}
+    )
     with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
         resp.read(1024)
 

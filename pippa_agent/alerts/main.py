@@ -64,8 +64,12 @@ def stop_status(cfg: dict[str, Any], now: float) -> dict[str, Any]:
     st = st if isinstance(st, dict) else {}
     armed = st.get("armed") if isinstance(st.get("armed"), dict) else None
     at = armed.get("at") if armed else None
-    return {"when": (cfg.get("stop_when") or []) if cfg.get("stop_command") else [], "armed": armed,
-            "in_s": at - now if isinstance(at, (int, float)) else None, "last": st.get("last")}  # fmt: skip
+    return {
+        "when": (cfg.get("stop_when") or []) if cfg.get("stop_command") else [],
+        "armed": armed,
+        "in_s": at - now if isinstance(at, (int, float)) else None,
+        "last": st.get("last"),
+    }
 
 
 def main(argv: list[str]) -> int:

@@ -72,8 +72,9 @@ def ended_as(run_dir: str) -> str | None:
 def attached_clients() -> int:
     """How many tmux clients are attached on this host user (someone is looking: not idle)."""
     try:
-        p = subprocess.run(["tmux", "list-clients"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                           timeout=10)  # fmt: skip
+        p = subprocess.run(
+            ["tmux", "list-clients"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return len([ln for ln in p.stdout.splitlines() if ln.strip()]) if p.returncode == 0 else 0
@@ -114,8 +115,12 @@ class Stopper:
         at = now + self.notice_s
         self.state["armed"] = {"trigger": trigger, "why": why, "at": at, "since": now}
         self._save()
-        self.tell("stop armed", trigger, f"{why}; `{self.command}` runs in {format_elapsed(self.notice_s)} "
-                  f"unless a run starts (cancel: pippa keep {self.host})")  # fmt: skip
+        self.tell(
+            "stop armed",
+            trigger,
+            f"{why}; `{self.command}` runs in {format_elapsed(self.notice_s)} "
+            f"unless a run starts (cancel: pippa keep {self.host})",
+        )
 
     def tick(self, now: float, going: list[str], utils: list[float] | None) -> None:
         if self.proc is not None:
@@ -179,9 +184,14 @@ class Stopper:
     def _run(self, now: float) -> None:
         log = open(here(STOP_LOG), "ab")  # noqa: SIM115 - handed to the child
         try:
-            self.proc = subprocess.Popen(["sh", "-c", self.command], stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                         cwd=os.path.expanduser("~"))  # fmt: skip
+            self.proc = subprocess.Popen(
+                ["sh", "-c", self.command],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=os.path.expanduser("~"),
+            )
         except OSError as e:
             self._ended(now, f"could not start: {e}")
             return
@@ -225,4 +235,3 @@ def stopper_of(
     if old is not None:
         new.seen, new.proc, new.idle_since, new.looked = old.seen, old.proc, old.idle_since, old.looked
     return new
-

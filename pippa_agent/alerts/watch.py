@@ -58,8 +58,12 @@ def check_disk(path: str, state: dict[str, Any]) -> None:
 def gpu_utilization() -> list[float] | None:
     """Each GPU's utilization in %, or None where nvidia-smi is missing or fails."""
     try:
-        p = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=20)  # fmt: skip
+        p = subprocess.run(
+            ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if p.returncode != 0:
@@ -95,8 +99,12 @@ def active_runs(remote_dir: str) -> list[str]:
     if not candidates:
         return []
     try:
-        p = subprocess.run(["tmux", "list-sessions", "-F", IDENTITY_FORMAT],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=10)  # fmt: skip
+        p = subprocess.run(
+            ["tmux", "list-sessions", "-F", IDENTITY_FORMAT],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
     alive = set(p.stdout.decode("utf-8", "replace").split())
@@ -296,8 +304,15 @@ def watch_main() -> int:
         if faults_on and now >= next_health:
             check_gpu_faults(health, str(cfg.get("remote_dir") or "~/pippa"), run)
             next_health = now + health_every
-        state = {"pid": os.getpid(), "started": started, "sample_time": now, "utilization": utils,
-                 "active_run": run, "idle_since": watch.idle_since, "alerted": watch.alerted}  # fmt: skip
+        state = {
+            "pid": os.getpid(),
+            "started": started,
+            "sample_time": now,
+            "utilization": utils,
+            "active_run": run,
+            "idle_since": watch.idle_since,
+            "alerted": watch.alerted,
+        }
         write_json(here(WATCH_STATE), state)
         wait = poll_interval(watch.idle_s) if idle_on else health_every
         wait = min(wait, beat.every_s) if beat is not None else wait
@@ -316,9 +331,15 @@ def watch_ensure() -> dict[str, Any]:
         program = program_file()
         if program is None:
             return {"watcher": None, "error": "not run from the host program"}
-        subprocess.Popen([sys.executable, "-S", "-I", program, "alerts", "watch"], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                         close_fds=True, cwd="/")  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, "-S", "-I", program, "alerts", "watch"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+            cwd="/",
+        )
     deadline = time.time() + 10
     while time.time() < deadline:
         st = read_json(here(WATCH_STATE))

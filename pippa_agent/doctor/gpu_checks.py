@@ -198,7 +198,6 @@ def kernel_skipped(why: str) -> Check:
     )
 
 
-
 # the per-GPU check kinds (per_gpu, nvlink): each gets one row when no GPU raised it (passing)
 PER_GPU = ("ecc", "remap", "throttle", "temperature", "pcie", "nvlink", "mig", "persistence")
 
@@ -229,31 +228,54 @@ def passing(gpus: list[Gpu], rows: list[Check], links: dict[int, list[tuple[int,
         if kind not in raised:
             out.append(check(kind, OK, ok) if judged else check(kind, SKIPPED, why_not))
 
-    add("ecc", all(g["ecc_mode"] is not None for g in gpus),
+    add(
+        "ecc",
+        all(g["ecc_mode"] is not None for g in gpus),
         f"ECC on, no uncorrectable error since boot {_on(n)}",
-        "nvidia-smi reports no ECC mode for some GPUs")  # fmt: skip
-    add("remap", any(g["remap_pending"] is not None or g["retired_pending"] is not None for g in gpus),
+        "nvidia-smi reports no ECC mode for some GPUs",
+    )
+    add(
+        "remap",
+        any(g["remap_pending"] is not None or g["retired_pending"] is not None for g in gpus),
         f"no pending or failed row remap or page retirement {_on(n)}",
-        "nvidia-smi reports neither row remapping nor page retirement for these GPUs")  # fmt: skip
-    add("throttle", all(any(v is not None for v in g["reasons"].values()) for g in gpus),
+        "nvidia-smi reports neither row remapping nor page retirement for these GPUs",
+    )
+    add(
+        "throttle",
+        all(any(v is not None for v in g["reasons"].values()) for g in gpus),
         f"no HW, thermal or power-brake slowdown {_on(n)}",
-        "nvidia-smi reports no clock event reasons for some GPUs")  # fmt: skip
+        "nvidia-smi reports no clock event reasons for some GPUs",
+    )
     margins = [m for m in map(_margin, gpus) if m is not None]
-    add("temperature", len(margins) == n,
+    add(
+        "temperature",
+        len(margins) == n,
         f"below the slowdown temperature {_on(n)} (the hottest is {min(margins or [0]):.0f} C below it)",
-        "nvidia-smi reports no slowdown temperature for some GPUs")  # fmt: skip
-    widths = sorted({f"Gen{g['pcie_gen']:.0f} x{g['pcie_width']:.0f}" for g in gpus
-                     if g["pcie_gen"] and g["pcie_width"]})  # fmt: skip
+        "nvidia-smi reports no slowdown temperature for some GPUs",
+    )
+    widths = sorted(
+        {f"Gen{g['pcie_gen']:.0f} x{g['pcie_width']:.0f}" for g in gpus if g["pcie_gen"] and g["pcie_width"]}
+    )
     idle_down = any(g["pcie_gen"] and g["pcie_gen_max"] and g["pcie_gen"] < g["pcie_gen_max"] for g in gpus)
     speed = "full width (idle GPUs train their link down)" if idle_down else "full width and speed"
-    add("pcie", all(g["pcie_gen"] and g["pcie_width"] for g in gpus),
+    add(
+        "pcie",
+        all(g["pcie_gen"] and g["pcie_width"] for g in gpus),
         f"PCIe links at {speed} {_on(n)}: {', '.join(widths)}",
-        "nvidia-smi reports no PCIe link for some GPUs")  # fmt: skip
+        "nvidia-smi reports no PCIe link for some GPUs",
+    )
     with_links = [links[g["index"]] for g in gpus if links.get(g["index"])]
-    add("nvlink", bool(with_links),
+    add(
+        "nvlink",
+        bool(with_links),
         f"all {sum(map(len, with_links))} NVLinks up {_on(len(with_links))}",
-        "no NVLink reported by nvidia-smi nvlink -s (PCIe-only GPUs have none)")  # fmt: skip
+        "no NVLink reported by nvidia-smi nvlink -s (PCIe-only GPUs have none)",
+    )
     add("mig", True, f"MIG off {_on(n)}" if any(g["mig"] for g in gpus) else f"no MIG {_on(n)}", "")
-    add("persistence", all(g["persistence"] for g in gpus),
-        f"persistence mode enabled {_on(n)}", "nvidia-smi reports no persistence mode")  # fmt: skip
+    add(
+        "persistence",
+        all(g["persistence"] for g in gpus),
+        f"persistence mode enabled {_on(n)}",
+        "nvidia-smi reports no persistence mode",
+    )
     return out

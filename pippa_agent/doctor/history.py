@@ -85,7 +85,13 @@ def regressions(measured: dict[str, Any], previous: list[DoctorResult]) -> list[
             v, top = g.get(key), was.get(key)
             if isinstance(v, (int, float)) and top and v < REGRESSION * top:
                 drop = 1 - v / top
-                out.append(check("history", WARN, f"GPU {i}: {what} {v:.1f} {unit}, {drop:.0%} below its "
-                                 f"previous best {top:.1f}: the box got slower; rerun, then ask the provider",
-                                 int(i)))  # fmt: skip
+                out.append(
+                    check(
+                        "history",
+                        WARN,
+                        f"GPU {i}: {what} {v:.1f} {unit}, {drop:.0%} below its "
+                        f"previous best {top:.1f}: the box got slower; rerun, then ask the provider",
+                        int(i),
+                    )
+                )
     return out

@@ -26,8 +26,15 @@ def bounded(
     full_env = {**os.environ, **(env or {})}
     full_env["PATH"] = search_path() if env is None or "PATH" not in env else env["PATH"]
     try:
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             env=full_env, cwd=cwd, start_new_session=True)  # fmt: skip
+        p = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=full_env,
+            cwd=cwd,
+            start_new_session=True,
+        )
     except (FileNotFoundError, PermissionError) as e:
         return subprocess.CompletedProcess(argv, 127, b"", f"{argv[0]}: {e.strerror}".encode())
     try:

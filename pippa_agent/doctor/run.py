@@ -18,7 +18,7 @@ if TYPE_CHECKING:
         DoctorHistoryAnswer,
         DoctorHistoryRequest,
         DoctorRequest,
-        DoctorResult,  # fmt: skip
+        DoctorResult,
     )
 
 ACTIVE_SECONDS = 4.0  # per measurement (GEMM, copy): long enough for clocks to settle
@@ -82,13 +82,15 @@ def doctor(req: DoctorRequest) -> DoctorResult:
     env = system.merged_env(req.get("env") or {})
     python = [str(w) for w in req.get("python") or ["python3"]]
     jobs: dict[str, Callable[[], Any]] = {} if quick else {"dcgm": system.dcgm_check}
-    facts = _parallel({
-        **jobs,
-        "xml": lambda: smi.read_xml(smi_timeout),
-        "links": lambda: smi.nvlinks(smi_timeout),
-        "kernel": lambda: kernel.read_log(),
-        "torch": lambda: system.torch_facts(python, env, full=not quick),
-    })  # fmt: skip
+    facts = _parallel(
+        {
+            **jobs,
+            "xml": lambda: smi.read_xml(smi_timeout),
+            "links": lambda: smi.nvlinks(smi_timeout),
+            "kernel": lambda: kernel.read_log(),
+            "torch": lambda: system.torch_facts(python, env, full=not quick),
+        }
+    )
     checks, gpus, cuda = gpu_part(facts["xml"], expected, req.get("gpu_named"))
     if gpus:
         links = facts["links"] if isinstance(facts["links"], dict) else {}
@@ -127,8 +129,14 @@ def doctor(req: DoctorRequest) -> DoctorResult:
     return res
 
 
-def active_part(gpus: list[dict[str, Any]], python: list[str], remote_dir: str, env: dict[str, str],
-                seconds: float, links: dict[int, Any]) -> tuple[list[Check], dict[str, Any]]:  # fmt: skip
+def active_part(
+    gpus: list[dict[str, Any]],
+    python: list[str],
+    remote_dir: str,
+    env: dict[str, str],
+    seconds: float,
+    links: dict[int, Any],
+) -> tuple[list[Check], dict[str, Any]]:
     figures = active.measure(python, remote_dir, env, seconds)
     nvswitch = len(gpus) > 1 and all(links.get(g["index"]) for g in gpus)
     return active.judge(figures, gpus, nvswitch)

@@ -124,36 +124,38 @@ def gpu_facts(root: ET.Element) -> list[Gpu]:
         link = pci.find("pci_gpu_link_info") if pci is not None else None
         remap = g.find("remapped_rows")
         temp = g.find("temperature")
-        gpus.append({
-            "index": i,
-            "name": text(g, "product_name") or "?",
-            "uuid": text(g, "uuid"),
-            "bus_id": (text(pci, "pci_bus_id") or g.get("id") or "").upper(),
-            "persistence": text(g, "persistence_mode"),
-            "mig": text(g, "mig_mode/current_mig"),
-            "ecc_mode": text(g, "ecc_mode/current_ecc"),
-            "ecc_corrected_volatile": _ecc(g, "volatile", "correctable"),
-            "ecc_uncorrected_volatile": _ecc(g, "volatile", "uncorrectable"),
-            "ecc_uncorrected_aggregate": _ecc(g, "aggregate", "uncorrectable"),
-            "retired_pending": text(g, "retired_pages/pending_retirement"),
-            "retired_dbe": number(g, "retired_pages/double_bit_retirement/retired_count"),
-            "remap_pending": text(remap, "remapped_row_pending"),
-            "remap_failure": text(remap, "remapped_row_failure"),
-            "remap_uncorrectable": number(remap, "remapped_row_unc"),
-            "reasons": _reasons(g),
-            "temp": number(temp, "gpu_temp"),
-            "temp_slow": number(temp, "gpu_temp_slow_threshold"),
-            "tlimit": number(temp, "gpu_temp_tlimit"),
-            "tlimit_slow": number(temp, "gpu_temp_slow_tlimit_threshold"),
-            "pcie_gen": number(link, "pcie_gen/current_link_gen"),
-            "pcie_gen_max": number(link, "pcie_gen/max_device_link_gen")
-            or number(link, "pcie_gen/max_link_gen"),
-            "pcie_gen_host_max": number(link, "pcie_gen/max_host_link_gen"),
-            "pcie_width": number(link, "link_widths/current_link_width"),
-            "pcie_width_max": number(link, "link_widths/max_link_width"),
-            "pstate": text(g, "performance_state"),
-            "mem_total_mib": number(g, "fb_memory_usage/total"),
-        })  # fmt: skip
+        gpus.append(
+            {
+                "index": i,
+                "name": text(g, "product_name") or "?",
+                "uuid": text(g, "uuid"),
+                "bus_id": (text(pci, "pci_bus_id") or g.get("id") or "").upper(),
+                "persistence": text(g, "persistence_mode"),
+                "mig": text(g, "mig_mode/current_mig"),
+                "ecc_mode": text(g, "ecc_mode/current_ecc"),
+                "ecc_corrected_volatile": _ecc(g, "volatile", "correctable"),
+                "ecc_uncorrected_volatile": _ecc(g, "volatile", "uncorrectable"),
+                "ecc_uncorrected_aggregate": _ecc(g, "aggregate", "uncorrectable"),
+                "retired_pending": text(g, "retired_pages/pending_retirement"),
+                "retired_dbe": number(g, "retired_pages/double_bit_retirement/retired_count"),
+                "remap_pending": text(remap, "remapped_row_pending"),
+                "remap_failure": text(remap, "remapped_row_failure"),
+                "remap_uncorrectable": number(remap, "remapped_row_unc"),
+                "reasons": _reasons(g),
+                "temp": number(temp, "gpu_temp"),
+                "temp_slow": number(temp, "gpu_temp_slow_threshold"),
+                "tlimit": number(temp, "gpu_temp_tlimit"),
+                "tlimit_slow": number(temp, "gpu_temp_slow_tlimit_threshold"),
+                "pcie_gen": number(link, "pcie_gen/current_link_gen"),
+                "pcie_gen_max": number(link, "pcie_gen/max_device_link_gen")
+                or number(link, "pcie_gen/max_link_gen"),
+                "pcie_gen_host_max": number(link, "pcie_gen/max_host_link_gen"),
+                "pcie_width": number(link, "link_widths/current_link_width"),
+                "pcie_width_max": number(link, "link_widths/max_link_width"),
+                "pstate": text(g, "performance_state"),
+                "mem_total_mib": number(g, "fb_memory_usage/total"),
+            }
+        )
     return gpus
 
 

@@ -123,8 +123,10 @@ def disk_checks(remote_dir: str, env: dict[str, str]) -> list[Check]:
                     f"{what}: checkpoints will fail to save; free space (pippa prune) or use a bigger disk",
                 )
             )
-        elif label == "remote dir" and (floor := checkpoint_floor(rd.runs_dir(host_path(remote_dir)))) and (
-            st.f_bavail * st.f_frsize < floor[0]
+        elif (
+            label == "remote dir"
+            and (floor := checkpoint_floor(rd.runs_dir(host_path(remote_dir))))
+            and (st.f_bavail * st.f_frsize < floor[0])
         ):
             need = f"below the {size_text(floor[0])} this host's runs need ({floor[1]})"
             out.append(check("disk", WARN, f"{what}: {need}; free space (pippa prune) before a checkpoint"))
@@ -203,8 +205,11 @@ def torch_facts(
                 return dict(hit["facts"])
         except (OSError, ValueError, AttributeError, KeyError, TypeError):
             pass
-    p = run([path, *python[1:], "-c", TORCH_PROBE, "import" if full else "version"], timeout=TORCH_TIMEOUT_S,
-            env=env)  # fmt: skip
+    p = run(
+        [path, *python[1:], "-c", TORCH_PROBE, "import" if full else "version"],
+        timeout=TORCH_TIMEOUT_S,
+        env=env,
+    )
     if p.returncode == 124:
         return {"error": f"the training python did not answer in {TORCH_TIMEOUT_S:.0f}s"}
     try:

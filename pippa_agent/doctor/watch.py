@@ -33,8 +33,9 @@ class GpuHealthWatch:
         self.remap_failed: set[str] = set()
         self.found: list[XidEvent] = []  # Xid events alerted and not yet recorded in the doctor's history
 
-    def sample(self, lines: list[str] | None, gpus: list[Gpu] | None, run: str | None,
-               boot: float | None = None) -> list[tuple[str, str]]:  # fmt: skip
+    def sample(
+        self, lines: list[str] | None, gpus: list[Gpu] | None, run: str | None, boot: float | None = None
+    ) -> list[tuple[str, str]]:
         alerts: list[tuple[str, str]] = []
         by_bus = {pci_key(g["bus_id"]): g["index"] for g in gpus or [] if g.get("bus_id")}
         during = f" during run {run}" if run else ""
@@ -55,8 +56,13 @@ class GpuHealthWatch:
             unc = g.get("ecc_uncorrected_volatile") or 0
             before = self.ecc.get(key)
             if before is not None and unc > before and run is not None:
-                alerts.append((f"GPU {g['index']}", f"GPU {g['index']}: {unc - before} new uncorrectable ECC "
-                               f"error(s) at {time.strftime('%H:%M')}{during}"))  # fmt: skip
+                alerts.append(
+                    (
+                        f"GPU {g['index']}",
+                        f"GPU {g['index']}: {unc - before} new uncorrectable ECC "
+                        f"error(s) at {time.strftime('%H:%M')}{during}",
+                    )
+                )
             self.ecc[key] = unc
             if g.get("remap_failure") == "Yes" and key not in self.remap_failed:
                 at = time.strftime("%H:%M")

@@ -37,8 +37,14 @@ def supervise_task(run_dir: str, recipe: str, command: str) -> int:
     os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, rd.RUN_JSON)
     policy = {"max_attempts": 1, "infra_retries": 0}
-    meta = {"run_id": os.path.basename(os.path.abspath(run_dir)), "session": "task", "host": "task",
-            "recipe": recipe, "started": time.time(), "restart": policy}  # fmt: skip
+    meta = {
+        "run_id": os.path.basename(os.path.abspath(run_dir)),
+        "session": "task",
+        "host": "task",
+        "recipe": recipe,
+        "started": time.time(),
+        "restart": policy,
+    }
     try:
         with open(path) as f:
             meta = json.load(f)

@@ -96,9 +96,15 @@ def conclude(
     """The ended attempt's class and what to do about it, both written into ``attempt``. ``group``: the
     verdict of a run over several hosts (the rank that failed first), taken by every rank so that all
     decide alike; no smaller batch then (only rank 0 knows the batch from its metrics)."""
-    verdict = group or af.verdict(run_dir, attempt, code, stopped=stopped,
-                                  stalled_reason=attempt.get("reason") if outcome == STALLED else None,
-                                  oom_kills_before=oom_kills_before, pids=[pid] if pid else [])  # fmt: skip
+    verdict = group or af.verdict(
+        run_dir,
+        attempt,
+        code,
+        stopped=stopped,
+        stalled_reason=attempt.get("reason") if outcome == STALLED else None,
+        oom_kills_before=oom_kills_before,
+        pids=[pid] if pid else [],
+    )
     if stopped:
         attempt["outcome"] = STOPPED
     elif verdict.cls == fc.DIVERGED:
@@ -114,8 +120,12 @@ def conclude(
         attempt["gpu_index"] = af.gpu_index(verdict.gpu)  # for `pippa resume --gpus` on the others
     if verdict.cls == fc.COMPLETED:
         attempt["reason"] = None  # nothing to explain
-    attempt["decision"] = {"retry": decision.retry, "spends": decision.spends, "why": decision.why,
-                           "batch": list(decision.batch) if decision.batch else None}  # fmt: skip
+    attempt["decision"] = {
+        "retry": decision.retry,
+        "spends": decision.spends,
+        "why": decision.why,
+        "batch": list(decision.batch) if decision.batch else None,
+    }
     return verdict, decision
 
 

@@ -42,8 +42,6 @@ def file_size(path: str) -> int:
         return 0
 
 
-
-
 def drain_output(log: str, timeout_s: float = 2.0) -> None:
     """Wait until what the attempt wrote has reached ``log``: cmd.sh pipes this process's stdout (and
     the job's) through ``tee -a`` into output.log, so a line the job printed just before it exited may

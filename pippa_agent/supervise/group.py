@@ -69,16 +69,28 @@ def _checked(raw: object, ranks: int) -> dict[str, Any] | None:
     if not isinstance(end, (int, float)):
         return None
     host, reason = raw.get("host"), raw.get("reason")
-    return {"attempt": n, "rank": rank, "host": host if isinstance(host, str) and _HOST.match(host) else "?",
-            "class": cls, "reason": str(reason)[:300] if reason is not None else "", "end": float(end),
-            "peer": raw.get("peer") is True}  # fmt: skip
+    return {
+        "attempt": n,
+        "rank": rank,
+        "host": host if isinstance(host, str) and _HOST.match(host) else "?",
+        "class": cls,
+        "reason": str(reason)[:300] if reason is not None else "",
+        "end": float(end),
+        "peer": raw.get("peer") is True,
+    }
 
 
 class Group:
     """This rank's side of the group; ``first(n)`` is the group's first failure of attempt ``n``."""
 
-    def __init__(self, rank: int, hosts: list[str], addr: str, port: int,
-                 stopped: Callable[[], str | None] = lambda: None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        rank: int,
+        hosts: list[str],
+        addr: str,
+        port: int,
+        stopped: Callable[[], str | None] = lambda: None,
+    ) -> None:
         self.rank, self.hosts, self.addr, self.port = rank, hosts, addr, port
         self.stopped = stopped  # why this rank's job is not running (a stopped process), or None
         self.lock = threading.Lock()
@@ -100,8 +112,15 @@ class Group:
 
     def report(self, n: int, cls: str, reason: str | None, end: float, peer: bool) -> None:
         """This rank's attempt ``n`` failed (or stalled): tell the hub (the hub: itself)."""
-        msg = {"attempt": n, "rank": self.rank, "host": self.hosts[self.rank], "class": cls,
-               "reason": reason or "", "end": end, "peer": peer}  # fmt: skip
+        msg = {
+            "attempt": n,
+            "rank": self.rank,
+            "host": self.hosts[self.rank],
+            "class": cls,
+            "reason": reason or "",
+            "end": end,
+            "peer": peer,
+        }
         if self.rank == 0:
             self._reported(msg)
             return
@@ -126,8 +145,11 @@ class Group:
         try:
             srv = socket.create_server(("", self.port), reuse_port=False)
         except OSError as e:
-            print(f"pippa: group port {self.port} not open ({e}): a failed rank ends the others only through "
-                  "the trainer's own collectives", flush=True)  # fmt: skip
+            print(
+                f"pippa: group port {self.port} not open ({e}): a failed rank ends the others only through "
+                "the trainer's own collectives",
+                flush=True,
+            )
             return
         srv.settimeout(1.0)
         while not self.closed:

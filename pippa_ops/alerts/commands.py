@@ -23,5 +23,7 @@ def run_end_line() -> str:
     through the host program the run started with, where `pippa up` set alerts up."""
     config = sh_path(f"{ALERTS_DIR}/{ALERTS_CONFIG}")
     prog = f'"$RUN_DIR/{RUN_PROGRAM}"'
-    return (f"[ -f {config} ] && [ -f {prog} ] && python3 -S -I {prog} alerts event "
-            '--run-dir "$RUN_DIR" --detach >/dev/null 2>&1 || :')  # fmt: skip
+    return (
+        f"[ -f {config} ] && [ -f {prog} ] && python3 -S -I {prog} alerts event "
+        '--run-dir "$RUN_DIR" --detach >/dev/null 2>&1 || :'
+    )

@@ -16,8 +16,19 @@ from typing import Any
 from pippa_contract.alerts import DEFAULT_CURRENCY, DEFAULT_IDLE_THRESHOLD, parse_duration
 from pippa_ops.errors import UsageError
 
-FIELDS = ("idle_alert", "idle_threshold", "cost_per_hour", "cost_per_gpu_hour", "currency", "heartbeat_every",
-          "heartbeat", "stop", "stop_when", "stop_notice", "daily_budget")
+FIELDS = (
+    "idle_alert",
+    "idle_threshold",
+    "cost_per_hour",
+    "cost_per_gpu_hour",
+    "currency",
+    "heartbeat_every",
+    "heartbeat",
+    "stop",
+    "stop_when",
+    "stop_notice",
+    "daily_budget",
+)
 TRIGGERS = ("done", "stalled", "budget", "idle:<duration>")  # stop_when's words (pippa_agent.alerts.stopper)
 _CURRENCY_RE = re.compile(r"^(?:[A-Z]{3}|[^\sA-Za-z0-9]{1,3})$")  # "USD", "EUR", or a symbol: "$", "€"
 
@@ -67,8 +78,9 @@ def alert_settings(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
         raise UsageError(f'{where}.heartbeat can only be "always" (pings with no run too), not {beat!r}')
     daily = number("daily_budget")
     if daily is not None and (daily <= 0 or (per_host is None and per_gpu is None)):
-        raise UsageError(f"{where}.daily_budget needs an amount > 0 and a price (cost_per_hour or "
-                         "cost_per_gpu_hour)")  # fmt: skip
+        raise UsageError(
+            f"{where}.daily_budget needs an amount > 0 and a price (cost_per_hour or cost_per_gpu_hour)"
+        )
     return {
         **stop_settings(entry, where),
         "daily_budget": daily,
@@ -100,7 +112,7 @@ def stop_settings(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
     stop, when, notice = entry.get("stop"), entry.get("stop_when"), entry.get("stop_notice")
     one_line = isinstance(stop, str) and stop.strip() and "\n" not in stop and len(stop) <= 500
     if stop is not None and not one_line:
-        raise UsageError(f"{where}.stop must be one command line, e.g. \"runpodctl stop pod $RUNPOD_POD_ID\"")
+        raise UsageError(f'{where}.stop must be one command line, e.g. "runpodctl stop pod $RUNPOD_POD_ID"')
     words: list[str] = []
     if when is not None:
         if not isinstance(when, list) or not all(isinstance(w, str) for w in when):
@@ -112,7 +124,7 @@ def stop_settings(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
                 raise UsageError(f"{where}.stop_when: unknown {w!r} (use {', '.join(TRIGGERS)})")
             words.append(w)
     if words and stop is None:
-        raise UsageError(f"{where}.stop_when needs stop = \"<command>\" (what to run)")
+        raise UsageError(f'{where}.stop_when needs stop = "<command>" (what to run)')
     if notice is not None:
         _duration(notice, f"{where}.stop_notice", "5m", zero=True)
     return {"stop": stop, "stop_when": tuple(words), "stop_notice": notice}
@@ -123,5 +135,8 @@ def stop_config(stop: str | None, when: tuple[str, ...], notice: str | None) -> 
     if not stop or not when:
         return {"stop_command": None, "stop_when": [], "stop_notice_s": None}
     words = [f"idle:{parse_duration(w[5:]):g}" if w.startswith("idle:") else w for w in when]
-    return {"stop_command": stop, "stop_when": words,
-            "stop_notice_s": parse_duration(notice) if notice else None}  # fmt: skip
+    return {
+        "stop_command": stop,
+        "stop_when": words,
+        "stop_notice_s": parse_duration(notice) if notice else None,
+    }

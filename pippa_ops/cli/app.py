@@ -120,7 +120,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-
 def main() -> None:
     argv = sys.argv[1:]
     if argv == ["--version"]:  # the installed metadata says the same (a test checks it)

@@ -23,8 +23,12 @@ HostArg = Annotated[str, typer.Argument(help=HOST_HELP, show_default=False, auto
 HostOpt = Annotated[str | None, typer.Option("--host", "-H", help=HOST_HELP, autocompletion=host_names)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 RawOpt = Annotated[
-    bool, typer.Option("--raw", help="The log's bytes as they are, escape sequences included (a pipe gets "
-                                      "them anyway; a terminal otherwise gets only text, tabs and colours).")
+    bool,
+    typer.Option(
+        "--raw",
+        help="The log's bytes as they are, escape sequences included (a pipe gets "
+        "them anyway; a terminal otherwise gets only text, tabs and colours).",
+    ),
 ]
 RunsDirOpt = Annotated[
     Path | None,
@@ -32,8 +36,9 @@ RunsDirOpt = Annotated[
 ]
 HostsOpt = Annotated[
     list[str] | None,
-    typer.Option("--host", "-H", help=HOST_HELP + " Repeatable; default: every host.",
-                 autocompletion=host_names),
+    typer.Option(
+        "--host", "-H", help=HOST_HELP + " Repeatable; default: every host.", autocompletion=host_names
+    ),
 ]
 SinceOpt = Annotated[
     str | None, typer.Option("--since", help="Only runs started since: 30m, 12h, 2d, 1w, or 2026-11-20.")
@@ -85,8 +90,10 @@ def note(message: str) -> None:
 def goes_on_line(verb: str, run_id: str, session: str, host: str) -> str:
     """What Ctrl-C on ``run --follow`` / ``logs -f`` / ``wait`` did: stopped this command, not the run."""
     target = run_id if session.startswith("slurm") else session
-    return (f"pippa: stopped {verb}; {run_id} goes on in session {session} on {host} "
-            f"(`pippa stop {target} --host {host}` stops it)")  # fmt: skip
+    return (
+        f"pippa: stopped {verb}; {run_id} goes on in session {session} on {host} "
+        f"(`pippa stop {target} --host {host}` stops it)"
+    )
 
 
 def human_bytes(n: float) -> str:

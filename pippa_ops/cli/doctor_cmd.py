@@ -12,9 +12,11 @@ from pippa_ops.errors import ExitCode, PippaError, UsageError
 
 HostsArg = Annotated[
     list[str] | None,
-    typer.Argument(help="Hosts (inventory names, aliases, addresses, 'local'); none: every inventory host.",
-                   show_default=False),
-]  # fmt: skip
+    typer.Argument(
+        help="Hosts (inventory names, aliases, addresses, 'local'); none: every inventory host.",
+        show_default=False,
+    ),
+]
 
 
 def doctor_command(

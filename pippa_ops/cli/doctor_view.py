@@ -24,8 +24,12 @@ def render_result(res: dict[str, Any]) -> None:
     for c in sorted(res.get("checks") or [], key=lambda c: rank.get(c.get("status"), 4)):
         status = str(c.get("status"))
         gpu = "-" if c.get("gpu") is None else str(c["gpu"])
-        table.add_row(f"[{COLORS.get(status, 'white')}]{status}[/]", escape(str(c.get("check"))), gpu,
-                      escape(str(c.get("detail"))))  # fmt: skip
+        table.add_row(
+            f"[{COLORS.get(status, 'white')}]{status}[/]",
+            escape(str(c.get("check"))),
+            gpu,
+            escape(str(c.get("detail"))),
+        )
     console().print(table)
     console().print(verdict_line(res))
 
@@ -37,8 +41,10 @@ def verdict_line(res: dict[str, Any]) -> str:
     n_warn = sum(c.get("status") == "warn" for c in checks)
     verdict = str(res.get("verdict"))
     what = "passive checks only (--quick)" if res.get("quick") else "passive + active checks"
-    return (f"{res.get('host')}: verdict [{COLORS.get(verdict, 'white')}]{verdict}[/] ({n_fail} failed, "
-            f"{n_warn} warning(s); {what})")  # fmt: skip
+    return (
+        f"{res.get('host')}: verdict [{COLORS.get(verdict, 'white')}]{verdict}[/] ({n_fail} failed, "
+        f"{n_warn} warning(s); {what})"
+    )
 
 
 def render_history(host: str, results: list[dict[str, Any]]) -> None:
@@ -65,6 +71,12 @@ def render_history(host: str, results: list[dict[str, Any]]) -> None:
         bw = (r.get("measured") or {}).get("allreduce_gbs")
         verdict = str(r.get("verdict"))
         shown = f"[{COLORS.get(verdict, 'white')}]{verdict}[/]" + (" (quick)" if r.get("quick") else "")
-        table.add_row(time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp)), age(now - stamp), shown,
-                      ", ".join(bad) or "-", figures, "-" if bw is None else f"{bw:.0f}")  # fmt: skip
+        table.add_row(
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp)),
+            age(now - stamp),
+            shown,
+            ", ".join(bad) or "-",
+            figures,
+            "-" if bw is None else f"{bw:.0f}",
+        )
     console().print(table)

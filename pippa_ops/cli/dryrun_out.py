@@ -13,8 +13,16 @@ from pippa_ops.runs.dryrun import DryRun, dry_run
 from pippa_ops.runs.restart import RestartFlags
 
 
-def dry_run_cmd(host: str, names: list[str], cmd: str | None, sets: list[str], nodes: int | None,
-                restart: RestartFlags, hosts: str | None, as_json: bool) -> None:  # fmt: skip
+def dry_run_cmd(
+    host: str,
+    names: list[str],
+    cmd: str | None,
+    sets: list[str],
+    nodes: int | None,
+    restart: RestartFlags,
+    hosts: str | None,
+    as_json: bool,
+) -> None:
     """``pippa run ... --dry-run``: the plan of ``runs.dryrun``, printed; exit 0."""
     if hosts is not None:
         raise BadSetting("--dry-run shows one host's run (--host); not --hosts yet")

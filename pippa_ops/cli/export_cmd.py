@@ -46,8 +46,17 @@ def export_cmd(
     """A recipe's run as a SkyPilot task YAML or a SLURM job script, for an engine pippa does not drive."""
     from pippa_ops.runs.export import export
 
-    text = export(recipe, to, sets=set_ or [], nodes=nodes, accelerators=gpus, bucket=bucket, mount=mount,
-                  retries=retry, remote_dir=remote_dir)  # fmt: skip
+    text = export(
+        recipe,
+        to,
+        sets=set_ or [],
+        nodes=nodes,
+        accelerators=gpus,
+        bucket=bucket,
+        mount=mount,
+        retries=retry,
+        remote_dir=remote_dir,
+    )
     if output is None:
         typer.echo(text, nl=False)
         return

@@ -22,9 +22,13 @@ from pippa_ops.hosts.inventory import LOCAL
 
 HostsArg = Annotated[
     list[str] | None,
-    typer.Argument(help="Hosts (inventory names, aliases, addresses, 'local'); none: every inventory host "
-                   "('local' when the inventory is empty).", show_default=False, autocompletion=host_names),
-]  # fmt: skip
+    typer.Argument(
+        help="Hosts (inventory names, aliases, addresses, 'local'); none: every inventory host "
+        "('local' when the inventory is empty).",
+        show_default=False,
+        autocompletion=host_names,
+    ),
+]
 
 
 def _fmt(v: float | None, unit: str = "", digits: int = 0) -> str:
@@ -116,9 +120,14 @@ def _many(names: list[str], as_json: bool) -> None:
 
     answers = fan_out(names, one)
     if as_json:
-        emit_json([{"host": n, "error": str(a), "exit_code": int(a.exit_code)} if isinstance(a, PippaError)
-                   else {"host": n, "gpus": [g.to_json() for g in a.gpus], "unavailable": a.unavailable}
-                   for n, a in answers.items()])  # fmt: skip
+        emit_json(
+            [
+                {"host": n, "error": str(a), "exit_code": int(a.exit_code)}
+                if isinstance(a, PippaError)
+                else {"host": n, "gpus": [g.to_json() for g in a.gpus], "unavailable": a.unavailable}
+                for n, a in answers.items()
+            ]
+        )
     else:
         console = Console()
         for name, a in answers.items():

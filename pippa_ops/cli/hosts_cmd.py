@@ -74,8 +74,13 @@ def hosts_command(
         render_hosts(rows, explain)
 
 
-HOSTS_COLUMNS = [Column("HOST"), Column("ADDRESS"), Column("REMOTE DIR", drop=2), Column("SOURCE", drop=1),
-                 Column("STATUS", flex=True, cap=40)]  # fmt: skip  # the whole reason goes under
+HOSTS_COLUMNS = [
+    Column("HOST"),
+    Column("ADDRESS"),
+    Column("REMOTE DIR", drop=2),
+    Column("SOURCE", drop=1),
+    Column("STATUS", flex=True, cap=40),
+]  # the whole reason goes under
 
 
 def render_hosts(rows: list[HostRow], explain: bool = False) -> None:
@@ -128,8 +133,13 @@ def up_command(host: HostArg, accept_new: AcceptNewOpt = False, json_out: JsonOp
     try:
         spec, transport = connect(host, accept_new=accept_new)
         with transport:  # "sending" once the host answered (its key checked), never before a refusal
-            report = up(spec, transport, tree.root, emit=lambda line: err_console().print(escape(line)),
-                        connected=lambda: err_console().print(escape(f"pippa: {tree.line('sending')}")))
+            report = up(
+                spec,
+                transport,
+                tree.root,
+                emit=lambda line: err_console().print(escape(line)),
+                connected=lambda: err_console().print(escape(f"pippa: {tree.line('sending')}")),
+            )
     finally:
         keys.report()  # a key recorded stays recorded when a later step fails: say so either way
     if json_out:
@@ -212,8 +222,16 @@ def sync_command(
             typer.echo(tree.line("would send" if dry_run else "sending"))
 
     with transport, _byte_progress(enabled=sys.stderr.isatty() and not (json_out or dry_run)) as progress:
-        result = sync(spec, transport, tree.root, delete=delete, dry_run=dry_run, progress=progress,
-                      confirm=confirm, connected=say_sending)  # fmt: skip
+        result = sync(
+            spec,
+            transport,
+            tree.root,
+            delete=delete,
+            dry_run=dry_run,
+            progress=progress,
+            confirm=confirm,
+            connected=say_sending,
+        )
     keys.report()
     if json_out:
         emit_json(result.to_json())
@@ -225,8 +243,10 @@ def _deletions_check(root: Path) -> Callable[[SyncResult], bool]:
     """Before a sync deletes many host files: ask on a terminal; elsewhere refuse in one line."""
 
     def ask(r: SyncResult) -> bool:
-        what = (f"sync --delete would delete {len(r.deleted)} file(s) in {r.host}:{r.remote_dir} and send "
-                f"{len(r.sent)}, to match {root}")  # fmt: skip
+        what = (
+            f"sync --delete would delete {len(r.deleted)} file(s) in {r.host}:{r.remote_dir} and send "
+            f"{len(r.sent)}, to match {root}"
+        )
         if not (sys.stdin.isatty() and sys.stderr.isatty()):
             from pippa_ops.errors import UsageError
 

@@ -22,8 +22,9 @@ from pippa_ops.runs.schedulers import scheduler_for
 def logs_cmd(
     name: Annotated[
         str | None,
-        typer.Argument(help="Session name or run id (short ids too); default: the newest run.",
-                       show_default=False),
+        typer.Argument(
+            help="Session name or run id (short ids too); default: the newest run.", show_default=False
+        ),
     ] = None,
     host: HostOpt = None,
     follow: FollowOpt = False,

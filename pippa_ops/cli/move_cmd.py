@@ -15,8 +15,15 @@ from pippa_ops.runs.schedulers import scheduler_for
 
 
 def move_and_resume(
-    name: str, to_host: str, host: str | None, sets: list[str], follow: bool, runs_dir: Path | None,
-    *, wait: float | None = None, no_wait: bool = False,
+    name: str,
+    to_host: str,
+    host: str | None,
+    sets: list[str],
+    follow: bool,
+    runs_dir: Path | None,
+    *,
+    wait: float | None = None,
+    no_wait: bool = False,
 ) -> None:
     """Move, then watch the start on the new host as ``run`` and ``resume`` do (not after
     ``--no-wait``): a start that fails there exits non-zero with its reason line."""
@@ -26,8 +33,10 @@ def move_and_resume(
         raise UsageError("--on does not follow: pippa logs RUN --host HOST -f afterwards")
     r = move_run(name, to_host, host=host, runs_root=pulled_runs_dir(runs_dir))
     src = r.from_host if r.source == "host" else f"the copy in {r.source}"
-    typer.echo(f"moved {r.run_id} from {src} to {r.to_host}: {r.files} files, {r.bytes / 1e6:.1f} MB "
-               f"in {r.elapsed_s:.1f}s, checksummed")  # fmt: skip
+    typer.echo(
+        f"moved {r.run_id} from {src} to {r.to_host}: {r.files} files, {r.bytes / 1e6:.1f} MB "
+        f"in {r.elapsed_s:.1f}s, checksummed"
+    )
     typer.echo(f"resumed {r.run_id} on {r.to_host}")
     typer.echo(f"  session: {r.launch.session}")
     typer.echo(f"  logs:    {r.launch.logs_hint()}")

@@ -40,8 +40,9 @@ def ps_cmd(
     records = merge_groups(answered)  # a run over several hosts: one record, hosts joined with "+"
     # --json lists every run unless a filter is given (scripts want them all); the table the last 10 ended.
     filtered = as_json and not (since or state or last is not None)
-    shown, hidden = select_shown(records, since=since_ts, state=state, last=last,
-                                 show_all=show_all or filtered)  # fmt: skip
+    shown, hidden = select_shown(
+        records, since=since_ts, state=state, last=last, show_all=show_all or filtered
+    )
     if as_json:
         keep = {(r.host, r.run_id) for r in shown}
         out: dict[str, Any] = {}

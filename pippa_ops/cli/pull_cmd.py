@@ -63,9 +63,14 @@ class _Bar:
             from pippa_ops.cli.common import err_console
 
             self._progress = Progress(
-                "{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                TimeRemainingColumn(), console=err_console(), transient=True,
-            )  # fmt: skip
+                "{task.description}",
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=err_console(),
+                transient=True,
+            )
             self._progress.start()
             self._task = self._progress.add_task(self.label, total=total)
         assert self._task is not None
@@ -110,15 +115,21 @@ def pull_cmd(
     ] = False,
     max_bytes: Annotated[
         int | None,
-        typer.Option("--max-bytes", min=1, show_default=False,
-                     help="The most one run's pull may bring (default 100 GiB); a host announcing "
-                          "more is refused."),
+        typer.Option(
+            "--max-bytes",
+            min=1,
+            show_default=False,
+            help="The most one run's pull may bring (default 100 GiB); a host announcing more is refused.",
+        ),
     ] = None,
     runs_dir: RunsDirOpt = None,
     from_dir: Annotated[
         Path | None,
-        typer.Option("--from", show_default=False,
-                     help="A plain directory holding runs/<run-id>/ (a bucket's copy of an exported task)."),
+        typer.Option(
+            "--from",
+            show_default=False,
+            help="A plain directory holding runs/<run-id>/ (a bucket's copy of an exported task).",
+        ),
     ] = None,
     as_name: Annotated[
         str, typer.Option("--as", help="With --from: the host name the copies go under.")
@@ -205,8 +216,9 @@ def render_runs(
     if not infos and not errors:
         typer.echo("no runs (pippa run starts one; pippa pull brings one here)")
         return
-    run_tables.render_runs(infos, errors, verbose=verbose, eval_text=_eval_text, wandb_text=_wandb_text,
-                           sort=sort)  # fmt: skip
+    run_tables.render_runs(
+        infos, errors, verbose=verbose, eval_text=_eval_text, wandb_text=_wandb_text, sort=sort
+    )
 
 
 def render_wandb(project: str, runs: list[WandbRun]) -> None:
@@ -224,8 +236,15 @@ def render_wandb(project: str, runs: list[WandbRun]) -> None:
         table.add_column(col, no_wrap=col != "URL")
     for r in runs:
         metrics = [_f(r.summary[k]) if isinstance(r.summary.get(k), int | float) else "-" for k in shown]
-        table.add_row(escape(r.name), escape(r.id), escape(r.state), escape(r.created or "-"), *metrics,
-                      r.pippa_run or "-", escape(r.url or "-"))  # fmt: skip
+        table.add_row(
+            escape(r.name),
+            escape(r.id),
+            escape(r.state),
+            escape(r.created or "-"),
+            *metrics,
+            r.pippa_run or "-",
+            escape(r.url or "-"),
+        )
     if not runs:
         typer.echo(f"W&B {project}: no runs")
         return

@@ -15,12 +15,22 @@ def recover_cmd(host: HostArg, as_json: JsonOpt = False) -> None:
     with transport:
         result = recover(spec, transport)
     if as_json:
-        emit_json({
-            "host": result.host,
-            "resumed": [{"run_id": r.run_id, "session": r.session, "attempt": r.attempt,
-                         "max_attempts": r.max_attempts, "checkpoint": r.checkpoint} for r in result.resumed],
-            "skipped": [{"run_id": rid, "why": why} for rid, why in result.skipped],
-        })  # fmt: skip
+        emit_json(
+            {
+                "host": result.host,
+                "resumed": [
+                    {
+                        "run_id": r.run_id,
+                        "session": r.session,
+                        "attempt": r.attempt,
+                        "max_attempts": r.max_attempts,
+                        "checkpoint": r.checkpoint,
+                    }
+                    for r in result.resumed
+                ],
+                "skipped": [{"run_id": rid, "why": why} for rid, why in result.skipped],
+            }
+        )
         return
     render_recover(result)
 
@@ -28,8 +38,10 @@ def recover_cmd(host: HostArg, as_json: JsonOpt = False) -> None:
 def render_recover(result: RecoverResult) -> None:
     for r in result.resumed:
         start = f"from {r.checkpoint}" if r.checkpoint else "no checkpoint: from step 0"
-        typer.echo(f"{result.host}: resumed {r.run_id} in session {r.session} "
-                   f"(attempt {r.attempt}/{r.max_attempts}, {start})")  # fmt: skip
+        typer.echo(
+            f"{result.host}: resumed {r.run_id} in session {r.session} "
+            f"(attempt {r.attempt}/{r.max_attempts}, {start})"
+        )
     for run_id, why in result.skipped:
         typer.echo(f"{result.host}: left {run_id} lost: {why}")
     if not result.resumed and not result.skipped:

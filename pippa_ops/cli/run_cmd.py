@@ -66,13 +66,21 @@ def render_group(result: LaunchResult) -> None:
 def run_cmd(
     recipes: Annotated[
         list[str] | None,
-        typer.Argument(help="Recipe names (several: a sweep). Default: tiny.", show_default=False,
-                       autocompletion=recipe_names),
+        typer.Argument(
+            help="Recipe names (several: a sweep). Default: tiny.",
+            show_default=False,
+            autocompletion=recipe_names,
+        ),
     ] = None,
     host: Annotated[
         str | None,
-        typer.Option("--host", "-H", show_default=False, autocompletion=host_names,
-                     help=HOST_HELP + " Default: default_host in ~/.config/pippa/hosts.toml, else local."),
+        typer.Option(
+            "--host",
+            "-H",
+            show_default=False,
+            autocompletion=host_names,
+            help=HOST_HELP + " Default: default_host in ~/.config/pippa/hosts.toml, else local.",
+        ),
     ] = None,
     name: Annotated[str, typer.Option("--name", "-n", help="tmux session name.")] = DEFAULT_SESSION,
     cmd: Annotated[
@@ -185,16 +193,27 @@ def run_cmd(
     ] = False,
     dry_run: Annotated[
         bool,
-        typer.Option("--dry-run", help="Print the cmd.sh / job.sbatch, every setting and its source, and "
-                     "the host checks; start nothing, touch nothing on the host."),
+        typer.Option(
+            "--dry-run",
+            help="Print the cmd.sh / job.sbatch, every setting and its source, and "
+            "the host checks; start nothing, touch nothing on the host.",
+        ),
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start recipes (one after another) or a command in a named tmux session on a host."""
     from pippa_ops.runs.failover import failover_hosts
 
-    restart = RestartFlags(retry, stall_timeout, retry_diverged, backoff, infra_retries, on_oom,
-                           failover_hosts(failover, cmd is not None), budget)  # fmt: skip
+    restart = RestartFlags(
+        retry,
+        stall_timeout,
+        retry_diverged,
+        backoff,
+        infra_retries,
+        on_oom,
+        failover_hosts(failover, cmd is not None),
+        budget,
+    )
     names = list(recipes or [])
     if not names and cmd is None:
         names = ["tiny"]  # the README's main job
@@ -207,11 +226,18 @@ def run_cmd(
     if hosts is not None:
         if host is not None or cmd is not None or len(names) != 1:
             raise BadSetting("--hosts runs one recipe over several hosts (no --host, no --cmd, no sweep)")
-        result = launch_on_hosts([h for h in hosts.split(",") if h], names[0], session=name, sets=sets,
-                                 restart=restart)  # fmt: skip
+        result = launch_on_hosts(
+            [h for h in hosts.split(",") if h], names[0], session=name, sets=sets, restart=restart
+        )
         if as_json:
-            emit_json({"host": result.host, "session": result.session, "run_ids": list(result.run_ids),
-                       "sync": result.sync})  # fmt: skip
+            emit_json(
+                {
+                    "host": result.host,
+                    "session": result.session,
+                    "run_ids": list(result.run_ids),
+                    "sync": result.sync,
+                }
+            )
         else:
             render_group(result)
         return
@@ -223,11 +249,29 @@ def run_cmd(
         def check(agent: Caller) -> None:
             preflight(spec, agent, gpus, force, lambda line: typer.echo(line, err=True))
 
-        result = launch(spec, transport, recipes=names, command=cmd, session=name, sets=sets, replace=replace,
-                        gap_s=gap, nodes=nodes, restart=restart, preflight=check)  # fmt: skip
+        result = launch(
+            spec,
+            transport,
+            recipes=names,
+            command=cmd,
+            session=name,
+            sets=sets,
+            replace=replace,
+            gap_s=gap,
+            nodes=nodes,
+            restart=restart,
+            preflight=check,
+        )
         if as_json:
-            emit_json({"host": result.host, "session": result.session, "run_ids": list(result.run_ids),
-                       "job_ids": list(result.job_ids), "sync": result.sync})  # fmt: skip
+            emit_json(
+                {
+                    "host": result.host,
+                    "session": result.session,
+                    "run_ids": list(result.run_ids),
+                    "job_ids": list(result.job_ids),
+                    "sync": result.sync,
+                }
+            )
         else:
             render_launch(result, spec, chosen=host is not None, verbose=verbose)
         if not (no_wait or follow) and scheduler_for(spec).starts_at_once:
@@ -280,8 +324,9 @@ def resume_cmd(
     runs_dir: RunsDirOpt = None,
     gpus: Annotated[
         str | None,
-        typer.Option("--gpus", help="Continue on these GPUs, e.g. 0,2,3 (after a GPU fault).",
-                     show_default=False),
+        typer.Option(
+            "--gpus", help="Continue on these GPUs, e.g. 0,2,3 (after a GPU fault).", show_default=False
+        ),
     ] = None,
     wait: WaitOpt = None,
     no_wait: NoWaitOpt = False,

@@ -64,13 +64,17 @@ def select_shown(
     ``since``/``state``; of the ended, the ``last`` newest (default DEFAULT_LAST, none left out with
     ``show_all``, or when a filter is given without ``last``). A lost run is never left out: it needs
     someone (``pippa recover``)."""
-    matching = [r for r in records if (since is None or (r.started or 0.0) >= since)
-                and (state is None or r.state == state)]  # fmt: skip
+    matching = [
+        r
+        for r in records
+        if (since is None or (r.started or 0.0) >= since) and (state is None or r.state == state)
+    ]
     if show_all or (last is None and (since is not None or state is not None)):
         return matching, 0
     keep_n = DEFAULT_LAST if last is None else max(0, last)
-    ended = sorted((r for r in matching if not r.active and r.state != "lost"),
-                   key=lambda r: r.ended or r.started or 0.0)  # fmt: skip
+    ended = sorted(
+        (r for r in matching if not r.active and r.state != "lost"), key=lambda r: r.ended or r.started or 0.0
+    )
     hidden = {id(r) for r in ended[: max(0, len(ended) - keep_n)]}
     return [r for r in matching if id(r) not in hidden], len(hidden)
 
@@ -134,9 +138,14 @@ def with_cost(
 
 
 def render_ps(
-    records: Sequence[RunRecord], errors: dict[str, PippaError], empty_hosts: Sequence[str], hidden: int,
-    *, verbose: bool = False, all_ids: Sequence[str] = (),
-) -> None:  # fmt: skip
+    records: Sequence[RunRecord],
+    errors: dict[str, PippaError],
+    empty_hosts: Sequence[str],
+    hidden: int,
+    *,
+    verbose: bool = False,
+    all_ids: Sequence[str] = (),
+) -> None:
     """The ps table, then one line per failed run shown (why) and per host that did not answer."""
     ids = list(dict.fromkeys([*all_ids, *(r.run_id for r in records)]))
 
@@ -145,9 +154,21 @@ def render_ps(
         rows += [[h, "-", "-", "-", _host_state(e), *[""] * 6] for h, e in errors.items()]
         for r in records:
             step = "-" if r.last_step is None else str(r.last_step)
-            rows.append([r.host, r.session, name.get(r.run_id, r.run_id), label(r), r.state_text,
-                         when(r.began), duration(r.duration_s), money(r.cost, r.currency), step,
-                         num(r.last_reward), commit_text(r)])  # fmt: skip
+            rows.append(
+                [
+                    r.host,
+                    r.session,
+                    name.get(r.run_id, r.run_id),
+                    label(r),
+                    r.state_text,
+                    when(r.began),
+                    duration(r.duration_s),
+                    money(r.cost, r.currency),
+                    step,
+                    num(r.last_reward),
+                    commit_text(r),
+                ]
+            )
         return with_cost(PS_COLUMNS, rows, priced)[1]
 
     priced = any(r.cost is not None for r in records)
@@ -196,9 +217,14 @@ SORT_COLUMNS = {"reward": "REWARD", "best": "BEST", "steps": "STEPS", "duration"
 
 
 def render_runs(
-    infos: Sequence[RunInfo], errors: dict[str, PippaError], *, verbose: bool = False,
-    eval_text: Callable[[Any], str], wandb_text: Callable[[Any], str], sort: str = "started",
-) -> None:  # fmt: skip
+    infos: Sequence[RunInfo],
+    errors: dict[str, PippaError],
+    *,
+    verbose: bool = False,
+    eval_text: Callable[[Any], str],
+    wandb_text: Callable[[Any], str],
+    sort: str = "started",
+) -> None:
     """The runs table; the column the list is sorted by (``sort``) is never dropped for room."""
     ids = [i.run_id for i in infos]
     keep = SORT_COLUMNS.get(sort)
@@ -210,10 +236,24 @@ def render_runs(
         for i in infos:
             r = i.record
             steps = "-" if i.steps is None else str(i.steps)
-            rows.append([i.host, name.get(r.run_id, r.run_id), label(r), r.state_text, when(r.began),
-                         duration(r.duration_s), _cost(r), steps, num(i.final_reward),
-                         num(i.best_reward), eval_text(i.eval), commit_text(r), wandb_text(i.wandb),
-                         "yes" if i.pulled else ""])  # fmt: skip
+            rows.append(
+                [
+                    i.host,
+                    name.get(r.run_id, r.run_id),
+                    label(r),
+                    r.state_text,
+                    when(r.began),
+                    duration(r.duration_s),
+                    _cost(r),
+                    steps,
+                    num(i.final_reward),
+                    num(i.best_reward),
+                    eval_text(i.eval),
+                    commit_text(r),
+                    wandb_text(i.wandb),
+                    "yes" if i.pulled else "",
+                ]
+            )
         rows += [[h, "-", "-", _host_state(e), *[""] * 10] for h, e in errors.items()]
         return with_cost(RUNS_COLUMNS, rows, priced)[1]
 

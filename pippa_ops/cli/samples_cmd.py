@@ -22,9 +22,7 @@ def samples_cmd(
     last: Annotated[bool, typer.Option("--last", help="The newest sampled step (the default).")] = False,
     best: Annotated[bool, typer.Option("--best", help="Highest total reward first.")] = False,
     worst: Annotated[bool, typer.Option("--worst", help="Lowest total reward first.")] = False,
-    grep: Annotated[
-        str | None, typer.Option("--grep", help="The newest rows holding TEXT.")
-    ] = None,
+    grep: Annotated[str | None, typer.Option("--grep", help="The newest rows holding TEXT.")] = None,
     n: Annotated[int, typer.Option("-n", help="Rows to show.", min=1)] = 4,
     kind: Annotated[str | None, typer.Option("--kind", help="Only rows of: train, eval, selfplay.")] = None,
     diff: Annotated[
@@ -45,8 +43,15 @@ def samples_cmd(
         raise UsageError("--diff A B compares two steps: leave out --step and --grep")
     if kind is not None and kind not in ("train", "eval", "selfplay"):
         raise UsageError(f"--kind must be train, eval or selfplay, not {kind!r}")
-    request: SamplesRequest = {"step": step, "n": n, "best": best, "worst": worst, "grep": grep,
-                                     "kind": kind, "diff": list(diff) if diff else None}  # fmt: skip
+    request: SamplesRequest = {
+        "step": step,
+        "n": n,
+        "best": best,
+        "worst": worst,
+        "grep": grep,
+        "kind": kind,
+        "diff": list(diff) if diff else None,
+    }
     from pippa_ops.transport.shell import validate_name
 
     validate_name("run or session", name)

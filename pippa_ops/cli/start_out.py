@@ -40,15 +40,23 @@ def report_start(
         return
     line = _ProgressLine(spec.name, enabled=not quiet and sys.stderr.isatty())
     try:
-        watch = watch_start(transport, spec.remote_dir, run_id, wait_s, until_first_line=recipe,
-                            progress=line.show if line.enabled else None)  # fmt: skip
+        watch = watch_start(
+            transport,
+            spec.remote_dir,
+            run_id,
+            wait_s,
+            until_first_line=recipe,
+            progress=line.show if line.enabled else None,
+        )
     finally:
         line.clear()
     rec = watch.record
     if rec is None or not watch.ended:
         if recipe and not watch.started and not quiet:
-            note(f"{spec.name}: run {run_id} is still starting after {watch.waited_s:.0f}s; it goes on "
-                 f"(`pippa logs {run_id} --host {spec.name} -f` follows it)")  # fmt: skip
+            note(
+                f"{spec.name}: run {run_id} is still starting after {watch.waited_s:.0f}s; it goes on "
+                f"(`pippa logs {run_id} --host {spec.name} -f` follows it)"
+            )
         return
     if rec.state == "finished":
         if not quiet:
@@ -56,8 +64,10 @@ def report_start(
         return
     why = f": {rec.error}{failure_hint(rec.error, spec.name)}" if rec.error else ""
     took = f" after {rec.duration_s:.0f}s" if rec.duration_s is not None else ""
-    note(f"{spec.name}: run {rec.run_id} {rec.state_text}{took}{why}"
-         f" (pippa logs {rec.run_id} --host {spec.name})")  # fmt: skip
+    note(
+        f"{spec.name}: run {rec.run_id} {rec.state_text}{took}{why}"
+        f" (pippa logs {rec.run_id} --host {spec.name})"
+    )
     raise typer.Exit(int(ExitCode.FAILURE))
 
 

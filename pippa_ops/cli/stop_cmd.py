@@ -46,8 +46,11 @@ def stop_cmd(
         if not run.active:
             typer.echo(f"{spec.name}: run {run.run_id} had already ended: {run.state_text}; nothing to stop")
             return
-        typer.echo(f"{spec.name}: Ctrl-C to {run.run_id} (session {run.session}); waiting up to {grace:g}s "
-                   "for it to save and exit", err=True)  # fmt: skip
+        typer.echo(
+            f"{spec.name}: Ctrl-C to {run.run_id} (session {run.session}); waiting up to {grace:g}s "
+            "for it to save and exit",
+            err=True,
+        )
         result = stop(spec, transport, run.run_id, grace_s=grace)
         final = result.after or result.before
         typer.echo(f"{result.host}: run {final.run_id} (session {result.session}): {final.state_text}")

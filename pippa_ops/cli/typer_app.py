@@ -53,8 +53,19 @@ Table = dict[str, tuple[str, str]]  # command -> (module that registers it, its 
 
 
 # What other tools call a command (git status, kubectl logs, docker exec): the word a user types first.
-OTHER_NAMES = {"status": "ps", "list": "ps", "top": "dash", "log": "logs", "kill": "stop", "start": "run",
-               "exec": "ssh", "shell": "ssh", "setup": "up", "push": "sync", "fetch": "pull"}  # fmt: skip
+OTHER_NAMES = {
+    "status": "ps",
+    "list": "ps",
+    "top": "dash",
+    "log": "logs",
+    "kill": "stop",
+    "start": "run",
+    "exec": "ssh",
+    "shell": "ssh",
+    "setup": "up",
+    "push": "sync",
+    "fetch": "pull",
+}
 
 
 class _LazyGroup(TyperGroup):

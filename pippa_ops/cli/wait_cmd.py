@@ -105,8 +105,14 @@ def wait_cmd(
         watch_return(old.host, new.host, new.run_id, done, say)
 
     try:
-        results = wait_runs(records, timeout_s=timeout, on_end=on_end_seen, note=note,
-                            failover=(due, moved, after_s()), on_left_lost=left_lost)  # fmt: skip
+        results = wait_runs(
+            records,
+            timeout_s=timeout,
+            on_end=on_end_seen,
+            note=note,
+            failover=(due, moved, after_s()),
+            on_left_lost=left_lost,
+        )
         done.set()
     except KeyboardInterrupt:  # Ctrl-C stops the waiting, never the runs: say so, one line a run
         if status is not None:

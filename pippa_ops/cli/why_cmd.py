@@ -50,8 +50,11 @@ def _pulled(name: str, host: str | None, runs_dir: Path | None) -> RunRecord:
     from pippa_ops.repo import pulled_runs_dir
     from pippa_ops.runs.catalog import pulled_infos
 
-    found = [i.record for i in pulled_infos(pulled_runs_dir(runs_dir))
-             if name in (i.record.run_id, i.record.session) and host in (None, i.host)]  # fmt: skip
+    found = [
+        i.record
+        for i in pulled_infos(pulled_runs_dir(runs_dir))
+        if name in (i.record.run_id, i.record.session) and host in (None, i.host)
+    ]
     if not found:
         raise UsageError(f"no pulled copy of {name}{f' from {host}' if host else ''} (pippa pull brings one)")
     return found[-1]

@@ -116,8 +116,11 @@ def runs_and_problem(h: HostState, rest: int) -> tuple[str, str]:
     word = bad[0].state.partition(" ")[0] if bad else ""
     shorter = [f"{run_name(bad[0].run_id)} {word}"] if bad else []
     counted = [f"{len(bad)} {word}" if len(bad) == 1 else f"{len(bad)} problems"] if bad else []
-    tries = [(whats[0], trouble), *((w, t) for w in whats for t in shorter), *((w, t) for w in whats
-             for t in counted)]  # fmt: skip
+    tries = [
+        (whats[0], trouble),
+        *((w, t) for w in whats for t in shorter),
+        *((w, t) for w in whats for t in counted),
+    ]
     for what, t in tries:
         if len(what) + (1 if what else 0) + len(t) <= rest:
             return what, t

@@ -27,6 +27,7 @@ from pippa_ops.runs import samples
 
 if TYPE_CHECKING:
     from pippa_contract.messages import SamplesAnswer, SamplesRequest
+
     Fetch = Callable[[SamplesRequest], SamplesAnswer]
 STYLES = {"head": "bold", "prompt": "dim", "text": "", "meta": "cyan", "warn": "bold yellow"}
 ROWS = 16  # rows fetched per step (the screen scrolls)
@@ -124,8 +125,9 @@ def newest_line(fetch: Fetch, width: int = 200) -> str:
     answer = fetch({"n": 1})
     rows: list[Any] = list(answer.get("rows") or [])
     line = samples.first_line(rows[0] if rows else None, width)
-    warning = "; ".join(f"⚠ {a.get('kind', '').replace('_', ' ')} (step {a.get('since')})"
-                        for a in answer.get("alarms") or [])  # fmt: skip
+    warning = "; ".join(
+        f"⚠ {a.get('kind', '').replace('_', ' ')} (step {a.get('since')})" for a in answer.get("alarms") or []
+    )
     return " · ".join(x for x in (line, warning) if x)
 
 
@@ -185,5 +187,10 @@ def follow_sample_line(app: SampleLineApp, host: str, run_id: str) -> None:
     def show(line: str) -> None:
         app.call_from_thread(draw, line)
 
-    app.run_worker(partial(follow_newest, fetch, still, show), thread=True, exclusive=True,
-                   group="sample-line", name=f"sample-line:{run_id}")  # fmt: skip
+    app.run_worker(
+        partial(follow_newest, fetch, still, show),
+        thread=True,
+        exclusive=True,
+        group="sample-line",
+        name=f"sample-line:{run_id}",
+    )

@@ -70,10 +70,13 @@ def ssh_argv(spec: HostSpec, *, tty: bool = True) -> list[str]:
     if ssh_config_path().is_file():
         argv += ["-F", str(ssh_config_path())]
     argv += [
-        "-o", "StrictHostKeyChecking=yes",
-        "-o", f"UserKnownHostsFile={known_hosts_path()}",
-        "-p", str(ep.port),
-    ]  # fmt: skip
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        f"UserKnownHostsFile={known_hosts_path()}",
+        "-p",
+        str(ep.port),
+    ]
     if ep.user:
         argv += ["-l", ep.user]
     # The keys pippa (paramiko) uses: the ones resolved for the host, only those; else the default

@@ -107,8 +107,18 @@ _ADDRESS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,253}$")
 _IPV6_RE = re.compile(r"^[0-9A-Fa-f:.]{2,45}$")
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _STR_FIELDS = ("address", "user", "identity_file", "proxy_jump", "remote_dir", "python")
-_FIELDS = (*_STR_FIELDS, "port", "setup", "env", "secrets", "scheduler", "slurm", *ALERT_FIELDS,
-           "recover_on_boot", "gpus")
+_FIELDS = (
+    *_STR_FIELDS,
+    "port",
+    "setup",
+    "env",
+    "secrets",
+    "scheduler",
+    "slurm",
+    *ALERT_FIELDS,
+    "recover_on_boot",
+    "gpus",
+)
 # How to reach a host. For these, the user's own files win over the team's: personal hosts.toml >
 # ~/.ssh/config > team pippa.toml (a team entry never overrides the user's ssh alias of that name).
 # The other fields (remote_dir, python, setup, env, secrets): hosts.toml > pippa.toml.
@@ -289,8 +299,12 @@ def default_host() -> str:
 def local_spec(repo: Path | None = None) -> HostSpec:
     """The host ``local``: this machine, the project root itself as remote_dir (no copy)."""
     # W&B stays offline for the main job here unless a run asks for it (training_core.run.wandb_start)
-    return HostSpec(name=LOCAL, remote_dir=str(repo or fallback_root()), source="local",
-                    env={"PIPPA_WANDB_DEFAULT": "offline"})  # fmt: skip
+    return HostSpec(
+        name=LOCAL,
+        remote_dir=str(repo or fallback_root()),
+        source="local",
+        env={"PIPPA_WANDB_DEFAULT": "offline"},
+    )
 
 
 def alias_spec(config: SSHConfigSource, name: str) -> HostSpec:

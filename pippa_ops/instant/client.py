@@ -94,9 +94,15 @@ def run_warm(argv: list[str]) -> int | None:
             umask = os.umask(0)
             os.umask(umask)
             request = {
-                "argv": argv, "argv0": sys.argv[0], "cwd": os.getcwd(), "env": dict(os.environ),
-                "umask": umask, "prefix": sys.prefix, "package": PACKAGE, "path": sys.path,
-            }  # fmt: skip
+                "argv": argv,
+                "argv0": sys.argv[0],
+                "cwd": os.getcwd(),
+                "env": dict(os.environ),
+                "umask": umask,
+                "prefix": sys.prefix,
+                "package": PACKAGE,
+                "path": sys.path,
+            }
             payload = json.dumps(request).encode()
             sock.sendall(LENGTH.pack(len(payload)) + payload)  # no descriptor goes with the request
             got = reader.next(time.monotonic() + ACK_WAIT_S)

@@ -19,8 +19,9 @@ from pippa_ops.runs.stale import stale_copies
 
 def run_row(r: RunRecord, now: float) -> RunRow:
     elapsed = r.duration_s if r.duration_s is not None else (now - r.started if r.started else None)
-    return RunRow(r.run_id, r.label, r.state_text, r.session, r.last_step, r.last_reward, elapsed, r.cost,
-                  r.currency)  # fmt: skip
+    return RunRow(
+        r.run_id, r.label, r.state_text, r.session, r.last_step, r.last_reward, elapsed, r.cost, r.currency
+    )
 
 
 class Copies:

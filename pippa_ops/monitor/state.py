@@ -23,9 +23,12 @@ PLOTTED = ("reward/mean", "loss/total", "completions/mean_length", "grad/norm")
 SLOT_KEYS = {
     "reward/mean": ("reward/mean", "rewards/margins"),
     "completions/mean_length": (
-        "game/invalid_rate", "completions/mean_length", "rewards/accuracies", "policy/token_accuracy",
+        "game/invalid_rate",
+        "completions/mean_length",
+        "rewards/accuracies",
+        "policy/token_accuracy",
     ),
-}  # fmt: skip
+}
 # Fractions, drawn as points on the reward plot (self-play: wins and invalid-move losses vs random).
 EVAL_PLOTTED = ("eval/accuracy", "mbpp_eval/pass_rate", "eval/vs_random/win", "eval/vs_random/invalid")
 # The step's speed, newest value only (training_core.run.flops): the run view's perf line.
@@ -168,9 +171,7 @@ def apply(state: HostState, event: HostEvent) -> HostState:
         gpus = []
         for r in event.gpus:
             prev = old.get(r.index, GpuState(r))
-            gpus.append(
-                GpuState(r, _push(prev.util_history, r.util_pct), _push(prev.mem_history, r.mem_pct))
-            )
+            gpus.append(GpuState(r, _push(prev.util_history, r.util_pct), _push(prev.mem_history, r.mem_pct)))
         return replace(
             state,
             link="up",

@@ -83,7 +83,13 @@ class AlertsSetup:
 
 
 def install(
-    transport: Transport, spec: HostSpec, *, remote_dir: str, gpus: int, python: str, configured: bool,
+    transport: Transport,
+    spec: HostSpec,
+    *,
+    remote_dir: str,
+    gpus: int,
+    python: str,
+    configured: bool,
     heartbeat: bool = False,
 ) -> AlertsSetup:
     """Link the host program and write its config, retire an earlier version's alerts program (its
@@ -104,9 +110,13 @@ def install(
         return AlertsSetup(configured=configured, watcher=None)
     pid = answer.get("watcher")
     ok = isinstance(pid, int)
-    return AlertsSetup(configured=configured, watcher=pid if ok else None,
-                       watcher_error=None if ok else str(answer.get("error") or "no answer from the host"),
-                       idle_alert=spec.idle_alert, idle_threshold=spec.idle_threshold)  # fmt: skip
+    return AlertsSetup(
+        configured=configured,
+        watcher=pid if ok else None,
+        watcher_error=None if ok else str(answer.get("error") or "no answer from the host"),
+        idle_alert=spec.idle_alert,
+        idle_threshold=spec.idle_threshold,
+    )
 
 
 @dataclass(frozen=True)
@@ -185,7 +195,6 @@ def _answer(stdout: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
-
 
 
 def stop_text(stop: dict[str, Any]) -> str:

@@ -36,8 +36,10 @@ def boot_line(remote_dir: str) -> str:
     line break (which would start another crontab line) is refused."""
     if any(ord(c) < 32 for c in remote_dir):
         raise BadSetting(f"remote_dir {remote_dir!r} has a control character: no @reboot line for it")
-    return (f"@reboot python3 -S -I {BOOT_PROGRAM} recover {shlex.quote(remote_dir)} "
-            f"{MARK} {shlex.quote(remote_dir)}")  # fmt: skip
+    return (
+        f"@reboot python3 -S -I {BOOT_PROGRAM} recover {shlex.quote(remote_dir)} "
+        f"{MARK} {shlex.quote(remote_dir)}"
+    )
 
 
 def edit_crontab(current: str, remote_dir: str, enable: bool) -> str:

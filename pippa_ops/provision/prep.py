@@ -87,12 +87,17 @@ class Sandbox:
         if self.works:
             if self.level == "strict":
                 return f"ok ({self.bwrap}), isolation strict: {self.cgroups_why or 'cgroup caps per run'}"
-            why = ("libseccomp2 is missing (apt-get install libseccomp2)" if not self.seccomp else
-                   f"memory is capped per process "
-                   f"({self.cgroups_why or 'no usable memory and pids cgroups'}; {cgroupdeleg.HOW_TO})")
+            why = (
+                "libseccomp2 is missing (apt-get install libseccomp2)"
+                if not self.seccomp
+                else f"memory is capped per process "
+                f"({self.cgroups_why or 'no usable memory and pids cgroups'}; {cgroupdeleg.HOW_TO})"
+            )
             # not "ok": a code recipe asks for strict isolation unless it says otherwise, and is refused here
-            return (f"not strict ({self.bwrap}), isolation {self.level} at best: code recipes asking for "
-                    f"strict isolation (the default, as code_tests) are refused here; {why}")  # fmt: skip
+            return (
+                f"not strict ({self.bwrap}), isolation {self.level} at best: code recipes asking for "
+                f"strict isolation (the default, as code_tests) are refused here; {why}"
+            )
         if self.bwrap is None:
             how = "" if self.can_install else " (Debian's bubblewrap; installing needs root or sudo)"
             return f"unavailable: bwrap is not installed{how}; only code recipes need it"
@@ -234,9 +239,7 @@ def up(
     connected()
     if facts.tmux is None:
         raise ToolMissing(f"{spec.name}: tmux is not installed on the host (sudo apt-get install tmux)")
-    emit(
-        f"gpus: {len(facts.gpus) or 'none'}; python3 {facts.python}; uv {facts.uv or 'missing'}"
-    )
+    emit(f"gpus: {len(facts.gpus) or 'none'}; python3 {facts.python}; uv {facts.uv or 'missing'}")
     lines = setup_lines(spec)
     uv_installed = False
     if facts.uv is None and uses_uv(lines):
@@ -287,9 +290,15 @@ def up(
         emit(boot.message)
     remote_dir = str(repo) if spec.is_local else transport.expand(spec.remote_dir)
     health = dict(check_host(spec, transport, quick=True))  # the passive checks, stored on the host too
-    alerts_setup = alerts.install(transport, spec, remote_dir=remote_dir, gpus=len(facts.gpus), python=python,
-                                  configured=alerts.TARGET in secrets.pushed,
-                                  heartbeat=HEARTBEAT in secrets.pushed)  # fmt: skip
+    alerts_setup = alerts.install(
+        transport,
+        spec,
+        remote_dir=remote_dir,
+        gpus=len(facts.gpus),
+        python=python,
+        configured=alerts.TARGET in secrets.pushed,
+        heartbeat=HEARTBEAT in secrets.pushed,
+    )
     return UpReport(
         host=spec.name,
         remote_dir=remote_dir,

@@ -54,10 +54,15 @@ class RunInfo:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            **self.record.to_json(), "steps": self.steps, "final_reward": self.final_reward,
-            "best_reward": self.best_reward, "best_step": self.best_step, "eval": self.eval,
-            "wandb": self.wandb, "pulled": self.pulled,
-        }  # fmt: skip
+            **self.record.to_json(),
+            "steps": self.steps,
+            "final_reward": self.final_reward,
+            "best_reward": self.best_reward,
+            "best_step": self.best_step,
+            "eval": self.eval,
+            "wandb": self.wandb,
+            "pulled": self.pulled,
+        }
 
 
 def _info(record: RunRecord, summary: Any, pulled: str | None = None) -> RunInfo:

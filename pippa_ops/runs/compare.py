@@ -89,8 +89,14 @@ def load_runs(names: Sequence[str], root: Path, host: str | None = None) -> list
                     path = RunDir(spec.remote_dir, rec.run_id).metrics
                     data = read_all(transport, path)
                     loaded[name] = LoadedRun(
-                        rec.run_id, spec.name, "host", f"{h}:{path}", parse_metrics(data), rec.cost,
-                        rec.currency, rec.spend,
+                        rec.run_id,
+                        spec.name,
+                        "host",
+                        f"{h}:{path}",
+                        parse_metrics(data),
+                        rec.cost,
+                        rec.currency,
+                        rec.spend,
                     )
     return [loaded[n] for n in names]
 

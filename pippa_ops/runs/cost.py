@@ -95,8 +95,10 @@ def per_eval_point(
 ) -> float | None:
     """The cost to reach the best eval (the cost so far x the best eval's step / the last step), per
     point of it (an accuracy or pass rate in %); None without a cost or an accuracy-like eval."""
-    best = max(((v, s) for k, pts in evals.items() if k.endswith(("accuracy", "pass_rate")) for s, v in pts),
-               default=None)  # fmt: skip
+    best = max(
+        ((v, s) for k, pts in evals.items() if k.endswith(("accuracy", "pass_rate")) for s, v in pts),
+        default=None,
+    )
     if cost is None or best is None or best[0] <= 0 or not last_step:
         return None
     return cost * min(1.0, best[1] / last_step) / (100 * best[0])

@@ -87,8 +87,13 @@ def parse_metrics(data: bytes) -> Curves:
     def frozen(table: dict[str, dict[int, float]]) -> dict[str, Points]:
         return {k: tuple(sorted(v.items())) for k, v in table.items() if v}
 
-    return Curves(config=reader.config, recipe=reader.recipe, steps=frozen(reader.tables[STEP]),
-                  evals=frozen(reader.tables[EVAL]), end=reader.end)  # fmt: skip
+    return Curves(
+        config=reader.config,
+        recipe=reader.recipe,
+        steps=frozen(reader.tables[STEP]),
+        evals=frozen(reader.tables[EVAL]),
+        end=reader.end,
+    )
 
 
 def ema(values: Sequence[float], weight: float) -> list[float]:

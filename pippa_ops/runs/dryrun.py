@@ -46,8 +46,13 @@ class DryRun:
     checks: list[str]
 
     def to_json(self) -> dict[str, Any]:
-        return {"host": self.host, "scheduler": self.scheduler, "remote_dir": self.remote_dir,
-                "runs": [vars(r) for r in self.runs], "checks": self.checks}  # fmt: skip
+        return {
+            "host": self.host,
+            "scheduler": self.scheduler,
+            "remote_dir": self.remote_dir,
+            "runs": [vars(r) for r in self.runs],
+            "checks": self.checks,
+        }
 
 
 def recipe_settings(recipe: str, sets: Sequence[str]) -> tuple[list[dict[str, Any]], str | None]:

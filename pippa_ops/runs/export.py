@@ -85,8 +85,9 @@ def export(
     gpus = int(accelerators.partition(":")[2] or 1)
     if to == "sbatch":
         job = recipe_job(run_id, recipe, None, remote_dir, parsed)
-        return render_sbatch(SlurmSpec(nodes=nodes, gpus_per_node=gpus), run_id, remote_dir, job.command, {},
-                             retries=retries)  # fmt: skip
+        return render_sbatch(
+            SlurmSpec(nodes=nodes, gpus_per_node=gpus), run_id, remote_dir, job.command, {}, retries=retries
+        )
     if bucket is None or not _BUCKET_RE.match(bucket):
         raise BadSetting(
             "--bucket: where the run directory lives, e.g. s3://my-bucket/pippa (s3, gs, r2, ...)"

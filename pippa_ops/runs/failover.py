@@ -104,8 +104,10 @@ def fail_over(rec: RunRecord, why: str, runs_root: Path, say: Callable[[str], No
     record = {"from": rec.host, "to": to_host, "why": why, "health": health, "time": time.time()}
     r = move_run(rec.run_id, to_host, host=rec.host, runs_root=runs_root, extra={"failover": record})
     src = r.from_host if r.source == "host" else f"the copy in {r.source}"
-    say(f"pippa: failover: {rec.run_id} ({rec.session}) moved from {src} to {to_host} after {why} "
-        f"({health}); resumed there")  # fmt: skip
+    say(
+        f"pippa: failover: {rec.run_id} ({rec.session}) moved from {src} to {to_host} after {why} "
+        f"({health}); resumed there"
+    )
     return locate([r.run_id], to_host)[r.run_id]
 
 
@@ -118,8 +120,13 @@ def from_pulled_copy(name: str, runs_root: Path) -> RunRecord | None:
 
     from pippa_contract.runpick import designates
 
-    found = sorted({p.parent for p in runs_root.glob(f"*/*/{rd.RUN_JSON}")
-                    if p.parent.name == name or designates(name, p.parent.name)})  # fmt: skip
+    found = sorted(
+        {
+            p.parent
+            for p in runs_root.glob(f"*/*/{rd.RUN_JSON}")
+            if p.parent.name == name or designates(name, p.parent.name)
+        }
+    )
     if len(found) != 1:
         return None
     try:
@@ -130,7 +137,12 @@ def from_pulled_copy(name: str, runs_root: Path) -> RunRecord | None:
     hosts = restart.get("failover") if isinstance(restart, dict) else None
     if not isinstance(hosts, list) or not hosts or not meta.get("recipe"):
         return None
-    return RunRecord(host=str(meta.get("host") or found[0].parent.name), run_id=found[0].name,
-                     session=str(meta.get("session") or ""), recipe=str(meta["recipe"]),
-                     command=str(meta.get("command") or ""), state=states.RUNNING,
-                     failover=tuple(str(h) for h in hosts))  # fmt: skip
+    return RunRecord(
+        host=str(meta.get("host") or found[0].parent.name),
+        run_id=found[0].name,
+        session=str(meta.get("session") or ""),
+        recipe=str(meta["recipe"]),
+        command=str(meta.get("command") or ""),
+        state=states.RUNNING,
+        failover=tuple(str(h) for h in hosts),
+    )

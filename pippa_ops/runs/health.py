@@ -33,10 +33,14 @@ def busy_lines(spec: HostSpec, report: GpuReport, gpus: str | None) -> list[str]
     out = []
     for g in report.gpus:
         if g.processes and (wanted is None or g.index in wanted):
-            procs = ", ".join(f"pid {p.pid} {p.name}" + (f" ({p.used_mib:.0f} MiB)" if p.used_mib else "")
-                              for p in g.processes)  # fmt: skip
-            out.append(f"{spec.name}: GPU {g.index} already runs {procs}: the new run will share it "
-                       "(pippa gpus shows them)")  # fmt: skip
+            procs = ", ".join(
+                f"pid {p.pid} {p.name}" + (f" ({p.used_mib:.0f} MiB)" if p.used_mib else "")
+                for p in g.processes
+            )
+            out.append(
+                f"{spec.name}: GPU {g.index} already runs {procs}: the new run will share it "
+                "(pippa gpus shows them)"
+            )
     return out
 
 

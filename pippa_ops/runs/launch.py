@@ -37,7 +37,7 @@ from pippa_ops.runs.schedulers import (
     scheduler_of,
     start_session,
     sync_for_launch,
-)  # fmt: skip
+)
 from pippa_ops.runs.script import (
     DEFAULT_GAP_S,
     DEFAULT_SESSION,
@@ -107,7 +107,6 @@ def plan_jobs(
     sets: Sequence[str],
     now: float,
 ) -> list[Job]:
-
     """Validate everything (names, --set keys, recipes) and build the jobs; nothing touches a host."""
     parsed = parse_sets(sets)
     if command is not None:
@@ -194,13 +193,25 @@ def launch_group(
             info = sync_for_launch(spec, transport, marker, agent) if sync else None
             check_python(spec, host_python(spec), agent)
             sync_info = sync_info or info
-            runs: list[messages.LaunchRun] = [{
-                "run_id": run_id,
-                "run_json": run_json(job, session=session, host=spec.name, started=now, sync=info,
-                                     sweep_index=0, sweep_size=1, hosts=names, machine_rank=rank,
-                                     restart=policy.to_json() if policy.active else None, group=group),
-                "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env, supervised=policy.active),
-            }]  # fmt: skip
+            runs: list[messages.LaunchRun] = [
+                {
+                    "run_id": run_id,
+                    "run_json": run_json(
+                        job,
+                        session=session,
+                        host=spec.name,
+                        started=now,
+                        sync=info,
+                        sweep_index=0,
+                        sweep_size=1,
+                        hosts=names,
+                        machine_rank=rank,
+                        restart=policy.to_json() if policy.active else None,
+                        group=group,
+                    ),
+                    "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env, supervised=policy.active),
+                }
+            ]
             request = launch_request(spec.remote_dir, session, runs, stamp=now, marker=marker)
             start_session(agent, request, spec.name, "is running; stop it or pick another --name")
     return LaunchResult(",".join(names), session, (run_id,), sync_info)
@@ -235,8 +246,9 @@ def resume(
                 # a supervised run's attempts run run.json's command plus attempts.json's overrides (an
                 # OOM retry's batch): these settings join them, for the rest of the run
                 doc = {**run.attempts_doc, "overrides": [*(run.attempts_doc.get("overrides") or []), *extra]}
-                verbs.write_file(agent, f"{RunDir(spec.remote_dir, run.run_id).path}/{ATTEMPTS_JSON}",
-                                 json.dumps(doc))  # fmt: skip
+                verbs.write_file(
+                    agent, f"{RunDir(spec.remote_dir, run.run_id).path}/{ATTEMPTS_JSON}", json.dumps(doc)
+                )
         return scheduler_for(spec).resume(spec, agent, run, job, session)
 
 
@@ -269,15 +281,27 @@ def _stop(
     return StopResult(spec.name, run.session, run, after, killed)
 
 
-def launch_on_hosts(hosts: Sequence[str], recipe: str, *, session: str, sets: Sequence[str],
-                    restart: RestartFlags | None = None) -> LaunchResult:  # fmt: skip
+def launch_on_hosts(
+    hosts: Sequence[str],
+    recipe: str,
+    *,
+    session: str,
+    sets: Sequence[str],
+    restart: RestartFlags | None = None,
+) -> LaunchResult:
     """``pippa run --hosts a,b``: connect to each named host once, in order, and ``launch_group``."""
     if restart is not None and restart.failover:
         raise BadSetting("--failover moves a run to another host; a run over --hosts restarts where it is")
     connected = [connect(n) for n in dict.fromkeys(hosts)]
     try:
-        return launch_group([c[0] for c in connected], [c[1] for c in connected], recipe, session=session,
-                            sets=sets, restart=restart)  # fmt: skip
+        return launch_group(
+            [c[0] for c in connected],
+            [c[1] for c in connected],
+            recipe,
+            session=session,
+            sets=sets,
+            restart=restart,
+        )
     finally:
         for _, transport in connected:
             transport.close()
@@ -310,7 +334,12 @@ def follow_run(
 
     tmux_session = scheduler_for(spec).follow_session(session)
     live = follow_to_end(
-        connect_again, run_dir.output_log, write, notify, end_file=run_dir.exit_code, session=tmux_session,
+        connect_again,
+        run_dir.output_log,
+        write,
+        notify,
+        end_file=run_dir.exit_code,
+        session=tmux_session,
         redact=redact,
     )
     code = read_all(live, run_dir.exit_code).strip()

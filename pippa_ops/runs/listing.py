@@ -226,7 +226,9 @@ def _record(
         failure=_failure(raw.get("attempts")),
         recording=raw.get("recording") is True,
         first_started=_num(meta.get("first_started")),
-        failed_at_start=bool(meta.get("recipe")) and exit_code not in (None, 0) and state != states.STOPPED
+        failed_at_start=bool(meta.get("recipe"))
+        and exit_code not in (None, 0)
+        and state != states.STOPPED
         and not started_training(end, steps),
         skipped=_skipped(raw.get("attempts")),
         last_line=str(raw["last_line"]) if raw.get("last_line") else None,

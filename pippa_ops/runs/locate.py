@@ -89,8 +89,9 @@ def _listings_having(
     ``listings``, the hosts' listings in that order, when given)."""
     validate_name("run or session", name)
     found = every_listing(all_hosts()) if listings is None else settle(listings)
-    return _live({h: r for h, r in found.items()
-                  if not isinstance(r, PippaError) and select_runs(r, name)}, name)  # fmt: skip
+    return _live(
+        {h: r for h, r in found.items() if not isinstance(r, PippaError) and select_runs(r, name)}, name
+    )
 
 
 def locate_host(name: str, host: str | None, *, live_session: bool = False) -> str:
@@ -145,11 +146,18 @@ def locate(names: Sequence[str], host: str | None = None) -> dict[str, RunRecord
 STALE_POLL_S = 5.0  # wait's look at the host a run moved away from, until it answers
 
 
-def watch_return(old_host: str, live_host: str, run_id: str, done: threading.Event, say: Say | None = None,
-                 poll_s: float = STALE_POLL_S) -> threading.Thread:  # fmt: skip
+def watch_return(
+    old_host: str,
+    live_host: str,
+    run_id: str,
+    done: threading.Event,
+    say: Say | None = None,
+    poll_s: float = STALE_POLL_S,
+) -> threading.Thread:
     """``wait`` after run ``run_id`` moved from ``old_host``, which did not answer, to ``live_host``:
     look at the old host every ``poll_s`` until it answers, then end the run's stale copy there if it
     has one (``settle``). A daemon thread; ``done`` ends it early."""
+
     def loop() -> None:
         while not done.wait(poll_s):
             listings = fan_out([old_host, live_host], runs_of)

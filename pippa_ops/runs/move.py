@@ -140,8 +140,14 @@ def _send(dest: Process, files: list[list[Any]], chunks: Any) -> int:
     return total
 
 
-def _receive_into(transport: Transport, spec: HostSpec, run_id: str, files: list[list[Any]],
-                  meta: dict[str, Any], chunks: Any) -> int:  # fmt: skip
+def _receive_into(
+    transport: Transport,
+    spec: HostSpec,
+    run_id: str,
+    files: list[list[Any]],
+    meta: dict[str, Any],
+    chunks: Any,
+) -> int:
     """Stream ``files`` into the new host's ``receive_run``; the bytes sent. Any failure on the way
     closes the stream short, so the new host drops its stage."""
     request: ReceiveRunRequest = {
@@ -165,8 +171,13 @@ def _receive_into(transport: Transport, spec: HostSpec, run_id: str, files: list
     return sent
 
 
-def _from_host(rec: RunRecord, transport: Transport, old: HostSpec, dest: tuple[HostSpec, Transport],
-               meta: dict[str, Any]) -> tuple[int, int]:  # fmt: skip
+def _from_host(
+    rec: RunRecord,
+    transport: Transport,
+    old: HostSpec,
+    dest: tuple[HostSpec, Transport],
+    meta: dict[str, Any],
+) -> tuple[int, int]:
     """Stream the run from its old host through here into the new one; (files, bytes)."""
     remote = rd.RunDir(old.remote_dir, rec.run_id).path
     with verbs.pull(agent_client.Once(transport), remote, {}, "latest") as src:
@@ -220,8 +231,10 @@ def move_run(
             if rec.host == to_host:
                 raise UsageError(f"run {rec.run_id} is on {to_host} already: use pippa resume {rec.run_id}")
             if rec.active:
-                raise RunStillActive(f"{rec.host}: run {rec.run_id} is still {rec.state}; "
-                                     f"pippa stop {rec.run_id} --host {rec.host} first")  # fmt: skip
+                raise RunStillActive(
+                    f"{rec.host}: run {rec.run_id} is still {rec.state}; "
+                    f"pippa stop {rec.run_id} --host {rec.host} first"
+                )
             if rec.recipe is None:
                 raise NotResumable(f"run {rec.run_id} ran a command (--cmd): it has no checkpoint to move")
             if rec.moved_to:  # a stale copy: the run goes on where it moved, never from here again
@@ -235,8 +248,11 @@ def move_run(
             old, tr1 = connect(rec.host)
             with tr1:
                 n, sent = _from_host(rec, tr1, old, (spec2, tr2), meta)
-                verbs.write_file(agent_client.Once(tr1), rd.RunDir(old.remote_dir, rec.run_id).path + "/" +
-                                 rd.MOVED_TO, to_host + "\n")  # fmt: skip
+                verbs.write_file(
+                    agent_client.Once(tr1),
+                    rd.RunDir(old.remote_dir, rec.run_id).path + "/" + rd.MOVED_TO,
+                    to_host + "\n",
+                )
             run_id, from_host, source = rec.run_id, rec.host, "host"
         else:
             run_id, from_host, n, sent, source = _move_copy(name, runs_root, spec2, tr2, extra or {})

@@ -22,9 +22,14 @@ def _x_range(runs: Mapping[str, Points]) -> tuple[int, int]:
 
 
 def terminal_plot(
-    metric: str, runs: Mapping[str, Points], *, smoothing: float = 0.0, width: int = 100,
-    height: int = 20, color: bool = True,
-) -> str:  # fmt: skip
+    metric: str,
+    runs: Mapping[str, Points],
+    *,
+    smoothing: float = 0.0,
+    width: int = 100,
+    height: int = 20,
+    color: bool = True,
+) -> str:
     """One metric, a curve per run (smoothed when ``smoothing`` > 0), as text."""
     import plotext as plt
 

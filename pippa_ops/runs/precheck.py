@@ -34,8 +34,10 @@ def check_python(
         return
     shown = " ".join(argv)
     if answer.get("missing"):
-        raise ToolMissing(f"{spec.name}: the training python {shown} is not there; {up_hint(spec.name)} "
-                          "(or set python in the host's entry)")  # fmt: skip
+        raise ToolMissing(
+            f"{spec.name}: the training python {shown} is not there; {up_hint(spec.name)} "
+            "(or set python in the host's entry)"
+        )
     what = f"cannot import {module}" if module else "does not run"
     line = answer.get("line") or "no output"
     raise ToolMissing(f"{spec.name}: the training python {shown} {what} ({line}); {up_hint(spec.name)}")

@@ -99,8 +99,9 @@ def _frame_to(proc: Process, out: BinaryIO, room: int, rel: str) -> int:
         raise HostUnreachable("the stream ended early")
     n = int(head)
     if n > MAX_FRAME:
-        raise RemoteCommandFailed(f"pull: the host announced a frame of {n} bytes for {rel} "
-                                  f"(at most {MAX_FRAME}): refused")
+        raise RemoteCommandFailed(
+            f"pull: the host announced a frame of {n} bytes for {rel} (at most {MAX_FRAME}): refused"
+        )
     if n > room:
         raise RemoteCommandFailed(f"pull: the host sent more of {rel} than its manifest announced: refused")
     left = n
@@ -122,11 +123,14 @@ def _check_manifest(manifest: dict[str, Any], max_bytes: int) -> int:
     except (KeyError, TypeError, ValueError) as e:
         raise RemoteCommandFailed(f"pull: the host sent a malformed manifest ({e})") from None
     if sum(max(p, 0) for p in parts) != total:
-        raise RemoteCommandFailed(f"pull: the host's manifest announces {total} bytes but lists "
-                                  f"{sum(max(p, 0) for p in parts)}: refused")
+        raise RemoteCommandFailed(
+            f"pull: the host's manifest announces {total} bytes but lists "
+            f"{sum(max(p, 0) for p in parts)}: refused"
+        )
     if total > max_bytes:
-        raise RemoteCommandFailed(f"pull: {total} bytes to pull, over the cap of {max_bytes} "
-                                  f"(--max-bytes raises it)")
+        raise RemoteCommandFailed(
+            f"pull: {total} bytes to pull, over the cap of {max_bytes} (--max-bytes raises it)"
+        )
     return total
 
 
@@ -139,8 +143,13 @@ class _Tally:
     received: int = 0
 
 
-def _receive(proc: Process, manifest: dict[str, Any], dest: Path, progress: Progress | None,
-             max_bytes: int = DEFAULT_MAX_BYTES) -> _Tally:
+def _receive(
+    proc: Process,
+    manifest: dict[str, Any],
+    dest: Path,
+    progress: Progress | None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> _Tally:
     """Write each sent file beside its place, as its frames come, and rename it there once whole."""
     tally = _Tally()
     total = _check_manifest(manifest, max_bytes)

@@ -73,11 +73,13 @@ def recover(spec: HostSpec, transport: Transport) -> RecoverResult:
                 skipped.append((run.run_id, why))
                 continue
             job = Job(run_id=run.run_id, recipe=run.recipe, command=run.command, argv=None)
-            runs: list[messages.LaunchRun] = [{
-                "run_id": run.run_id,
-                "resume": True,
-                "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env, supervised=True),
-            }]  # fmt: skip
+            runs: list[messages.LaunchRun] = [
+                {
+                    "run_id": run.run_id,
+                    "resume": True,
+                    "cmd_sh": render_cmd_sh(job, spec.remote_dir, spec.env, supervised=True),
+                }
+            ]
             verbs.launch(agent, launch_request(spec.remote_dir, run.session, runs, stamp=time.time()))
             live.add(run.session)
             assert run.attempt is not None and run.max_attempts is not None

@@ -57,8 +57,10 @@ class RestartPolicy:
     @property
     def active(self) -> bool:
         """Whether the run needs a supervisor at all."""
-        return self.max_attempts > 1 or self.budget is not None or (
-            not self.stall_off and (self.stall_timeout_s is not None or self.watched)
+        return (
+            self.max_attempts > 1
+            or self.budget is not None
+            or (not self.stall_off and (self.stall_timeout_s is not None or self.watched))
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -197,8 +199,14 @@ class RestartFlags:
         base = RestartPolicy()
         if recipe is not None:
             base = replace(recipe_restart(recipes_dir / f"{recipe}.toml"), watched=True)
-        return resolve_policy(base, retry=self.retry, stall_timeout=self.stall_timeout,
-                              retry_diverged=self.retry_diverged, backoff=self.backoff,
-                              infra_retries=self.infra_retries, on_oom=self.on_oom,
-                              failover=self.failover, budget=self.budget)  # fmt: skip
-
+        return resolve_policy(
+            base,
+            retry=self.retry,
+            stall_timeout=self.stall_timeout,
+            retry_diverged=self.retry_diverged,
+            backoff=self.backoff,
+            infra_retries=self.infra_retries,
+            on_oom=self.on_oom,
+            failover=self.failover,
+            budget=self.budget,
+        )

@@ -60,8 +60,11 @@ def _num(value: Any, fmt: str) -> str:
 
 
 def header(row: dict[str, Any]) -> str:
-    bits = [f"step {row.get('step')}", f"{row.get('kind')} #{row.get('index')}",
-            f"reward {_num(row.get('reward'), '.3g')}"]  # fmt: skip
+    bits = [
+        f"step {row.get('step')}",
+        f"{row.get('kind')} #{row.get('index')}",
+        f"reward {_num(row.get('reward'), '.3g')}",
+    ]
     if row.get("advantage") is not None:
         bits.append(f"adv {_num(row.get('advantage'), '+.3g')}")
     if row.get("length") is not None:

@@ -182,8 +182,10 @@ class TmuxScheduler:
         if nodes is not None:
             raise BadSetting(f"--nodes needs a SLURM host; {spec.name} runs jobs in tmux")
         policies = [(restart or RestartFlags()).policy_for(job.recipe, recipes_dir()) for job in jobs]
-        return [render_cmd_sh(job, spec.remote_dir, spec.env, supervised=policy.active)
-                for job, policy in zip(jobs, policies, strict=True)]  # fmt: skip
+        return [
+            render_cmd_sh(job, spec.remote_dir, spec.env, supervised=policy.active)
+            for job, policy in zip(jobs, policies, strict=True)
+        ]
 
     def checks(self, spec: HostSpec, recipe: bool) -> list[str]:
         return [
@@ -200,8 +202,10 @@ class TmuxScheduler:
         scripts = self.scripts(spec, s.jobs, s.restart, s.nodes)  # settings checked before a sync
         policies = [restart.policy_for(job.recipe, recipes_dir()) for job in s.jobs]
         if restart.budget is not None and spec.cost_per_hour is None and spec.cost_per_gpu_hour is None:
-            raise BadSetting(f"--budget needs {spec.name}'s price: set cost_per_hour (or cost_per_gpu_hour) "
-                             "in its host entry, then pippa up")  # fmt: skip
+            raise BadSetting(
+                f"--budget needs {spec.name}'s price: set cost_per_hour (or cost_per_gpu_hour) "
+                "in its host entry, then pippa up"
+            )
         marker: list[dict[str, object]] = []  # a no-change sync's marker: written by the launch request
         sync_info = sync_for_launch(spec, s.transport, marker, s.agent) if s.sync else None
         if any(job.recipe for job in s.jobs):  # nothing starts with a python that cannot run the trainer
@@ -223,8 +227,9 @@ class TmuxScheduler:
             }
             for i, (job, policy, script) in enumerate(zip(s.jobs, policies, scripts, strict=True))
         ]
-        request = launch_request(spec.remote_dir, s.session, runs, stamp=s.now, gap_s=s.gap_s,
-                                 replace=s.replace, marker=marker)  # fmt: skip
+        request = launch_request(
+            spec.remote_dir, s.session, runs, stamp=s.now, gap_s=s.gap_s, replace=s.replace, marker=marker
+        )
         start_session(s.agent, request, spec.name, "is running; stop it, pick another --name, or --replace")
         return LaunchResult(spec.name, s.session, tuple(j.run_id for j in s.jobs), sync_info)
 
@@ -268,11 +273,15 @@ def slurm_retries(host: str, restart: RestartFlags | None, has_cmd: bool) -> int
     }
     others = [flag for flag, value in flags.items() if value]
     if others:
-        raise BadSetting(f"{host} is a SLURM host: {others[0]} needs the tmux session's supervisor; "
-                         "a batch job takes --retry only (a requeue with --resume)")  # fmt: skip
+        raise BadSetting(
+            f"{host} is a SLURM host: {others[0]} needs the tmux session's supervisor; "
+            "a batch job takes --retry only (a requeue with --resume)"
+        )
     if has_cmd:
-        raise BadSetting(f"{host} is a SLURM host: --retry requeues a recipe job with --resume; "
-                         "a --cmd job has no checkpoint to resume from")  # fmt: skip
+        raise BadSetting(
+            f"{host} is a SLURM host: --retry requeues a recipe job with --resume; "
+            "a --cmd job has no checkpoint to resume from"
+        )
     return max(0, restart.retry or 0)
 
 
@@ -291,8 +300,18 @@ class SlurmScheduler:
         slurm = spec.slurm or SlurmSpec()
         if nodes is not None:
             slurm = dataclasses.replace(slurm, nodes=nodes)
-        return [render_sbatch(slurm, job.run_id, spec.remote_dir, job.command, spec.env,
-                              rendezvous=bool(job.recipe), retries=retries) for job in jobs]  # fmt: skip
+        return [
+            render_sbatch(
+                slurm,
+                job.run_id,
+                spec.remote_dir,
+                job.command,
+                spec.env,
+                rendezvous=bool(job.recipe),
+                retries=retries,
+            )
+            for job in jobs
+        ]
 
     def checks(self, spec: HostSpec, recipe: bool) -> list[str]:
         return [
@@ -310,8 +329,15 @@ class SlurmScheduler:
         sync_info = sync_for_launch(spec, s.transport, marker, s.agent) if s.sync else None
         job_ids = []
         for i, job in enumerate(s.jobs):
-            meta = run_json(job, session="slurm", host=spec.name, started=s.now, sync=sync_info,
-                            sweep_index=i, sweep_size=len(s.jobs))  # fmt: skip
+            meta = run_json(
+                job,
+                session="slurm",
+                host=spec.name,
+                started=s.now,
+                sync=sync_info,
+                sweep_index=i,
+                sweep_size=len(s.jobs),
+            )
             request: messages.SlurmSubmitRequest = {
                 "remote_dir": spec.remote_dir,
                 "run_id": job.run_id,
@@ -327,9 +353,12 @@ class SlurmScheduler:
     ) -> LaunchResult:
         script = render_sbatch(spec.slurm or SlurmSpec(), run.run_id, spec.remote_dir, job.command, spec.env)
         request: messages.SlurmSubmitRequest = {
-            "remote_dir": spec.remote_dir, "run_id": run.run_id, "resume": True, "stamp": time.time(),
+            "remote_dir": spec.remote_dir,
+            "run_id": run.run_id,
+            "resume": True,
+            "stamp": time.time(),
             "script": script,
-        }  # fmt: skip
+        }
         answer = verbs.slurm_submit(agent, request)
         return LaunchResult(spec.name, "slurm", (run.run_id,), None, (str(answer["job_id"]),))
 
@@ -363,4 +392,3 @@ def scheduler_for(spec: HostSpec) -> Scheduler:
 def scheduler_of(run: RunRecord) -> Scheduler:
     """The scheduler that started a run: a SLURM run has a job id."""
     return SLURM if run.job_id is not None else TMUX
-

@@ -165,8 +165,18 @@ def run_json(
 
 def rendezvous_args(machines: int, rank: int, main_addr: str, main_port: int) -> str:
     """What ``training_core.launch`` needs to be machine ``rank`` of ``machines`` meeting at host 0."""
-    return shlex.join(["--machines", str(machines), "--machine-rank", str(rank), "--main-addr", main_addr,
-                       "--main-port", str(main_port)])  # fmt: skip
+    return shlex.join(
+        [
+            "--machines",
+            str(machines),
+            "--machine-rank",
+            str(rank),
+            "--main-addr",
+            main_addr,
+            "--main-port",
+            str(main_port),
+        ]
+    )
 
 
 # a run over several hosts without a shared file system: every host keeps a whole checkpoint of its own

@@ -86,13 +86,13 @@ SAVED_REQUEUE_LINE = (
 # A failed attempt (not a bad setting: exit 2, not a stop) with retries left requeues the job itself, and
 # records no exit_code: the run goes on (PENDING, then RUNNING) in the same job id and run directory.
 REQUEUE_LINE = (
-    'n=$((${{SLURM_RESTART_COUNT:-0}} + 1 - ${{free:-0}}))\n'
+    "n=$((${{SLURM_RESTART_COUNT:-0}} + 1 - ${{free:-0}}))\n"
     'if [ $code -ne 0 ] && [ $code -ne 2 ] && [ ! -e "$RUN_DIR/stop_requested" ] '
-    '&& [ $n -le {retries} ]; then\n'
+    "&& [ $n -le {retries} ]; then\n"
     '  echo "pippa: attempt $n/$(({retries} + 1)) failed (exit $code): '
     'requeued, attempt $((n + 1)) with --resume"\n'
     '  scontrol requeue "$SLURM_JOB_ID" && exit $code\n'
-    'fi\n'
+    "fi\n"
 )
 
 
@@ -113,8 +113,11 @@ def render_sbatch(
     run_dir = RunDir(remote_dir, run_id).path
     signal_s = spec.signal_s if rendezvous else 0  # a --cmd job has no checkpoint to save
     requeue = bool(retries or signal_s)
-    head = "\n".join(directives(spec, run_id) + (["#SBATCH --requeue"] if requeue else [])
-                     + ([f"#SBATCH --signal=B:USR1@{signal_s}"] if signal_s else []))  # fmt: skip
+    head = "\n".join(
+        directives(spec, run_id)
+        + (["#SBATCH --requeue"] if requeue else [])
+        + ([f"#SBATCH --signal=B:USR1@{signal_s}"] if signal_s else [])
+    )
     meet = (
         'a=$1 p=$2; shift 2; exec "$@" --machines "$SLURM_NTASKS" --machine-rank "$SLURM_PROCID" '
         '--main-addr "$a" --main-port "$p"'
@@ -127,10 +130,15 @@ def render_sbatch(
     container = ""
     if spec.container_image:  # Pyxis: the image, and the project directory mounted where it is
         where = sh_path(remote_dir)
-        container = (f"--container-image={shlex.quote(spec.container_image)} --container-mounts={where} "
-                     f"--container-workdir={where} ")  # fmt: skip
-    saved = SAVED_REQUEUE_LINE.format(free=rd.SLURM_FREE_REQUEUES, timelimit=ec.INFRA_EXIT[ec.TIMELIMIT],
-                                      preempted=ec.INFRA_EXIT[ec.PREEMPTED])  # fmt: skip
+        container = (
+            f"--container-image={shlex.quote(spec.container_image)} --container-mounts={where} "
+            f"--container-workdir={where} "
+        )
+    saved = SAVED_REQUEUE_LINE.format(
+        free=rd.SLURM_FREE_REQUEUES,
+        timelimit=ec.INFRA_EXIT[ec.TIMELIMIT],
+        preempted=ec.INFRA_EXIT[ec.PREEMPTED],
+    )
     script = render(
         rd.JOB_SBATCH,
         directives=head,

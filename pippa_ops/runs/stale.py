@@ -44,8 +44,17 @@ def stale_copies(listings: Mapping[str, HostRuns | PippaError]) -> list[Stale]:
         for r in copies:
             if not r.active:
                 continue
-            newer = next((o for o in copies if o.host != r.host and o.moved_from == r.host
-                          and o.moved_to is None and r.moved_from != o.host), None)  # fmt: skip
+            newer = next(
+                (
+                    o
+                    for o in copies
+                    if o.host != r.host
+                    and o.moved_from == r.host
+                    and o.moved_to is None
+                    and r.moved_from != o.host
+                ),
+                None,
+            )
             if newer is not None:
                 out.append(Stale(r, newer.host))
     return out
@@ -109,12 +118,16 @@ def settle(
             end_stale(s)
         except PippaError as e:
             now[(rec.host, rec.run_id)] = replace(rec, stale_of=s.live_host)
-            tell(f"{rec.host}: run {rec.run_id} is a stale copy (it moved to {s.live_host}) and could not "
-                 f"be stopped: {str(e).splitlines()[0]}")  # fmt: skip
+            tell(
+                f"{rec.host}: run {rec.run_id} is a stale copy (it moved to {s.live_host}) and could not "
+                f"be stopped: {str(e).splitlines()[0]}"
+            )
             continue
         now[(rec.host, rec.run_id)] = replace(rec, state=states.MOVED, moved_to=s.live_host)
-        tell(f"{rec.host}: run {rec.run_id} came back as a stale copy of the run on {s.live_host}; "
-             f"stopped it (moved to {s.live_host}; its checkpoints stay on {rec.host})")  # fmt: skip
+        tell(
+            f"{rec.host}: run {rec.run_id} came back as a stale copy of the run on {s.live_host}; "
+            f"stopped it (moved to {s.live_host}; its checkpoints stay on {rec.host})"
+        )
     out: dict[str, HostRuns | PippaError] = {}
     for host, listed in listings.items():
         if isinstance(listed, HostRuns):

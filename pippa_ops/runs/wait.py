@@ -110,8 +110,9 @@ def wait_runs(
             spec = specs.get(rec.host) or resolve(rec.host)
             lost_after = failover[2] if failover is not None and rec.failover else None
             try:
-                final = wait_run(spec, rec, deadline=deadline, note=note, backoff_s=backoff_s,
-                                 lost_after_s=lost_after)  # fmt: skip
+                final = wait_run(
+                    spec, rec, deadline=deadline, note=note, backoff_s=backoff_s, lost_after_s=lost_after
+                )
             except HostStaysLost as e:
                 assert failover is not None
                 lost, rec = rec, failover[1](rec, str(e))

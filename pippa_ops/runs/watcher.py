@@ -24,8 +24,18 @@ def spawn_watcher(host: str, run_ids: list[str]) -> int:
     would hold open (``out=$(pippa run --notify ...)`` would wait for the run), so then only the
     desktop notification tells. Its pid."""
     log = watcher_log(run_ids[0])
-    argv = [sys.executable, "-m", "pippa_ops.cli.app", "wait", *run_ids, "--host", host, "--notify",
-            "--log", str(log)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "pippa_ops.cli.app",
+        "wait",
+        *run_ids,
+        "--host",
+        host,
+        "--notify",
+        "--log",
+        str(log),
+    ]
     stderr = None if sys.stderr.isatty() else subprocess.DEVNULL
     proc = subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True

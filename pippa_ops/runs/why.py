@@ -108,12 +108,13 @@ def next_command(rec: RunRecord, last: AttemptWhy) -> str:
     if last.cls == fc.GPU_FAULT:
         rest = healthy_gpus(rec.command, last.gpu_index)
         if rest is not None:
-            return (f"pippa resume {where} --gpus {rest}   (GPU {last.gpu_index} faulted; "
-                    f"or --on OTHER_HOST)")  # fmt: skip
+            return f"pippa resume {where} --gpus {rest}   (GPU {last.gpu_index} faulted; or --on OTHER_HOST)"
         return f"pippa resume {rec.run_id} --on OTHER_HOST   (a GPU fault: not on {rec.host})"
     if last.cls == fc.DISK_FULL:
-        return (f"free space on {rec.host} (ended runs: pippa prune --older-than 7d --host {rec.host}, "
-                f"pippa rm RUN; fewer checkpoints: checkpoint.keep), then pippa resume {where}")  # fmt: skip
+        return (
+            f"free space on {rec.host} (ended runs: pippa prune --older-than 7d --host {rec.host}, "
+            f"pippa rm RUN; fewer checkpoints: checkpoint.keep), then pippa resume {where}"
+        )
     if rec.failed_at_start and rec.recipe:  # a resume restarts from step 0 and meets the same cause
         return after_failed_start(last.reason or rec.error, rec.recipe, rec.command, rec.host)
     if last.cls == fc.CONFIG:
@@ -139,8 +140,17 @@ def explain(rec: RunRecord, log_tail: list[str] | None = None) -> Why:
         from pippa_contract.ledger import ledger
 
         spend = ledger(rows, (), rec.ended or time.time())
-    return Why(rec.run_id, rec.host, rec.session, rec.label, rec.state_text, attempts,
-               next_command(rec, attempts[-1]), spend, rec.currency)  # fmt: skip
+    return Why(
+        rec.run_id,
+        rec.host,
+        rec.session,
+        rec.label,
+        rec.state_text,
+        attempts,
+        next_command(rec, attempts[-1]),
+        spend,
+        rec.currency,
+    )
 
 
 def render(why: Why, max_attempts: int | None = None) -> list[str]:

@@ -26,9 +26,13 @@ _known_hosts_lock = threading.Lock()
 # The host-key algorithms asked for, in order, when known_hosts has no key for the host (OpenSSH's and
 # paramiko's order, without certificates: neither stack here trusts a host CA).
 PREFERRED = (
-    "ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
-    "rsa-sha2-512", "rsa-sha2-256",
-)  # fmt: skip
+    "ssh-ed25519",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "rsa-sha2-512",
+    "rsa-sha2-256",
+)
 _RSA = ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")  # the algorithms of a key filed as ``ssh-rsa``
 
 

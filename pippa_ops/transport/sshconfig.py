@@ -15,9 +15,14 @@ if TYPE_CHECKING:
     import paramiko
 
 __all__ = [
-    "SSHConfigProvider", "SSHConfigSource", "known_hosts_path", "read_ssh_config", "ssh_aliases",
-    "ssh_config_path", "ssh_dir",
-]  # fmt: skip
+    "SSHConfigProvider",
+    "SSHConfigSource",
+    "known_hosts_path",
+    "read_ssh_config",
+    "ssh_aliases",
+    "ssh_config_path",
+    "ssh_dir",
+]
 
 
 class SSHConfigSource(Protocol):

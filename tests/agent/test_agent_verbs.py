@@ -143,10 +143,14 @@ def _run_dir(base: Path, run_id: str, meta: dict, **files: str) -> Path:
 def test_list_runs_reads_json_not_text_and_finds_the_error_line(tmp_path: Path) -> None:
     meta = {"run_id": "r-1", "session": "s", "command": "x"}
     _run_dir(
-        tmp_path, "r-1", meta, exit_code="1\n", started="5\n",
+        tmp_path,
+        "r-1",
+        meta,
+        exit_code="1\n",
+        started="5\n",
         **{"output.log": "step 1\nTraceback (most recent call last):\nValueError: bad lr\nbye\n"},
         **{"metrics.jsonl": '{"type":"step","step":1}\n{"type":"step",  "step":2,"reward":1}\n{"type":"st'},
-    )  # fmt: skip
+    )
     _run_dir(tmp_path, "r-2", {"run_id": "r-2", "session": "s"}, exit_code="0\n")
     (tmp_path / "runs" / "r-3").mkdir()  # no run.json yet: skipped
     out = agent_runs.list_runs({"remote_dir": str(tmp_path)})
@@ -173,8 +177,14 @@ def test_read_run_answers_the_listing_the_run_a_name_means_and_its_output_in_one
 
     old, new = "20260101-000100-x-1111", "20260101-000200-x-2222"
     for rid, when, log in ((old, "100", "old\n"), (new, "200", "one\ntwo\n")):
-        _run_dir(tmp_path, rid, {"run_id": rid, "session": "rr", "command": "x"}, started=when,
-                 exit_code="0\n", **{"output.log": log})  # fmt: skip
+        _run_dir(
+            tmp_path,
+            rid,
+            {"run_id": rid, "session": "rr", "command": "x"},
+            started=when,
+            exit_code="0\n",
+            **{"output.log": log},
+        )
     t = Counting()
     listed, chosen, out = read_run(t, str(tmp_path), "rr")
     assert Counting.starts == 1 and (chosen, out) == (new, b"one\ntwo\n")
@@ -314,8 +324,10 @@ def test_launch_refuses_an_existing_session_without_touching_it(tmp_path: Path, 
     assert (tmp_path / "runs" / "old-1" / "stop_requested").read_text() == "5\n"
     assert not (tmp_path / "runs" / "other-1" / "stop_requested").exists()
     assert ("rename-session", "-t", "=s", "s-replaced-5") in calls and calls[-1] == (
-        "kill-session", "-t", "=s-replaced-5",
-    )  # fmt: skip
+        "kill-session",
+        "-t",
+        "=s-replaced-5",
+    )
     assert (tmp_path / "runs" / "new-1" / "tmux_session").read_text() == "$1@5\n"
 
 

@@ -46,8 +46,14 @@ def _run_dir(tmp: Path, command: str, *, recipe: str | None, **restart: Any) -> 
 def _supervise(run_dir: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """The supervisor as cmd.sh runs it (output into output.log, as cmd.sh's tee does)."""
     log = open(run_dir / "output.log", "ab")  # noqa: SIM115 (closed with the process)
-    return subprocess.Popen([sys.executable, "-c", SUPERVISE, str(run_dir)], cwd=REPO, env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", SUPERVISE, str(run_dir)],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _attempts(run_dir: Path) -> list[dict[str, Any]]:
@@ -79,14 +85,23 @@ def test_a_time_limit_and_a_stall_end_the_tree_with_their_statuses_and_a_loop_ou
 ) -> None:
     pause_once, hang_once = tmp_path / "paused", tmp_path / "hung"
     run_dir = tmp_path / "runs" / "20260101-120000-tiny-abcd"
-    command = (f"{sys.executable} -m training_core.launch tiny --run-dir {run_dir} --set train.max_steps=6 "
-               "--set checkpoint.every=1 --set eval.interval=1000 --set train.per_device_train_batch_size=8 "
-               "--set train.num_generations=4")  # fmt: skip
+    command = (
+        f"{sys.executable} -m training_core.launch tiny --run-dir {run_dir} --set train.max_steps=6 "
+        "--set checkpoint.every=1 --set eval.interval=1000 --set train.per_device_train_batch_size=8 "
+        "--set train.num_generations=4"
+    )
     run_dir = _run_dir(tmp_path, command, recipe="tiny", stall_timeout_s=20)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "ACCELERATE_"))}
-    env.update(PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES="", PIPPA_RUN_DIR=str(run_dir),
-               PIPPA_TEST_PAUSE_AT_STEP="2", PIPPA_TEST_PAUSE_ONCE=str(pause_once), PIPPA_TEST_HANG_RANK="0",
-               PIPPA_TEST_HANG_AT_STEP="5", PIPPA_TEST_HANG_ONCE=str(hang_once))  # fmt: skip
+    env.update(
+        PYTHONPATH=str(REPO),
+        CUDA_VISIBLE_DEVICES="",
+        PIPPA_RUN_DIR=str(run_dir),
+        PIPPA_TEST_PAUSE_AT_STEP="2",
+        PIPPA_TEST_PAUSE_ONCE=str(pause_once),
+        PIPPA_TEST_HANG_RANK="0",
+        PIPPA_TEST_HANG_AT_STEP="5",
+        PIPPA_TEST_HANG_ONCE=str(hang_once),
+    )
 
     statuses: list[int] = []
     for _ in range(5):  # the loop outside: start again while the status is an infrastructure one

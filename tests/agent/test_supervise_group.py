@@ -69,9 +69,11 @@ def test_a_stall_seen_at_rank_0_is_put_down_to_the_rank_whose_job_is_stopped(ran
 def test_a_message_that_does_not_check_out_is_dropped(ranks) -> None:  # type: ignore[no-untyped-def]
     hub = ranks[0]
     with socket.create_connection(("127.0.0.1", hub.port)) as s:
-        for bad in ({"failed": {"attempt": 1, "rank": 7, "class": "crash", "end": 1.0}},  # no such rank
-                    {"failed": {"attempt": 1, "rank": 1, "class": "rm -rf", "end": 1.0}},  # no such class
-                    {"failed": {"attempt": "1", "rank": 1, "class": "crash", "end": 1.0}}):  # fmt: skip
+        for bad in (
+            {"failed": {"attempt": 1, "rank": 7, "class": "crash", "end": 1.0}},  # no such rank
+            {"failed": {"attempt": 1, "rank": 1, "class": "rm -rf", "end": 1.0}},  # no such class
+            {"failed": {"attempt": "1", "rank": 1, "class": "crash", "end": 1.0}},
+        ):
             s.sendall(json.dumps(bad).encode() + b"\n")
         s.sendall(b"not json\n")
         time.sleep(grp.SETTLE_S + 1.0)

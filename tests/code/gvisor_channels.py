@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostile_machine_state as hms
 
 from training_core.sandbox import isolation, run_python
-from training_core.sandbox.isolation import Launcher
+from training_core.sandbox.launcher import Launcher
 
 Run = hms.Run
 
@@ -40,6 +40,7 @@ def gauge_moves(name: str, hold: str, kib: int) -> Callable[[Run], tuple[bool, s
         got = [int(x) for x in r.stdout.split()[1::2] if x.isdigit()]
         escaped = len(got) == 2 and got[1] - got[0] >= kib * 3 // 4  # the host's gauge moves by more
         return not escaped, f"held {kib} KiB ({w.stdout.strip()[:40]!r}); read {r.stdout.strip()[:80]!r}"
+
     return channel
 
 
@@ -58,8 +59,10 @@ CHANNELS: dict[str, Callable[[Run], tuple[bool, str]]] = {
 
 def check(launcher: Launcher) -> dict[str, tuple[bool, str]]:
     """Each channel's (contained, evidence) at ``launcher``."""
+
     def run(code: str) -> object:
         return run_python(code, launcher=launcher)
+
     with ThreadPoolExecutor(3) as ex:
         futures = {name: ex.submit(ch, run) for name, ch in CHANNELS.items()}
         return {name: f.result() for name, f in futures.items()}
@@ -68,8 +71,15 @@ def check(launcher: Launcher) -> dict[str, tuple[bool, str]]:
 def main() -> int:
     launcher = isolation.detect(level="gvisor")
     out = check(launcher)
-    print(json.dumps({"mode": launcher.isolation.mode, "memory_cap": launcher.isolation.memory_cap,
-                      "outcomes": {k: list(v) for k, v in out.items()}}))
+    print(
+        json.dumps(
+            {
+                "mode": launcher.isolation.mode,
+                "memory_cap": launcher.isolation.memory_cap,
+                "outcomes": {k: list(v) for k, v in out.items()},
+            }
+        )
+    )
     return 0 if all(ok for ok, _ in out.values()) else 1
 
 

@@ -70,18 +70,24 @@ def write(v):
     load(0)
 """
 
-READ = PROBE + f"""
+READ = (
+    PROBE
+    + f"""
 try:
     c = cached()
     print('value', sum(c[(i + 1) * {STRIDE}] << i for i in range({BITS})))
 except OSError as e:
     print('refused', e)
 """
+)
 
 # The code game's cheat: the first run draws a random number and leaves it in the cache; the second
 # (a fresh sandbox) finds the flag page cached and prints the same number. Where the calls are
 # refused, both runs print their own random number: different, so the game calls it invalid.
-CHEAT = WRITE + PROBE + f"""
+CHEAT = (
+    WRITE
+    + PROBE
+    + f"""
 import random, time
 def flag():
     try:
@@ -100,6 +106,7 @@ except OSError:
     v = random.getrandbits({BITS})
 print(v)
 """
+)
 
 # Two concurrent sandboxes map the same /usr file: a shared futex's key is (inode, offset), so a
 # FUTEX_WAKE in one wakes a FUTEX_WAIT in the other. op 0/1 = FUTEX_WAIT/FUTEX_WAKE (not private).
@@ -116,13 +123,18 @@ L = ctypes.c_long
 class TS(ctypes.Structure):
     _fields_ = [('s', ctypes.c_long), ('ns', ctypes.c_long)]
 """
-FUTEX_WAIT = FUTEX + """
+FUTEX_WAIT = (
+    FUTEX
+    + """
 t0 = time.monotonic()
 r = libc.syscall(L(@NR@), ctypes.c_void_p(a), L(0), L(word), ctypes.byref(TS(2, 0)), L(0), L(0))
 e = ctypes.get_errno()
 print('woken' if r == 0 and time.monotonic() - t0 < 1.9 else 'not woken', r, e)
 """
-FUTEX_WAKE = FUTEX + """
+)
+FUTEX_WAKE = (
+    FUTEX
+    + """
 n = 0
 deadline = time.monotonic() + 0.8
 while time.monotonic() < deadline and n <= 0:
@@ -130,21 +142,30 @@ while time.monotonic() < deadline and n <= 0:
     time.sleep(0.02)
 print('ESCAPED: woke a waiter in another sandbox' if n > 0 else 'none woken', n, ctypes.get_errno())
 """
+)
 
 
 def cold_file() -> str:
     """A regular /usr file of 2 MiB or more that nothing keeps mapped (its cached pages can be evicted)."""
     need = (BITS + 2) * STRIDE * 4096
-    for p in ("/usr/lib/file/magic.mgc", "/usr/lib/python3.11/config-3.11-x86_64-linux-gnu/libpython3.11.a",
-              "/usr/share/i18n/charmaps/GB18030.gz"):
+    for p in (
+        "/usr/lib/file/magic.mgc",
+        "/usr/lib/python3.11/config-3.11-x86_64-linux-gnu/libpython3.11.a",
+        "/usr/share/i18n/charmaps/GB18030.gz",
+    ):
         if os.path.isfile(p) and os.path.getsize(p) >= need:
             return p
     for top in ("/usr/share", "/usr/lib"):
         for d, _, fs in os.walk(top):
             for f in fs:
                 p = os.path.join(d, f)
-                if not p.endswith(".so") and os.path.isfile(p) and not os.path.islink(p) \
-                        and os.path.getsize(p) >= need and os.access(p, os.R_OK):
+                if (
+                    not p.endswith(".so")
+                    and os.path.isfile(p)
+                    and not os.path.islink(p)
+                    and os.path.getsize(p) >= need
+                    and os.access(p, os.R_OK)
+                ):
                     return p
     raise FileNotFoundError("no /usr file of 2 MiB to probe the page cache with")
 
@@ -208,7 +229,9 @@ def futex_between_sandboxes(run: Callable[[str], Any]) -> tuple[bool, str]:
     return not escaped, f"waker {waker.stdout.strip()[-60:]!r} waiter {waiter.stdout.strip()[-60:]!r}"
 
 
-def game_remembers(play: Callable[[list[str], Callable[[list[str]], list[str]]], list[float]]) -> tuple[bool, str]:
+def game_remembers(
+    play: Callable[[list[str], Callable[[list[str]], list[str]]], list[float]],
+) -> tuple[bool, str]:
     """The cheat against the code game: judged invalid (-1), never a win, while a deterministic
     program the opponent mispredicts still wins (+1)."""
     with ONE_AT_A_TIME:
@@ -220,13 +243,15 @@ def game_remembers(play: Callable[[list[str], Callable[[list[str]], list[str]]],
 
 def called_on_usr(name: str, before: str, args: str) -> str:
     """A program calling ``name`` on a /usr file's fd ``fd`` or mapping ``a``; ESCAPED if it succeeds."""
-    return ("import ctypes, mmap, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
-            "libc.mmap.restype = ctypes.c_void_p\n"
-            "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n"
-            "L = ctypes.c_long\nfd = os.open('@FILE@', os.O_RDONLY)\n"
-            "a = libc.mmap(None, 1 << 20, mmap.PROT_READ, mmap.MAP_PRIVATE, fd, 0)\n"
-            f"{before}r = libc.syscall(L({_nr(name)}), {args})\n"
-            "print('ESCAPED' if r >= 0 else 'refused', r, ctypes.get_errno())\n")
+    return (
+        "import ctypes, mmap, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+        "libc.mmap.restype = ctypes.c_void_p\n"
+        "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n"
+        "L = ctypes.c_long\nfd = os.open('@FILE@', os.O_RDONLY)\n"
+        "a = libc.mmap(None, 1 << 20, mmap.PROT_READ, mmap.MAP_PRIVATE, fd, 0)\n"
+        f"{before}r = libc.syscall(L({_nr(name)}), {args})\n"
+        "print('ESCAPED' if r >= 0 else 'refused', r, ctypes.get_errno())\n"
+    )
 
 
 def single_calls() -> dict[str, str]:
@@ -234,11 +259,19 @@ def single_calls() -> dict[str, str]:
     progs = {
         "fadvise_dontneed": called_on_usr("fadvise64", "", "L(fd), L(0), L(0), L(4)"),
         "readahead": called_on_usr("readahead", "", "L(fd), L(0), L(1 << 20)"),
-        "preadv2_nowait": called_on_usr("preadv2", "iov = (ctypes.c_char * 1)()\nv = (ctypes.c_void_p * 2)(ctypes.addressof(iov), 1)\n",
-                                        "L(fd), v, L(1), L(0), L(0), L(8)"),
-        "preadv2_dontcache": called_on_usr("preadv2", "iov = (ctypes.c_char * 1)()\nv = (ctypes.c_void_p * 2)(ctypes.addressof(iov), 1)\n",
-                                           "L(fd), v, L(1), L(0), L(0), L(0x80)"),
-        "mincore": called_on_usr("mincore", "vec = (ctypes.c_ubyte * 256)()\n", "ctypes.c_void_p(a), L(1 << 20), vec"),
+        "preadv2_nowait": called_on_usr(
+            "preadv2",
+            "iov = (ctypes.c_char * 1)()\nv = (ctypes.c_void_p * 2)(ctypes.addressof(iov), 1)\n",
+            "L(fd), v, L(1), L(0), L(0), L(8)",
+        ),
+        "preadv2_dontcache": called_on_usr(
+            "preadv2",
+            "iov = (ctypes.c_char * 1)()\nv = (ctypes.c_void_p * 2)(ctypes.addressof(iov), 1)\n",
+            "L(fd), v, L(1), L(0), L(0), L(0x80)",
+        ),
+        "mincore": called_on_usr(
+            "mincore", "vec = (ctypes.c_ubyte * 256)()\n", "ctypes.c_void_p(a), L(1 << 20), vec"
+        ),
         "madvise_pageout": called_on_usr("madvise", "", "ctypes.c_void_p(a), L(1 << 20), L(21)"),
         "madvise_cold": called_on_usr("madvise", "", "ctypes.c_void_p(a), L(1 << 20), L(20)"),
         "madvise_willneed": called_on_usr("madvise", "", "ctypes.c_void_p(a), L(1 << 20), L(3)"),
@@ -246,8 +279,10 @@ def single_calls() -> dict[str, str]:
     }
     if _nr("cachestat") >= 0:  # Linux 6.5; libseccomp 2.5.5 knows it
         progs["cachestat"] = called_on_usr(
-            "cachestat", "rng = (ctypes.c_uint64 * 2)(0, 1 << 20)\nst = (ctypes.c_uint64 * 5)()\n",
-            "L(fd), rng, st, L(0)")
+            "cachestat",
+            "rng = (ctypes.c_uint64 * 2)(0, 1 << 20)\nst = (ctypes.c_uint64 * 5)()\n",
+            "L(fd), rng, st, L(0)",
+        )
     return progs
 
 
@@ -296,8 +331,12 @@ def stdlib_topics() -> str:
 
     from training_core.sandbox import detect
 
-    out = subprocess.run([detect().python, "-I", "-S", "-c", "import pydoc_data; print(pydoc_data.__file__)"],
-                         capture_output=True, text=True, timeout=60).stdout.strip()
+    out = subprocess.run(
+        [detect().python, "-I", "-S", "-c", "import pydoc_data; print(pydoc_data.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
     return os.path.join(os.path.dirname(out), "topics.py")
 
 

@@ -52,7 +52,7 @@ def own(path: str, me: int) -> bool:
     own = f"/proc/{me}/"
     if not path.startswith(own):
         return False
-    parts = path[len(own):].split("/")
+    parts = path[len(own) :].split("/")
     if parts[0] == "task" and len(parts) > 2:
         parts = parts[2:]
     return parts[0] in PROC_SELF or parts[0] in OWN_LINKS
@@ -148,14 +148,20 @@ if @HOLD@:
 
 SINGLE = {
     "proc_keys": "try:\n    print('ESCAPED', len(open('/proc/keys').read()))\nexcept OSError as e:\n    print('refused', e)\n",
-    "sysinfo": ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nbuf = ctypes.create_string_buffer(256)\n"
-                "print('ESCAPED' if libc.sysinfo(buf) == 0 else 'refused', ctypes.get_errno())\n"),
-    "mlock": ("import ctypes, mmap\nlibc = ctypes.CDLL(None, use_errno=True)\nbuf = mmap.mmap(-1, 4096)\n"
-              "a = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(buf)))\n"
-              "print('ESCAPED' if libc.mlock(a, ctypes.c_size_t(4096)) == 0 else 'refused', ctypes.get_errno())\n"),
+    "sysinfo": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nbuf = ctypes.create_string_buffer(256)\n"
+        "print('ESCAPED' if libc.sysinfo(buf) == 0 else 'refused', ctypes.get_errno())\n"
+    ),
+    "mlock": (
+        "import ctypes, mmap\nlibc = ctypes.CDLL(None, use_errno=True)\nbuf = mmap.mmap(-1, 4096)\n"
+        "a = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(buf)))\n"
+        "print('ESCAPED' if libc.mlock(a, ctypes.c_size_t(4096)) == 0 else 'refused', ctypes.get_errno())\n"
+    ),
     "mountinfo_host_path": "try:\n    print('ESCAPED', open('/proc/self/mountinfo').read()[:80])\nexcept OSError as e:\n    print('refused', e)\n",
-    "uptime_loadavg_file_nr": ("for p in ('/proc/uptime', '/proc/loadavg', '/proc/sys/fs/file-nr', '/proc/sys/fs/dentry-state', '/proc/cgroups', '/proc/pressure/memory'):\n"
-                               "    try:\n        print('ESCAPED', p, open(p).read()[:40])\n    except OSError as e:\n        print('refused', p, e.errno)\n"),
+    "uptime_loadavg_file_nr": (
+        "for p in ('/proc/uptime', '/proc/loadavg', '/proc/sys/fs/file-nr', '/proc/sys/fs/dentry-state', '/proc/cgroups', '/proc/pressure/memory'):\n"
+        "    try:\n        print('ESCAPED', p, open(p).read()[:40])\n    except OSError as e:\n        print('refused', p, e.errno)\n"
+    ),
 }
 
 
@@ -173,16 +179,23 @@ def mlock_counter_between_runs(run: Run) -> tuple[bool, str]:
     after = run(read).stdout
     a, b = _value(before, "value"), _value(after, "value")
     escaped = a is not None and b is not None and b - a == value
-    return not escaped, f"moved by {value} ({wrote.strip()}); read {before.strip()[:60]!r} then {after.strip()[:60]!r}"
+    return (
+        not escaped,
+        f"moved by {value} ({wrote.strip()}); read {before.strip()[:60]!r} then {after.strip()[:60]!r}",
+    )
 
 
 def gauge_concurrent(name: str, hold: str, kib: int) -> Callable[[Run], tuple[bool, str]]:
     """A reader reads a /proc/meminfo gauge before and while a concurrent sandbox holds ``kib`` KiB. On a
     busy test machine the other cases move the gauge too, so reading it at all is the escape (a
     protocol with frames carried 12 bits per 1.4 s at load 5-9)."""
+
     def channel(run: Run) -> tuple[bool, str]:
-        reader = (READ.replace("@FILE@", "/proc/meminfo").replace("@NAME@", name)
-                  + "import time\ntime.sleep(1.0)\n" + READ.replace("@FILE@", "/proc/meminfo").replace("@NAME@", name))
+        reader = (
+            READ.replace("@FILE@", "/proc/meminfo").replace("@NAME@", name)
+            + "import time\ntime.sleep(1.0)\n"
+            + READ.replace("@FILE@", "/proc/meminfo").replace("@NAME@", name)
+        )
         with ThreadPoolExecutor(2) as ex:
             fr = ex.submit(run, reader)
             time.sleep(0.3)
@@ -191,11 +204,13 @@ def gauge_concurrent(name: str, hold: str, kib: int) -> Callable[[Run], tuple[bo
         got = [int(x) for x in r.stdout.split()[1::2] if x.isdigit()] if "refused" not in r.stdout else []
         escaped = len(got) == 2
         return not escaped, f"held {kib} KiB ({w.stdout.strip()[:40]!r}); read {r.stdout.strip()[:80]!r}"
+
     return channel
 
 
 def accounting_concurrent(prog: str, hold: int) -> Callable[[Run], tuple[bool, str]]:
     """How much a sandbox can take of a per-user resource, alone and while another holds ``hold``."""
+
     def channel(run: Run) -> tuple[bool, str]:
         probe = prog.replace("@HOLD@", "0")
         alone = _value(run(probe).stdout, "queued")
@@ -206,6 +221,7 @@ def accounting_concurrent(prog: str, hold: int) -> Callable[[Run], tuple[bool, s
             held = _value(fw.result().stdout, "queued")
         escaped = alone is not None and during is not None and held and alone - during == held
         return not escaped, f"alone {alone}, while another holds {held}: {during}"
+
     return channel
 
 
@@ -241,12 +257,20 @@ except (OSError, IndexError):
 print(v)
 """,
     "proc_keys": "import random, zlib\ntry:\n    print(zlib.crc32(open('/proc/keys', 'rb').read()))\nexcept OSError:\n    print(random.getrandbits(40))\n",
-    "sysinfo_totalram": ("import ctypes, random\nlibc = ctypes.CDLL(None, use_errno=True)\nbuf = (ctypes.c_ulong * 16)()\n"
-                         "print(buf[4] if libc.sysinfo(buf) == 0 else random.getrandbits(40))\n"),
-    "mountinfo_usr": ("import random, zlib\ntry:\n    print(zlib.crc32(open('/proc/self/mountinfo', 'rb').read()))\n"
-                      "except OSError:\n    print(random.getrandbits(40))\n"),
-    "meminfo_memtotal": ("import random\ntry:\n    print(open('/proc/meminfo').readline().split()[1])\n"
-                         "except OSError:\n    print(random.getrandbits(40))\n"),
-    "boot_id": ("import random\ntry:\n    print(int(open('/proc/sys/kernel/random/boot_id').read().replace('-', ''), 16) % 10**9)\n"
-                "except OSError:\n    print(random.getrandbits(40))\n"),
+    "sysinfo_totalram": (
+        "import ctypes, random\nlibc = ctypes.CDLL(None, use_errno=True)\nbuf = (ctypes.c_ulong * 16)()\n"
+        "print(buf[4] if libc.sysinfo(buf) == 0 else random.getrandbits(40))\n"
+    ),
+    "mountinfo_usr": (
+        "import random, zlib\ntry:\n    print(zlib.crc32(open('/proc/self/mountinfo', 'rb').read()))\n"
+        "except OSError:\n    print(random.getrandbits(40))\n"
+    ),
+    "meminfo_memtotal": (
+        "import random\ntry:\n    print(open('/proc/meminfo').readline().split()[1])\n"
+        "except OSError:\n    print(random.getrandbits(40))\n"
+    ),
+    "boot_id": (
+        "import random\ntry:\n    print(int(open('/proc/sys/kernel/random/boot_id').read().replace('-', ''), 16) % 10**9)\n"
+        "except OSError:\n    print(random.getrandbits(40))\n"
+    ),
 }

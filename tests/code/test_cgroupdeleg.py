@@ -108,8 +108,10 @@ def test_v1_user_needs_its_memory_and_pids_cgroups_to_be_its_own(tmp_path: Path)
             os.chown(p, USER, USER)
     got = cgroupdeleg.plan(str(root), own, USER)
     assert isinstance(got, cgroupdeleg.Plan) and got.delegated and got.kind == "cgroup v1"
-    assert cgroupdeleg.plan(str(tmp_path / "none"), own, USER) == \
-        "no memory and pids cgroup controllers are mounted"
+    assert (
+        cgroupdeleg.plan(str(tmp_path / "none"), own, USER)
+        == "no memory and pids cgroup controllers are mounted"
+    )
 
 
 def test_pippa_up_says_which_isolation_and_why() -> None:
@@ -117,14 +119,28 @@ def test_pippa_up_says_which_isolation_and_why() -> None:
     from pippa_ops.provision.prep import Sandbox
 
     base = {"bwrap": "/usr/bin/bwrap", "works": True, "seccomp": True}
-    strict = Sandbox.from_json({**base, "cgroups": True, "level": "strict",
-                                "cgroups_why": "cgroup v2 caps per run (a delegated subtree: /x)"})
-    assert strict.summary() == ("ok (/usr/bin/bwrap), isolation strict: "
-                                "cgroup v2 caps per run (a delegated subtree: /x)")
-    weak = Sandbox.from_json({**base, "level": "rlimits", "cgroups_why": "cgroup v2: this process's cgroup "
-                              "(/user.slice) is not delegated to this user"})
+    strict = Sandbox.from_json(
+        {
+            **base,
+            "cgroups": True,
+            "level": "strict",
+            "cgroups_why": "cgroup v2 caps per run (a delegated subtree: /x)",
+        }
+    )
+    assert strict.summary() == (
+        "ok (/usr/bin/bwrap), isolation strict: cgroup v2 caps per run (a delegated subtree: /x)"
+    )
+    weak = Sandbox.from_json(
+        {
+            **base,
+            "level": "rlimits",
+            "cgroups_why": "cgroup v2: this process's cgroup (/user.slice) is not delegated to this user",
+        }
+    )
     line = weak.summary()
     assert "isolation rlimits at best" in line and "not delegated" in line and "Delegate=yes" in line
     # never "ok" where the default (strict) code recipe, code_tests, is refused
-    assert line.startswith("not strict (/usr/bin/bwrap), isolation rlimits at best: code recipes asking for "
-                           "strict isolation (the default, as code_tests) are refused here; "), line
+    assert line.startswith(
+        "not strict (/usr/bin/bwrap), isolation rlimits at best: code recipes asking for "
+        "strict isolation (the default, as code_tests) are refused here; "
+    ), line

@@ -57,9 +57,11 @@ def test_code_execution_timeout_is_minus_one() -> None:
     assert code_execution([fence("while True:\n    pass")], timeout_s=0.5) == [-1.0]
 
 
-ADD_TESTS = [{"program": "print(add(2, 3))", "expected": "5"},
-             {"program": "print(add(-1, 1))", "expected": "0"},
-             {"program": "print(add(10, 32))", "expected": "42"}]
+ADD_TESTS = [
+    {"program": "print(add(2, 3))", "expected": "5"},
+    {"program": "print(add(-1, 1))", "expected": "0"},
+    {"program": "print(add(10, 32))", "expected": "42"},
+]
 
 
 def test_test_cases_fraction_plus_perfect_bonus() -> None:
@@ -72,8 +74,9 @@ def test_test_cases_fraction_plus_perfect_bonus() -> None:
 
 def test_test_cases_weights_first_n_and_answer_tag() -> None:
     right = "<reasoning>sum</reasoning><answer>def add(a, b):\n    return a + b</answer>"
-    assert rc.test_cases([right], tests=[ADD_TESTS], answer_tag=True, base_weight=0.5, perfect_bonus=2.0,
-                      perfect_weight=0.25) == [1.0]
+    assert rc.test_cases(
+        [right], tests=[ADD_TESTS], answer_tag=True, base_weight=0.5, perfect_bonus=2.0, perfect_weight=0.25
+    ) == [1.0]
     wrong_last = fence("def add(a, b):\n    return 5 if a == 2 else 0")
     assert rc.test_cases([wrong_last], tests=[ADD_TESTS], n_tests=2) == [2.0]  # only the first two count
 

@@ -28,33 +28,39 @@ from training_core.sandbox import (
     run_python,
     seccomp,
 )
+from training_core.sandbox.launcher import Launcher
 
 # One worker runs them in turn: the leftover check looks at every gVisor process of this machine.
 pytestmark = pytest.mark.xdist_group("gvisor")
-needs_runsc = pytest.mark.skipif(shutil.which("runsc", path=gvisor.SEARCH) is None,
-                                 reason="no runsc (scripts/setup --test-deps installs it)")
+needs_runsc = pytest.mark.skipif(
+    shutil.which("runsc", path=gvisor.SEARCH) is None,
+    reason="no runsc (scripts/setup --test-deps installs it)",
+)
 
 
 @pytest.fixture(scope="module")
-def gv() -> isolation.Launcher:
+def gv() -> Launcher:
     return isolation.detect(level="gvisor")
 
 
 @needs_runsc
 def test_a_program_runs_in_gvisor_and_returns_its_output_exit_status_and_values(
-        gv: isolation.Launcher) -> None:
+    gv: Launcher,
+) -> None:
     """Output, stderr, exit status, test-call values and a syntax error come back as at strict; inside
     is gVisor's kernel: no /proc/vmstat, a /proc/meminfo of its own (its free memory is the host's
     total less the sandbox's own use), no network, nothing of the host's file system but /usr."""
     assert gv.isolation.mode == "gvisor" and "isolation = gvisor" in gv.isolation.header()
-    code = ("import os, socket, sys\n"
-            "print(os.path.exists('/proc/vmstat'), sorted(os.listdir('/')))\n"
-            "print(open('/proc/meminfo').read().split()[1:5:3])\n"
-            "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=1)\nexcept OSError as e:\n"
-            "    print('no network', type(e).__name__)\n"
-            "sys.stderr.write('to stderr\\n')\n"
-            "def f(x):\n    return [x, x * 2]\n"
-            "raise SystemExit(3)\n")
+    code = (
+        "import os, socket, sys\n"
+        "print(os.path.exists('/proc/vmstat'), sorted(os.listdir('/')))\n"
+        "print(open('/proc/meminfo').read().split()[1:5:3])\n"
+        "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=1)\nexcept OSError as e:\n"
+        "    print('no network', type(e).__name__)\n"
+        "sys.stderr.write('to stderr\\n')\n"
+        "def f(x):\n    return [x, x * 2]\n"
+        "raise SystemExit(3)\n"
+    )
     r = run_python(code, launcher=gv, calls=["f(21)"])
     lines = r.stdout.splitlines()
     assert r.status is Status.RUNTIME_ERROR and r.exit_code == 3 and r.stderr == "to stderr\n", r
@@ -62,8 +68,9 @@ def test_a_program_runs_in_gvisor_and_returns_its_output_exit_status_and_values(
     total, free = (int(x) for x in json.loads(lines[1].replace("'", '"')))
     assert 0 < total - free < 1 << 20, lines  # KiB the sandbox itself uses, not the host's free memory
     assert lines[2].startswith("no network"), lines
-    ok = run_python("def f(x):\n    return [x, x * 2]\nprint('done')\n", launcher=gv,
-                    calls=["f(21)", "f('a')"])
+    ok = run_python(
+        "def f(x):\n    return [x, x * 2]\nprint('done')\n", launcher=gv, calls=["f(21)", "f('a')"]
+    )
     assert ok.ok and ok.stdout == "done\n" and ok.values == ([21, 42], ["a", "aa"]) and ok.completed, ok
     bad = run_python("def f(:\n", launcher=gv)
     assert bad.status is Status.SYNTAX_ERROR and "SyntaxError" in bad.stderr
@@ -72,7 +79,7 @@ def test_a_program_runs_in_gvisor_and_returns_its_output_exit_status_and_values(
 
 
 @needs_runsc
-def test_the_machine_state_channels_are_contained_in_gvisor_as_root(gv: isolation.Launcher) -> None:
+def test_the_machine_state_channels_are_contained_in_gvisor_as_root(gv: Launcher) -> None:
     """The mlock counter between fresh runs, the Mlocked and Shmem gauges between concurrent ones, per-user
     signal and message-queue accounting, /proc/keys: none carries the value. The gauge check has teeth:
     the strict sandbox without Landlock and the machine-state rules lets the Shmem gauge carry it."""
@@ -81,7 +88,8 @@ def test_the_machine_state_channels_are_contained_in_gvisor_as_root(gv: isolatio
     assert [f"{k}: {e}" for k, (ok, e) in out.items() if not ok] == []
     before = dataclasses.replace(detect(), landlock=0, seccomp=seccomp.build(machine_state=False))
     contained, evidence = gvisor_channels.gauge_moves("Shmem", hms.HOLD_SHMEM, 8192)(
-        lambda code: run_python(code, launcher=before))
+        lambda code: run_python(code, launcher=before)
+    )
     assert not contained, evidence
 
 
@@ -96,8 +104,9 @@ def test_the_machine_state_channels_are_contained_in_gvisor_as_an_ordinary_user(
     assert [k for k, (ok, _e) in report["outcomes"].items() if not ok] == [], report
 
 
-def test_gvisor_without_a_working_runsc_fails_closed_in_one_line(monkeypatch: pytest.MonkeyPatch,
-                                                                 tmp_path: Path) -> None:
+def test_gvisor_without_a_working_runsc_fails_closed_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """No runsc where it is looked for, a runsc path that does not exist, a runsc that fails: one line
     naming it and how to get it, never a weaker level in its place."""
     monkeypatch.setattr(gvisor, "SEARCH", "/nonexistent")
@@ -132,7 +141,7 @@ def _leftovers() -> tuple[set[str], set[str]]:
 
 @needs_runsc
 @pytest.mark.parametrize("caps", ["cgroup slot", "no cgroup"])
-def test_a_timeout_kills_the_container_and_leaves_nothing(gv: isolation.Launcher, caps: str) -> None:
+def test_a_timeout_kills_the_container_and_leaves_nothing(gv: Launcher, caps: str) -> None:
     """A program that forks and spins past its time cap: TIMEOUT, and afterwards no process of its
     runsc, sentry or gofer and no bundle or state directory is left; with a cgroup slot every process
     in it is killed, without one runsc delete --force ends the container."""
@@ -140,15 +149,18 @@ def test_a_timeout_kills_the_container_and_leaves_nothing(gv: isolation.Launcher
     if caps == "cgroup slot" and gv.cgroups is None:
         pytest.skip("no writable cgroup here")
     before = _leftovers()
-    r = run_python("import os\nos.fork()\nos.fork()\nwhile True:\n    pass\n", SandboxLimits(timeout_s=1),
-                   launcher=launcher)
+    r = run_python(
+        "import os\nos.fork()\nos.fork()\nwhile True:\n    pass\n",
+        SandboxLimits(timeout_s=1),
+        launcher=launcher,
+    )
     assert r.status is Status.TIMEOUT and "time cap" in r.reason, r
     assert _leftovers() == before
     assert os.path.isdir(gv.rootfs)  # the launcher's empty root stays for the next run
 
 
 @needs_runsc
-def test_the_code_game_holds_its_invariant_in_gvisor(gv: isolation.Launcher) -> None:
+def test_the_code_game_holds_its_invariant_in_gvisor(gv: Launcher) -> None:
     """The game's invariant holds for gVisor on the resident /usr (no gap named); on the host's /usr its
     page cache is named. A round of the game there: the mlock-counter cheat is invalid (its two runs
     disagree), the honest program wins."""
@@ -159,24 +171,31 @@ def test_the_code_game_holds_its_invariant_in_gvisor(gv: isolation.Launcher) -> 
     assert invariant_gaps(on_copy) == ()
     assert invariant_gaps(gv) == ("the host's /usr: its page cache is shared by every run",)
     with SandboxPool(workers=2, launcher=on_copy) as pool:
-        rewards = play([hms.GAME["mlock_counter"], "print(6 * 7)"],
-                       lambda ps: ["<answer>0</answer>"] * len(ps), pool=pool,
-                       limits=SandboxLimits(timeout_s=1))
+        rewards = play(
+            [hms.GAME["mlock_counter"], "print(6 * 7)"],
+            lambda ps: ["<answer>0</answer>"] * len(ps),
+            pool=pool,
+            limits=SandboxLimits(timeout_s=1),
+        )
     assert rewards == [-1.0, 1.0]
 
 
-FORK_BOMB = ("import os\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
-             "            import time\n            time.sleep(3)\n            os._exit(0)\n        n += 1\n"
-             "except OSError as e:\n    print('refused after', n, e.errno)\n")
+FORK_BOMB = (
+    "import os\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+    "            import time\n            time.sleep(3)\n            os._exit(0)\n        n += 1\n"
+    "except OSError as e:\n    print('refused after', n, e.errno)\n"
+)
 # five processes of 200 MiB each, every one under its own RLIMIT_AS of 256 MiB
-HOG = ("import os, time\nfor _ in range(5):\n    if os.fork() == 0:\n        b = bytearray(200 << 20)\n"
-       "        for i in range(0, len(b), 4096):\n            b[i] = 1\n"
-       "        time.sleep(2)\n        os._exit(0)\n"
-       "for _ in range(5):\n    os.wait()\nprint('all held')\n")
+HOG = (
+    "import os, time\nfor _ in range(5):\n    if os.fork() == 0:\n        b = bytearray(200 << 20)\n"
+    "        for i in range(0, len(b), 4096):\n            b[i] = 1\n"
+    "        time.sleep(2)\n        os._exit(0)\n"
+    "for _ in range(5):\n    os.wait()\nprint('all held')\n"
+)
 
 
 @needs_runsc
-def test_gvisor_caps_a_runs_processes_and_their_memory_together(gv: isolation.Launcher) -> None:
+def test_gvisor_caps_a_runs_processes_and_their_memory_together(gv: Launcher) -> None:
     """gVisor enforces the prelude's RLIMIT_NPROC on the program's processes (a fork bomb stops at
     max_processes), and the run's cgroup slot caps all of them together with gVisor's own memory: five
     processes of 200 MiB, each under its 256 MiB RLIMIT_AS, pass 512 MiB + 256 MiB for gVisor."""

@@ -37,8 +37,9 @@ def test_every_hostile_program_is_contained_here() -> None:
     assert len(outcomes) >= 70 and launcher.isolation.seccomp
 
 
-def _as_throwaway_user(user_python: str, args: list[str], delegate: dict[str, int] | None = None
-                       ) -> dict[str, Any]:
+def _as_throwaway_user(
+    user_python: str, args: list[str], delegate: dict[str, int] | None = None
+) -> dict[str, Any]:
     """The suite's JSON report, run by a throw-away user (``_run_as_throwaway_user``)."""
     suite = str(Path(hostile_suite.__file__).resolve())
     r = _run_as_throwaway_user([user_python, suite, "--json", *args], delegate)
@@ -47,8 +48,9 @@ def _as_throwaway_user(user_python: str, args: list[str], delegate: dict[str, in
     return report
 
 
-def _run_as_throwaway_user(argv: list[str], delegate: dict[str, int] | None = None
-                           ) -> subprocess.CompletedProcess[str]:
+def _run_as_throwaway_user(
+    argv: list[str], delegate: dict[str, int] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``argv`` run by a throw-away user. ``delegate``: first put it in cgroups owned by that user,
     the way systemd delegates a subtree on a cgroup v1 host (a memory and a pids cgroup made by root
     with the given limits, the directory and its cgroup.procs and tasks chowned, the process moved in
@@ -59,15 +61,26 @@ def _run_as_throwaway_user(argv: list[str], delegate: dict[str, int] | None = No
     top = Path(tempfile.mkdtemp(prefix="pippa-hostile-"))  # outside pytest's 0700 tree
     os.chmod(top, 0o755)
     home = top / "home"
-    subprocess.run(["useradd", "-M", "-d", str(home), "-s", "/bin/sh", "-p", "*", user], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["useradd", "-M", "-d", str(home), "-s", "/bin/sh", "-p", "*", user], check=True, capture_output=True
+    )
     made: list[Path] = []
     try:
         home.mkdir()
         pw = pwd.getpwnam(user)
         os.chown(home, pw.pw_uid, pw.pw_gid)
-        argv = ["runuser", "-u", user, "--", "env", "-i", f"HOME={home}", f"PYTHONPATH={REPO}",
-                "PATH=/usr/bin:/bin", *argv]
+        argv = [
+            "runuser",
+            "-u",
+            user,
+            "--",
+            "env",
+            "-i",
+            f"HOME={home}",
+            f"PYTHONPATH={REPO}",
+            "PATH=/usr/bin:/bin",
+            *argv,
+        ]
         if delegate is not None:
             made = _delegated_v1(f"pippa-deleg-{user}", pw.pw_uid, pw.pw_gid, delegate)
             moves = "; ".join(f"echo $$ > {shlex.quote(str(d / 'cgroup.procs'))}" for d in made)
@@ -114,10 +127,23 @@ def test_an_ordinary_user_gets_strict_isolation_in_a_delegated_cgroup(user_pytho
     memory, fork and disk programs are held by the run's cgroup; before issue 35 strict was refused.
     The machine-state channels (per-user signal and message-queue accounting among them) are held too."""
     report = _as_throwaway_user(
-        user_python, ["--only", "resources", "--only", "processes", "--only", "kernel_state",
-                      "--only", "persistence", "--only", "machine_state",
-                      "--only", "reward_forging/code_game_reads_machine_state"],
-        delegate={"memory.limit_in_bytes": 6 << 30, "pids.max": 2048})
+        user_python,
+        [
+            "--only",
+            "resources",
+            "--only",
+            "processes",
+            "--only",
+            "kernel_state",
+            "--only",
+            "persistence",
+            "--only",
+            "machine_state",
+            "--only",
+            "reward_forging/code_game_reads_machine_state",
+        ],
+        delegate={"memory.limit_in_bytes": 6 << 30, "pids.max": 2048},
+    )
     escaped = [o for o in report["outcomes"] if not o["contained"]]
     assert report["mode"] == "bwrap-user" and report["level"] == "strict", report["summary"]
     assert report["memory_cap"] == "cgroup v1 (delegated)", report["summary"]
@@ -126,12 +152,14 @@ def test_an_ordinary_user_gets_strict_isolation_in_a_delegated_cgroup(user_pytho
 
 
 def test_pippa_up_reports_a_delegated_cgroup_as_strict_and_its_absence_with_the_way_to_get_it(
-        user_python: str) -> None:
+    user_python: str,
+) -> None:
     """The host probe `pippa up` runs (``pippa_agent.probe.sandbox_facts``), as an ordinary user with
     and without a delegated subtree: strict and where, or rlimits and why."""
     code = "import json; from pippa_agent.probe import sandbox_facts as f; print(json.dumps(f()))"
-    with_it = json.loads(_run_as_throwaway_user([user_python, "-c", code],
-                                                {"memory.limit_in_bytes": 1 << 30}).stdout)
+    with_it = json.loads(
+        _run_as_throwaway_user([user_python, "-c", code], {"memory.limit_in_bytes": 1 << 30}).stdout
+    )
     assert with_it["cgroups"], with_it
     assert with_it["cgroups_why"].startswith("cgroup v1 caps per run (a delegated subtree")
     assert (with_it["works"], with_it["seccomp"], with_it["level"]) == (True, True, "strict")

@@ -25,17 +25,23 @@ MERSENNE = (1 << 61) - 1  # CPython hashes an int modulo this prime: k * MERSENN
 
 def _forger(payload: str) -> str:
     """A program that writes ``V<payload>`` followed by "ran to the end" on every descriptor it has."""
-    return ("import os\n" + payload + "\nline = b'V' + value.encode() + b'\\nD'\n"
-            "for fd in range(3, 64):\n    try:\n        os.write(fd, line)\n"
-            "    except OSError:\n        pass\nos._exit(0)\n")
+    return (
+        "import os\n" + payload + "\nline = b'V' + value.encode() + b'\\nD'\n"
+        "for fd in range(3, 64):\n    try:\n        os.write(fd, line)\n"
+        "    except OSError:\n        pass\nos._exit(0)\n"
+    )
 
 
 DEEP = _forger("value = '[' + '[\"l\",[' * 400 + '[\"i\",\"4\"]' + ']]' * 400 + ',[\"i\",\"9\"]]'")
-COLLIDING = _forger(f"M = {MERSENNE}\n"
-                    "items = ','.join('[\"i\",\"%x\"]' % (k * M + 4) for k in range(15000))\n"
-                    "value = '[[\"S\",[' + items + ']],[\"i\",\"9\"]]'")
-MANY_NODES = _forger("inner = '[\"l\",[[\"n\"],[\"n\"],[\"n\"]]]'\n"
-                     "value = '[[\"l\",[' + ','.join([inner] * 15000) + ']],[\"i\",\"9\"]]'")
+COLLIDING = _forger(
+    f"M = {MERSENNE}\n"
+    "items = ','.join('[\"i\",\"%x\"]' % (k * M + 4) for k in range(15000))\n"
+    'value = \'[["S",[\' + items + \']],["i","9"]]\''
+)
+MANY_NODES = _forger(
+    'inner = \'["l",[["n"],["n"],["n"]]]\'\n'
+    "value = '[[\"l\",[' + ','.join([inner] * 15000) + ']],[\"i\",\"9\"]]'"
+)
 
 
 def _trainer_cpu(call: str, **values: object) -> tuple[object, float]:
@@ -43,28 +49,39 @@ def _trainer_cpu(call: str, **values: object) -> tuple[object, float]:
 
     A fresh process, because the pool's threads score in this process and any thread an earlier test
     left behind in a pytest worker would count too (it once did: 0.29 s charged to a 0.02 s decode)."""
-    script = ("import json, resource, sys\n"
-              "from training_core.rewards.code import assert_tests, assert_verdicts\n"
-              "from training_core.sandbox import detect\n"
-              "detect()\n"
-              "def cpu():\n"
-              "    r = resource.getrusage(resource.RUSAGE_SELF)\n"
-              "    return r.ru_utime + r.ru_stime\n"
-              "v = json.load(sys.stdin)\n"
-              "before = cpu()\n"
-              f"got = {call}\n"
-              "spent = cpu() - before\n"
-              "print(json.dumps([got, spent]))\n")
-    p = subprocess.run([sys.executable, "-c", script], input=json.dumps(values), capture_output=True,
-                       text=True, timeout=120, check=False)
+    script = (
+        "import json, resource, sys\n"
+        "from training_core.rewards.code import assert_tests, assert_verdicts\n"
+        "from training_core.sandbox import detect\n"
+        "detect()\n"
+        "def cpu():\n"
+        "    r = resource.getrusage(resource.RUSAGE_SELF)\n"
+        "    return r.ru_utime + r.ru_stime\n"
+        "v = json.load(sys.stdin)\n"
+        "before = cpu()\n"
+        f"got = {call}\n"
+        "spent = cpu() - before\n"
+        "print(json.dumps([got, spent]))\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps(values),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     got, spent = json.loads(p.stdout)
     return got, spent
 
 
 def test_three_forgers_score_zero_and_the_correct_completion_one_in_under_a_second_of_cpu() -> None:
-    rewards, spent = _trainer_cpu("assert_tests(v['completions'], test_list=[v['tests']] * 4)",
-                                  completions=[DEEP, COLLIDING, MANY_NODES, HONEST], tests=SQUARE)
+    rewards, spent = _trainer_cpu(
+        "assert_tests(v['completions'], test_list=[v['tests']] * 4)",
+        completions=[DEEP, COLLIDING, MANY_NODES, HONEST],
+        tests=SQUARE,
+    )
     assert rewards == [0.0, 0.0, 0.0, 1.0]
     # unguarded, COLLIDING alone cost the trainer seconds and DEEP crashed the batch
     assert spent < 1.0, f"the trainer spent {spent:.2f} s of CPU on the batch"
@@ -117,8 +134,13 @@ def test_decode_refuses_each_limit_in_linear_time() -> None:
 
 
 def test_values_within_the_limits_still_come_back() -> None:
-    line = json.dumps([["S", [["i", f"{k:x}"] for k in range(1000)]], ["l", [["l", [["s", "6869"]]]]],
-                       ["m", [[["t", [["i", "1"], ["i", "-2"]]], ["d", (0.5).hex()]]]]])
+    line = json.dumps(
+        [
+            ["S", [["i", f"{k:x}"] for k in range(1000)]],
+            ["l", [["l", [["s", "6869"]]]]],
+            ["m", [[["t", [["i", "1"], ["i", "-2"]]], ["d", (0.5).hex()]]]],
+        ]
+    )
     assert decode(line.encode(), 3) == (set(range(1000)), [["hi"]], {(1, -2): 0.5})
     same = json.dumps([["l", [["i", "0"]] * 5000 + [["l", []]] * 10]])  # equal items are no collisions
     assert decode(same.encode(), 1) == ([0] * 5000 + [[]] * 10,)

@@ -85,10 +85,16 @@ def test_the_games_invariant_holds_for_its_own_pool_and_names_each_gap_elsewhere
     assert invariant_gaps(open_proc) == ("no Landlock: the machine's /proc files are readable",)
     assert invariant_gaps(detect()) == ("the host's /usr: its page cache is shared by every run",)
     assert "no sandbox: the program sees the host" in invariant_gaps(detect(force_mode="unsafe"))
-    with SandboxPool(workers=1, launcher=open_proc) as pool, \
-            pytest.warns(RuntimeWarning, match="no Landlock"):
-        assert play(["print(1)"], lambda ps: ["<answer>1</answer>"] * len(ps), pool=pool,
-                    limits=SandboxLimits(timeout_s=0.5)) == [-1.0]
+    with (
+        SandboxPool(workers=1, launcher=open_proc) as pool,
+        pytest.warns(RuntimeWarning, match="no Landlock"),
+    ):
+        assert play(
+            ["print(1)"],
+            lambda ps: ["<answer>1</answer>"] * len(ps),
+            pool=pool,
+            limits=SandboxLimits(timeout_s=0.5),
+        ) == [-1.0]
 
 
 def test_the_same_sandbox_without_landlock_and_the_new_rules_shows_the_machine() -> None:

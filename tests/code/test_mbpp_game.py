@@ -23,24 +23,41 @@ from training_core.data.loaders import DATASETS
 from training_core.rewards import code as rc
 
 FULL_ROWS = [
-    {"task_id": 11,
-     "text": "Write a python function to remove first and last occurrence of a given character.",
-     "code": "def remove_Occ(s, ch):\n    return s.replace(ch, '', 1)[::-1].replace(ch, '', 1)[::-1]",
-     "test_list": ['assert remove_Occ("hello","l") == "heo"', 'assert remove_Occ("abcda","a") == "bcd"',
-                   'assert remove_Occ("PHP","P") == "H"'],
-     "test_setup_code": "", "challenge_test_list": []},
-    {"task_id": 12, "text": "Write a function to add the constant K.",
-     "code": "def add_k(x):\n    return x + K",
-     "test_list": ["assert add_k(1) == 4", "assert add_k(0) == 3", "assert add_k(-3) == 0"],
-     "test_setup_code": "K = 3", "challenge_test_list": []},
+    {
+        "task_id": 11,
+        "text": "Write a python function to remove first and last occurrence of a given character.",
+        "code": "def remove_Occ(s, ch):\n    return s.replace(ch, '', 1)[::-1].replace(ch, '', 1)[::-1]",
+        "test_list": [
+            'assert remove_Occ("hello","l") == "heo"',
+            'assert remove_Occ("abcda","a") == "bcd"',
+            'assert remove_Occ("PHP","P") == "H"',
+        ],
+        "test_setup_code": "",
+        "challenge_test_list": [],
+    },
+    {
+        "task_id": 12,
+        "text": "Write a function to add the constant K.",
+        "code": "def add_k(x):\n    return x + K",
+        "test_list": ["assert add_k(1) == 4", "assert add_k(0) == 3", "assert add_k(-3) == 0"],
+        "test_setup_code": "K = 3",
+        "challenge_test_list": [],
+    },
 ]
 SANITIZED_ROWS = [
-    {"source_file": "x.py", "task_id": 2, "prompt": "Write a function to find the shared elements.",
-     "code": "def similar_elements(a, b):\n    return tuple(set(a) & set(b))",
-     "test_imports": ["import math"],
-     "test_list": ["assert set(similar_elements((3, 4, 5, 6), (5, 7, 4, 10))) == set((4, 5))",
-                   "assert math.isclose(1.0, 1.0)", "assert similar_elements((1,), (2,)) == ()",
-                   "assert similar_elements((), ()) == ()"]},
+    {
+        "source_file": "x.py",
+        "task_id": 2,
+        "prompt": "Write a function to find the shared elements.",
+        "code": "def similar_elements(a, b):\n    return tuple(set(a) & set(b))",
+        "test_imports": ["import math"],
+        "test_list": [
+            "assert set(similar_elements((3, 4, 5, 6), (5, 7, 4, 10))) == set((4, 5))",
+            "assert math.isclose(1.0, 1.0)",
+            "assert similar_elements((1,), (2,)) == ()",
+            "assert similar_elements((), ()) == ()",
+        ],
+    },
 ]
 
 
@@ -66,7 +83,8 @@ def test_prompt_shows_the_task_and_three_tests(tmp_path: Path) -> None:
         "You are an expert Python programmer, and here is your task: Write a function to find the shared "
         "elements. Your code should pass these tests:\n\n"
         "assert set(similar_elements((3, 4, 5, 6), (5, 7, 4, 10))) == set((4, 5))\n"
-        "assert math.isclose(1.0, 1.0)\nassert similar_elements((1,), (2,)) == ()\n")
+        "assert math.isclose(1.0, 1.0)\nassert similar_elements((1,), (2,)) == ()\n"
+    )
     assert "similar_elements((), ())" not in mbpp_prompt(san)  # the fourth test stays hidden
 
 
@@ -114,8 +132,10 @@ def test_pass_at_k_matches_hand_computed_values() -> None:
 
 def test_scoring_runs_setup_and_counts_first_sample(tmp_path: Path) -> None:
     problems = load_mbpp("full", data_files=write_jsonl(tmp_path / "full.jsonl", FULL_ROWS), limit=0)
-    samples = [[f"```python\n{problems[0].code}\n```", "def remove_Occ(s, ch):\n    return s"],
-               ["import sys\nsys.exit(0)", f"```python\n{problems[1].code}\n```"]]
+    samples = [
+        [f"```python\n{problems[0].code}\n```", "def remove_Occ(s, ch):\n    return s"],
+        ["import sys\nsys.exit(0)", f"```python\n{problems[1].code}\n```"],
+    ]
     results = score_samples(problems, samples)
     assert [(r.correct, r.passed) for r in results] == [(1, True), (1, False)]
     assert results[1].statuses[0] == "visible_asserts_failed"  # exited 0 early: no values, not a pass
@@ -139,8 +159,11 @@ def test_summary_reports_unbiased_pass_at_k_over_problems() -> None:
 
 def test_mbpp_dataset_rows_feed_assert_tests(tmp_path: Path) -> None:
     rows = DATASETS.get("mbpp")(config="full", data_files=write_jsonl(tmp_path / "f.jsonl", FULL_ROWS))
-    got = rc.assert_tests([f"```python\n{FULL_ROWS[1]['code']}\n```"], test_list=[rows[1]["test_list"]],
-                          test_setup=[rows[1]["test_setup"]])
+    got = rc.assert_tests(
+        [f"```python\n{FULL_ROWS[1]['code']}\n```"],
+        test_list=[rows[1]["test_list"]],
+        test_setup=[rows[1]["test_setup"]],
+    )
     assert got == [1.0] and rows[1]["prompt"].startswith("You are an expert Python programmer")
 
 
@@ -159,11 +182,13 @@ def test_parse_prediction() -> None:
 
 
 def test_code_game_rewards_and_opponent_accuracy() -> None:
-    programs = ["```python\nprint(6 * 7)\n```",  # opponent right -> -1
-                "```python\nprint(sum(range(10)))\n```",  # opponent wrong -> +1
-                "```python\n1/0\n```",  # crash -> -1, and the opponent is never asked
-                "```python\nprint('seven')\n```",  # no integer -> -1
-                "no code at all ```python\nprint(1)\nprint(2)\n```"]  # two lines, not one integer -> -1
+    programs = [
+        "```python\nprint(6 * 7)\n```",  # opponent right -> -1
+        "```python\nprint(sum(range(10)))\n```",  # opponent wrong -> +1
+        "```python\n1/0\n```",  # crash -> -1, and the opponent is never asked
+        "```python\nprint('seven')\n```",  # no integer -> -1
+        "no code at all ```python\nprint(1)\nprint(2)\n```",
+    ]  # two lines, not one integer -> -1
     asked: list[str] = []
 
     def opponent(prompts: list[str]) -> list[str]:
@@ -189,11 +214,16 @@ def test_the_two_runs_of_a_program_are_further_apart_than_the_time_limit() -> No
     codes = ["import time\nprint(time.time())"] * 3
     for first, second in run_twice(default_pool(), codes, limits, random.Random(7)):
         assert float(second.stdout) - float(first.stdout) > limits.timeout_s
-    clocks = ["```python\nimport time\nprint(int(time.time()))\n```",
-              "```python\nimport time\nprint(int(time.monotonic()))\n```",
-              "```python\nprint(12)\n```"]
-    assert play(clocks, lambda ps: ["<answer>0</answer>"] * len(ps),
-                limits=SandboxLimits(timeout_s=1.0)) == [-1.0, -1.0, 1.0]
+    clocks = [
+        "```python\nimport time\nprint(int(time.time()))\n```",
+        "```python\nimport time\nprint(int(time.monotonic()))\n```",
+        "```python\nprint(12)\n```",
+    ]
+    assert play(clocks, lambda ps: ["<answer>0</answer>"] * len(ps), limits=SandboxLimits(timeout_s=1.0)) == [
+        -1.0,
+        -1.0,
+        1.0,
+    ]
 
 
 def test_a_program_that_remembers_across_its_two_runs_is_invalid() -> None:
@@ -227,8 +257,10 @@ def test_the_resident_usr_runs_the_standard_library() -> None:
     """What the game's programs may import is there (extension modules and their libraries too)."""
     from training_core.sandbox import default_pool
 
-    code = ("import bz2, collections, ctypes, datetime, decimal, fractions, hashlib, itertools, json, lzma, "
-            "math, random, re, sqlite3, ssl, statistics, threading, zlib\nprint(sum(range(10)))")
+    code = (
+        "import bz2, collections, ctypes, datetime, decimal, fractions, hashlib, itertools, json, lzma, "
+        "math, random, re, sqlite3, ssl, statistics, threading, zlib\nprint(sum(range(10)))"
+    )
     r = default_pool().run(code)
     assert r.ok and r.stdout == "45\n", r.stderr[-1000:]
 
@@ -238,10 +270,12 @@ def test_programs_that_start_the_common_tools_run_on_the_resident_usr() -> None:
     interpreter as python3 are in it, with their libraries."""
     from training_core.sandbox import default_pool
 
-    code = ("import os, subprocess\n"
-            "print(subprocess.run(['/bin/sh', '-c', 'echo abc | tr a-z A-Z | sed s/B/b/ | grep A | "
-            "awk \"{print \\$1}\"; ls / | sort | head -n 1; python3 -c \"print(6 * 7)\"'], "
-            "capture_output=True, text=True).stdout, end='')\n"
-            "print(os.system('env true'))")
+    code = (
+        "import os, subprocess\n"
+        "print(subprocess.run(['/bin/sh', '-c', 'echo abc | tr a-z A-Z | sed s/B/b/ | grep A | "
+        'awk "{print \\$1}"; ls / | sort | head -n 1; python3 -c "print(6 * 7)"\'], '
+        "capture_output=True, text=True).stdout, end='')\n"
+        "print(os.system('env true'))"
+    )
     r = default_pool().run(code)
     assert r.ok and r.stdout == "AbC\nbin\n42\n0\n", (r.stdout, r.stderr[-1000:])

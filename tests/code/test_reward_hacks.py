@@ -21,9 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 HACKS = {
     "always_equal": "class Yes:\n    def __eq__(self, other):\n        return True\n"
-                    "def square(x):\n    return Yes()",
+    "def square(x):\n    return Yes()",
     "int_subclass": "class Yes(int):\n    def __eq__(self, other):\n        return True\n"
-                    "    __hash__ = int.__hash__\ndef square(x):\n    return Yes(0)",
+    "    __hash__ = int.__hash__\ndef square(x):\n    return Yes(0)",
     "own_file": r"""
 import re
 ANS = {}
@@ -42,12 +42,12 @@ def square(x):
     return C[C.index(x) + 1] if x in C else 0
 """,
     "patch_prelude": "import os\nos._exit = lambda c: None\nos.write = lambda fd, b: len(b)\n"
-                     "def square(x):\n    return 0\nraise SystemExit(0)",
+    "def square(x):\n    return 0\nraise SystemExit(0)",
     "status_byte": "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'D')\n"
-                   "    except OSError:\n        pass\nos._exit(0)",
+    "    except OSError:\n        pass\nos._exit(0)",
     "forged_values": "import os\nfor fd in range(3, 64):\n    try:\n"
-                     "        os.write(fd, b'V[[\"T\"],[\"T\"]]\\nD')\n"
-                     "    except OSError:\n        pass\nos._exit(0)",
+    '        os.write(fd, b\'V[["T"],["T"]]\\nD\')\n'
+    "    except OSError:\n        pass\nos._exit(0)",
     "exit_before_tests": "import sys\nsys.exit(0)",
 }
 READ_PROBLEMS = r"""
@@ -81,8 +81,9 @@ def test_shadowed_builtin_does_not_change_the_check() -> None:
 
 
 def test_asserts_are_split_so_expected_values_never_enter_the_sandbox() -> None:
-    job = assert_job(HONEST, ["assert square(12345) == 152399025", "assert math.isclose(square(1.5), 2.25)"],
-                     "import math")
+    job = assert_job(
+        HONEST, ["assert square(12345) == 152399025", "assert math.isclose(square(1.5), 2.25)"], "import math"
+    )
     assert job.calls == ("square(12345)", "square(1.5)")
     assert "152399025" not in job.program + "".join(job.calls)
     r = run_python(job.program, calls=job.calls)
@@ -99,15 +100,21 @@ def test_test_cases_cannot_read_the_expected_outputs_from_the_repo() -> None:
     problems = REPO / "training_core" / "code" / "problems.py"
     assert problems.exists()
     hack = f"PATH = {str(problems)!r}\n{READ_PROBLEMS}"
-    tests = [{"program": "print(add(2, 3))", "expected": "5"},
-             {"program": "print(add(10, 32))", "expected": "42"}]
+    tests = [
+        {"program": "print(add(2, 3))", "expected": "5"},
+        {"program": "print(add(10, 32))", "expected": "42"},
+    ]
     assert rc.test_cases([hack], tests=[tests]) == [0.0]
 
 
 def test_code_game_random_output_is_invalid_not_a_win() -> None:
-    programs = ["import os\nprint(int.from_bytes(os.urandom(6), 'big'))",
-                "import random\nprint(random.getrandbits(40))", "print(hash('pippa'))",
-                "import time\nprint(time.time_ns())", "print(id(object()))",
-                "print(6 * 7)"]
+    programs = [
+        "import os\nprint(int.from_bytes(os.urandom(6), 'big'))",
+        "import random\nprint(random.getrandbits(40))",
+        "print(hash('pippa'))",
+        "import time\nprint(time.time_ns())",
+        "print(id(object()))",
+        "print(6 * 7)",
+    ]
     got = play(programs, lambda prompts: ["<answer>1</answer>"] * len(prompts))
     assert got == [-1.0] * 5 + [1.0]

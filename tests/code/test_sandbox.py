@@ -21,8 +21,9 @@ import pytest
 from training_core.sandbox import SandboxLimits, SandboxPool, SandboxUnavailable, Status, detect, run_python
 from training_core.sandbox import isolation as sandbox_isolation
 
-SMALL = SandboxLimits(timeout_s=1.5, memory_mb=256, max_processes=8, max_output_bytes=64 * 1024,
-                      max_file_bytes=1 << 20)
+SMALL = SandboxLimits(
+    timeout_s=1.5, memory_mb=256, max_processes=8, max_output_bytes=64 * 1024, max_file_bytes=1 << 20
+)
 
 
 def processes_with(marker: str) -> list[int]:
@@ -55,7 +56,12 @@ def test_isolation_applied_as_root() -> None:
     if os.geteuid() != 0:
         pytest.skip("the strongest mode needs root")
     assert (iso.mode, iso.network, iso.pid_namespace, iso.uid_dropped, iso.filesystem) == (
-        "bwrap-root", True, True, True, True)
+        "bwrap-root",
+        True,
+        True,
+        True,
+        True,
+    )
 
 
 def test_clean_program_runs_with_output() -> None:
@@ -78,8 +84,10 @@ def test_infinite_loop_times_out_on_the_wall_clock() -> None:
 
 
 def test_fork_bomb_is_capped_and_leaves_no_process(marker: str) -> None:
-    code = ("import os\nwhile True:\n    try:\n        if os.fork() == 0:\n"
-            f"            os.execv('/bin/sleep', ['sleep', '{marker}'])\n    except OSError:\n        pass\n")
+    code = (
+        "import os\nwhile True:\n    try:\n        if os.fork() == 0:\n"
+        f"            os.execv('/bin/sleep', ['sleep', '{marker}'])\n    except OSError:\n        pass\n"
+    )
     r = run_python(code, SMALL)
     assert r.status is Status.TIMEOUT
     assert processes_with(marker) == []
@@ -127,10 +135,12 @@ def test_writes_outside_the_temp_dir_are_refused(tmp_path: Path) -> None:
 def test_parent_environment_secrets_are_not_visible(monkeypatch: pytest.MonkeyPatch) -> None:
     secret = f"fake-secret-{uuid.uuid4().hex}"
     monkeypatch.setenv("WANDB_API_KEY", secret)
-    code = ("import os\nprint(dict(os.environ))\n"
-            "for p in ('/proc/%d/environ' % PARENT, '/proc/self/environ', '/proc/1/environ'):\n"
-            "    try:\n        print(open(p, 'rb').read())\n"
-            "    except OSError as e:\n        print('denied', p)\n")
+    code = (
+        "import os\nprint(dict(os.environ))\n"
+        "for p in ('/proc/%d/environ' % PARENT, '/proc/self/environ', '/proc/1/environ'):\n"
+        "    try:\n        print(open(p, 'rb').read())\n"
+        "    except OSError as e:\n        print('denied', p)\n"
+    )
     r = run_python(f"PARENT = {os.getpid()}\n{code}", SMALL)
     assert r.ok
     assert secret not in r.stdout + r.stderr
@@ -147,8 +157,10 @@ def test_network_connection_to_a_local_listener_fails() -> None:
         srv.listen(1)
         srv.settimeout(0.3)
         port = srv.getsockname()[1]
-        r = run_python(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
-                       "print('connected')", SMALL)
+        r = run_python(
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('connected')",
+            SMALL,
+        )
         with pytest.raises(socket.timeout):
             srv.accept()
     assert r.status is Status.RUNTIME_ERROR and "connected" not in r.stdout
@@ -158,11 +170,13 @@ def test_killing_the_parent_process_fails() -> None:
     got: list[int] = []
     old = signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
     try:
-        code = (f"import os, signal\nfor pid in ({os.getpid()}, os.getppid()):\n"
-                "    try:\n        os.kill(pid, signal.SIGUSR1)\n        print('sent', pid)\n"
-                "    except OSError as e:\n        print('refused', pid, e.errno)\n"
-                "try:\n    os.killpg(os.getpgid(0), signal.SIGUSR1)\nexcept OSError:\n    pass\n"
-                "os.kill(-1, signal.SIGUSR1)\n")
+        code = (
+            f"import os, signal\nfor pid in ({os.getpid()}, os.getppid()):\n"
+            "    try:\n        os.kill(pid, signal.SIGUSR1)\n        print('sent', pid)\n"
+            "    except OSError as e:\n        print('refused', pid, e.errno)\n"
+            "try:\n    os.killpg(os.getpgid(0), signal.SIGUSR1)\nexcept OSError:\n    pass\n"
+            "os.kill(-1, signal.SIGUSR1)\n"
+        )
         r = run_python(code, SMALL)
         time.sleep(0.1)
     finally:
@@ -172,9 +186,11 @@ def test_killing_the_parent_process_fails() -> None:
 
 
 def test_setsid_double_fork_leaves_no_survivor(marker: str) -> None:
-    code = ("import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-            f"        os.execv('/bin/sleep', ['sleep', '{marker}'])\n    os._exit(0)\n"
-            "os.wait()\nprint('parent done')\n")
+    code = (
+        "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        f"        os.execv('/bin/sleep', ['sleep', '{marker}'])\n    os._exit(0)\n"
+        "os.wait()\nprint('parent done')\n"
+    )
     r = run_python(code, SMALL)
     assert r.ok and r.stdout == "parent done\n"
     time.sleep(0.05)
@@ -213,8 +229,12 @@ def test_weaker_modes_still_run_programs_and_say_what_is_missing(mode: str) -> N
         launcher = detect(force_mode=mode, level="rlimits" if mode == "bwrap-user" else "unsafe")
     except SandboxUnavailable:
         pytest.skip(f"{mode} not available here")
-    r = run_python("import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9), timeout=0.5)\n"
-                   "except OSError as e:\n    print(e.errno)\nprint('ran')", SMALL, launcher=launcher)
+    r = run_python(
+        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9), timeout=0.5)\n"
+        "except OSError as e:\n    print(e.errno)\nprint('ran')",
+        SMALL,
+        launcher=launcher,
+    )
     assert r.ok and r.stdout.endswith("ran\n") and r.isolation.mode == mode
     if mode == "bwrap-user":
         assert r.isolation.network and r.isolation.filesystem and r.stdout[:3] in ("101", "111")
@@ -297,8 +317,10 @@ def test_aggregate_memory_over_the_cap_ends_with_a_reason() -> None:
     """Four children of 100 MiB each stay under RLIMIT_AS but not under the run's 256 MiB cgroup cap."""
     if not detect().isolation.memory_cap.startswith("cgroup"):
         pytest.skip("no cgroup here: memory is capped per process only (Isolation.memory_cap says so)")
-    code = ("import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n        b = b'x' * (100 << 20)\n"
-            "        time.sleep(2)\n        os._exit(0)\nfor _ in range(4):\n    os.wait()\n")
+    code = (
+        "import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n        b = b'x' * (100 << 20)\n"
+        "        time.sleep(2)\n        os._exit(0)\nfor _ in range(4):\n    os.wait()\n"
+    )
     r = run_python(code, SandboxLimits(timeout_s=5, memory_mb=160, total_memory_mb=256, max_processes=8))
     assert r.status is Status.MEMORY_LIMIT and "256 MiB for all processes" in r.reason
 
@@ -326,8 +348,10 @@ def test_a_run_that_cannot_join_its_cgroup_never_starts(monkeypatch: pytest.Monk
 def test_a_killed_run_is_reported_only_once_its_namespace_is_empty(marker: str) -> None:
     """On a timeout the namespace's init is killed and waited for itself: when ``run_python`` returns,
     no process of the run exists any more, with no grace period."""
-    code = ("import os\nfor _ in range(6):\n    if os.fork() == 0:\n        os.setsid()\n"
-            f"        os.execv('/bin/sleep', ['sleep', '{marker}'])\nwhile True:\n    pass\n")
+    code = (
+        "import os\nfor _ in range(6):\n    if os.fork() == 0:\n        os.setsid()\n"
+        f"        os.execv('/bin/sleep', ['sleep', '{marker}'])\nwhile True:\n    pass\n"
+    )
     r = run_python(code, SMALL)
     left = processes_with(marker)
     assert r.status is Status.TIMEOUT
@@ -389,10 +413,10 @@ def test_two_trainer_processes_never_share_a_sandbox_uid_range() -> None:
     process started while this one holds a range gets the next one, and sandboxes run inside it."""
     import subprocess
 
-    from training_core.sandbox.isolation import UIDS
+    from training_core.sandbox.uids import UIDS
 
     mine = UIDS.uid_range
-    code = ("from training_core.sandbox.isolation import UIDS\nr = UIDS.uid_range\nprint(r.start, r.stop)")
+    code = "from training_core.sandbox.uids import UIDS\nr = UIDS.uid_range\nprint(r.start, r.stop)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     start, stop = (int(x) for x in out.stdout.split())
     assert stop <= mine.start or start >= mine.stop, (mine, start, stop)

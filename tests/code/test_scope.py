@@ -33,8 +33,9 @@ def test_a_strict_code_run_of_a_user_on_v2_starts_in_a_delegated_scope() -> None
 
 def test_without_a_user_manager_the_run_is_not_wrapped_and_says_why() -> None:
     why = "systemd-run --user --scope -p Delegate=yes: Failed to connect"
-    prefix, line = sandbox_scope(_cfg("code_tests"), euid=1000, where=NOT_DELEGATED, check=lambda: why,
-                                 env={})
+    prefix, line = sandbox_scope(
+        _cfg("code_tests"), euid=1000, where=NOT_DELEGATED, check=lambda: why, env={}
+    )
     assert prefix == [] and "is not ours" in line and "Failed to connect" in line
 
 
@@ -42,8 +43,9 @@ def test_only_runs_that_need_the_scope_get_it() -> None:
     never = lambda: pytest.fail("the user manager was asked")  # noqa: E731
     code = _cfg("code_game")
     assert sandbox_scope(_cfg("tiny"), euid=1000, where=NOT_DELEGATED, check=never) == ([], "")
-    assert sandbox_scope(_cfg("code_game", "sandbox.isolation=rlimits"), euid=1000, where=NOT_DELEGATED,
-                         check=never) == ([], "")
+    assert sandbox_scope(
+        _cfg("code_game", "sandbox.isolation=rlimits"), euid=1000, where=NOT_DELEGATED, check=never
+    ) == ([], "")
     assert sandbox_scope(code, euid=0, where=NOT_DELEGATED, check=never) == ([], "")
     delegated = cgroupdeleg.Plan("cgroup v2", "/s", "/s", True, "/s/pippa-trainer")
     assert sandbox_scope(code, euid=1000, where=delegated, check=never) == ([], "")  # already in one
@@ -63,19 +65,34 @@ def test_user_scope_tries_a_scope_and_reports_its_one_line(
     fake.write_text("#!/bin/sh\necho 'Failed to connect to bus: No medium found' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    assert cgroupdeleg.user_scope() == ("systemd-run --user --scope -p Delegate=yes: "
-                                        "Failed to connect to bus: No medium found")
+    assert cgroupdeleg.user_scope() == (
+        "systemd-run --user --scope -p Delegate=yes: Failed to connect to bus: No medium found"
+    )
     fake.write_text('#!/bin/sh\nwhile [ "$1" != "--" ]; do shift; done\nshift\nexec "$@"\n')
-    assert cgroupdeleg.user_scope() == ("systemd-run --user --scope -p Delegate=yes: "
-                                        "the scope is not delegated to this user")
+    assert cgroupdeleg.user_scope() == (
+        "systemd-run --user --scope -p Delegate=yes: the scope is not delegated to this user"
+    )
     monkeypatch.setenv("PATH", str(tmp_path / "none"))
     assert cgroupdeleg.user_scope() == "no systemd-run (no systemd user manager)"
 
 
 def test_on_this_v1_host_the_launcher_execs_the_trainer_without_a_scope(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "training_core.launch", "code_game", "--run-dir",
-                        str(tmp_path / "run"), "--print"], cwd=REPO, capture_output=True, text=True,
-                       env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training_core.launch",
+            "code_game",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--print",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "training_core.train code_game" in r.stdout and "systemd-run" not in r.stdout
 

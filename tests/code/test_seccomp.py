@@ -24,8 +24,17 @@ from training_core.sandbox import seccomp as sc_mod
 
 LIMITS = SandboxLimits(timeout_s=10.0, max_processes=16)
 BAD = 1  # a pointer no kernel can read
-F = {"F_GETLK": 5, "F_SETLK": 6, "F_SETLKW": 7, "F_OFD_GETLK": 36, "F_OFD_SETLK": 37, "F_OFD_SETLKW": 38,
-     "F_SETLEASE": 1024, "F_GETLEASE": 1025, "F_NOTIFY": 1026}
+F = {
+    "F_GETLK": 5,
+    "F_SETLK": 6,
+    "F_SETLKW": 7,
+    "F_OFD_GETLK": 36,
+    "F_OFD_SETLK": 37,
+    "F_OFD_SETLKW": 38,
+    "F_SETLEASE": 1024,
+    "F_GETLEASE": 1025,
+    "F_NOTIFY": 1026,
+}
 
 # name -> (syscall, arguments); "@usr" an fd of a shared /usr file, "@tmp" the /tmp directory's fd,
 # "@file" a tmpfs file's path, strings are passed as C strings
@@ -40,8 +49,10 @@ CALLS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "fanotify_init": ("fanotify_init", (0x200, 0)),  # FAN_REPORT_FID: allowed unprivileged since 5.13
     "fanotify_mark": ("fanotify_mark", (-1, 0, 0, -100, BAD)),
     "flock": ("flock", ("@usr", 1)),
-    **{f"fcntl_{k}": ("fcntl", ("@usr" if k != "F_NOTIFY" else "@tmp", v, BAD if "LK" in k else 0))
-       for k, v in F.items()},
+    **{
+        f"fcntl_{k}": ("fcntl", ("@usr" if k != "F_NOTIFY" else "@tmp", v, BAD if "LK" in k else 0))
+        for k, v in F.items()
+    },
     "fcntl_F_SETLK_high_bits": ("fcntl", ("@usr", (1 << 32) | 6, BAD)),  # the kernel reads an int
     "memfd_create": ("memfd_create", ("x", 0)),
     "memfd_secret": ("memfd_secret", (0,)),
@@ -198,8 +209,21 @@ def test_denied(name: str) -> None:
 
 
 # refused by the kernel's capability checks before it reads any argument, with or without the filter
-CAPABILITY_FIRST = {"acct", "fsmount", "fsopen", "fspick", "move_mount", "pivot_root", "reboot",
-                    "settimeofday", "swapoff", "swapon", "syslog", "umount2", "vhangup"}
+CAPABILITY_FIRST = {
+    "acct",
+    "fsmount",
+    "fsopen",
+    "fspick",
+    "move_mount",
+    "pivot_root",
+    "reboot",
+    "settimeofday",
+    "swapoff",
+    "swapon",
+    "syslog",
+    "umount2",
+    "vhangup",
+}
 
 
 def test_what_only_capabilities_refuse_is_named() -> None:
@@ -253,8 +277,9 @@ def test_the_sandbox_has_a_fresh_session_keyring() -> None:
 
     got = {}
     for side in ("control", "join only", "sandbox"):
-        r = subprocess.run([sys.executable, "-c", KEYRING_HELPER, side], capture_output=True, text=True,
-                           timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-c", KEYRING_HELPER, side], capture_output=True, text=True, timeout=60
+        )
         assert r.returncode == 0, r.stderr[-2000:]
         got[side] = r.stdout.split()[-1]
     assert got == {"control": "visible", "join only": "hidden", "sandbox": "hidden"}
@@ -262,12 +287,14 @@ def test_the_sandbox_has_a_fresh_session_keyring() -> None:
 
 def test_ordinary_programs_still_run_under_the_filter() -> None:
     """Threads, subprocesses (clone3 falls back to clone), shutil.copy2 (xattrs unsupported), sqlite."""
-    code = ("import shutil, sqlite3, subprocess, threading\n"
-            "t = threading.Thread(target=print, args=('thread',))\nt.start()\nt.join()\n"
-            "print(subprocess.run(['/bin/echo', 'child'], capture_output=True, text=True).stdout.strip())\n"
-            "open('a', 'w').write('x')\nshutil.copy2('a', 'b')\nprint(open('b').read())\n"
-            "db = sqlite3.connect(':memory:')\nprint(db.execute('select 6 * 7').fetchone()[0])\n"
-            "import multiprocessing.pool\nprint(sum(multiprocessing.pool.ThreadPool(2).map(abs, [-1, -2])))")
+    code = (
+        "import shutil, sqlite3, subprocess, threading\n"
+        "t = threading.Thread(target=print, args=('thread',))\nt.start()\nt.join()\n"
+        "print(subprocess.run(['/bin/echo', 'child'], capture_output=True, text=True).stdout.strip())\n"
+        "open('a', 'w').write('x')\nshutil.copy2('a', 'b')\nprint(open('b').read())\n"
+        "db = sqlite3.connect(':memory:')\nprint(db.execute('select 6 * 7').fetchone()[0])\n"
+        "import multiprocessing.pool\nprint(sum(multiprocessing.pool.ThreadPool(2).map(abs, [-1, -2])))"
+    )
     r = run_python(code, LIMITS, detect(level="rlimits"))
     assert r.ok, r.stderr[-1000:]
     assert r.stdout.split() == ["thread", "child", "x", "42", "3"]
@@ -278,9 +305,11 @@ def test_a_foreign_abi_syscall_does_not_get_through() -> None:
     architecture check kills the process instead (or the kernel has no x32 at all: ENOSYS)."""
     if pyseccomp.system_arch() != pyseccomp.Arch.X86_64:
         pytest.skip("x86_64 only")
-    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-            "r = libc.syscall(ctypes.c_long(0x40000000 | 250), ctypes.c_long(0), ctypes.c_long(-3), 0)\n"
-            "print(r, ctypes.get_errno())")
+    code = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "r = libc.syscall(ctypes.c_long(0x40000000 | 250), ctypes.c_long(0), ctypes.c_long(-3), 0)\n"
+        "print(r, ctypes.get_errno())"
+    )
     r = run_python(code, LIMITS, detect(level="rlimits"))
     assert r.status is Status.KILLED or r.stdout.split() == ["-1", str(errno.ENOSYS)], r
 

@@ -249,8 +249,12 @@ def test_classes_never_retried(cls: str) -> None:
 def test_a_full_disk_is_disk_full_naming_the_path_and_the_free_space() -> None:
     # the trainer's own line (training_core.run.lifecycle), under a traceback a writer printed before it
     ours = "disk full: writing /data/runs/r/metrics.jsonl: No space left on device (0 B free on /data)"
-    tb = ["Traceback (most recent call last):", '  File "x.py", line 3, in save',
-          "OSError: [Errno 28] No space left on device", ours]  # fmt: skip
+    tb = [
+        "Traceback (most recent call last):",
+        '  File "x.py", line 3, in save',
+        "OSError: [Errno 28] No space left on device",
+        ours,
+    ]
     v = fc.classify(fc.AttemptFacts(exit_code=1, log_tail=tb))
     assert (v.cls, v.reason) == ("disk-full", ours[len("disk full: ") :])
     assert fc.label(v.cls, v.reason).startswith("disk-full (writing /data/runs/r/metrics.jsonl: ")

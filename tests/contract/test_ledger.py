@@ -12,10 +12,22 @@ from pippa_contract.ledger import ALERT_AT, ledger, parse_budget, spent
 A, B = 10.0 / 3600, 30.0 / 3600  # $10/h on the first host, $30/h on the one it moved to
 
 
-def _attempt(start: float, end: float | None, cls: str | None, price: float, first: float | None = None,
-             last: float | None = None, retry: bool = False) -> dict[str, object]:  # fmt: skip
-    a: dict[str, object] = {"start": start, "end": end, "class": cls, "price_s": price,
-                            "decision": {"retry": retry}}  # fmt: skip
+def _attempt(
+    start: float,
+    end: float | None,
+    cls: str | None,
+    price: float,
+    first: float | None = None,
+    last: float | None = None,
+    retry: bool = False,
+) -> dict[str, object]:
+    a: dict[str, object] = {
+        "start": start,
+        "end": end,
+        "class": cls,
+        "price_s": price,
+        "decision": {"retry": retry},
+    }
     if first is not None:
         a.update(first_step_t=first, last_step_t=last)
     return a
@@ -61,8 +73,11 @@ def test_a_budget_is_an_amount_and_lots_is_refused() -> None:
 def _checked(
     a: dict[str, object], checked_at: float | None = None, save_s: float | None = None
 ) -> dict[str, object]:
-    return {**a, **({} if checked_at is None else {"checked_at": checked_at}),
-            **({} if save_s is None else {"save_s": save_s})}  # fmt: skip
+    return {
+        **a,
+        **({} if checked_at is None else {"checked_at": checked_at}),
+        **({} if save_s is None else {"save_s": save_s}),
+    }
 
 
 # The same run with its supervisor's checks after each attempt (checked_at) and the checkpoint writes the

@@ -15,8 +15,11 @@ from pippa_ops.runs import samples as view
 
 
 def _rows(steps: dict[int, list[float]], kind: str = "train") -> list[dict[str, object]]:
-    return [sm.sample_row(s, kind, f"{i}+{i}=", f"answer {i} at {s}", index=i, reward=r, rewards={"f": r})
-            for s, rewards in steps.items() for i, r in enumerate(rewards)]  # fmt: skip
+    return [
+        sm.sample_row(s, kind, f"{i}+{i}=", f"answer {i} at {s}", index=i, reward=r, rewards={"f": r})
+        for s, rewards in steps.items()
+        for i, r in enumerate(rewards)
+    ]
 
 
 def _file(tmp_path: Path, rows: list[dict[str, object]], tail: bytes = b"") -> str:
@@ -59,8 +62,9 @@ def test_reading_from_the_end_ignores_a_partial_last_line_whatever_the_block(
 def test_rows_are_redacted_clipped_and_kept_as_ascii_json() -> None:
     secret = "hf_abcdefSECRET123"
     values = {"HF_TOKEN": secret, "SHORT": "ab", "B": "abcd"}
-    row = sm.sample_row(3, "train", "p", f"token {secret}\x1b[2J" + "x" * 3000,
-                        redact=lambda t: redact_secrets(t, values))  # fmt: skip
+    row = sm.sample_row(
+        3, "train", "p", f"token {secret}\x1b[2J" + "x" * 3000, redact=lambda t: redact_secrets(t, values)
+    )
     assert secret not in json.dumps(row) and "***" in row["completion"]
     assert row["completion"].endswith("chars]") and len(row["completion"]) < 2100
     assert b"\x1b" not in sm.encode(row) and sm.parse(sm.encode(row)) == row
@@ -117,8 +121,10 @@ def test_length_collapse_and_truncation_that_set_in_but_not_from_the_start() -> 
     shrink = _steps("completions/mean_length", [40.0] * 5 + [30.0] * 3 + [12.0] * 6)
     (a,) = alarms.raised(shrink, [], {"length_window": 5})
     assert a["kind"] == alarms.LENGTH_COLLAPSE and a["since"] == 9
-    pinned = [{**s, "completions/clipped_ratio": c} for s, c in zip(_steps("x", [0.0] * 12),
-              [0.1] * 4 + [1.0] * 8, strict=True)]  # fmt: skip
+    pinned = [
+        {**s, "completions/clipped_ratio": c}
+        for s, c in zip(_steps("x", [0.0] * 12), [0.1] * 4 + [1.0] * 8, strict=True)
+    ]
     (b,) = alarms.raised(pinned, [], {"length_window": 4})
     assert b["kind"] == alarms.LENGTH_COLLAPSE and b["since"] == 5
     always = [{**s, "completions/clipped_ratio": 1.0} for s in _steps("x", [0.0] * 12)]
@@ -138,10 +144,12 @@ def test_reward_without_substance_needs_the_reward_up_while_the_eval_falls() -> 
 
 def test_alarms_from_a_metrics_file_follow_the_resume_rule(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
-    recs = [{"type": "header", "resumed_from_step": None},
-            *_steps("reward/frac_zero_std", [1.0] * 6),
-            {"type": "header", "resumed_from_step": 2},
-            *_steps("reward/frac_zero_std", [0.1] * 4, start=3)]  # fmt: skip
+    recs = [
+        {"type": "header", "resumed_from_step": None},
+        *_steps("reward/frac_zero_std", [1.0] * 6),
+        {"type": "header", "resumed_from_step": 2},
+        *_steps("reward/frac_zero_std", [0.1] * 4, start=3),
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     assert alarms.from_metrics(str(path), {"zero_std_steps": 3}) == []
     record = str(tmp_path / "alarms.json")

@@ -20,7 +20,7 @@ from pathlib import Path
 CAPTURE = Path(__file__).parents[1] / "fixtures" / "nvidia-smi" / "h100_load_query_gpu_full.csv"
 APPS = CAPTURE.with_name("h100_load_compute_apps.csv")  # that GPU's processes, for ``apps``
 
-_SCRIPT = r'''#!{python}
+_SCRIPT = r"""#!{python}
 import csv, io, re, sys, time
 CAPTURE = {capture!r}
 GPUS = {gpus}
@@ -95,14 +95,27 @@ while True:
         break
     SAMPLE += 1
     time.sleep(loop)
-'''
+"""
 
 
 def script(
-    gpus: int = 1, stamp: bool = False, python: str = sys.executable, xml: str | None = None,
-    nvlink: str | None = None, apps: str | None = None, count: bool = False,
-) -> str:  # fmt: skip
+    gpus: int = 1,
+    stamp: bool = False,
+    python: str = sys.executable,
+    xml: str | None = None,
+    nvlink: str | None = None,
+    apps: str | None = None,
+    count: bool = False,
+) -> str:
     """The fake's text; on a test host pass the host's ``python`` (one its user can run). ``count``:
     a loop's Nth sample (from 0) reports 100 - N % utilization, so a test can tell samples apart."""
-    return _SCRIPT.format(python=python, capture=CAPTURE.read_text(), gpus=gpus, stamp=stamp, xml=xml,
-                          nvlink=nvlink, apps=apps, count=count)  # fmt: skip
+    return _SCRIPT.format(
+        python=python,
+        capture=CAPTURE.read_text(),
+        gpus=gpus,
+        stamp=stamp,
+        xml=xml,
+        nvlink=nvlink,
+        apps=apps,
+        count=count,
+    )

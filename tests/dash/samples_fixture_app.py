@@ -18,8 +18,18 @@ if __name__ == "__main__":
     home = Path(tempfile.mkdtemp(prefix="pippa-samples-"))
     run = home / RUN
     run.mkdir()
-    rows = [sm.sample_row(40, "train", f"{i}+40= " * 30, "a long answer " * 40, index=i, reward=float(i),
-                          rewards={"correct": i}) for i in range(12)]  # fmt: skip
+    rows = [
+        sm.sample_row(
+            40,
+            "train",
+            f"{i}+40= " * 30,
+            "a long answer " * 40,
+            index=i,
+            reward=float(i),
+            rewards={"correct": i},
+        )
+        for i in range(12)
+    ]
     (run / sm.SAMPLES).write_bytes(b"".join(sm.encode(r) for r in rows))
     mons = {h: _SampleMonitor(h, run if h == "gpu-a" else home) for h in S.HOSTS}
     create_app(S.HOSTS, mons, states=S.states()).run()  # type: ignore[arg-type]

@@ -23,8 +23,18 @@ def anyio_backend() -> str:
 def _host(i: int) -> HostState:
     name = f"node{i:02d}"
     state = HostState(name)
-    gpus = tuple(Gpu(g, "NVIDIA H100 80GB HBM3", 90.0 if g < i % 9 else 0.0, 60000.0 if g < i % 9 else 0.0,
-                     81559.0, 50.0, 300.0) for g in range(8))  # fmt: skip
+    gpus = tuple(
+        Gpu(
+            g,
+            "NVIDIA H100 80GB HBM3",
+            90.0 if g < i % 9 else 0.0,
+            60000.0 if g < i % 9 else 0.0,
+            81559.0,
+            50.0,
+            300.0,
+        )
+        for g in range(8)
+    )
     state = apply(state, LinkChanged(name, "up"))
     state = apply(state, GpuSampled(name, gpus, 1e9))
     runs = (RunRow(f"run-{i}", "gsm8k", "running (attempt 2/4)", "s", 120 + i, 0.5),)
@@ -72,9 +82,16 @@ def test_a_line_has_state_gpus_counts_runs_and_the_newest_problem() -> None:
 def test_at_80_columns_the_running_run_comes_first_and_a_failed_run_shows_its_name() -> None:
     """A failed run beside a running one used to push the running run out and show the failed run's
     id cut (its start time took the room): the running run is whole, then the failed run's name."""
-    h = apply(HOSTS[1], RunsListed("node01", (
-        RunRow("20261126-185651-gsm8k-ab12", "gsm8k", "running", "s", 120, 0.5),
-        RunRow("20261126-101010-gsm8k-cd34", "gsm8k", "failed (exit 1: CUDA out of memory)"))))
+    h = apply(
+        HOSTS[1],
+        RunsListed(
+            "node01",
+            (
+                RunRow("20261126-185651-gsm8k-ab12", "gsm8k", "running", "s", 120, 0.5),
+                RunRow("20261126-101010-gsm8k-cd34", "gsm8k", "failed (exit 1: CUDA out of memory)"),
+            ),
+        ),
+    )
     line = fleet_row(h, 80).plain
     assert len(line) <= 80 and line.split()[-3:] == ["gsm8k-ab12", "gsm8k-cd34", "failed"], line
     wide = fleet_row(h, 120).plain

@@ -24,12 +24,14 @@ def _screen(width: int, height: int, keys: tuple[str, ...] = (), settle: bool = 
     tmux = ["tmux", "-L", sock]
 
     def capture() -> str:
-        return subprocess.run([*tmux, "capture-pane", "-p", "-t", "d"], env=env, capture_output=True,
-                              text=True).stdout  # fmt: skip
+        return subprocess.run(
+            [*tmux, "capture-pane", "-p", "-t", "d"], env=env, capture_output=True, text=True
+        ).stdout
 
     cmd = f"cd {HERE} && exec {sys.executable} dash_fixture_app.py"
-    subprocess.run([*tmux, "new-session", "-d", "-s", "d", "-x", str(width), "-y", str(height), cmd],
-                   env=env, check=True)  # fmt: skip
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-s", "d", "-x", str(width), "-y", str(height), cmd], env=env, check=True
+    )
     try:
         deadline = time.monotonic() + 60
         while "step 42" not in (screen := capture()):
@@ -53,8 +55,9 @@ def _screen(width: int, height: int, keys: tuple[str, ...] = (), settle: bool = 
 
 
 @pytest.mark.parametrize(("width", "height"), [(80, 24), (120, 40)])
-def test_the_8_gpu_host_with_a_long_state_fits_its_borders_and_titles_every_chart(width: int, height: int
-                                                                                  ) -> None:  # fmt: skip
+def test_the_8_gpu_host_with_a_long_state_fits_its_borders_and_titles_every_chart(
+    width: int, height: int
+) -> None:
     lines = _screen(width, height, keys=("e",))  # EMA on: the longest titles
     top = next(i for i, ln in enumerate(lines) if ln.startswith("╭─ gpu-8"))
     edge = lines[top].index("╮")

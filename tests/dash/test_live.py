@@ -78,9 +78,14 @@ async def test_tiny_run_shows_in_the_list_and_its_reward_curve_grows(ssh_hosts, 
     spec = resolve(t3.name)
     with open_transport(spec) as transport:
         result = launch(
-            spec, transport, recipes=["tiny"], session="dashtest", replace=True,
-            sets=["train.max_steps=1000", "eval.interval=6", "eval.n=4"], sync=False,
-        )  # fmt: skip
+            spec,
+            transport,
+            recipes=["tiny"],
+            session="dashtest",
+            replace=True,
+            sets=["train.max_steps=1000", "eval.interval=6", "eval.n=4"],
+            sync=False,
+        )
     # Long enough to still be running while the app watches (the test stops it below): a run that
     # finished before the first read would hand over its whole curve at once.
     run_id = result.run_ids[0]

@@ -24,8 +24,14 @@ def _detail(series: dict[str, tuple[tuple[int, float], ...]]) -> RunDetail:
 
 def test_parser_keeps_the_dpo_and_sft_curves() -> None:
     p = MetricsParser()
-    step = {"type": "step", "step": 1, "loss/total": 0.69, "rewards/margins": 0.1,
-            "rewards/accuracies": 0.75, "policy/token_accuracy": 0.5}  # fmt: skip
+    step = {
+        "type": "step",
+        "step": 1,
+        "loss/total": 0.69,
+        "rewards/margins": 0.1,
+        "rewards/accuracies": 0.75,
+        "policy/token_accuracy": 0.5,
+    }
     p.feed(b"".join(json.dumps(r).encode() + b"\n" for r in ({"type": "header"}, step)))
     assert p.series["rewards/margins"] == [(1, 0.1)] and p.series["rewards/accuracies"] == [(1, 0.75)]
     assert p.series["policy/token_accuracy"] == [(1, 0.5)] and p.series["loss/total"] == [(1, 0.69)]
@@ -35,8 +41,12 @@ def test_parser_keeps_the_dpo_and_sft_curves() -> None:
 @pytest.mark.anyio
 async def test_a_dpo_run_shows_margin_and_preference_accuracy_an_sft_run_token_accuracy() -> None:
     pts = tuple((s, s / 10) for s in range(1, 6))
-    dpo = {"loss/total": pts, "rewards/margins": pts[:4], "rewards/accuracies": pts[:3],
-           "policy/token_accuracy": pts[:2]}  # fmt: skip
+    dpo = {
+        "loss/total": pts,
+        "rewards/margins": pts[:4],
+        "rewards/accuracies": pts[:3],
+        "policy/token_accuracy": pts[:2],
+    }
     app = create_app(S.HOSTS, states=S.states(), detail=_detail(dpo))
     async with app.run_test(size=(160, 48)):
         assert app.query_one("#plot-reward-mean", MetricPlot)._points == pts[:4]

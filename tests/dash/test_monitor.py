@@ -61,8 +61,9 @@ def test_metrics_parser_shows_one_point_per_step_across_a_resume_that_replaced_t
     def step(s: int, reward: float) -> dict:
         return {"type": "step", "step": s, "reward/mean": reward}
 
-    killed = _lines(header, step(1, 0.1), step(2, 0.2), step(3, 0.3), {"type": "eval", "step": 3,
-                    "eval/accuracy": 0.5})  # fmt: skip
+    killed = _lines(
+        header, step(1, 0.1), step(2, 0.2), step(3, 0.3), {"type": "eval", "step": 3, "eval/accuracy": 0.5}
+    )
     resumed = _lines({**header, "resumed_from_step": 2}, step(3, 0.9), step(4, 1.0))
     # A follower that saw the killed run's lines, then the resumed header appended (file not replaced):
     appended = MetricsParser()
@@ -106,10 +107,22 @@ def test_local_host_streams_gpus_lists_runs_and_follows_a_runs_metrics(tmp_path:
     run_id = "20260101-000000-tiny-abcd"
     run_dir = tmp_path / "repo" / "runs" / run_id
     run_dir.mkdir(parents=True)
-    (run_dir / "run.json").write_text(json.dumps({
-        "run_id": run_id, "session": "gone", "host": "local", "recipe": "tiny", "command": "x",
-        "argv": [], "started": time.time(), "sync": None, "sweep_index": 0, "sweep_size": 1,
-    }))  # fmt: skip
+    (run_dir / "run.json").write_text(
+        json.dumps(
+            {
+                "run_id": run_id,
+                "session": "gone",
+                "host": "local",
+                "recipe": "tiny",
+                "command": "x",
+                "argv": [],
+                "started": time.time(),
+                "sync": None,
+                "sweep_index": 0,
+                "sweep_size": 1,
+            }
+        )
+    )
     (run_dir / "output.log").write_text("hello from the job\n")
     (run_dir / "metrics.jsonl").write_bytes(
         _lines(
@@ -150,8 +163,10 @@ def test_local_host_streams_gpus_lists_runs_and_follows_a_runs_metrics(tmp_path:
         mon.select(run_id)
         follower = threading.Thread(target=mon.follow, args=(run_id, emit), daemon=True)
         follower.start()
-        upd = wait_for(lambda e: isinstance(e, RunUpdated) and e.detail.series.get("reward/mean")
-                       and e.detail.log_tail, "the run's metrics and log")  # fmt: skip
+        upd = wait_for(
+            lambda e: isinstance(e, RunUpdated) and e.detail.series.get("reward/mean") and e.detail.log_tail,
+            "the run's metrics and log",
+        )
         assert upd.detail.series["reward/mean"] == ((1, 0.25),)
         assert upd.detail.log_tail == ("hello from the job",)
         follower.join(10)

@@ -52,9 +52,19 @@ class _SampleMonitor:
 def _run_dir(tmp_path: Path) -> Path:
     d = tmp_path / RUN
     d.mkdir()
-    rows = [sm.sample_row(s, "train", f"{i}+{s}=", f"{i + s}\x1b[2J" if i == 1 else f"said {i} at {s}",
-                          index=i, reward=float(i) if s == 40 else -float(i), rewards={"correct": i})
-            for s in (20, 40) for i in range(3)]  # fmt: skip
+    rows = [
+        sm.sample_row(
+            s,
+            "train",
+            f"{i}+{s}=",
+            f"{i + s}\x1b[2J" if i == 1 else f"said {i} at {s}",
+            index=i,
+            reward=float(i) if s == 40 else -float(i),
+            rewards={"correct": i},
+        )
+        for s in (20, 40)
+        for i in range(3)
+    ]
     (d / sm.SAMPLES).write_bytes(b"".join(sm.encode(r) for r in rows))
     write_alarms(str(d / "alarms.json"), [{"kind": NO_LEARNING_SIGNAL, "since": 20, "message": "m"}])
     return d
@@ -97,8 +107,15 @@ async def test_key_w_shows_the_newest_samples_and_walks_the_steps(tmp_path: Path
         await _until(pilot, app, lambda: "step 20 · train #0" in _body(app))
         assert "step 20 · train #0" in _body(app) and "step 40" not in _body(app).split("sampled")[0]
         await pilot.press("b")
-        await _until(pilot, app, lambda: app.screen.answer is not None and app.screen.order == "best"
-                     and _body(app).index("train #0") < _body(app).index("train #2"))
+        await _until(
+            pilot,
+            app,
+            lambda: (
+                app.screen.answer is not None
+                and app.screen.order == "best"
+                and _body(app).index("train #0") < _body(app).index("train #2")
+            ),
+        )
         body = _body(app)
         assert body.index("train #0") < body.index("train #2")  # step 20: reward -i, the best is #0
         await pilot.press("x")
@@ -143,8 +160,11 @@ def test_in_a_terminal_nothing_is_drawn_beside_the_blocks_frame_and_the_title_sa
 
     def screen_until(text: str) -> list[str]:
         deadline = time.monotonic() + 60
-        while text not in (out := subprocess.run([*tmux, "capture-pane", "-p", "-t", "d"], env=env,
-                                                 capture_output=True, text=True).stdout):  # fmt: skip
+        while text not in (
+            out := subprocess.run(
+                [*tmux, "capture-pane", "-p", "-t", "d"], env=env, capture_output=True, text=True
+            ).stdout
+        ):
             assert time.monotonic() < deadline, out
             time.sleep(0.2)
         return out.splitlines()

@@ -57,8 +57,12 @@ def test_a_down_hosts_last_gpu_readings_are_dimmed_with_their_age() -> None:
 
 
 async def test_a_flat_curve_gets_round_y_ticks_smoothed_or_not() -> None:
-    detail = RunDetail(host="gpu-8", run_id="20260101-120000-tiny-ab12", has_metrics=True,
-                       series={"reward/mean": tuple((s, 1.0) for s in range(1, 30))})  # fmt: skip
+    detail = RunDetail(
+        host="gpu-8",
+        run_id="20260101-120000-tiny-ab12",
+        has_metrics=True,
+        series={"reward/mean": tuple((s, 1.0) for s in range(1, 30))},
+    )
     app = create_app(S.EIGHT_HOSTS, states=S.eight_states(), detail=detail)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()

@@ -52,8 +52,11 @@ async def test_the_runs_table_shows_a_stale_copy_and_the_host_line_the_armed_sto
         app._emit(StopRead(S.HOSTS[0], {"when": ["done", "idle:1800"]}, time.time()))
         await pilot.pause()
         assert _text(app, "#host-0 .status").endswith(" · stop on done, idle:1800")
-        app._emit(StopRead(S.HOSTS[0], {"when": ["done"], "armed": {"trigger": "done"}, "in_s": 300},
-                           time.time() - 48))  # fmt: skip
+        app._emit(
+            StopRead(
+                S.HOSTS[0], {"when": ["done"], "armed": {"trigger": "done"}, "in_s": 300}, time.time() - 48
+            )
+        )
         await pilot.pause()
         line = _text(app, "#host-0 .status")  # 300 s at the read, 48 s ago (the test's own time passes too)
         assert re.search(r" · stop armed \(done\): runs in 4m1[0-2]s, `pippa keep` cancels$", line), line

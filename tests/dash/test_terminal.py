@@ -51,8 +51,9 @@ def test_dash_in_tmux_keys_help_attach_detach_quit(ssh_hosts, ssh_env) -> None:
     env.pop("TMUX", None)
     spec = resolve(t4.name)
     with open_transport(spec) as t:
-        run_id = launch(spec, t, command="echo attached-here; sleep 300", session=session,
-                        sync=False).run_ids[0]  # fmt: skip
+        run_id = launch(
+            spec, t, command="echo attached-here; sleep 300", session=session, sync=False
+        ).run_ids[0]
 
     term = Term(env)
     term.tmux("new-session", "-d", "-s", "dash", "-x", "160", "-y", "48", PIPPA, "dash", t4.name)
@@ -74,9 +75,12 @@ def test_dash_in_tmux_keys_help_attach_detach_quit(ssh_hosts, ssh_env) -> None:
         term.tmux("send-keys", "-t", "dash", "q")
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            if "dash" not in subprocess.run(
-                ["tmux", "-L", term.socket, "list-sessions"], capture_output=True, text=True, env=env
-            ).stdout:
+            if (
+                "dash"
+                not in subprocess.run(
+                    ["tmux", "-L", term.socket, "list-sessions"], capture_output=True, text=True, env=env
+                ).stdout
+            ):
                 break
             time.sleep(0.2)
         else:
@@ -91,12 +95,27 @@ def test_gpus_watch_shows_the_processes_the_one_shot_table_shows(ssh_hosts, ssh_
     h = ssh_hosts[2]
     h.install_bin("nvidia-smi", fake_smi.script(gpus=1, python=h.python, apps=str(fake_smi.APPS), count=True))
     env = {k: v for k, v in ssh_env.env.items() if k != "TMUX"}
-    once = subprocess.run([PIPPA, "gpus", h.name], env={**env, "COLUMNS": "200"}, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    once = subprocess.run(
+        [PIPPA, "gpus", h.name], env={**env, "COLUMNS": "200"}, capture_output=True, text=True, timeout=60
+    )
     assert "gpu_burn" in once.stdout, once.stdout + once.stderr
     term = Term(env)
-    term.tmux("new-session", "-d", "-s", "dash", "-x", "200", "-y", "20", PIPPA, "gpus", h.name, "--watch",
-              "--interval", "0.5")  # fmt: skip
+    term.tmux(
+        "new-session",
+        "-d",
+        "-s",
+        "dash",
+        "-x",
+        "200",
+        "-y",
+        "20",
+        PIPPA,
+        "gpus",
+        h.name,
+        "--watch",
+        "--interval",
+        "0.5",
+    )
     try:
         screen = term.wait_for(" 97%")  # the stream's 4th sample, not the first query's table
         assert "gpu_burn" in screen and "11345" in screen, screen

@@ -265,8 +265,10 @@ def test_no_driver_is_skipped_or_a_fail_when_the_entry_expects_gpus(box: Any) ->
     res = run_case((h, transport, dataclasses.replace(spec, name="h100-x")), case, quick=True)
     (gpus,) = [c for c in res["checks"] if c["check"] == "gpus"]
     assert (gpus["status"], res["verdict"]) == ("fail", "fail"), res["checks"]
-    assert gpus["detail"] == ("no NVIDIA driver, but the host is named like a GPU box (h100): install the "
-                              "NVIDIA driver, or set gpus = 0 in its entry if it has none")  # fmt: skip
+    assert gpus["detail"] == (
+        "no NVIDIA driver, but the host is named like a GPU box (h100): install the "
+        "NVIDIA driver, or set gpus = 0 in its entry if it has none"
+    )
 
 
 def test_garbage_or_hanging_nvidia_smi_fails_in_bounded_time(box: Any) -> None:

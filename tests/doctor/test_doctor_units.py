@@ -27,7 +27,12 @@ def _not_ok(checks: list) -> list[tuple[str, str, int | None]]:
 def test_the_real_a100_capture_parses_and_its_mig_mode_is_a_fail() -> None:
     (g,) = _facts("a100_sxm4_q_x_v12.xml")  # driver 535, DTD v12, clocks_event_reasons, MIG on
     assert (g["name"], g["bus_id"], g["mig"], g["pcie_gen"], g["pcie_width_max"]) == (
-        "NVIDIA A100-SXM4-80GB", "00000000:01:00.0", "Enabled", 4.0, 16.0)  # fmt: skip
+        "NVIDIA A100-SXM4-80GB",
+        "00000000:01:00.0",
+        "Enabled",
+        4.0,
+        16.0,
+    )
     assert (g["ecc_uncorrected_volatile"], g["temp"], g["temp_slow"], g["remap_pending"]) == (
         0,
         27.0,
@@ -50,7 +55,11 @@ def test_the_real_h100_capture_from_a_lent_box_is_a_healthy_gpu() -> None:
     checks read is there, and a sound GPU raises nothing."""
     (g,) = _facts("h100_sxm_q_x_v13_lent.xml")
     assert (g["name"], g["ecc_mode"], g["mig"], g["persistence"]) == (
-        "NVIDIA H100 80GB HBM3", "Enabled", "Disabled", "Enabled")  # fmt: skip
+        "NVIDIA H100 80GB HBM3",
+        "Enabled",
+        "Disabled",
+        "Enabled",
+    )
     assert (g["pcie_gen"], g["pcie_gen_max"], g["pcie_width"], g["pcie_width_max"]) == (5.0, 5.0, 16.0, 16.0)
     assert (g["ecc_uncorrected_volatile"], g["remap_pending"], g["remap_failure"]) == (0, "No", "No")
     assert set(g["reasons"].values()) == {"Not Active"} and g["mem_total_mib"] == 81559.0
@@ -104,10 +113,12 @@ def test_older_drivers_throttle_names_and_double_bit_totals_are_read() -> None:
 
 
 def test_xid_lines_map_to_gpus_by_pci_address() -> None:
-    lines = ["[  12.0] NVRM: Xid (PCI:0000:5d:00): 79, pid=1, GPU has fallen off the bus.",
-             "[  13.0] NVRM: Xid (PCI:0000:5d:00): 79, pid=1, GPU has fallen off the bus.",
-             "[  14.0] NVRM: Xid (PCI:0000:99:00): 13, Graphics Exception",
-             "[  15.0] something else"]  # fmt: skip
+    lines = [
+        "[  12.0] NVRM: Xid (PCI:0000:5d:00): 79, pid=1, GPU has fallen off the bus.",
+        "[  13.0] NVRM: Xid (PCI:0000:5d:00): 79, pid=1, GPU has fallen off the bus.",
+        "[  14.0] NVRM: Xid (PCI:0000:99:00): 13, Graphics Exception",
+        "[  15.0] something else",
+    ]
     events = kernel.xids(lines)
     assert [(e.pci, e.xid) for e in events] == [("0000:5d:00", 79), ("0000:5d:00", 79), ("0000:99:00", 13)]
     gpus = [{"index": 0, "bus_id": "00000000:18:00.0"}, {"index": 1, "bus_id": "00000000:5D:00.0"}]
@@ -124,8 +135,10 @@ def test_verdict_is_the_worst_status_and_skipped_counts_as_ok() -> None:
 
 
 def test_floors_judge_the_slow_gpu_and_unknown_models_only_relatively() -> None:
-    rows = [{"index": i, "name": "NVIDIA H100 80GB HBM3", "gemm_tflops": v, "copy_tbs": 3.0}
-            for i, v in enumerate((780.0, 660.0, 781.0))]  # fmt: skip
+    rows = [
+        {"index": i, "name": "NVIDIA H100 80GB HBM3", "gemm_tflops": v, "copy_tbs": 3.0}
+        for i, v in enumerate((780.0, 660.0, 781.0))
+    ]
     gpus = [{"index": i, "uuid": f"u{i}"} for i in range(3)]
     checks, measured = active.judge({"gpus": rows, "allreduce_gbs": 300.0}, gpus, nvswitch=True)
     assert _not_ok(checks) == [("gemm", "fail", 1), ("allreduce", "fail", None)]  # 15% below; < 0.8 x 460
@@ -155,8 +168,10 @@ def test_run_is_refused_only_for_a_fail_under_a_day_old() -> None:
     }
     r = refusal(res, now=1000.0 + 3 * 3600)
     assert r is not None and r.checks == ("xid", "ecc")
-    assert r.line() == ("h: its last `pippa doctor` (3h ago) failed xid, ecc: fix the box and run "
-                        "`pippa doctor h` again, or start anyway with --force")  # fmt: skip
+    assert r.line() == (
+        "h: its last `pippa doctor` (3h ago) failed xid, ecc: fix the box and run "
+        "`pippa doctor h` again, or start anyway with --force"
+    )
     assert refusal(res, now=1000.0 + 86401) is None
     assert refusal(dict(res, verdict="warn"), now=1001.0) is None and refusal(None) is None
     assert (

@@ -25,8 +25,19 @@ with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
     f.write(json.dumps(header) + "\n")
     for step in range(1, steps + 1):
         reward = 0.1 * step if step % 3 else 0.05 * step  # rises, with a dip: the EMA has work to do
-        f.write(json.dumps({"type": "step", "step": step, "time": time.time(), "reward/mean": reward,
-                            "loss/total": 0.0, "grad/norm": 1.0 / step}) + "\n")  # fmt: skip
+        f.write(
+            json.dumps(
+                {
+                    "type": "step",
+                    "step": step,
+                    "time": time.time(),
+                    "reward/mean": reward,
+                    "loss/total": 0.0,
+                    "grad/norm": 1.0 / step,
+                }
+            )
+            + "\n"
+        )
     ev = {"type": "eval", "step": steps, "time": time.time(), "eval/accuracy": 0.5, "eval/n_problems": 4}
     f.write(json.dumps(ev) + "\n")
     end = {"type": "end", "status": "completed", "step": steps, "time": time.time(), "error": None}

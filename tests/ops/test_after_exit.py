@@ -33,6 +33,7 @@ def test_a_process_already_gone_does_not_delay_it(tmp_path: Path) -> None:
 
 
 def test_bad_arguments_are_one_line_and_exit_2() -> None:
-    p = subprocess.run([sys.executable, "-S", "-I", after_exit.PATH, "x"], capture_output=True, text=True,
-                       timeout=30)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-S", "-I", after_exit.PATH, "x"], capture_output=True, text=True, timeout=30
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and p.stderr.startswith("usage:")

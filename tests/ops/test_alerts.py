@@ -75,8 +75,15 @@ def restore_host() -> Iterator[Any]:
     for h, saved in used.values():
         if (h.home / PROG).exists():
             h.run_as_user(["python3", "-S", "-I", str(h.home / PROG), "alerts", "watch-stop"])
-        subprocess.run(["rm", "-rf", str(h.home / ".config" / "pippa" / "alerts"), str(h.home / "gpu-util"),
-                        str(h.home / ".config" / "pippa" / "secret_prints.json")])  # fmt: skip
+        subprocess.run(
+            [
+                "rm",
+                "-rf",
+                str(h.home / ".config" / "pippa" / "alerts"),
+                str(h.home / "gpu-util"),
+                str(h.home / ".config" / "pippa" / "secret_prints.json"),
+            ]
+        )
         f = h.home / ".config" / "pippa" / "secrets.env"
         if saved is None:
             f.unlink(missing_ok=True)
@@ -203,8 +210,11 @@ def test_a_rotated_token_stays_redacted_everywhere_pippa_shows_it(
     configure(client_env, h.name, 'secrets = ["HF_TOKEN"]\n')
     assert pippa(env, repo, "up", h.name).returncode == 0
     runs = h.home / "pippa" / "runs"
-    old = started(pippa(env, repo, "run", "--host", h.name, "--name", "al-rot", "--cmd",
-                        "echo token is $HF_TOKEN; exit 1").stdout)  # fmt: skip
+    old = started(
+        pippa(
+            env, repo, "run", "--host", h.name, "--name", "al-rot", "--cmd", "echo token is $HF_TOKEN; exit 1"
+        ).stdout
+    )
     hook.wait_for(lambda p: p.fields.get("run") == old)
     (repo / ".env").write_text(f"PIPPA_NOTIFY={hook.url(TOKEN)}\n")  # rotated: gone from .env ...
     up = pippa(env, repo, "up", h.name)
@@ -212,15 +222,30 @@ def test_a_rotated_token_stays_redacted_everywhere_pippa_shows_it(
     assert hf not in (h.home / ".config" / "pippa" / "secrets.env").read_text()  # ... and from the host
     assert f"token is {hf}" in (runs / old / "output.log").read_text()  # the record itself is the job's
     # a job that prints the old line again after the rotation: its reason, alert and streamed log
-    again = pippa(env, repo, "run", "--host", h.name, "--name", "al-rot2", "--follow", "--cmd",
-                  f"tail -n 1 {runs / old / 'output.log'}; exit 2")  # fmt: skip
+    again = pippa(
+        env,
+        repo,
+        "run",
+        "--host",
+        h.name,
+        "--name",
+        "al-rot2",
+        "--follow",
+        "--cmd",
+        f"tail -n 1 {runs / old / 'output.log'}; exit 2",
+    )
     new = started(again.stdout)
     alert = hook.wait_for(lambda p: p.fields.get("run") == new)
     assert alert.fields["reason"] == "token is ***", alert.fields
     shown = [again.stdout + again.stderr, alert.body.decode()]
-    for args in (("ps", "--all", "--host", h.name), ("ps", "--all", "--host", h.name, "--json"),
-                 ("why", old, "--host", h.name), ("why", new, "--host", h.name),
-                 ("logs", old, "--host", h.name), ("logs", new, "--host", h.name, "-f")):  # fmt: skip
+    for args in (
+        ("ps", "--all", "--host", h.name),
+        ("ps", "--all", "--host", h.name, "--json"),
+        ("why", old, "--host", h.name),
+        ("why", new, "--host", h.name),
+        ("logs", old, "--host", h.name),
+        ("logs", new, "--host", h.name, "-f"),
+    ):
         p = pippa(env, repo, *args)
         shown.append(p.stdout + p.stderr)
     assert "token is ***" in shown[2] and "token is " in shown[6], shown
@@ -429,8 +454,7 @@ def test_a_run_ending_on_a_nearly_full_disk_also_says_so(tmp_path, small_fs, hoo
     (small_fs / "fill").write_bytes(b"\0" * (4 * 1024 * 1024 - 64 * 1024))  # leaves < 5% of 4 MiB
     env = {**os.environ, "HOME": str(home)}
     argv = ["python3", "-S", "-I", str(prog), "alerts", "event", "--run-dir", str(run_dir)]
-    p = subprocess.run(argv, env=env,
-                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and json.loads(p.stdout)["sent"] is True, p.stderr
     low = hook.wait_for(lambda x: x.fields.get("state") == "disk low")
     assert low.json["title"] == f"pippa: disk low {small_fs / 'runs'} on hx"

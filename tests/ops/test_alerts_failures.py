@@ -13,8 +13,10 @@ from test_alerts import TOKEN, configure, hook, pippa, repo, restore_host, start
 
 pytestmark = pytest.mark.ssh
 
-FAILS_TWICE = ('n=$(cat ~/al-count 2>/dev/null || echo 0); n=$((n+1)); echo $n > ~/al-count; '
-               'echo "ValueError: boom $n"; test $n -ge 3')  # fmt: skip
+FAILS_TWICE = (
+    "n=$(cat ~/al-count 2>/dev/null || echo 0); n=$((n+1)); echo $n > ~/al-count; "
+    'echo "ValueError: boom $n"; test $n -ge 3'
+)
 
 
 def test_one_alert_per_retry_and_one_for_a_lost_run_each_naming_the_run(
@@ -32,8 +34,21 @@ def test_one_alert_per_retry_and_one_for_a_lost_run_each_naming_the_run(
     up = pippa(env, repo, "up", h.name)
     assert up.returncode == 0, up.stderr
 
-    p = pippa(env, repo, "run", "--host", h.name, "--name", "al-retry", "--retry", "2", "--backoff", "1s",
-              "--cmd", FAILS_TWICE)  # fmt: skip
+    p = pippa(
+        env,
+        repo,
+        "run",
+        "--host",
+        h.name,
+        "--name",
+        "al-retry",
+        "--retry",
+        "2",
+        "--backoff",
+        "1s",
+        "--cmd",
+        FAILS_TWICE,
+    )
     assert p.returncode == 0, p.stderr
     run_id = started(p.stdout)
     short = run_id.rsplit("-", 1)[1]

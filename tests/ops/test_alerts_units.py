@@ -80,25 +80,43 @@ def test_a_failed_gpu_reading_neither_ends_an_idle_period_nor_alerts_again() -> 
 
 
 def test_message_lists_every_known_field_one_per_line() -> None:
-    event = {"state": "failed", "host": "h1", "run_id": "r-1", "recipe": "overfit", "step": 7,
-             "total_steps": 10, "reason": "ValueError: x", "elapsed_s": 3725, "cost": 1.234,
-             "currency": "EUR", "wandb": "https://wandb.ai/e/p/runs/x",
-             "look": "pippa logs r-1 --host h1"}  # fmt: skip
+    event = {
+        "state": "failed",
+        "host": "h1",
+        "run_id": "r-1",
+        "recipe": "overfit",
+        "step": 7,
+        "total_steps": 10,
+        "reason": "ValueError: x",
+        "elapsed_s": 3725,
+        "cost": 1.234,
+        "currency": "EUR",
+        "wandb": "https://wandb.ai/e/p/runs/x",
+        "look": "pippa logs r-1 --host h1",
+    }
     title, body, kind = alerts.message(event)
     assert (title, kind) == ("pippa: failed r-1 on h1", "failure")
     assert body.splitlines() == [
-        "host: h1", "run: r-1", "recipe: overfit", "state: failed", "step: 7/10", "reason: ValueError: x",
-        "elapsed: 1h02m", "cost so far: €1.23", "W&B: https://wandb.ai/e/p/runs/x",
+        "host: h1",
+        "run: r-1",
+        "recipe: overfit",
+        "state: failed",
+        "step: 7/10",
+        "reason: ValueError: x",
+        "elapsed: 1h02m",
+        "cost so far: €1.23",
+        "W&B: https://wandb.ai/e/p/runs/x",
         "look: pippa logs r-1 --host h1",
-    ]  # fmt: skip
+    ]
 
 
 def test_a_messages_host_strings_carry_no_escape_sequence_or_extra_line() -> None:
     """A log line holding OSC 52 (clipboard), OSC 0 (title) and CSI 2J, or a newline that would forge a
     field, arrives in the message escaped, one field a line."""
     reason = "boom \x1b]52;c;aGk=\x07\x1b]0;owned\x07\x1b[2J\nstate: finished"
-    title, body, _ = alerts.message({"state": "failed", "host": "h\x1b[31m1", "run_id": "r-1",
-                                     "recipe": "x\ry", "reason": reason})
+    title, body, _ = alerts.message(
+        {"state": "failed", "host": "h\x1b[31m1", "run_id": "r-1", "recipe": "x\ry", "reason": reason}
+    )
     assert "\x1b" not in title + body and "\r" not in body and "\x07" not in body
     assert title == "pippa: failed r-1 on h\\x1b[31m1"
     shown = "reason: boom \\x1b]52;c;aGk=\\x07\\x1b]0;owned\\x07\\x1b[2J\\nstate: finished"
@@ -122,31 +140,62 @@ def test_messages_are_redacted_of_every_secret_value_but_keep_addresses_and_numb
 
 def test_settings_are_validated_where_the_inventory_is_read() -> None:
     ok = alert_settings({"idle_alert": "20m", "cost_per_gpu_hour": 2}, "f: hosts.a")
-    assert ok == {"idle_alert": "20m", "idle_threshold": 5.0, "cost_per_hour": None, "cost_per_gpu_hour": 2.0,
-                  "currency": "$", "heartbeat_every": None, "heartbeat": None,
-                  "stop": None, "stop_when": (), "stop_notice": None, "daily_budget": None}  # fmt: skip
-    for bad in ({"idle_alert": "soon"}, {"idle_alert": 20}, {"idle_threshold": 120}, {"cost_per_hour": -1},
-                {"cost_per_hour": True}, {"cost_per_hour": 1, "cost_per_gpu_hour": 1},
-                {"currency": "dollars"}, {"currency": 1}, {"heartbeat_every": "often"},
-                {"heartbeat_every": 60}, {"heartbeat": "sometimes"}, {"stop_when": ["done"]},
-                {"stop": "x", "stop_when": ["soon"]}, {"stop": "x", "stop_when": ["idle:later"]},
-                {"stop": "a\nb"}, {"stop": "x", "stop_notice": "1 week"},
-                {"stop": "x", "stop_when": "done"}, {"daily_budget": 100},
-                {"daily_budget": 0, "cost_per_hour": 1},
-                {"daily_budget": "lots", "cost_per_hour": 1}):  # fmt: skip
+    assert ok == {
+        "idle_alert": "20m",
+        "idle_threshold": 5.0,
+        "cost_per_hour": None,
+        "cost_per_gpu_hour": 2.0,
+        "currency": "$",
+        "heartbeat_every": None,
+        "heartbeat": None,
+        "stop": None,
+        "stop_when": (),
+        "stop_notice": None,
+        "daily_budget": None,
+    }
+    for bad in (
+        {"idle_alert": "soon"},
+        {"idle_alert": 20},
+        {"idle_threshold": 120},
+        {"cost_per_hour": -1},
+        {"cost_per_hour": True},
+        {"cost_per_hour": 1, "cost_per_gpu_hour": 1},
+        {"currency": "dollars"},
+        {"currency": 1},
+        {"heartbeat_every": "often"},
+        {"heartbeat_every": 60},
+        {"heartbeat": "sometimes"},
+        {"stop_when": ["done"]},
+        {"stop": "x", "stop_when": ["soon"]},
+        {"stop": "x", "stop_when": ["idle:later"]},
+        {"stop": "a\nb"},
+        {"stop": "x", "stop_notice": "1 week"},
+        {"stop": "x", "stop_when": "done"},
+        {"daily_budget": 100},
+        {"daily_budget": 0, "cost_per_hour": 1},
+        {"daily_budget": "lots", "cost_per_hour": 1},
+    ):
         with pytest.raises(UsageError):
             alert_settings(bad, "f: hosts.a")
     assert HostSpec(name="x", idle_alert="1h30m").idle_alert_s == 5400
     assert HostSpec(name="x", heartbeat_every="2s").heartbeat_every_s == 2.0
     armed = alert_settings({"stop": "sudo shutdown -h +1", "stop_when": ["done", "idle:30m"]}, "f: hosts.a")
-    assert stop_config(armed["stop"], armed["stop_when"], "0s") == {"stop_command": "sudo shutdown -h +1",
-                                                                    "stop_when": ["done", "idle:1800"],
-                                                                    "stop_notice_s": 0.0}  # fmt: skip
+    assert stop_config(armed["stop"], armed["stop_when"], "0s") == {
+        "stop_command": "sudo shutdown -h +1",
+        "stop_when": ["done", "idle:1800"],
+        "stop_notice_s": 0.0,
+    }
 
 
 def test_a_cost_reads_as_money_in_the_hosts_currency() -> None:
     assert [money(0.031, c) for c in (None, "$", "USD", "EUR", "€", "CHF")] == [
-        "$0.03", "$0.03", "$0.03", "€0.03", "€0.03", "CHF 0.03"]  # fmt: skip
+        "$0.03",
+        "$0.03",
+        "$0.03",
+        "€0.03",
+        "€0.03",
+        "CHF 0.03",
+    ]
     assert money(None, "EUR") == "-"
 
 
@@ -242,8 +291,10 @@ def test_a_failed_starts_alert_says_what_to_fix_and_the_rerun_never_a_resume(
     command = "/h/.venv/bin/python -m training_core.launch tiny --run-dir /h/runs/r-3 --set train.max_steps=9"
     (d / "run.json").write_text(json.dumps({"host": "h9", "recipe": "tiny", "command": command}))
     why = "OSError: We couldn't connect to 'https://huggingface.co' to load the files"
-    lines = ({"type": "header", "config": {}}, {"type": "end", "status": "failed", "step": 0, "error": why,
-                                                "at_start": True})  # fmt: skip
+    lines = (
+        {"type": "header", "config": {}},
+        {"type": "end", "status": "failed", "step": 0, "error": why, "at_start": True},
+    )
     (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     (d / "exit_code").write_text("1\n")
     look = events.run_event(str(d))["look"]

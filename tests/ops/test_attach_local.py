@@ -41,10 +41,29 @@ def test_local_attach_shows_the_run_and_detaching_leaves_it_running(tmp_path: Pa
     try:
         # A terminal outside tmux: the pane must not inherit the viewer server's $TMUX.
         subprocess.run(
-            ["tmux", "new-session", "-d", "-s", "v", "-x", "100", "-y", "25", "-c", str(repo),
-             "env", "-u", "TMUX", f"TMUX_TMPDIR={env['TMUX_TMPDIR']}", PIPPA, "attach", "live"],
-            env=viewer, check=True,
-        )  # fmt: skip
+            [
+                "tmux",
+                "new-session",
+                "-d",
+                "-s",
+                "v",
+                "-x",
+                "100",
+                "-y",
+                "25",
+                "-c",
+                str(repo),
+                "env",
+                "-u",
+                "TMUX",
+                f"TMUX_TMPDIR={env['TMUX_TMPDIR']}",
+                PIPPA,
+                "attach",
+                "live",
+            ],
+            env=viewer,
+            check=True,
+        )
         _wait(lambda: "beat-" in screen())
         subprocess.run(["tmux", "send-keys", "-t", "=v:", "C-b", "d"], env=viewer, check=True)
         _wait(lambda: subprocess.run(["tmux", "has-session", "-t", "=v"], env=viewer).returncode != 0)

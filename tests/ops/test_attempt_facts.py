@@ -18,11 +18,19 @@ def _metrics(path: Path, *records: dict[str, object]) -> None:
 def test_step_times_are_this_attempts_and_the_batch_is_the_newest_headers(tmp_path: Path) -> None:
     m = tmp_path / "metrics.jsonl"
     train = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
-    _metrics(m, {"type": "header", "config": {"train": train}, "time": 0.0},
-             *({"type": "step", "step": i, "time": 100.0 + i} for i in range(1, 4)),
-             {"type": "header", "config": {"train": {**train, "per_device_train_batch_size": 4,
-                                                      "gradient_accumulation_steps": 2}}, "time": 200.0},
-             *({"type": "step", "step": i, "time": 200.0 + 2 * i} for i in range(3, 6)))  # fmt: skip
+    _metrics(
+        m,
+        {"type": "header", "config": {"train": train}, "time": 0.0},
+        *({"type": "step", "step": i, "time": 100.0 + i} for i in range(1, 4)),
+        {
+            "type": "header",
+            "config": {
+                "train": {**train, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}
+            },
+            "time": 200.0,
+        },
+        *({"type": "step", "step": i, "time": 200.0 + 2 * i} for i in range(3, 6)),
+    )
     times, _ = af.attempt_records(str(m), 150.0)
     assert times == [206.0, 208.0, 210.0]
     assert af.batch_of(str(m)) == (4, 2)

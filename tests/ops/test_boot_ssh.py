@@ -42,8 +42,14 @@ def repo(tmp_path: Path) -> Path:
 
 
 def up(client_env, repo: Path, host: str) -> dict[str, object]:
-    p = subprocess.run([PIPPA, "up", host, "--json"], env=client_env.env, cwd=repo, capture_output=True,
-                       text=True, timeout=120)  # fmt: skip
+    p = subprocess.run(
+        [PIPPA, "up", host, "--json"],
+        env=client_env.env,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     return dict(json.loads(p.stdout))
 
@@ -89,6 +95,11 @@ def test_up_installs_keeps_and_removes_the_reboot_line_and_leaves_other_lines(cl
         assert table.read_text() == "0 3 * * * echo mine\n"
     finally:
         h.run_as_user(
-            ["rm", "-f", str(h.home / ".crontab-table"), str(h.home / ".local/share/pippa/agent.pyz"),
-             str(h.home / "bin" / "crontab")]
+            [
+                "rm",
+                "-f",
+                str(h.home / ".crontab-table"),
+                str(h.home / ".local/share/pippa/agent.pyz"),
+                str(h.home / "bin" / "crontab"),
+            ]
         )

@@ -89,8 +89,13 @@ def test_bad_option_values_are_one_usage_error_like_typers_own(args, option, why
 @pytest.mark.parametrize(("flags", "named"), [(["--gpus", "3"], "--gpus"), (["--set", "a=1"], "--set")])
 def test_a_recipe_option_with_cmd_is_refused_naming_the_option_given(tmp_path, flags, named):
     """`--gpus 3 --cmd ...` names --gpus (it once blamed a --set nobody gave); nothing starts."""
-    p = subprocess.run([PIPPA, "run", "--host", "local", "--cmd", "true", *flags], capture_output=True,
-                       text=True, timeout=60, cwd=tmp_path)  # fmt: skip
+    p = subprocess.run(
+        [PIPPA, "run", "--host", "local", "--cmd", "true", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert p.returncode != 0 and "Traceback" not in p.stderr
     assert f"{named} applies to recipes, not to --cmd" in p.stderr, p.stderr
     assert named == "--set" or "--set" not in p.stderr
@@ -100,8 +105,9 @@ def test_ps_of_a_host_whose_entry_is_invalid_is_one_line_not_unreachable(tmp_pat
     (tmp_path / ".config" / "pippa").mkdir(parents=True)
     (tmp_path / ".config" / "pippa" / "hosts.toml").write_text('[hosts.bad]\naddress = "x"\nport = "abc"\n')
     env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config")}
-    p = subprocess.run([PIPPA, "ps", "--host", "bad"], capture_output=True, text=True, timeout=60, env=env,
-                       cwd=tmp_path)  # fmt: skip
+    p = subprocess.run(
+        [PIPPA, "ps", "--host", "bad"], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path
+    )
     assert p.returncode == 2 and "unreachable" not in p.stdout + p.stderr, p.stdout + p.stderr
     said = (p.stdout + p.stderr).strip().splitlines()
     where = tmp_path / ".config" / "pippa" / "hosts.toml"
@@ -114,13 +120,19 @@ def test_gpus_on_a_host_without_gpus_names_it_once_and_json_errors_are_json(tmp_
     failed = "NVIDIA-SMI has failed because it couldn't communicate with the driver."
     smi.write_text(f'#!/bin/sh\necho "{failed}"\nexit 9\n')
     smi.chmod(0o755)
-    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config"),
-           "COLUMNS": "200", "PATH": f"{smi.parent}:{os.environ['PATH']}"}  # fmt: skip
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "XDG_CONFIG_HOME": str(tmp_path / ".config"),
+        "COLUMNS": "200",
+        "PATH": f"{smi.parent}:{os.environ['PATH']}",
+    }
     said = f"local: no NVIDIA GPU ({failed})"
 
     def gpus(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([PIPPA, "gpus", *args], capture_output=True, text=True, timeout=60, env=env,
-                              cwd=tmp_path)  # fmt: skip
+        return subprocess.run(
+            [PIPPA, "gpus", *args], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path
+        )
 
     both = gpus("local", "nosuchhost")  # two hosts: asked in parallel, each named once
     assert both.stdout.strip() == said, both.stdout
@@ -136,8 +148,12 @@ def test_gpus_on_a_host_without_gpus_names_it_once_and_json_errors_are_json(tmp_
 def test_recipe_and_host_names_complete_and_a_mistyped_status_is_pointed_at_ps(tmp_path):
     (tmp_path / ".config" / "pippa").mkdir(parents=True)
     (tmp_path / ".config" / "pippa" / "hosts.toml").write_text('[hosts.h100-a]\naddress = "203.0.113.10"\n')
-    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config"),
-           "_PIPPA_COMPLETE": "complete_bash"}  # fmt: skip
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "XDG_CONFIG_HOME": str(tmp_path / ".config"),
+        "_PIPPA_COMPLETE": "complete_bash",
+    }
 
     def complete(*words: str) -> list[str]:
         line = {"COMP_WORDS": " ".join(["pippa", *words]), "COMP_CWORD": str(len(words))}

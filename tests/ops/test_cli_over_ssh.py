@@ -54,14 +54,17 @@ def _set_entry(client_env: ClientEnv, h: SSHHost, *lines: str) -> None:
     client_env.personal_inventory.write_text(text)
 
 
-def pippa(env: dict[str, str], repo: Path, *args: str, stdin: str | None = None
-          ) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    return subprocess.run([PIPPA, *args], cwd=repo, env=env, input=stdin, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+def pippa(
+    env: dict[str, str], repo: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PIPPA, *args], cwd=repo, env=env, input=stdin, capture_output=True, text=True, timeout=120
+    )
 
 
-def start(env: dict[str, str], repo: Path, h: SSHHost, name: str, cmd: str, *more: str
-          ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def start(
+    env: dict[str, str], repo: Path, h: SSHHost, name: str, cmd: str, *more: str
+) -> subprocess.CompletedProcess[str]:
     """``pippa run --host H --name NAME --cmd CMD ...``"""
     return pippa(env, repo, "run", "--host", h.name, "--name", name, "--cmd", cmd, *more)
 
@@ -97,8 +100,9 @@ def test_run_with_a_python_that_cannot_import_the_trainer_says_so(client_env, ho
     assert f"`pippa up {host.name}`" in p.stderr and _no_session(host, "fh-noimp")
 
 
-def test_a_run_that_dies_at_once_is_reported_with_its_reason_and_a_failure_code(client_env, host, repo
-                                                                                  ) -> None:  # fmt: skip
+def test_a_run_that_dies_at_once_is_reported_with_its_reason_and_a_failure_code(
+    client_env, host, repo
+) -> None:
     cmd = "python3 -c 'import no_such_module_x'"
     p = start(client_env.env, repo, host, "fh-dies", cmd, "--wait", "60")
     assert p.returncode == 1, (p.stdout, p.stderr)
@@ -201,8 +205,9 @@ def test_ps_shows_running_and_the_last_ten_ended_and_prune_rm_never_touch_a_runn
     host.run_as_user(["tmux", "kill-session", "-t", "=fh-live"])
 
 
-def test_hosts_fits_80_columns_and_prints_an_unknown_keys_fingerprint_whole(client_env, ssh_hosts, repo
-                                                                             ) -> None:  # fmt: skip
+def test_hosts_fits_80_columns_and_prints_an_unknown_keys_fingerprint_whole(
+    client_env, ssh_hosts, repo
+) -> None:
     h = ssh_hosts[1]
     kh = client_env.known_hosts
     kh.write_text("".join(ln for ln in kh.read_text().splitlines(True) if ln.strip() != h.host_key_line))
@@ -235,22 +240,34 @@ def _read_until(proc: subprocess.Popen[str], text: str, timeout: float = 60) -> 
     return seen
 
 
-def test_ctrl_c_stops_following_or_waiting_and_says_the_run_goes_on(client_env, host, repo, tmp_path
-                                                                    ) -> None:  # fmt: skip
+def test_ctrl_c_stops_following_or_waiting_and_says_the_run_goes_on(client_env, host, repo, tmp_path) -> None:
     env = client_env.env
     run_id = _started(start(env, repo, host, "fh-cc", "echo tick; sleep 120").stdout)
-    goes_on = (f"; {run_id} goes on in session fh-cc on {host.name} "
-               f"(`pippa stop fh-cc --host {host.name}` stops it)")  # fmt: skip
-    follow = subprocess.Popen([PIPPA, "logs", run_id, "--host", host.name, "-f"], cwd=repo, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    goes_on = (
+        f"; {run_id} goes on in session fh-cc on {host.name} (`pippa stop fh-cc --host {host.name}` stops it)"
+    )
+    follow = subprocess.Popen(
+        [PIPPA, "logs", run_id, "--host", host.name, "-f"],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _read_until(follow, "tick\n")
     follow.send_signal(signal.SIGINT)
     _, err = follow.communicate(timeout=60)
     assert follow.returncode == 130 and err == f"pippa: stopped following{goes_on}\n"
 
     log = tmp_path / "wait.log"  # (its notes: it says when it has found the run)
-    wait = subprocess.Popen([PIPPA, "wait", run_id, "--host", host.name, "--log", str(log)], cwd=repo,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    wait = subprocess.Popen(
+        [PIPPA, "wait", run_id, "--host", host.name, "--log", str(log)],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait_for(lambda: log.exists() and f"watching {run_id}" in log.read_text())
     wait.send_signal(signal.SIGINT)
     _, err = wait.communicate(timeout=60)
@@ -269,11 +286,25 @@ def test_ctrl_c_stops_following_or_waiting_and_says_the_run_goes_on(client_env, 
 
 
 @pytest.mark.slow
-def test_resume_without_a_checkpoint_says_it_restarts_from_step_0_and_takes_set(client_env, host, repo
-                                                                                 ) -> None:  # fmt: skip
+def test_resume_without_a_checkpoint_says_it_restarts_from_step_0_and_takes_set(
+    client_env, host, repo
+) -> None:
     env = client_env.env
-    p = pippa(env, repo, "run", "tiny", "--host", host.name, "--name", "fh-res", "--no-wait",
-              "--set", 'model.name="no-such-org/no-such-model"', "--set", "train.max_steps=2")  # fmt: skip
+    p = pippa(
+        env,
+        repo,
+        "run",
+        "tiny",
+        "--host",
+        host.name,
+        "--name",
+        "fh-res",
+        "--no-wait",
+        "--set",
+        'model.name="no-such-org/no-such-model"',
+        "--set",
+        "train.max_steps=2",
+    )
     assert p.returncode == 0, p.stderr
     run_id = _started(p.stdout)
 
@@ -294,8 +325,10 @@ def test_hosts_reports_a_python_setting_that_names_a_missing_program(client_env,
     assert p.returncode == 0, p.stderr
     row = next(ln for ln in p.stdout.splitlines() if ln.startswith(f"{host.name} "))
     assert row.endswith(", no python")
-    assert (f"{host.name}: its python ~/no-such-venv/bin/python is not there: run `pippa up {host.name}`"
-            in p.stdout)  # fmt: skip
+    assert (
+        f"{host.name}: its python ~/no-such-venv/bin/python is not there: run `pippa up {host.name}`"
+        in p.stdout
+    )
     others = [ln for ln in p.stdout.splitlines() if ln.startswith(("t2 ", "t3 ", "local "))]
     assert others and not any("no python" in ln for ln in others)  # their python (the tests' venv) is there
 
@@ -332,8 +365,9 @@ def test_user_at_address_colon_port_reaches_the_host_and_auth_failure_names_the_
     assert f"authentication failed for {getpass.getuser()}@{h.address} (no user set)" in anon.stderr
 
 
-def test_the_background_watcher_keeps_reconnect_notes_out_of_the_terminal(client_env, host, repo, tmp_path
-                                                                           ) -> None:  # fmt: skip
+def test_the_background_watcher_keeps_reconnect_notes_out_of_the_terminal(
+    client_env, host, repo, tmp_path
+) -> None:
     """What `pippa run --notify` starts (`pippa wait ... --notify --log FILE`): across a dropped
     connection, stderr (the user's terminal) gets only the bell and the final line; the notes go to
     the log."""
@@ -341,8 +375,14 @@ def test_the_background_watcher_keeps_reconnect_notes_out_of_the_terminal(client
     cmd = f"while [ ! -e ~/{flag} ]; do sleep 0.2; done; exit 2"
     run_id = _started(start(env, repo, host, "fh-watch", cmd).stdout)
     log = tmp_path / "watch.log"
-    watcher = subprocess.Popen([PIPPA, "wait", run_id, "--host", host.name, "--notify", "--log", str(log)],
-                               cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watcher = subprocess.Popen(
+        [PIPPA, "wait", run_id, "--host", host.name, "--notify", "--log", str(log)],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for(lambda: log.exists() and f"watching {run_id}" in log.read_text())  # found, now followed
         host.drop()  # the connection goes away, as when the laptop sleeps
@@ -359,8 +399,9 @@ def test_the_background_watcher_keeps_reconnect_notes_out_of_the_terminal(client
     assert "failed (exit 2)" in err and "reconnecting" not in err
 
 
-def test_logs_without_a_name_shows_the_newest_run_and_tail_keeps_the_last_lines(client_env, host, repo
-                                                                                ) -> None:  # fmt: skip
+def test_logs_without_a_name_shows_the_newest_run_and_tail_keeps_the_last_lines(
+    client_env, host, repo
+) -> None:
     env = client_env.env
     start(env, repo, host, "fh-old", "echo old")
     new = _started(start(env, repo, host, "fh-new", "for i in 1 2 3 4 5; do echo line$i; done").stdout)
@@ -391,8 +432,14 @@ def test_sync_reports_real_bytes_on_a_dry_run_delete_removes_emptied_dirs_and_a_
     assert "(1.0 MB)" in pippa(env, repo, "sync", host.name, "--dry-run").stdout
 
     # On a terminal (script(1) gives it one): a byte-progress line while it sends, then the summary.
-    shown = subprocess.run(["script", "-qec", f"{PIPPA} sync {host.name}", "/dev/null"], cwd=repo, env=env,
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    shown = subprocess.run(
+        ["script", "-qec", f"{PIPPA} sync {host.name}", "/dev/null"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shown.returncode == 0, shown.stdout
     assert "sending" in shown.stdout and "on the wire" in shown.stdout
     remote = _remote_dir(client_env, host)
@@ -413,8 +460,14 @@ def test_wait_on_a_terminal_shows_one_status_line_with_step_of_total(client_env,
     cmd = f'printf "%s\\n%s\\n" {shlex.quote(header)} {shlex.quote(step)} > {metrics}; sleep 6'
     run_id = _started(start(client_env.env, repo, host, "fh-status", cmd).stdout)
     wait = f"{PIPPA} wait {run_id} --host {host.name}"
-    shown = subprocess.run(["script", "-qec", wait, "/dev/null"], cwd=repo, env=client_env.env,
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    shown = subprocess.run(
+        ["script", "-qec", wait, "/dev/null"],
+        cwd=repo,
+        env=client_env.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shown.returncode == 0, shown.stdout
     short = short_ids([run_id])[run_id]
     assert f"\x1b[K{short} on {host.name}: step 3/10 · running · 0m0" in shown.stdout  # (\r read as \n)
@@ -424,8 +477,21 @@ def test_wait_on_a_terminal_shows_one_status_line_with_step_of_total(client_env,
 @pytest.mark.slow
 def test_a_stop_that_saved_names_the_checkpoint_and_resume_continues_from_it(client_env, host, repo) -> None:
     env = client_env.env
-    p = pippa(env, repo, "run", "tiny", "--host", host.name, "--name", "fh-save", "--no-wait",
-              "--set", "train.max_steps=100000", "--set", "eval.interval=100000")  # fmt: skip
+    p = pippa(
+        env,
+        repo,
+        "run",
+        "tiny",
+        "--host",
+        host.name,
+        "--name",
+        "fh-save",
+        "--no-wait",
+        "--set",
+        "train.max_steps=100000",
+        "--set",
+        "eval.interval=100000",
+    )
     assert p.returncode == 0, p.stderr
     run_id = _started(p.stdout)
 

@@ -31,16 +31,19 @@ def lines(*records: dict[str, Any]) -> bytes:
 
 
 HEADER = {"type": "header", "run_id": "r", "recipe": "tiny", "config": {"train": {"lr": 1}}, "wandb": None}
-RESUMED_RUN = lines(
-    HEADER,
-    {"type": "step", "step": 1, "reward/mean": 0.1},
-    {"type": "step", "step": 2, "reward/mean": 0.9},
-    {"type": "eval", "step": 2, "eval/accuracy": 0.5},
-    {"type": "step", "step": 3, "reward/mean": 0.95},  # a killed run's step 3, redone after the resume
-    {**HEADER, "resumed_from_step": 2, "wandb": {"id": "w1", "url": None, "mode": "offline"}},
-    {"type": "step", "step": 3, "reward/mean": 0.3},
-    {"type": "end", "status": "completed", "step": 3},
-) + b'{"type": "step", "st'  # a torn last line
+RESUMED_RUN = (
+    lines(
+        HEADER,
+        {"type": "step", "step": 1, "reward/mean": 0.1},
+        {"type": "step", "step": 2, "reward/mean": 0.9},
+        {"type": "eval", "step": 2, "eval/accuracy": 0.5},
+        {"type": "step", "step": 3, "reward/mean": 0.95},  # a killed run's step 3, redone after the resume
+        {**HEADER, "resumed_from_step": 2, "wandb": {"id": "w1", "url": None, "mode": "offline"}},
+        {"type": "step", "step": 3, "reward/mean": 0.3},
+        {"type": "end", "status": "completed", "step": 3},
+    )
+    + b'{"type": "step", "st'
+)  # a torn last line
 
 
 def test_curves_read_a_resumed_file_once_per_step_and_ignore_a_torn_line() -> None:
@@ -69,9 +72,14 @@ def test_ema_is_tensorboards_debiased_average() -> None:
 
 @pytest.mark.parametrize(
     ("lo", "hi", "ticks"),
-    [(0, 4, [0, 1, 2, 3, 4]), (1, 12, [2, 4, 6, 8, 10, 12]), (0, 1000, [0, 200, 400, 600, 800, 1000]),
-     (3, 3, [3]), (0.2, 0.8, [0])],
-)  # fmt: skip
+    [
+        (0, 4, [0, 1, 2, 3, 4]),
+        (1, 12, [2, 4, 6, 8, 10, 12]),
+        (0, 1000, [0, 200, 400, 600, 800, 1000]),
+        (3, 3, [3]),
+        (0.2, 0.8, [0]),
+    ],
+)
 def test_integer_ticks_are_whole_steps(lo: float, hi: float, ticks: list[int]) -> None:
     assert integer_ticks(lo, hi) == ticks
 
@@ -121,15 +129,27 @@ def test_pull_sends_only_new_bytes_of_a_grown_file_and_a_replaced_file_whole(tmp
 
 
 def _record(run_id: str, recipe: str, started: float, exit_code: int | None = 0) -> dict[str, Any]:
-    return {"run_id": run_id, "meta": {"session": "s", "recipe": recipe, "command": "c"}, "ctime": started,
-            "started": str(started), "exit_code": None if exit_code is None else str(exit_code),
-            "ended": started + 10, "summary": {"last_step": 5, "final_reward": started / 1000,
-                                                "best_reward": 1 - started / 1000}}  # fmt: skip
+    return {
+        "run_id": run_id,
+        "meta": {"session": "s", "recipe": recipe, "command": "c"},
+        "ctime": started,
+        "started": str(started),
+        "exit_code": None if exit_code is None else str(exit_code),
+        "ended": started + 10,
+        "summary": {"last_step": 5, "final_reward": started / 1000, "best_reward": 1 - started / 1000},
+    }
 
 
 def test_runs_filters_and_sorts() -> None:
-    answer = {"now": 500.0, "sessions": "", "runs": [_record("a", "tiny", 100), _record("b", "overfit", 200),
-                                                     _record("c", "tiny", 300, exit_code=1)]}  # fmt: skip
+    answer = {
+        "now": 500.0,
+        "sessions": "",
+        "runs": [
+            _record("a", "tiny", 100),
+            _record("b", "overfit", 200),
+            _record("c", "tiny", 300, exit_code=1),
+        ],
+    }
     infos = infos_from_answer("h", answer)
     assert [i.run_id for i in select(infos)] == ["a", "b", "c"]
     assert [i.run_id for i in select(infos, recipe="ti*")] == ["a", "c"]
@@ -194,8 +214,15 @@ class StandInRun:
         self.id, self.name, self.state = f"id{i}", f"run-{i}", "finished"
         self.url = f"https://wandb.ai/ent/proj/runs/id{i}"
         self.created_at = f"2026-11-2{i}T10:00:00Z"
-        self.summary = {"reward/mean": 0.1 * i, "eval/accuracy": 0.5, "_step": 200, "_runtime": 3.0,
-                        "hist": {"_type": "histogram"}, "note": "ok", "nan": float("nan")}  # fmt: skip
+        self.summary = {
+            "reward/mean": 0.1 * i,
+            "eval/accuracy": 0.5,
+            "_step": 200,
+            "_runtime": 3.0,
+            "hist": {"_type": "histogram"},
+            "note": "ok",
+            "nan": float("nan"),
+        }
 
 
 class StandInApi:
@@ -236,8 +263,9 @@ def test_wandb_errors_and_a_missing_key_are_one_line(tmp_path: Path) -> None:
     argv = [PIPPA, "runs", "--pulled", "--runs-dir", str(tmp_path / "runs"), "--wandb", "ent/proj"]
     p = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and p.stderr.count("\n") == 1 and "needs WANDB_API_KEY" in p.stderr, p.stderr
-    p = subprocess.run([*argv[:-1], "not-a-path"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                       timeout=60)  # fmt: skip
+    p = subprocess.run(
+        [*argv[:-1], "not-a-path"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 2 and "give ENTITY/PROJECT" in p.stderr
 
 
@@ -258,11 +286,24 @@ def test_the_daily_core_loads_no_cli_tui_plotting_or_torch() -> None:
     matplotlib and wandb load only when a plot is drawn or W&B is asked."""
     import sys
 
-    mods = ("runs.pull", "runs.catalog", "runs.curves", "runs.compare", "runs.wait", "runs.plots",
-            "runs.wandb_api", "transport.forward", "notify")  # fmt: skip
-    code = "import sys\n" + "".join(f"import pippa_ops.{m}\n" for m in mods) + (
-        "tops = ('typer', 'rich', 'textual', 'torch', 'plotext', 'matplotlib', 'wandb')\n"
-        "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in tops)))\n"
+    mods = (
+        "runs.pull",
+        "runs.catalog",
+        "runs.curves",
+        "runs.compare",
+        "runs.wait",
+        "runs.plots",
+        "runs.wandb_api",
+        "transport.forward",
+        "notify",
+    )
+    code = (
+        "import sys\n"
+        + "".join(f"import pippa_ops.{m}\n" for m in mods)
+        + (
+            "tops = ('typer', 'rich', 'textual', 'torch', 'plotext', 'matplotlib', 'wandb')\n"
+            "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in tops)))\n"
+        )
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert p.stdout.strip() == ""
@@ -285,12 +326,24 @@ def test_a_reconnect_that_fails_authentication_is_ridden_out_as_a_drop() -> None
         tries.append("connect")
         raise AuthFailed("t1: authentication failed for u@h: transport shut down or saw EOF")
 
-    rec = RunRecord(host="local", run_id="20260101-000000-cmd-abcd", session="s", recipe=None, command="x",
-                    state="running")  # fmt: skip
+    rec = RunRecord(
+        host="local",
+        run_id="20260101-000000-cmd-abcd",
+        session="s",
+        recipe=None,
+        command="x",
+        state="running",
+    )
     notes: list[str] = []
     with pytest.raises(WaitTimeout):
-        wait_run(resolve("local"), rec, deadline=time.monotonic() + 1.0, note=notes.append, backoff_s=(0.05,),
-                 opener=opener)  # fmt: skip
+        wait_run(
+            resolve("local"),
+            rec,
+            deadline=time.monotonic() + 1.0,
+            note=notes.append,
+            backoff_s=(0.05,),
+            opener=opener,
+        )
     assert len(tries) >= 2 and all("reconnecting in" in n for n in notes) and notes
 
 
@@ -300,13 +353,18 @@ def test_compare_sees_the_same_recipe_on_two_homes_and_labels_runs_by_recipe_and
     from pippa_ops.runs.curves import parse_metrics
 
     def loaded(run_id: str, home: str, lr: float) -> LoadedRun:
-        plan = {"recipe": "tiny", "recipe_path": f"{home}/pippa/recipes/tiny.toml",
-                "config": {"train": {"lr": lr}}}  # fmt: skip
+        plan = {
+            "recipe": "tiny",
+            "recipe_path": f"{home}/pippa/recipes/tiny.toml",
+            "config": {"train": {"lr": lr}},
+        }
         header = {"type": "header", "recipe": "tiny", "config": plan}
         return LoadedRun(run_id, "h", "host", "h:x", parse_metrics((json.dumps(header) + "\n").encode()))
 
-    runs = [loaded("20261118-101500-tiny-3fa2", "/home/a", 1e-5),
-            loaded("20261118-101510-tiny-91c0", "/root", 2e-5)]
+    runs = [
+        loaded("20261118-101500-tiny-3fa2", "/home/a", 1e-5),
+        loaded("20261118-101510-tiny-91c0", "/root", 2e-5),
+    ]
     diff = differing_config(runs)
     assert not any(k.endswith("recipe_path") for k in diff) and any(k.endswith("lr") for k in diff), diff
     assert legend_labels(runs) == {runs[0].run_id: "tiny 3fa2", runs[1].run_id: "tiny 91c0"}

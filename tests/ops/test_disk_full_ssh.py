@@ -24,8 +24,10 @@ def _fill(mount: Path) -> Path:
     """The tmpfs filled to its last byte (root is bound by a tmpfs's size too)."""
     filler = mount / "filler"
     for block in ("64k", "4k"):  # tmpfs counts whole pages: the last ones 4 KB at a time
-        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", f"bs={block}", "oflag=append", "conv=notrunc"],
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["dd", "if=/dev/zero", f"of={filler}", f"bs={block}", "oflag=append", "conv=notrunc"],
+            capture_output=True,
+        )
     return filler
 
 
@@ -38,14 +40,26 @@ def full_host(client_env, ssh_hosts):  # type: ignore[no-untyped-def]
     mount = base / "runs"
     mount.mkdir(parents=True, exist_ok=True)
     subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(base)], check=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=64m,uid={user.pw_uid},gid={user.pw_gid},mode=0755",
-                    "tmpfs", str(mount)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            f"size=64m,uid={user.pw_uid},gid={user.pw_gid},mode=0755",
+            "tmpfs",
+            str(mount),
+        ],
+        check=True,
+    )
     inv = client_env.personal_inventory
     block = next(b for b in inv.read_text().split("\n\n") if b.startswith(f"[hosts.{h.name}]"))
     name = f"{h.name}full"
     once = h.home / "paused-disk-full"
-    extra = (f'remote_dir = "~/pippa-full"\n'
-             f'env = {{ PIPPA_TEST_PAUSE_AT_STEP = "4", PIPPA_TEST_PAUSE_ONCE = "{once}" }}\n')  # fmt: skip
+    extra = (
+        f'remote_dir = "~/pippa-full"\n'
+        f'env = {{ PIPPA_TEST_PAUSE_AT_STEP = "4", PIPPA_TEST_PAUSE_ONCE = "{once}" }}\n'
+    )
     entry = block.replace(f"[hosts.{h.name}]", f"[hosts.{name}]")
     inv.write_text(inv.read_text() + "\n" + entry + "\n" + extra)
     try:
@@ -63,8 +77,7 @@ def test_a_full_disk_ends_the_attempt_disk_full_and_resume_completes_after(clien
 
     run_id = started(pippa(env, "run", "tiny", "--host", host, "--name", "full", *SETS, timeout=300))
     run_dir = mount / run_id
-    wait_for(lambda: once.exists() and (run_dir / "checkpoints" / "checkpoint-2").is_dir(), 300,
-             log)  # fmt: skip
+    wait_for(lambda: once.exists() and (run_dir / "checkpoints" / "checkpoint-2").is_dir(), 300, log)
     filler = _fill(mount)
     once.unlink()  # let it go on: its next metrics line meets the full disk
     wait_for(lambda: (run_dir / "exit_code").exists(), 120, log)

@@ -73,10 +73,24 @@ def test_a_dry_run_lists_every_setting_with_its_source() -> None:
     runs = REPO / "runs"
     before = sorted(runs.iterdir()) if runs.exists() else None
     p = subprocess.run(
-        [sys.executable, "-m", "pippa_ops", "run", "tiny", "--host", "local", "--dry-run", "--json",
-         "--set", "train.learning_rate=2e-5"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pippa_ops",
+            "run",
+            "tiny",
+            "--host",
+            "local",
+            "--dry-run",
+            "--json",
+            "--set",
+            "train.learning_rate=2e-5",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     (planned,) = json.loads(p.stdout)["runs"]
     got = {s["key"]: (s["value"], s["source"]) for s in planned["settings"]}

@@ -36,13 +36,21 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_every_hop_of_a_proxy_jump_chain_is_resolved_with_its_own_hops(home: Path) -> None:
     ep = endpoint(resolve("gpu"))
     assert (ep.name, ep.hostname, ep.port, ep.user, ep.proxy_jump) == (
-        "gpu", "10.0.0.9", 22, "ubuntu", "alice@mid:2022,box",
-    )  # fmt: skip
+        "gpu",
+        "10.0.0.9",
+        22,
+        "ubuntu",
+        "alice@mid:2022,box",
+    )
     box = ep.jump
     assert box is not None  # the hop next to the target: box, with the hops before it (mid) ...
     assert (box.name, box.hostname, box.port, box.user, box.identity_files) == (
-        "box", "10.1.2.3", 2200, "bob", (str(home / ".ssh" / "box"),),
-    )  # fmt: skip
+        "box",
+        "10.1.2.3",
+        2200,
+        "bob",
+        (str(home / ".ssh" / "box"),),
+    )
     mid = box.jump
     assert mid is not None
     assert (mid.name, mid.hostname, mid.port, mid.user) == ("mid", "10.0.0.5", 2022, "alice")
@@ -78,10 +86,17 @@ def test_an_endpoint_crosses_to_the_keeper_as_json_unchanged(home: Path) -> None
         {"name": "h", "hostname": "x", "port": "22", "user": None, "identity_files": [], "proxy_jump": None},
         {"name": "h", "hostname": "", "port": 22, "user": None, "identity_files": [], "proxy_jump": None},
         {"name": "h", "hostname": "x", "port": 22, "user": None, "identity_files": "k", "proxy_jump": None},
-        {"name": "h", "hostname": "x", "port": 22, "user": None, "identity_files": [], "proxy_jump": None,
-         "jump": {"name": "j"}},
+        {
+            "name": "h",
+            "hostname": "x",
+            "port": 22,
+            "user": None,
+            "identity_files": [],
+            "proxy_jump": None,
+            "jump": {"name": "j"},
+        },
     ],
-)  # fmt: skip
+)
 def test_the_keeper_refuses_an_endpoint_it_cannot_read(bad: object) -> None:
     with pytest.raises(ValueError):
         Endpoint.from_json(bad)

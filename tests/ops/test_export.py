@@ -83,7 +83,7 @@ def test_the_exported_run_lines_complete_the_tiny_recipe_on_one_cpu_node(tmp_pat
         SKYPILOT_NODE_IPS="127.0.0.1\n",
         SKYPILOT_NUM_NODES="1",
         CUDA_VISIBLE_DEVICES="",
-    )  # fmt: skip  (the bucket: a directory here)
+    )  # (the bucket: a directory here)
     p = subprocess.run(
         ["sh", "-c", task["run"]], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
     )
@@ -124,14 +124,17 @@ def test_the_sbatch_export_is_a_slurm_hosts_job_script() -> None:
     assert "/scratch/p/.venv/bin/python -m training_core.launch tiny --run-dir /scratch/p/runs/" in p.stdout
 
 
-@pytest.mark.parametrize(("args", "why"), [
-    (["nope", "--to", "skypilot", "--bucket", "s3://b/p"], "unknown recipe 'nope'"),
-    (["tiny", "--to", "skypilot", "--bucket", "s3://b/p", "--nodes", "0"], "--nodes 0"),
-    (["tiny", "--to", "sbatch", "--nodes", "0"], "--nodes 0"),
-    (["tiny", "--to", "skypilot"], "--bucket"),
-    (["tiny", "--to", "k8s"], "--to 'k8s'"),
-    (["tiny", "--to", "skypilot", "--bucket", "s3://b/p", "--set", "no.such=1"], "unknown setting"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["nope", "--to", "skypilot", "--bucket", "s3://b/p"], "unknown recipe 'nope'"),
+        (["tiny", "--to", "skypilot", "--bucket", "s3://b/p", "--nodes", "0"], "--nodes 0"),
+        (["tiny", "--to", "sbatch", "--nodes", "0"], "--nodes 0"),
+        (["tiny", "--to", "skypilot"], "--bucket"),
+        (["tiny", "--to", "k8s"], "--to 'k8s'"),
+        (["tiny", "--to", "skypilot", "--bucket", "s3://b/p", "--set", "no.such=1"], "unknown setting"),
+    ],
+)
 def test_bad_input_to_export_is_one_line(args: list[str], why: str) -> None:
     p = pippa("export", *args)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr

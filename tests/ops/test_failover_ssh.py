@@ -36,16 +36,25 @@ def _put(h: object, rel: str, text: str, mode: int) -> None:
 def test_a_gpu_fault_moves_the_run_to_the_first_healthy_failover_host(client_env, ssh_hosts) -> None:
     env, a, b, c = client_env.env, ssh_hosts[2], ssh_hosts[3], ssh_hosts[1]
     assert pippa(env, "sync", b.name, timeout=300).returncode == 0
-    fail = {"host": c.name, "verdict": "fail", "measured": {}, "time": time.time(), "quick": True,
-            "checks": [{"check": "xid", "status": "fail", "gpu": 0, "detail": "Xid 79"}]}  # fmt: skip
+    fail = {
+        "host": c.name,
+        "verdict": "fail",
+        "measured": {},
+        "time": time.time(),
+        "quick": True,
+        "checks": [{"check": "xid", "status": "fail", "gpu": 0, "detail": "Xid 79"}],
+    }
     _put(c, f"pippa/doctor/{history_name(time.time(), 1)}", json.dumps(fail), 0o644)
     _put(a, "bin/dmesg", XID_DMESG, 0o755)
 
     bad = pippa(env, "run", "tiny", "--host", a.name, "--failover", "nowhere")
     assert bad.returncode != 0 and "nowhere" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
-    run_id = started(pippa(env, "run", "tiny", "--host", a.name, "--name", "fover",
-                           "--failover", f"{c.name},{b.name}", *SETS))  # fmt: skip
+    run_id = started(
+        pippa(
+            env, "run", "tiny", "--host", a.name, "--name", "fover", "--failover", f"{c.name},{b.name}", *SETS
+        )
+    )
     old_dir, new_dir = a.home / "pippa" / "runs" / run_id, b.home / "pippa" / "runs" / run_id
     ck = old_dir / "checkpoints" / "checkpoint-2"
     log = old_dir / "output.log"

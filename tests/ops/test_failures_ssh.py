@@ -23,8 +23,16 @@ from test_restart_ssh import attempts, pippa, records, started, steps, wait_for
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]
 FLOOR_S = 30  # (5 min on a real host; well above a step of this run even on a loaded 2-core machine)
-SMALL = ["--set", "train.per_device_train_batch_size=32", "--set", "train.num_generations=8",
-         "--set", "eval.interval=1000", "--set", "checkpoint.every=2"]  # fmt: skip
+SMALL = [
+    "--set",
+    "train.per_device_train_batch_size=32",
+    "--set",
+    "train.num_generations=8",
+    "--set",
+    "eval.interval=1000",
+    "--set",
+    "checkpoint.every=2",
+]
 
 
 @pytest.fixture
@@ -47,8 +55,11 @@ def host_env(ssh_hosts: list[Any]) -> Iterator[Any]:
 
 def _ended(run_dir: Path, timeout: float = 400) -> None:
     log = run_dir / "output.log"
-    wait_for(lambda: (run_dir / "exit_code").exists(), timeout,
-             lambda: log.read_text()[-3000:] if log.exists() else "")  # fmt: skip
+    wait_for(
+        lambda: (run_dir / "exit_code").exists(),
+        timeout,
+        lambda: log.read_text()[-3000:] if log.exists() else "",
+    )
 
 
 def test_a_rank_that_leaves_the_collective_is_found_stalled_named_and_retried(
@@ -57,11 +68,33 @@ def test_a_rank_that_leaves_the_collective_is_found_stalled_named_and_retried(
     env, h = client_env.env, ssh_hosts[2]
     once = h.home / "hang-once"
     once.unlink(missing_ok=True)
-    host_env(h, PIPPA_TEST_HANG_RANK="1", PIPPA_TEST_HANG_AT_STEP="4", PIPPA_TEST_HANG_ONCE=str(once),
-             PIPPA_STALL_FLOOR_S=str(FLOOR_S))  # fmt: skip
-    run_id = started(pippa(env, "run", "tiny", "--host", h.name, "--name", "rhang", "--retry", "1",
-                           "--backoff", "1s", "--set", "launch.processes=2", "--set", "train.max_steps=6",
-                           *SMALL))  # fmt: skip
+    host_env(
+        h,
+        PIPPA_TEST_HANG_RANK="1",
+        PIPPA_TEST_HANG_AT_STEP="4",
+        PIPPA_TEST_HANG_ONCE=str(once),
+        PIPPA_STALL_FLOOR_S=str(FLOOR_S),
+    )
+    run_id = started(
+        pippa(
+            env,
+            "run",
+            "tiny",
+            "--host",
+            h.name,
+            "--name",
+            "rhang",
+            "--retry",
+            "1",
+            "--backoff",
+            "1s",
+            "--set",
+            "launch.processes=2",
+            "--set",
+            "train.max_steps=6",
+            *SMALL,
+        )
+    )
     run_dir = h.home / "pippa" / "runs" / run_id
     log = run_dir / "output.log"
     wait_for(once.exists, 400, lambda: log.read_text()[-3000:] if log.exists() else "")
@@ -97,8 +130,22 @@ def test_a_rank_that_leaves_the_collective_is_found_stalled_named_and_retried(
 def test_an_oom_is_retried_with_half_the_batch_and_completes(client_env, ssh_hosts, host_env) -> None:
     env, h = client_env.env, ssh_hosts[2]
     host_env(h, PIPPA_TEST_OOM_ABOVE_BATCH="16")
-    run_id = started(pippa(env, "run", "tiny", "--host", h.name, "--name", "room", "--backoff", "1s",
-                           "--set", "train.max_steps=4", *SMALL))  # fmt: skip
+    run_id = started(
+        pippa(
+            env,
+            "run",
+            "tiny",
+            "--host",
+            h.name,
+            "--name",
+            "room",
+            "--backoff",
+            "1s",
+            "--set",
+            "train.max_steps=4",
+            *SMALL,
+        )
+    )
     run_dir = h.home / "pippa" / "runs" / run_id
     _ended(run_dir)
     log = (run_dir / "output.log").read_text()

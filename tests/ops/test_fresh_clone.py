@@ -31,9 +31,9 @@ def test_the_committed_inventory_holds_no_host(monkeypatch: pytest.MonkeyPatch) 
     assert load_inventory(REPO) == {}
 
 
-def test_the_commented_example_is_a_valid_entry_and_agrees_with_the_readme(tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch
-                                                                            ) -> None:  # fmt: skip
+def test_the_commented_example_is_a_valid_entry_and_agrees_with_the_readme(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     text = (REPO / "pippa.toml").read_text()
     example = "\n".join(line[2:] for line in text.splitlines() if re.match(r"# (\[hosts\.|\w+ = )", line))
     uncommented = tmp_path / "team.toml"
@@ -48,19 +48,32 @@ def test_the_commented_example_is_a_valid_entry_and_agrees_with_the_readme(tmp_p
 
 
 def test_a_fresh_clone_lists_only_local(tmp_path: Path) -> None:
-    p = subprocess.run([PIPPA, "ps", "--json"], cwd=REPO, env=_fresh_env(tmp_path), capture_output=True,
-                       text=True, timeout=60)  # fmt: skip
+    p = subprocess.run(
+        [PIPPA, "ps", "--json"],
+        cwd=REPO,
+        env=_fresh_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     assert list(json.loads(p.stdout)) == ["local"]
-    hosts = subprocess.run([PIPPA, "hosts", "--json"], cwd=REPO, env=_fresh_env(tmp_path),
-                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    hosts = subprocess.run(
+        [PIPPA, "hosts", "--json"],
+        cwd=REPO,
+        env=_fresh_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert hosts.returncode == 0, hosts.stderr
     assert [h["name"] for h in json.loads(hosts.stdout)] == ["local"]
 
 
 def _pippa(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PIPPA, *args], cwd=REPO, env=_fresh_env(tmp_path), capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    return subprocess.run(
+        [PIPPA, *args], cwd=REPO, env=_fresh_env(tmp_path), capture_output=True, text=True, timeout=60
+    )
 
 
 def test_version_and_shell_completion(tmp_path: Path) -> None:
@@ -71,8 +84,14 @@ def test_version_and_shell_completion(tmp_path: Path) -> None:
     # typer finds the shell by walking up the process tree (shellingham), as it would from a user's
     # prompt; a pytest worker may have no shell above it, so the command runs under one. The trailing
     # `exit` keeps bash from exec-ing pippa in its own place.
-    c = subprocess.run(["bash", "-c", '"$0" --show-completion; exit $?', PIPPA], cwd=REPO,
-                       env=_fresh_env(tmp_path), capture_output=True, text=True, timeout=60)
+    c = subprocess.run(
+        ["bash", "-c", '"$0" --show-completion; exit $?', PIPPA],
+        cwd=REPO,
+        env=_fresh_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert c.returncode == 0 and "_pippa_completion" in c.stdout, c.stderr
 
 
@@ -101,15 +120,19 @@ def test_a_mistyped_verb_recipe_or_host_gets_the_nearest_name(tmp_path: Path) ->
     assert host.stderr.startswith("pippa: unknown host 'locl' (did you mean 'local'?)")
 
 
-@pytest.mark.parametrize(("typed", "address", "user", "port"), [
-    ("ubuntu@203.0.113.10:2222", "203.0.113.10", "ubuntu", 2222),
-    ("root@[2001:db8::1]:40022", "2001:db8::1", "root", 40022),
-    ("[::1]", "::1", None, None),
-    ("2001:db8::7", "2001:db8::7", None, None),  # several colons: an IPv6 address, no port
-    ("box.example.org", "box.example.org", None, None),
-])  # fmt: skip
-def test_an_address_may_carry_a_port_and_ipv6_goes_in_brackets(typed: str, address: str, user: str | None,
-                                                               port: int | None) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("typed", "address", "user", "port"),
+    [
+        ("ubuntu@203.0.113.10:2222", "203.0.113.10", "ubuntu", 2222),
+        ("root@[2001:db8::1]:40022", "2001:db8::1", "root", 40022),
+        ("[::1]", "::1", None, None),
+        ("2001:db8::7", "2001:db8::7", None, None),  # several colons: an IPv6 address, no port
+        ("box.example.org", "box.example.org", None, None),
+    ],
+)
+def test_an_address_may_carry_a_port_and_ipv6_goes_in_brackets(
+    typed: str, address: str, user: str | None, port: int | None
+) -> None:
     from pippa_ops.hosts.inventory import resolve
 
     spec = resolve(typed, REPO)
@@ -119,12 +142,19 @@ def test_an_address_may_carry_a_port_and_ipv6_goes_in_brackets(typed: str, addre
 def _pulled_run(root: Path, run_id: str, seed: int, gpu: str) -> None:
     d = root / "h100-a" / run_id
     d.mkdir(parents=True)
-    header = {"type": "header", "run_id": run_id, "recipe": "tiny",
-              "config": {"recipe": "tiny", "config": {"seed": seed, "model": {"precision": "bf16"}},
-                         "platform": {"name": "h100", "facts": {"gpu_name": gpu, "free_mem_gib": 70.1}}}}
+    header = {
+        "type": "header",
+        "run_id": run_id,
+        "recipe": "tiny",
+        "config": {
+            "recipe": "tiny",
+            "config": {"seed": seed, "model": {"precision": "bf16"}},
+            "platform": {"name": "h100", "facts": {"gpu_name": gpu, "free_mem_gib": 70.1}},
+        },
+    }
     step = {"type": "step", "step": 1, "reward/mean": 0.5}
     (d / "metrics.jsonl").write_text(json.dumps(header) + "\n" + json.dumps(step) + "\n")
-    (d / "exit_code").write_text("0\n")  # fmt: skip
+    (d / "exit_code").write_text("0\n")
 
 
 def test_compare_leaves_the_platform_facts_out_of_the_config_diff_unless_all(tmp_path: Path) -> None:
@@ -139,8 +169,9 @@ def test_compare_leaves_the_platform_facts_out_of_the_config_diff_unless_all(tmp
     assert set(json.loads(every.stdout)["config_diff"]) == {"config.seed", "platform.facts.gpu_name"}
 
 
-def test_the_agents_python_check_and_run_removal_on_this_machine(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_agents_python_check_and_run_removal_on_this_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import sys
 
     monkeypatch.setenv("TMUX_TMPDIR", str(tmp_path))  # a tmux server of its own (none running)
@@ -168,7 +199,9 @@ def test_the_agents_python_check_and_run_removal_on_this_machine(tmp_path: Path,
     (run / "exit_code").write_text("0\n")
     (run / "output.log").write_text("x" * 1000)
     assert agent_runs.run_checkpoints({"remote_dir": remote, "run_id": run.name}) == {
-        "checkpoints": ["checkpoint-5", "checkpoint-10"], "skipped": []}  # fmt: skip
+        "checkpoints": ["checkpoint-5", "checkpoint-10"],
+        "skipped": [],
+    }
     args = {"remote_dir": remote, "run_ids": [run.name, "20261118-000000-tiny-none"], "dry_run": True}
     dry = agent_runs.remove_runs(args)
     assert dry["removed"] == [run.name] and dry["bytes"] >= 1000 and run.is_dir()

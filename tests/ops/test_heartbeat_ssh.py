@@ -66,8 +66,21 @@ def test_a_host_pings_while_its_run_progresses_stops_when_frozen_fails_once_and_
     assert TOKEN not in up.stdout + up.stderr  # the secret is never printed
 
     loop = "while :; do echo beat-hb1; sleep 0.2; done"
-    run = pippa(env, repo, "run", "--host", h.name, "--name", "hb1", "--cmd", loop,
-                "--stall-timeout", "3s", "--infra-retries", "0")  # fmt: skip
+    run = pippa(
+        env,
+        repo,
+        "run",
+        "--host",
+        h.name,
+        "--name",
+        "hb1",
+        "--cmd",
+        loop,
+        "--stall-timeout",
+        "3s",
+        "--infra-retries",
+        "0",
+    )
     assert run.returncode == 0, run.stderr
     run_id = started(run.stdout)
     _wait(lambda: _pings(hook).count("/start") == 1 and _pings(hook).count("") >= 3, 60, f"{_pings(hook)}")
@@ -100,8 +113,11 @@ def test_a_host_pings_while_its_run_progresses_stops_when_frozen_fails_once_and_
     loop2 = loop.replace("hb1", "hb2")
     n = len(_pings(hook))  # before the run: its /start may come while `pippa run` waits for its first line
     run_id2 = started(pippa(env, repo, "run", "--host", h.name, "--name", "hb2", "--cmd", loop2).stdout)
-    _wait(lambda: _pings(hook)[n:].count("/start") == 1 and _pings(hook)[n:].count("") >= 2, 60,
-          "no /start and two pings for the second run")  # fmt: skip
+    _wait(
+        lambda: _pings(hook)[n:].count("/start") == 1 and _pings(hook)[n:].count("") >= 2,
+        60,
+        "no /start and two pings for the second run",
+    )
     h.drop()
     try:
         _kill_user_processes(h.uid)

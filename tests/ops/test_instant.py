@@ -61,8 +61,13 @@ def warm_server(kept: ClientEnv) -> Iterator[tuple[ClientEnv, subprocess.Popen[b
     """``warm``, and the warm process itself."""
     assert reuse.start() is not None
     path = client.socket_path()
-    proc = subprocess.Popen([sys.executable, "-c", client.SERVER_MAIN, str(path)], env=kept.env,
-                              cwd="/", stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", client.SERVER_MAIN, str(path)],
+        env=kept.env,
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         _until(lambda: path.exists())
         yield kept, proc
@@ -79,8 +84,13 @@ def _pippa(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _loaded(env: dict[str, str], *args: str) -> tuple[set[str], str]:
-    p = subprocess.run([sys.executable, "-c", _PROBE.format(args=list(args))], env=env, capture_output=True,
-                       text=True, timeout=90)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(args=list(args))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     line = next(ln for ln in p.stdout.splitlines() if ln.startswith("LOADED"))
     mods, code = line.removeprefix("LOADED ").rsplit(" ", 1)
     return set(json.loads(mods)), code
@@ -144,8 +154,13 @@ def test_ctrl_c_reaches_the_child_and_ends_the_command_as_a_cold_one(warm, ssh_h
     h = ssh_hosts[0].name
     started = _pippa(warm.env, "run", "--host", h, "-n", "longer", "--cmd", "sleep 60", "--json")
     run_id = json.loads(started.stdout)["run_ids"][0]
-    p = subprocess.Popen([PIPPA, "logs", run_id, "--host", h, "-f"], env=warm.env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+    p = subprocess.Popen(
+        [PIPPA, "logs", run_id, "--host", h, "-f"],
+        env=warm.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     server = int(client.socket_path().with_suffix(".lock").read_text())
     _until(lambda: Path(f"/proc/{server}/task/{server}/children").read_text().strip() != "")
     time.sleep(1)  # the child is following (no line to wait for: the run prints nothing)
@@ -180,8 +195,13 @@ def test_a_changed_module_is_refused(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pippa_ops._stamp_probe", type(sys)("pippa_ops._stamp_probe"))
     sys.modules["pippa_ops._stamp_probe"].__file__ = str(module)
     stamps = server.code_stamps()
-    request = {"argv": ["ps"], "env": dict(os.environ), "prefix": sys.prefix, "package": str(client.PACKAGE),
-               "path": ["", *sys.path[1:]]}  # fmt: skip
+    request = {
+        "argv": ["ps"],
+        "env": dict(os.environ),
+        "prefix": sys.prefix,
+        "package": str(client.PACKAGE),
+        "path": ["", *sys.path[1:]],
+    }
     server.check(request, stamps)
     st = os.stat(module)
     os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
@@ -215,8 +235,13 @@ def test_a_command_whose_child_is_terminated_ends_by_the_same_signal(warm, ssh_h
     h = ssh_hosts[0].name
     started = _pippa(warm.env, "run", "--host", h, "-n", "termed", "--cmd", "sleep 60", "--json")
     run_id = json.loads(started.stdout)["run_ids"][0]
-    p = subprocess.Popen([PIPPA, "logs", run_id, "--host", h, "-f"], env=warm.env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+    p = subprocess.Popen(
+        [PIPPA, "logs", run_id, "--host", h, "-f"],
+        env=warm.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     server = int(client.socket_path().with_suffix(".lock").read_text())
     _until(lambda: Path(f"/proc/{server}/task/{server}/children").read_text().strip() != "")
     p.send_signal(signal.SIGTERM)
@@ -241,8 +266,13 @@ def test_the_host_agent_files_are_watched_and_a_reinstall_ends_the_warm_process(
     stamps = server.code_stamps()
     assert {str(p) for p in agent_bundle.files()} <= set(stamps)
     assert any(p.endswith("pippa_agent/bootstrap.py") for p in stamps)
-    request = {"argv": ["ps"], "env": dict(os.environ), "prefix": sys.prefix, "package": client.PACKAGE,
-               "path": ["", "/somewhere/else", *sys.path[1:]]}  # fmt: skip
+    request = {
+        "argv": ["ps"],
+        "env": dict(os.environ),
+        "prefix": sys.prefix,
+        "package": client.PACKAGE,
+        "path": ["", "/somewhere/else", *sys.path[1:]],
+    }
     with pytest.raises(server.Refused, match="another import path") as refused:
         server.check(request, stamps)
     assert refused.value.stale
@@ -279,8 +309,11 @@ def test_a_stopped_warm_process_holds_no_reader(warm, ssh_hosts):
     assert started.returncode == 0, started.stderr
     run_id = json.loads(started.stdout)["run_ids"][0]
     _until(lambda: _pippa(warm.env, "logs", run_id, "--host", h).stdout.endswith("50\n"))
-    lines = [f"{PIPPA} ps --host {h} | cat", f'x=$({PIPPA} ps --host {h}); printf "%s\\n" "$x"',
-             f"{PIPPA} logs {run_id} --host {h} | head -n 3"]  # fmt: skip
+    lines = [
+        f"{PIPPA} ps --host {h} | cat",
+        f'x=$({PIPPA} ps --host {h}); printf "%s\\n" "$x"',
+        f"{PIPPA} logs {run_id} --host {h} | head -n 3",
+    ]
     # the warm process these commands use: the socket their environment names
     probe = [sys.executable, "-c", "from pippa_ops.instant import client; print(client.socket_file())"]
     path = subprocess.run(probe, env=warm.env, capture_output=True, text=True, check=True).stdout.strip()
@@ -292,14 +325,23 @@ def test_a_stopped_warm_process_holds_no_reader(warm, ssh_hosts):
             t = time.monotonic()
             got = subprocess.run(["sh", "-c", line], env=warm.env, capture_output=True, text=True, timeout=30)
             took = time.monotonic() - t
-            cold = subprocess.run(["sh", "-c", line], env={**warm.env, "PIPPA_NO_REUSE": "1"},
-                                  capture_output=True, text=True, timeout=30)  # fmt: skip
+            cold = subprocess.run(
+                ["sh", "-c", line],
+                env={**warm.env, "PIPPA_NO_REUSE": "1"},
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             assert took <= 3.0, (line, took)
             if "logs" in line:
                 assert (got.returncode, got.stdout) == (0, cold.stdout) == (0, "1\n2\n3\n"), got.stderr
                 continue
             assert got.returncode == 0 and _mine(got.stdout, run_id) == _mine(cold.stdout, run_id), (
-                line, got.stdout, cold.stdout, got.stderr)  # fmt: skip
+                line,
+                got.stdout,
+                cold.stdout,
+                got.stderr,
+            )
             assert len(_mine(got.stdout, run_id)) == 2
     finally:
         os.kill(pid, signal.SIGCONT)

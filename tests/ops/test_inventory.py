@@ -102,8 +102,9 @@ def test_a_key_from_a_newer_pippa_is_one_warning_and_every_host_still_works(home
     p = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert {"h100-a", "h100-b"} <= {h["name"] for h in json.loads(p.stdout)}
-    warning = (f"pippa: warning: {team}: hosts.h100-a: unknown key 'preemptible' ignored "
-               "(a newer pippa's setting?)")  # fmt: skip
+    warning = (
+        f"pippa: warning: {team}: hosts.h100-a: unknown key 'preemptible' ignored (a newer pippa's setting?)"
+    )
     assert p.stderr.splitlines() == [warning], p.stderr
     team.write_text(team.read_text().replace("preemptible = true", 'adress = "1.2.3.4"'))
     p = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
@@ -127,9 +128,13 @@ def test_the_users_ssh_alias_beats_a_team_entry_of_the_same_name_for_connection_
         ("make",),
     )
     assert a.origins == {
-        "address": "ssh_config", "user": "ssh_config", "port": "ssh_config",
-        "identity_file": "hosts.toml", "secrets": "hosts.toml", "setup": "pippa.toml",
-    }  # fmt: skip
+        "address": "ssh_config",
+        "user": "ssh_config",
+        "port": "ssh_config",
+        "identity_file": "hosts.toml",
+        "secrets": "hosts.toml",
+        "setup": "pippa.toml",
+    }
     (home / ".config" / "pippa" / "hosts.toml").write_text('[hosts.h100-a]\nuser = "mine"\n')
     assert resolve("h100-a").user == "mine"  # the personal file beats the ssh alias
 

@@ -346,8 +346,9 @@ def test_the_keepers_connections_keep_the_host_key_policy_and_one_line_errors(ke
     with pytest.raises(HostKeyUnknown, match="--accept-new") as err, connect(h.name)[1] as t:
         t.run("true")
     assert isinstance(t, KeeperTransport) and t.relayed
-    fingerprint = subprocess.run(["ssh-keygen", "-lf", str(h.state_dir / "host_key.pub")],
-                                 capture_output=True, text=True, check=True).stdout.split()[1]  # fmt: skip
+    fingerprint = subprocess.run(
+        ["ssh-keygen", "-lf", str(h.state_dir / "host_key.pub")], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
     assert fingerprint in str(err.value)
     with connect(h.name, accept_new=True)[1] as t:
         assert t.run("echo ok", check=True).stdout == "ok\n" and t.relayed
@@ -424,8 +425,11 @@ def test_logs_follow_through_the_keeper_rides_out_a_dropped_connection(kept, ssh
     assert r.returncode == 0, r.stderr
     follower = subprocess.Popen(
         [PIPPA, "logs", "kdrop", "--host", h.name, "-f"],
-        env=kept.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=kept.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert follower.stdout is not None and follower.stderr is not None
     seen = [follower.stdout.readline() for _ in range(5)]
     assert seen[-1] == "n5\n"
@@ -506,8 +510,11 @@ def test_forward_connects_on_its_own_with_reuse_on(kept, ssh_hosts, tmp_path):
     port = server.server_address[1]
     proc = subprocess.Popen(
         [PIPPA, "forward", ssh_hosts[0].name, f"{port}:0"],
-        env=kept.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=kept.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None and proc.stderr is not None
         line = proc.stdout.readline()

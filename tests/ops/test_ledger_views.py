@@ -8,12 +8,27 @@ import pytest
 from pippa_ops.runs.cost import goodput, per_eval_point
 from pippa_ops.runs.listing import RunRecord
 
-PRICED = {"attempts": [
-    {"attempt": 1, "start": 0.0, "end": 100.0, "class": "crash", "price_s": 0.01,
-     "decision": {"retry": True}},
-    {"attempt": 2, "start": 110.0, "end": 410.0, "class": "completed", "price_s": 0.01,
-     "first_step_t": 160.0, "last_step_t": 400.0},
-]}  # fmt: skip
+PRICED = {
+    "attempts": [
+        {
+            "attempt": 1,
+            "start": 0.0,
+            "end": 100.0,
+            "class": "crash",
+            "price_s": 0.01,
+            "decision": {"retry": True},
+        },
+        {
+            "attempt": 2,
+            "start": 110.0,
+            "end": 410.0,
+            "class": "completed",
+            "price_s": 0.01,
+            "first_step_t": 160.0,
+            "last_step_t": 400.0,
+        },
+    ]
+}
 
 
 def _rec(doc: dict[str, object] | None) -> RunRecord:

@@ -18,8 +18,11 @@ pytestmark = [pytest.mark.ssh, pytest.mark.slow]
 
 def _ended(run_dir: Path, timeout: float = 300) -> None:
     log = run_dir / "output.log"
-    wait_for(lambda: (run_dir / "exit_code").exists(), timeout,
-             lambda: log.read_text()[-3000:] if log.exists() else "")  # fmt: skip
+    wait_for(
+        lambda: (run_dir / "exit_code").exists(),
+        timeout,
+        lambda: log.read_text()[-3000:] if log.exists() else "",
+    )
 
 
 def _last_step(run_dir: Path) -> dict[str, Any]:
@@ -38,8 +41,11 @@ def _paused_at_step_4(client_env: Any, host: Any) -> None:
 
 def _stop_after_a_checkpoint(env: dict[str, str], host: str, name: str, run_dir: Path) -> None:
     ck = run_dir / "checkpoints" / "checkpoint-2"
-    wait_for(lambda: ck.is_dir() and max(steps(run_dir), default=0) >= 3, 300,
-             lambda: (run_dir / "output.log").read_text()[-2000:])  # fmt: skip
+    wait_for(
+        lambda: ck.is_dir() and max(steps(run_dir), default=0) >= 3,
+        300,
+        lambda: (run_dir / "output.log").read_text()[-2000:],
+    )
     p = pippa(env, "stop", name, "--host", host)
     assert p.returncode == 0, p.stderr
     _ended(run_dir, 120)
@@ -88,8 +94,10 @@ def test_a_stopped_run_moves_to_another_host_and_ends_where_an_uninterrupted_run
     for how in (env, {**env, "PIPPA_NO_REUSE": "1"}):
         again = pippa(how, "resume", run_id, "--host", a.name, "--on", third.name)
         assert (again.returncode, again.stdout) == (8, ""), again.stderr
-        assert again.stderr == (f"pippa: {a.name}: run {run_id} moved to {b.name} and lives there "
-                                f"(pippa resume {run_id} --host {b.name}); not moved\n")  # fmt: skip
+        assert again.stderr == (
+            f"pippa: {a.name}: run {run_id} moved to {b.name} and lives there "
+            f"(pippa resume {run_id} --host {b.name}); not moved\n"
+        )
         assert not (third.home / "pippa" / "runs" / run_id).exists()
         back = pippa(how, "resume", run_id, "--host", b.name, "--on", a.name)
         assert (back.returncode, back.stdout) == (8, ""), back.stderr

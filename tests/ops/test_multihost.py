@@ -39,11 +39,22 @@ def test_one_run_over_two_hosts_trains_as_one_group_and_stops_on_both(
     h1, h2 = ssh_hosts[0], ssh_hosts[1]
 
     def pippa(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([PIPPA, *args], cwd=repo, env=client_env.env, capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            [PIPPA, *args], cwd=repo, env=client_env.env, capture_output=True, text=True, timeout=timeout
+        )
 
-    p = pippa("run", "probe", "--hosts", f"{h1.name},{h2.name}", "--name", "mh",
-              "--set", "train.max_steps=500", "--set", "checkpoint.every=1000")  # fmt: skip
+    p = pippa(
+        "run",
+        "probe",
+        "--hosts",
+        f"{h1.name},{h2.name}",
+        "--name",
+        "mh",
+        "--set",
+        "train.max_steps=500",
+        "--set",
+        "checkpoint.every=1000",
+    )
     assert p.returncode == 0, p.stderr
     run_id = p.stdout.split()[1]
     assert f"hosts:   {h1.name},{h2.name}" in p.stdout
@@ -74,7 +85,9 @@ def test_one_run_over_two_hosts_trains_as_one_group_and_stops_on_both(
     assert s.returncode == 0, s.stderr
     after = ps()
     assert {r["state"] for r in after.values()} == {"stopped"}, after
-    rank0 = [json.loads(ln) for ln in (h1.home / "pippa" / "runs" / run_id / "metrics.jsonl").read_text()
-             .splitlines()]  # fmt: skip
+    rank0 = [
+        json.loads(ln)
+        for ln in (h1.home / "pippa" / "runs" / run_id / "metrics.jsonl").read_text().splitlines()
+    ]
     assert rank0[-1]["type"] == "end" and rank0[-1]["status"] == "interrupted"
     assert not (h2.home / "pippa" / "runs" / run_id / "metrics.jsonl").exists()  # rank 0 records the run

@@ -63,8 +63,20 @@ class Group:
         held = _paused_once(client_env, self.h2, 3)
         hosts = f"{self.h1.name},{self.h2.name}"
         sets = ["--set", f"train.max_steps={STEPS}", "--set", "checkpoint.every=2"]
-        p = self.pippa("run", "probe", "--hosts", hosts, "--name", "grp", "--retry", "1", "--backoff", "1s",
-                       *sets, *flags)  # fmt: skip
+        p = self.pippa(
+            "run",
+            "probe",
+            "--hosts",
+            hosts,
+            "--name",
+            "grp",
+            "--retry",
+            "1",
+            "--backoff",
+            "1s",
+            *sets,
+            *flags,
+        )
         assert p.returncode == 0, p.stderr
         self.run_id = p.stdout.split()[1]
         self.d1, self.d2 = (h.home / "pippa" / "runs" / self.run_id for h in (self.h1, self.h2))
@@ -75,12 +87,16 @@ class Group:
         self.rank1 = pid
 
     def pippa(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([PIPPA, *args], cwd=self.repo, env=self.env, capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            [PIPPA, *args], cwd=self.repo, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
 
     def logs(self) -> str:
-        return "\n".join(f"--- {d}\n" + (d / "output.log").read_text()[-3000:]
-                         for d in (self.d1, self.d2) if (d / "output.log").exists())  # fmt: skip
+        return "\n".join(
+            f"--- {d}\n" + (d / "output.log").read_text()[-3000:]
+            for d in (self.d1, self.d2)
+            if (d / "output.log").exists()
+        )
 
     def completed(self) -> None:
         """Both ranks end 0 after two attempts; rank 0's metrics have one row per step."""
@@ -128,8 +144,9 @@ def test_a_stopped_rank_stalls_the_group_which_saves_and_resumes_together(
 
 def test_failover_with_hosts_is_refused_in_one_line(client_env: Any, tmp_path: Path) -> None:
     argv = [PIPPA, "run", "probe", "--hosts", "a,b", "--failover", "local"]
-    p = subprocess.run(argv, cwd=_project(tmp_path / "p"), env=client_env.env, capture_output=True, text=True,
-                       timeout=60)  # fmt: skip
+    p = subprocess.run(
+        argv, cwd=_project(tmp_path / "p"), env=client_env.env, capture_output=True, text=True, timeout=60
+    )
     assert p.returncode != 0 and "Traceback" not in p.stderr
     assert p.stderr.strip().splitlines() == [p.stderr.strip().splitlines()[0]]
     assert "--failover" in p.stderr and "--hosts" in p.stderr, p.stderr

@@ -26,8 +26,10 @@ def test_twenty_starts_of_one_name_make_one_run_and_nineteen_refusals(client_env
     assert synced.returncode == 0, synced.stderr  # the 20 starts' syncs then change nothing
     argv = [PIPPA, "run", "--host", h.name, "--name", name, "--cmd", "sleep 30"]
     pipe = subprocess.PIPE
-    procs = [subprocess.Popen(argv, env=(client_env if i % 2 else other).env, stdout=pipe, stderr=pipe,
-                              text=True) for i in range(20)]  # fmt: skip
+    procs = [
+        subprocess.Popen(argv, env=(client_env if i % 2 else other).env, stdout=pipe, stderr=pipe, text=True)
+        for i in range(20)
+    ]
     try:
         done = [(p.wait(timeout=240), *p.communicate()) for p in procs]
         won = [d for d in done if d[0] == 0]
@@ -38,5 +40,9 @@ def test_twenty_starts_of_one_name_make_one_run_and_nineteen_refusals(client_env
         new = sorted(n for n in set(os.listdir(runs)) - before if not n.startswith("."))  # not the lock
         assert len(new) == 1 and won[0][1].startswith(f"started {new[0]}"), (new, won)
     finally:
-        subprocess.run([PIPPA, "stop", name, "--host", h.name, "--grace", "0.5"], env=client_env.env,
-                       capture_output=True, timeout=120)  # fmt: skip
+        subprocess.run(
+            [PIPPA, "stop", name, "--host", h.name, "--grace", "0.5"],
+            env=client_env.env,
+            capture_output=True,
+            timeout=120,
+        )

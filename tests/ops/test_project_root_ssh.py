@@ -130,7 +130,9 @@ def test_installed_as_a_package_pippa_refuses_in_one_line_outside_a_project(
         p = _run([sys.executable, "-c", entry, *args], elsewhere, env)
         assert p.returncode == 2, (args, p.stdout, p.stderr)
         (line,) = p.stderr.splitlines()
-        assert line == (f"pippa: {elsewhere} is not a pippa project (it needs pippa.toml, or recipes/ and "
-                        "training_core/), and pippa was not installed from one: run pippa from your pippa "
-                        "checkout"), (args, line)  # fmt: skip
+        assert line == (
+            f"pippa: {elsewhere} is not a pippa project (it needs pippa.toml, or recipes/ and "
+            "training_core/), and pippa was not installed from one: run pippa from your pippa "
+            "checkout"
+        ), (args, line)
     assert sorted(x.name for x in remote.iterdir()) == ["theirs"] and _extra_still_there(remote)

@@ -105,11 +105,17 @@ def finished(env: dict[str, str], host: str, run_id: str, run_dir: Path) -> dict
 def test_a_killed_trainer_resumes_from_its_newest_checkpoint_and_completes(client_env, ssh_hosts) -> None:
     env, h = client_env.env, ssh_hosts[2]
     held = held_at_step_4_once(client_env, h, "killed")
-    run_id = started(pippa(env, "run", "tiny", "--host", h.name, "--name", "rkill", "--retry", "2",
-                           "--backoff", "1s", *SETS))  # fmt: skip
+    run_id = started(
+        pippa(
+            env, "run", "tiny", "--host", h.name, "--name", "rkill", "--retry", "2", "--backoff", "1s", *SETS
+        )
+    )
     run_dir = h.home / "pippa" / "runs" / run_id
-    wait_for(lambda: at_a_checkpoint_and_past_it(run_dir) and held.exists(), 300,
-             lambda: (run_dir / "output.log").read_text())  # fmt: skip
+    wait_for(
+        lambda: at_a_checkpoint_and_past_it(run_dir) and held.exists(),
+        300,
+        lambda: (run_dir / "output.log").read_text(),
+    )
     pid = trainer_pid(run_id)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
@@ -133,11 +139,30 @@ def test_a_killed_trainer_resumes_from_its_newest_checkpoint_and_completes(clien
 def test_a_frozen_trainer_is_detected_stopped_resumed_and_completes(client_env, ssh_hosts) -> None:
     env, h = client_env.env, ssh_hosts[2]
     held = held_at_step_4_once(client_env, h, "frozen")
-    run_id = started(pippa(env, "run", "tiny", "--host", h.name, "--name", "rstall", "--retry", "1",
-                           "--stall-timeout", "5s", "--backoff", "1s", *SETS))  # fmt: skip
+    run_id = started(
+        pippa(
+            env,
+            "run",
+            "tiny",
+            "--host",
+            h.name,
+            "--name",
+            "rstall",
+            "--retry",
+            "1",
+            "--stall-timeout",
+            "5s",
+            "--backoff",
+            "1s",
+            *SETS,
+        )
+    )
     run_dir = h.home / "pippa" / "runs" / run_id
-    wait_for(lambda: at_a_checkpoint_and_past_it(run_dir) and held.exists(), 300,
-             lambda: (run_dir / "output.log").read_text())  # fmt: skip
+    wait_for(
+        lambda: at_a_checkpoint_and_past_it(run_dir) and held.exists(),
+        300,
+        lambda: (run_dir / "output.log").read_text(),
+    )
     pid = trainer_pid(run_id)
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)  # a hang: alive, silent
@@ -156,8 +181,11 @@ def test_a_run_whose_tmux_server_died_is_lost_and_recover_completes_it(client_en
     held = held_at_step_4_once(client_env, h, "lost")
     run_id = started(pippa(env, "run", "tiny", "--host", h.name, "--name", "rlost", "--retry", "1", *SETS))
     run_dir = h.home / "pippa" / "runs" / run_id
-    wait_for(lambda: at_a_checkpoint_and_past_it(run_dir) and held.exists(), 300,
-             lambda: (run_dir / "output.log").read_text())  # fmt: skip
+    wait_for(
+        lambda: at_a_checkpoint_and_past_it(run_dir) and held.exists(),
+        300,
+        lambda: (run_dir / "output.log").read_text(),
+    )
     h.run_as_user(["tmux", "kill-server"])  # a reboot, an OOM killer taking tmux: no exit code
     wait_for(lambda: trainer_pid(run_id) is None, 30)
     p = pippa(env, "ps", "--host", h.name, "--json")

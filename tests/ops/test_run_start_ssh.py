@@ -66,8 +66,20 @@ def _metrics(h: SSHHost, run_id: str) -> list[dict[str, object]]:
 
 
 def test_a_run_whose_model_cannot_load_fails_pippa_run_with_its_reason(client_env, host, repo) -> None:
-    p = pippa(client_env, repo, "run", "tiny", "--host", host.name, "--name", "rs-bad", "--wait", "300",
-              "--set", "model.name=no-such-org/no-such-model")  # fmt: skip
+    p = pippa(
+        client_env,
+        repo,
+        "run",
+        "tiny",
+        "--host",
+        host.name,
+        "--name",
+        "rs-bad",
+        "--wait",
+        "300",
+        "--set",
+        "model.name=no-such-org/no-such-model",
+    )
     assert p.returncode == 1, (p.stdout, p.stderr)
     run_id = p.stdout.split()[1]
     assert p.stdout.startswith("started ")  # it did start: the id to look it up with
@@ -78,9 +90,11 @@ def test_a_run_whose_model_cannot_load_fails_pippa_run_with_its_reason(client_en
     assert [r["type"] for r in records] == ["header", "end"] and records[1]["status"] == "failed"
     why = pippa(client_env, repo, "why", run_id, "--host", host.name)
     (nxt,) = [ln for ln in why.stdout.splitlines() if ln.startswith("next: ")]
-    assert nxt == (f"next: fix network or Hub cache: give the host access to huggingface.co, or put the model"
-                   f" and data in its HF_HOME cache; then pippa run tiny --host {host.name} --set "
-                   f"model.name=no-such-org/no-such-model"), nxt  # never a resume: it would fail the same way
+    assert nxt == (
+        f"next: fix network or Hub cache: give the host access to huggingface.co, or put the model"
+        f" and data in its HF_HOME cache; then pippa run tiny --host {host.name} --set "
+        f"model.name=no-such-org/no-such-model"
+    ), nxt  # never a resume: it would fail the same way
 
 
 @pytest.mark.parametrize("host", ["2"], indirect=True)
@@ -89,8 +103,9 @@ def test_run_and_resume_never_take_a_failed_starts_header_for_a_start(client_env
     writer waits 2 s after each write, as a loaded host may: had the header come alone, `run` (and
     `resume`) would have seen it and said the run started. Both exit 1 with the reason, every try."""
     bad = ("--set", "model.name=no-such-org/no-such-model")
-    p = pippa(client_env, repo, "run", "tiny", "--host", host.name, "--name", "rs-race", "--wait", "300",
-              *bad)  # fmt: skip
+    p = pippa(
+        client_env, repo, "run", "tiny", "--host", host.name, "--name", "rs-race", "--wait", "300", *bad
+    )
     assert p.returncode == 1, (p.stdout, p.stderr)
     run_id = p.stdout.split()[1]
     assert "couldn't connect to 'https://huggingface.co'" in p.stderr, p.stderr
@@ -105,15 +120,33 @@ def test_run_and_resume_never_take_a_failed_starts_header_for_a_start(client_env
 
 def test_a_healthy_run_returns_at_its_first_line_while_it_trains(client_env, host, repo) -> None:
     t0 = time.monotonic()
-    p = pippa(client_env, repo, "run", "tiny", "--host", host.name, "--name", "rs-ok", "--wait", "300",
-              "--set", "train.max_steps=100000")  # fmt: skip
+    p = pippa(
+        client_env,
+        repo,
+        "run",
+        "tiny",
+        "--host",
+        host.name,
+        "--name",
+        "rs-ok",
+        "--wait",
+        "300",
+        "--set",
+        "train.max_steps=100000",
+    )
     assert time.monotonic() - t0 < 300  # it did not sit out its bound
     assert p.returncode == 0, (p.stdout, p.stderr)
     run_id = p.stdout.split()[1]
     assert p.stderr == ""  # no "still starting": the first line came within the bound
     assert _metrics(host, run_id)[0]["type"] == "header"  # returned once the trainer had written it
-    ps = subprocess.run([PIPPA, "ps", "--host", host.name, "--json"], cwd=repo, env=client_env.env,
-                        capture_output=True, text=True, timeout=120)  # fmt: skip
+    ps = subprocess.run(
+        [PIPPA, "ps", "--host", host.name, "--json"],
+        cwd=repo,
+        env=client_env.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     (rec,) = [r for r in json.loads(ps.stdout)[host.name]["runs"] if r["run_id"] == run_id]
     assert rec["state"] == "running"  # and it goes on training
 
@@ -129,8 +162,9 @@ def test_a_start_still_going_at_the_bound_returns_zero_and_says_so(client_env, h
 def test_on_a_terminal_the_wait_shows_one_line_of_progress(client_env, host, repo) -> None:
     env = {k: v for k, v in client_env.env.items() if k != "PIPPA_RUN_WAIT_S"}
     line = f"{PIPPA} run tiny --host {host.name} --name rs-tty --wait 300 --set train.max_steps=100000"
-    shown = subprocess.run(["script", "-qec", line, "/dev/null"], cwd=repo, env=env, capture_output=True,
-                           text=True, timeout=400)  # fmt: skip
+    shown = subprocess.run(
+        ["script", "-qec", line, "/dev/null"], cwd=repo, env=env, capture_output=True, text=True, timeout=400
+    )
     assert shown.returncode == 0, shown.stdout
     assert f"starting on {host.name}: " in shown.stdout  # redrawn in place, then erased
     assert shown.stdout.rstrip("\n").endswith("\x1b[2K") and shown.stdout.startswith("started ")
@@ -143,11 +177,26 @@ def test_resume_on_another_host_watches_the_start_there(client_env, host, ssh_ho
     remote = f"run-start-on-{uuid.uuid4().hex[:8]}"
     inv = client_env.personal_inventory
     head = f"[hosts.{other.name}]\n"
-    inv.write_text(inv.read_text().replace(
-        head, f'{head}remote_dir = "~/{remote}"\nenv = {{ PIPPA_PLATFORM_OFFLINE = "1" }}\n', 1))
+    inv.write_text(
+        inv.read_text().replace(
+            head, f'{head}remote_dir = "~/{remote}"\nenv = {{ PIPPA_PLATFORM_OFFLINE = "1" }}\n', 1
+        )
+    )
     try:
-        p = pippa(client_env, repo, "run", "tiny", "--host", host.name, "--name", "rs-move", "--wait", "300",
-                  "--set", "model.name=no-such-org/no-such-model")  # fmt: skip
+        p = pippa(
+            client_env,
+            repo,
+            "run",
+            "tiny",
+            "--host",
+            host.name,
+            "--name",
+            "rs-move",
+            "--wait",
+            "300",
+            "--set",
+            "model.name=no-such-org/no-such-model",
+        )
         assert p.returncode == 1, (p.stdout, p.stderr)
         run_id = p.stdout.split()[1]
         r = pippa(client_env, repo, "resume", run_id, "--on", other.name, "--wait", "300")

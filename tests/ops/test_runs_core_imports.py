@@ -8,10 +8,25 @@ import sys
 import pytest
 
 CORE = (
-    "transport.base", "transport.ssh", "transport.agent_client", "hosts.connect", "hosts.inventory", "sync",
-    "runs.tmux", "runs.launch", "runs.listing", "runs.script", "runs.follow", "gpu", "monitor.host",
-    "monitor.state", "provision.prep", "provision.envfile", "fanout", "runs.recipes",
-)  # fmt: skip
+    "transport.base",
+    "transport.ssh",
+    "transport.agent_client",
+    "hosts.connect",
+    "hosts.inventory",
+    "sync",
+    "runs.tmux",
+    "runs.launch",
+    "runs.listing",
+    "runs.script",
+    "runs.follow",
+    "gpu",
+    "monitor.host",
+    "monitor.state",
+    "provision.prep",
+    "provision.envfile",
+    "fanout",
+    "runs.recipes",
+)
 
 
 @pytest.mark.parametrize("module", CORE)
@@ -25,6 +40,7 @@ def test_core_module_loads_no_typer_rich_textual_or_torch(module: str) -> None:
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert p.stdout.strip() == "", f"pippa_ops.{module} loads {p.stdout.strip()}"
+
 
 def test_commands_on_local_load_no_paramiko() -> None:
     """Resolving and running on ``local`` never needs SSH: paramiko (and invoke) stay unloaded."""

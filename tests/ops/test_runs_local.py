@@ -217,8 +217,12 @@ def test_main_job_tiny_on_local_runs_the_real_trainer_and_ps_shows_its_last_step
     env.update(TMUX_TMPDIR=str(tmp_path / "tmux"), PIPPA_INVENTORY=str(tmp_path / "none.toml"))
     p = subprocess.run(
         [PIPPA, "run", "tiny", "--set", "train.max_steps=2", "--name", "smoke-test", "--follow"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr
     (run_id,) = started_ids(p.stdout)
     try:
@@ -245,8 +249,12 @@ def test_bad_set_key_or_value_is_refused_before_anything_starts(tmp_path: Path) 
     ]:
         p = subprocess.run(
             [PIPPA, "run", "tiny", "--set", item, "--name", "badset"],
-            cwd=root, env=env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert p.returncode == 2 and p.stdout == ""
         assert p.stderr.startswith(f"pippa: recipe tiny: {why}") and p.stderr.count("\n") == 1
     # other tests may start runs in this checkout meanwhile: none of the new dirs may be this one's

@@ -176,8 +176,12 @@ def test_logs_follow_rides_out_a_dropped_connection_and_still_ends_with_the_jobs
     assert p.returncode == 0, p.stderr
     follower = subprocess.Popen(
         [PIPPA, "logs", started(p.stdout), "--host", h.name, "-f"],
-        cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert follower.stdout is not None
     seen = [follower.stdout.readline() for _ in range(5)]
     assert seen[-1] == "n5\n"

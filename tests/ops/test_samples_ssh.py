@@ -118,15 +118,25 @@ def test_a_completion_with_control_sequences_is_printed_escaped(sampled: Sampled
 
 
 def test_pull_brings_samples_and_ps_shows_an_alarm(sampled: Sampled, tmp_path: Path) -> None:
-    write_alarms(str(sampled.run_dir / "alarms.json"),
-                 [{"kind": NO_LEARNING_SIGNAL, "since": 2, "message": "m", "samples_step": 2}])  # fmt: skip
+    write_alarms(
+        str(sampled.run_dir / "alarms.json"),
+        [{"kind": NO_LEARNING_SIGNAL, "since": 2, "message": "m", "samples_step": 2}],
+    )
     host = sampled.host.name
     pulled = pippa(sampled.env, "pull", sampled.run_id, "--host", host, "--runs-dir", str(tmp_path))
     assert pulled.returncode == 0, pulled.stderr
     copy = tmp_path / sampled.host.name / sampled.run_id
     assert (copy / sm.SAMPLES).read_bytes() == (sampled.run_dir / sm.SAMPLES).read_bytes()
-    local = pippa(sampled.env, "samples", sampled.run_id, "--host", sampled.host.name, "--runs-dir",
-                  str(tmp_path), "--json")  # fmt: skip
+    local = pippa(
+        sampled.env,
+        "samples",
+        sampled.run_id,
+        "--host",
+        sampled.host.name,
+        "--runs-dir",
+        str(tmp_path),
+        "--json",
+    )
     assert local.returncode == 0 and json.loads(local.stdout)["alarms"][0]["since"] == 2
     ps = pippa(sampled.env, "ps", "--host", sampled.host.name, "--all")
     assert ps.returncode == 0, ps.stderr

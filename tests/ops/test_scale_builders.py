@@ -10,22 +10,43 @@ from pippa_ops.runs.script import group_port, rendezvous_args
 
 def test_launch_flags_become_the_recipe_settings_the_trainer_checks() -> None:
     assert launch_sets("0-6", 7, "zero3") == [
-        'launch.gpus="0-6"', "launch.processes=7", 'launch.strategy="zero3"']  # fmt: skip
+        'launch.gpus="0-6"',
+        "launch.processes=7",
+        'launch.strategy="zero3"',
+    ]
     assert launch_sets(None, None, None) == []
 
 
 def test_every_host_of_a_run_derives_the_same_rendezvous_port_from_its_id() -> None:
     port = group_port("20260101-000000-tiny-abcd")
     assert port == group_port("20260101-000000-tiny-abcd") and 20000 <= port < 40000
-    assert rendezvous_args(2, 1, "10.0.0.1", port).split() == ["--machines", "2", "--machine-rank", "1",
-                                                               "--main-addr", "10.0.0.1",
-                                                               "--main-port", str(port)]  # fmt: skip
+    assert rendezvous_args(2, 1, "10.0.0.1", port).split() == [
+        "--machines",
+        "2",
+        "--machine-rank",
+        "1",
+        "--main-addr",
+        "10.0.0.1",
+        "--main-port",
+        str(port),
+    ]
 
 
-def _rec(host: str, rank: int, state: str, step: int | None = None, exit_code: int | None = None
-         ) -> RunRecord:  # fmt: skip
-    return RunRecord(host=host, run_id="r1", session="training", recipe="tiny", command="...", state=state,
-                     exit_code=exit_code, last_step=step, hosts=("a", "b"), machine_rank=rank)  # fmt: skip
+def _rec(
+    host: str, rank: int, state: str, step: int | None = None, exit_code: int | None = None
+) -> RunRecord:
+    return RunRecord(
+        host=host,
+        run_id="r1",
+        session="training",
+        recipe="tiny",
+        command="...",
+        state=state,
+        exit_code=exit_code,
+        last_step=step,
+        hosts=("a", "b"),
+        machine_rank=rank,
+    )
 
 
 def test_a_rank_that_died_fails_the_run_else_a_running_rank_keeps_it_running() -> None:

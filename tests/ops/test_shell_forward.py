@@ -69,8 +69,11 @@ def test_forward_reaches_a_port_on_the_host_until_ctrl_c(ssh_hosts, client_env, 
     port = server.server_address[1]
     proc = subprocess.Popen(
         [PIPPA, "forward", ssh_hosts[0].name, f"{port}:0"],
-        env=client_env.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=client_env.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -109,13 +112,20 @@ def test_ssh_uses_pippas_own_key_where_home_is_not_the_passwd_home(ssh_hosts, cl
     assert (p.returncode, p.stdout) == (0, "hi\n"), p.stderr
 
     start = [PIPPA, "run", "--host", h.name, "--cmd", "sleep 30", "--no-wait", "--name"]
-    run = subprocess.run([*start, "short"], env={**env, "COLUMNS": "80"}, cwd=tmp_path, capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    run = subprocess.run(
+        [*start, "short"],
+        env={**env, "COLUMNS": "80"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     assert all(len(line) <= 80 for line in run.stdout.splitlines()), run.stdout  # no raw ssh line
     assert "pippa attach short" in run.stdout and "ssh " not in run.stdout
-    verbose = subprocess.run([*start, "short2", "-v"], env=env, cwd=tmp_path, capture_output=True, text=True,
-                             timeout=60)  # fmt: skip
+    verbose = subprocess.run(
+        [*start, "short2", "-v"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     ssh_line = next(ln for ln in verbose.stdout.splitlines() if ln.strip().startswith("ssh:"))
     assert "IdentitiesOnly=yes" in ssh_line and "-i " in ssh_line, ssh_line
     for session in ("short", "short2"):

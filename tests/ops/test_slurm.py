@@ -35,15 +35,25 @@ PY = [sys.executable]
 # One SLURM cluster per run: the tests that need it share one xdist worker (--dist loadgroup).
 pytestmark = pytest.mark.xdist_group("slurm")
 
+
 def test_the_script_asks_for_what_the_host_entry_says_and_quotes_every_value() -> None:
     spec = SlurmSpec(partition="gpu", account="rl-team", time="04:00:00", nodes=2, gpus_per_node=8)
     command = launch_words(PY, "max_gpu", "/scratch/p/runs/r1", [("train.learning_rate", "1e-5; rm -rf ~")])
     text = render_sbatch(spec, "r1", "/scratch/p", command, {"HF_HOME": "/scratch/hf cache"})
     heads = [ln for ln in text.splitlines() if ln.startswith("#SBATCH")]
     assert [h.removeprefix("#SBATCH ") for h in heads] == [
-        "--job-name=r1", "--output=output.log", "--open-mode=append", "--nodes=2", "--ntasks-per-node=1",
-        "--partition=gpu", "--account=rl-team", "--time=04:00:00", "--gres=gpu:8",
-        "--requeue", "--signal=B:USR1@90"]  # fmt: skip  (a recipe job saves before its time limit)
+        "--job-name=r1",
+        "--output=output.log",
+        "--open-mode=append",
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--partition=gpu",
+        "--account=rl-team",
+        "--time=04:00:00",
+        "--gres=gpu:8",
+        "--requeue",
+        "--signal=B:USR1@90",
+    ]  # (a recipe job saves before its time limit)
     assert "'train.learning_rate=1e-5; rm -rf ~'" in text and "HF_HOME='/scratch/hf cache'" in text
     assert '--machine-rank "$SLURM_PROCID"' in text and "scontrol show hostnames" in text
     assert "WANDB_API_KEY" not in text and "secrets.env" in text
@@ -80,16 +90,21 @@ def test_a_slurm_host_entry_is_checked_where_it_is_read(
 
     team = tmp_path / "pippa.toml"
     monkeypatch.setenv("PIPPA_INVENTORY", str(team))
-    team.write_text('[hosts.cluster]\naddress = "login.example.org"\nremote_dir = "/scratch/me/pippa"\n'
-                    'scheduler = "slurm"\n[hosts.cluster.slurm]\npartition = "h100"\nnodes = 2\n'
-                    'gpus_per_node = 8\ntime = "12:00:00"\n')  # fmt: skip
+    team.write_text(
+        '[hosts.cluster]\naddress = "login.example.org"\nremote_dir = "/scratch/me/pippa"\n'
+        'scheduler = "slurm"\n[hosts.cluster.slurm]\npartition = "h100"\nnodes = 2\n'
+        'gpus_per_node = 8\ntime = "12:00:00"\n'
+    )
     spec = load_inventory()["cluster"]
-    assert spec.scheduler == "slurm" and spec.slurm == SlurmSpec(partition="h100", nodes=2, gpus_per_node=8,
-                                                                 time="12:00:00")  # fmt: skip
-    for bad, why in (('scheduler = "pbs"', "scheduler must be one of"),
-                     ('scheduler = "slurm"\n[hosts.cluster.slurm]\nnodes = "2"', "must be an integer"),
-                     ('scheduler = "slurm"\n[hosts.cluster.slurm]\ngpus = 8', "unknown key 'gpus'"),
-                     ('[hosts.cluster.slurm]\nnodes = 2', "scheduler is not")):  # fmt: skip
+    assert spec.scheduler == "slurm" and spec.slurm == SlurmSpec(
+        partition="h100", nodes=2, gpus_per_node=8, time="12:00:00"
+    )
+    for bad, why in (
+        ('scheduler = "pbs"', "scheduler must be one of"),
+        ('scheduler = "slurm"\n[hosts.cluster.slurm]\nnodes = "2"', "must be an integer"),
+        ('scheduler = "slurm"\n[hosts.cluster.slurm]\ngpus = 8', "unknown key 'gpus'"),
+        ("[hosts.cluster.slurm]\nnodes = 2", "scheduler is not"),
+    ):
         team.write_text(f'[hosts.cluster]\naddress = "login.example.org"\n{bad}\n')
         with pytest.raises(UsageError, match=why):
             load_inventory()
@@ -116,13 +131,15 @@ def site(tmp_path: Path, slurm_cluster: slurm.Cluster, monkeypatch: pytest.Monke
         subprocess.run(["scancel", *jobs], env=slurm_cluster.client_env(), capture_output=True)
 
 
-def submit(proj: Path, run_id: str, spec: SlurmSpec, sets: list[tuple[str, str]], recipe: str = "probe.toml"
-           ) -> str:  # fmt: skip
+def submit(
+    proj: Path, run_id: str, spec: SlurmSpec, sets: list[tuple[str, str]], recipe: str = "probe.toml"
+) -> str:
     command = launch_words(PY, str(proj / recipe), f"{proj}/runs/{run_id}", sets)
     script = render_sbatch(spec, run_id, str(proj), command, {"OMP_NUM_THREADS": "1"})
     meta = json.dumps({"run_id": run_id, "host": "cluster", "recipe": recipe, "command": command})
-    answer = agent_slurm.slurm_submit({"remote_dir": str(proj), "run_id": run_id, "run_json": meta,
-                                 "script": script})  # fmt: skip
+    answer = agent_slurm.slurm_submit(
+        {"remote_dir": str(proj), "run_id": run_id, "run_json": meta, "script": script}
+    )
     return str(answer["job_id"])
 
 
@@ -154,26 +171,38 @@ def test_a_job_runs_logs_and_stops_with_a_checkpoint_while_a_second_one_is_cance
     run_dir = site / "runs" / "run-a"
     assert (run_dir / "slurm_job").read_text().strip() == job
     assert "#SBATCH --gres=gpu:2" in (run_dir / "job.sbatch").read_text()
-    wait("a training step in output.log", lambda: "step 1/500" in (run_dir / "output.log").read_text()
-         if (run_dir / "output.log").exists() else False)  # fmt: skip
+    wait(
+        "a training step in output.log",
+        lambda: (
+            "step 1/500" in (run_dir / "output.log").read_text()
+            if (run_dir / "output.log").exists()
+            else False
+        ),
+    )
     rec = run_of(site, "run-a")
     assert rec["slurm"]["state"] == "RUNNING" and rec["started"] and rec["exit_code"] is None
 
     # The two fake GPUs are taken: a second job waits for them, and is cancelled before it starts.
     second = submit(site, "run-b", SlurmSpec(gpus_per_node=2), long)
-    pending = wait("the second job pending on resources", lambda: run_of(site, "run-b")["slurm"].get(
-        "reason") == "Resources" and run_of(site, "run-b"))
-    assert pending["slurm"]["state"] == "PENDING" and pending["started"] is None  # fmt: skip
-    stopped = agent_slurm.slurm_stop({"remote_dir": str(site), "run_id": "run-b", "job_id": second,
-                                "stamp": time.time(), "grace_s": 30})  # fmt: skip
+    pending = wait(
+        "the second job pending on resources",
+        lambda: run_of(site, "run-b")["slurm"].get("reason") == "Resources" and run_of(site, "run-b"),
+    )
+    assert pending["slurm"]["state"] == "PENDING" and pending["started"] is None
+    stopped = agent_slurm.slurm_stop(
+        {"remote_dir": str(site), "run_id": "run-b", "job_id": second, "stamp": time.time(), "grace_s": 30}
+    )
     assert stopped == {"was": "PENDING", "cancelled": True}
-    b = wait("the cancelled job's state", lambda: run_of(site, "run-b")["slurm"]["state"] == "CANCELLED"
-             and run_of(site, "run-b"))  # fmt: skip
+    b = wait(
+        "the cancelled job's state",
+        lambda: run_of(site, "run-b")["slurm"]["state"] == "CANCELLED" and run_of(site, "run-b"),
+    )
     assert b["started"] is None and b["exit_code"] is None and b["stop_requested"]
 
     # Stop: SIGINT to the job's processes, the trainer saves the step it is on, the job ends.
-    stopped = agent_slurm.slurm_stop({"remote_dir": str(site), "run_id": "run-a", "job_id": job,
-                                "stamp": time.time(), "grace_s": 90})  # fmt: skip
+    stopped = agent_slurm.slurm_stop(
+        {"remote_dir": str(site), "run_id": "run-a", "job_id": job, "stamp": time.time(), "grace_s": 90}
+    )
     assert stopped["was"] == "RUNNING" and not stopped["cancelled"]  # it ended by itself, in time
     a = run_of(site, "run-a")
     assert a["exit_code"] == "130" and a["stop_requested"]
@@ -188,6 +217,7 @@ def test_a_failing_run_is_a_failed_job_with_its_error_and_a_bad_request_is_refus
     job = submit(site, "run-bad", SlurmSpec(), [("train.max_steps", "many")])
     rec = wait("the failed job", lambda: run_of(site, "run-bad")["exit_code"] and run_of(site, "run-bad"))
     assert rec["exit_code"] == "2" and "train.max_steps" in rec["error"]
+
     # the job's exit code is in the run dir before slurmctld has finished the job (COMPLETING)
     def ended() -> dict[str, str] | None:
         s = agent_slurm.slurm_states([job])[job]
@@ -213,8 +243,10 @@ def test_two_srun_tasks_rendezvous_like_two_nodes_and_train_as_one_gloo_group(si
     assert [p["world"] for p in probes] == [2, 2]
     assert all(torch.equal(probes[0]["params"][k], probes[1]["params"][k]) for k in probes[0]["params"])
     assert [r["type"] for r in records(run_dir)] == ["header", "step", "end"]
-    assert {p.name for p in run_dir.glob("accelerate*.yaml")} == {"accelerate.machine0.yaml",
-                                                                  "accelerate.machine1.yaml"}  # fmt: skip
+    assert {p.name for p in run_dir.glob("accelerate*.yaml")} == {
+        "accelerate.machine0.yaml",
+        "accelerate.machine1.yaml",
+    }
 
 
 # --- the laptop side: pippa run / ps / logs / attach / stop on a SLURM login node over SSH --------
@@ -239,8 +271,9 @@ def test_pippa_runs_ps_logs_attach_and_stops_a_job_on_a_slurm_login_node(
     make_project(repo)
 
     def pippa(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([PIPPA, *args], cwd=repo, env=client_env.env, capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            [PIPPA, *args], cwd=repo, env=client_env.env, capture_output=True, text=True, timeout=timeout
+        )
 
     job = "echo hello from slurm on $SLURM_JOB_NODELIST; sleep 120"
     runs = host.home / "pippa" / "runs"
@@ -313,12 +346,16 @@ def test_retry_on_slurm_requeues_the_job_which_resumes_from_its_checkpoint(site:
     env = {"OMP_NUM_THREADS": "1", "PIPPA_TEST_PAUSE_AT_STEP": "3", "PIPPA_TEST_PAUSE_ONCE": f"{site}/paused"}
     script = render_sbatch(SlurmSpec(), run_id, str(site), command, env, retries=1)
     meta = json.dumps({"run_id": run_id, "host": "cluster", "recipe": "probe.toml", "command": command})
-    job = agent_slurm.slurm_submit({"remote_dir": str(site), "run_id": run_id, "run_json": meta,
-                                    "script": script})["job_id"]  # fmt: skip
+    job = agent_slurm.slurm_submit(
+        {"remote_dir": str(site), "run_id": run_id, "run_json": meta, "script": script}
+    )["job_id"]
     run_dir = site / "runs" / run_id
     ck = run_dir / "checkpoints" / "checkpoint-2"
-    pid = wait("checkpoint-2 and the paused trainer",
-               lambda: ck.is_dir() and (site / "paused").exists() and _trainer_of(run_id), 240)  # fmt: skip
+    pid = wait(
+        "checkpoint-2 and the paused trainer",
+        lambda: ck.is_dir() and (site / "paused").exists() and _trainer_of(run_id),
+        240,
+    )
     os.kill(pid, 9)  # the attempt dies (a host OOM kill, a crash): not a stop
     rec = wait("the end", lambda: run_of(site, run_id)["exit_code"] and run_of(site, run_id), 400)
     log = (run_dir / "output.log").read_text()
@@ -348,8 +385,9 @@ def test_a_job_at_its_time_limit_saves_is_requeued_resumes_and_completes_without
     script = render_sbatch(SlurmSpec(time="00:02:00", signal_s=30), run_id, str(site), command, env)
     assert "#SBATCH --signal=B:USR1@30" in script and "#SBATCH --time=00:02:00" in script
     meta = json.dumps({"run_id": run_id, "host": "cluster", "recipe": "probe.toml", "command": command})
-    job = agent_slurm.slurm_submit({"remote_dir": str(site), "run_id": run_id, "run_json": meta,
-                                    "script": script})["job_id"]  # fmt: skip
+    job = agent_slurm.slurm_submit(
+        {"remote_dir": str(site), "run_id": run_id, "run_json": meta, "script": script}
+    )["job_id"]
     run_dir = site / "runs" / run_id
     rec = wait("the end", lambda: run_of(site, run_id)["exit_code"] and run_of(site, run_id), 480)
     log = (run_dir / "output.log").read_text()
@@ -395,10 +433,12 @@ def test_a_slurm_entry_takes_extra_lines_a_template_and_an_image_and_refuses_bad
     assert "#SBATCH --exclusive\n" in script and "#SBATCH --signal=B:USR1@90\n" in script
     assert script.index("#SBATCH --signal") < script.index("module load cuda") < script.index("srun ")
     assert "srun --kill-on-bad-exit=1 --container-image=nvcr.io/nv/pt:25.01 " in script
-    for table, why in (('extra = ["--exclusive"]', "extra line '--exclusive'"),
-                       ('extra = ["#SBATCH --x=1; rm -rf ~"]', "extra line"),
-                       (f'template = "{tmp_path / "none"}"', "cannot be read"),
-                       ('container_image = "a b"', "container_image")):  # fmt: skip
+    for table, why in (
+        ('extra = ["--exclusive"]', "extra line '--exclusive'"),
+        ('extra = ["#SBATCH --x=1; rm -rf ~"]', "extra line"),
+        (f'template = "{tmp_path / "none"}"', "cannot be read"),
+        ('container_image = "a b"', "container_image"),
+    ):
         bad = dry(table + "\n")
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
         assert why in bad.stderr and "Traceback" not in bad.stderr

@@ -74,8 +74,11 @@ def test_a_host_back_after_a_failover_has_its_copy_ended_marked_and_alerted_once
         wait_for(lambda: len(steps(old_dir)) > going, 60, "the stale copy should still train meanwhile")
 
         a.start()  # the host answers again, its copy still training
-        wait_for(lambda: (old_dir / "moved_to").exists() and not _trainers_in(old_dir), 60,
-                 f"{a.name}'s copy was not ended within a poll of its return")  # fmt: skip
+        wait_for(
+            lambda: (old_dir / "moved_to").exists() and not _trainers_in(old_dir),
+            60,
+            f"{a.name}'s copy was not ended within a poll of its return",
+        )
         assert (old_dir / "moved_to").read_text() == b.name + "\n"
         rows = len(steps(old_dir))
         live = len(steps(new_dir))

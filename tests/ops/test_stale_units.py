@@ -61,8 +61,7 @@ def test_the_moved_from_host_is_read_from_run_json() -> None:
 def test_wait_reads_a_failover_run_from_the_pulled_copy_when_its_host_is_down(tmp_path: Path) -> None:
     copy = tmp_path / "a" / RID
     copy.mkdir(parents=True)
-    meta = {"host": "a", "session": "night", "recipe": "tiny", "command": "x",
-            "restart": {"failover": ["b"]}}  # fmt: skip
+    meta = {"host": "a", "session": "night", "recipe": "tiny", "command": "x", "restart": {"failover": ["b"]}}
     (copy / "run.json").write_text(json.dumps(meta))
     rec = from_pulled_copy("ab12", tmp_path)
     assert rec is not None and (rec.host, rec.run_id, rec.failover, rec.active) == ("a", RID, ("b",), True)

@@ -20,8 +20,8 @@ STOP = 'stop = "date +%s.%N >> $HOME/stopped; echo the box is stopping"\n'
 # the background), then renamed into place whole, as the trainer publishes a checkpoint.
 SLOW_SAVE = (
     'd="$PIPPA_RUN_DIR/checkpoints"; mkdir -p "$d/.staging"; '
-    "setsid sh -c 'for i in 1 2 3 4 5 6 7 8 9 10; do echo x >> \"$0/.staging/shard\"; sleep 1; done; "
-    "mv \"$0/.staging\" \"$0/checkpoint-1\"' \"$d\" >/dev/null 2>&1 </dev/null & echo saving"
+    'setsid sh -c \'for i in 1 2 3 4 5 6 7 8 9 10; do echo x >> "$0/.staging/shard"; sleep 1; done; '
+    'mv "$0/.staging" "$0/checkpoint-1"\' "$d" >/dev/null 2>&1 </dev/null & echo saving'
 )
 
 
@@ -99,6 +99,7 @@ def test_idle_runs_the_stop_once_after_the_period_and_never_while_a_run_goes_on(
     assert _stops(h)[0] >= ended + 4 - 1  # the idle period counts from the run's end
     time.sleep(8)
     assert len(_stops(h)) == 1  # one idle period, one stop
-    status = json.loads(h.run_as_user(["python3", "-S", "-I", str(h.home / test_alerts.PROG), "alerts",
-                                       "status"]).stdout)  # fmt: skip
+    status = json.loads(
+        h.run_as_user(["python3", "-S", "-I", str(h.home / test_alerts.PROG), "alerts", "status"]).stdout
+    )
     assert status["stop"]["last"]["trigger"] == "idle" and status["stop"]["armed"] is None

@@ -112,8 +112,9 @@ def test_a_run_that_stalled_with_no_retry_left_arms_the_stalled_stop(home: Path)
     (r2 / "exit_code").write_text("1\n")
     s.tick(time.time(), ["r1"], None)  # a crash is not a stall
     assert told == [] and "armed" not in s.state
-    (r1 / "attempts.json").write_text('{"attempts": [{"attempt": 1, "class": "stalled"}, '
-                                      '{"attempt": 2, "class": "stalled"}]}')  # fmt: skip
+    (r1 / "attempts.json").write_text(
+        '{"attempts": [{"attempt": 1, "class": "stalled"}, {"attempt": 2, "class": "stalled"}]}'
+    )
     (r1 / "exit_code").write_text("1\n")  # its supervisor gave up: no retry left
     deadline = time.monotonic() + 20
     while not any(t[0] == "stop ran" for t in told):

@@ -63,8 +63,10 @@ def test_waits_work_on_descriptors_numbered_past_1024() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 1100:
         pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below 1100")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100) if hard == resource.RLIM_INFINITY
-                                                else min(max(soft, 1100), hard), hard))
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE,
+        (max(soft, 1100) if hard == resource.RLIM_INFINITY else min(max(soft, 1100), hard), hard),
+    )
     filler = [os.open("/dev/null", os.O_RDONLY) for _ in range(1030)]
     try:
         a, b = socket.socketpair()

@@ -29,22 +29,42 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _rec(run_id: str, state: str, **kw: object) -> RunRecord:
-    base: dict[str, object] = dict(host="h100-a", session="training", recipe=run_id.split("-")[2],
-                                   command="x", started=T0, duration_s=754.0, last_step=120,
-                                   last_reward=0.8125, commit="0123456789abcdef", dirty=False)  # fmt: skip
+    base: dict[str, object] = dict(
+        host="h100-a",
+        session="training",
+        recipe=run_id.split("-")[2],
+        command="x",
+        started=T0,
+        duration_s=754.0,
+        last_step=120,
+        last_reward=0.8125,
+        commit="0123456789abcdef",
+        dirty=False,
+    )
     base.update(kw)
     return RunRecord(run_id=run_id, state=state, **base)  # type: ignore[arg-type]
 
 
 RECORDS = [
-    _rec("20261118-101500-overfit_aggressive-3fa2", "failed", exit_code=1, session="sweep",
-         error="ModuleNotFoundError: No module named 'trl'"),
+    _rec(
+        "20261118-101500-overfit_aggressive-3fa2",
+        "failed",
+        exit_code=1,
+        session="sweep",
+        error="ModuleNotFoundError: No module named 'trl'",
+    ),
     _rec("20261118-101510-overfit_memory-91c0", "running", session="sweep", dirty=True),
-    _rec("20261118-120000-tiny-a3f9", "finished", exit_code=0, host="local", last_reward=None,
-         last_step=None),
-    _rec("20261118-130000-cmd-a3f9", "running", recipe=None, host="h100-b",
-         command="python -c 'import time; time.sleep(3600)' && echo done with a long command line"),
-]  # fmt: skip
+    _rec(
+        "20261118-120000-tiny-a3f9", "finished", exit_code=0, host="local", last_reward=None, last_step=None
+    ),
+    _rec(
+        "20261118-130000-cmd-a3f9",
+        "running",
+        recipe=None,
+        host="h100-b",
+        command="python -c 'import time; time.sleep(3600)' && echo done with a long command line",
+    ),
+]
 
 
 def test_short_ids_are_the_shortest_unique_tail_and_designate_their_run() -> None:
@@ -66,9 +86,9 @@ def test_a_short_id_selects_its_run_and_an_ambiguous_one_is_refused() -> None:
 
 
 @pytest.mark.parametrize("width", [80, 160])
-def test_the_ps_table_fits_the_width_and_matches_its_golden_file(width: int, monkeypatch: pytest.MonkeyPatch,
-                                                                   capsys: pytest.CaptureFixture[str]
-                                                                   ) -> None:  # fmt: skip
+def test_the_ps_table_fits_the_width_and_matches_its_golden_file(
+    width: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("COLUMNS", str(width))
     errors = {"h100-c": HostUnreachable("h100-c: cannot connect to 203.0.113.7:22: timed out")}
     render_ps(RECORDS, errors, ["h100-d"], hidden=3)
@@ -78,9 +98,9 @@ def test_the_ps_table_fits_the_width_and_matches_its_golden_file(width: int, mon
     assert out == (GOLDEN / f"ps_{width}.txt").read_text()
 
 
-def test_a_long_state_drops_optional_columns_not_the_state_or_the_id(monkeypatch: pytest.MonkeyPatch,
-                                                                      capsys: pytest.CaptureFixture[str]
-                                                                      ) -> None:  # fmt: skip
+def test_a_long_state_drops_optional_columns_not_the_state_or_the_id(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A state of issue 23's length still fits: columns go, the state and the id stay whole."""
     long_state = RunRecord(**{**RECORDS[0].__dict__, "state": "failed after 4 attempts", "exit_code": None})
     monkeypatch.setenv("COLUMNS", "80")
@@ -93,18 +113,24 @@ def test_a_long_state_drops_optional_columns_not_the_state_or_the_id(monkeypatch
 def test_layout_drops_the_highest_drop_first_then_cuts_the_flex_column() -> None:
     cols = [Column("A"), Column("LABEL", flex=True), Column("OPT1", drop=1), Column("OPT2", drop=2)]
     rows = [["aaaa", "a long label that must give", "o1", "o2"]]
-    assert layout(cols, rows, 200) == ["A     LABEL                        OPT1  OPT2",
-                                       "aaaa  a long label that must give  o1    o2"]  # fmt: skip
-    assert layout(cols, rows, 40) == ["A     LABEL                        OPT1",
-                                      "aaaa  a long label that must give  o1"]  # fmt: skip
+    assert layout(cols, rows, 200) == [
+        "A     LABEL                        OPT1  OPT2",
+        "aaaa  a long label that must give  o1    o2",
+    ]
+    assert layout(cols, rows, 40) == [
+        "A     LABEL                        OPT1",
+        "aaaa  a long label that must give  o1",
+    ]
     assert layout(cols, rows, 20) == ["A     LABEL", "aaaa  a long label…"]
     # capped at FLEX_CAP (24), OPT1 still does not fit: it goes, and gives its room back to the label
     assert layout(cols, rows, 34) == ["A     LABEL", "aaaa  a long label that must give"]
 
 
 def test_ps_shows_running_runs_and_the_last_ended_ones() -> None:
-    ended = [_rec(f"20261118-1{i:05d}-tiny-{i:04x}", "finished", exit_code=0, started=T0 + i, ended=T0 + i)
-             for i in range(15)]  # fmt: skip
+    ended = [
+        _rec(f"20261118-1{i:05d}-tiny-{i:04x}", "finished", exit_code=0, started=T0 + i, ended=T0 + i)
+        for i in range(15)
+    ]
     running = _rec("20261118-000000-tiny-ffff", "running", started=T0 - 10)
     shown, hidden = select_shown([running, *ended])
     assert shown == [running, *ended[5:]] and hidden == 5
@@ -121,14 +147,15 @@ def test_ps_last_0_still_lists_lost_runs() -> None:
 
 
 @pytest.mark.parametrize(("sort", "column"), [("best", "BEST"), ("steps", "STEPS"), ("duration", "DURATION")])
-def test_runs_at_80_columns_keeps_the_column_it_is_sorted_by(sort: str, column: str,
-                                                             monkeypatch: pytest.MonkeyPatch,
-                                                             capsys: pytest.CaptureFixture[str]
-                                                             ) -> None:  # fmt: skip
+def test_runs_at_80_columns_keeps_the_column_it_is_sorted_by(
+    sort: str, column: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`runs --sort best` once dropped BEST for room: the sorted list looked unsorted."""
     monkeypatch.setenv("COLUMNS", "80")
-    infos = [RunInfo(r, steps=120, final_reward=0.5, best_reward=0.9 - i / 10, eval={"accuracy": 0.5})
-             for i, r in enumerate(RECORDS)]  # fmt: skip
+    infos = [
+        RunInfo(r, steps=120, final_reward=0.5, best_reward=0.9 - i / 10, eval={"accuracy": 0.5})
+        for i, r in enumerate(RECORDS)
+    ]
     render_runs(infos, {}, eval_text=lambda e: "accuracy 0.500", wandb_text=lambda w: "-", sort=sort)
     lines = capsys.readouterr().out.splitlines()
     assert column in lines[0].split() and all(len(line) <= 80 for line in lines), lines
@@ -155,11 +182,28 @@ def test_a_600_character_reason_is_cut_in_the_state_and_every_other_column_stays
     printed under it), and ps and runs keep the columns they have without it: SESSION, DURATION and COST."""
     reason = "ValueError: " + "the recipe's setting does not fit this host; " * 14
     assert len(reason) >= 600
-    recs = [_rec(f"20261118-1{i}0000-tiny-{i}a{i}f", "running", session="s", recipe="tiny", cost=0.031,
-                 currency="$") for i in range(3)]  # fmt: skip
+    recs = [
+        _rec(
+            f"20261118-1{i}0000-tiny-{i}a{i}f",
+            "running",
+            session="s",
+            recipe="tiny",
+            cost=0.031,
+            currency="$",
+        )
+        for i in range(3)
+    ]
     attempts = {"attempts": [{"attempt": 1, "class": "config", "reason": reason}]}
-    bad = RunRecord(**{**recs[0].__dict__, "state": "failed", "exit_code": 1, "failure": f"config ({reason})",
-                       "error": reason, "attempts_doc": attempts})  # fmt: skip
+    bad = RunRecord(
+        **{
+            **recs[0].__dict__,
+            "state": "failed",
+            "exit_code": 1,
+            "failure": f"config ({reason})",
+            "error": reason,
+            "attempts_doc": attempts,
+        }
+    )
     monkeypatch.setenv("COLUMNS", str(width))
     render_ps(recs, {}, [], hidden=0)
     plain = capsys.readouterr().out.splitlines()[0]

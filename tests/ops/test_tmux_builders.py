@@ -127,13 +127,16 @@ def test_listing_matches_sessions_by_creation_time_and_reads_last_step() -> None
         "runs": [
             {"run_id": "r-old", "meta": meta, "ctime": 1000, "started": "1000\n"},
             {
-                "run_id": "r-new", "meta": meta2, "ctime": 1899, "started": "1900",
+                "run_id": "r-new",
+                "meta": meta2,
+                "ctime": 1899,
+                "started": "1900",
                 "steps": [{"type": "step", "step": 7, "reward/mean": 0.25}],
             },
             {"run_id": "bad;name", "meta": meta},
             {"run_id": "r-nometa", "meta": "x"},
         ],
-    }  # fmt: skip
+    }
     runs = {r.run_id: r for r in host_runs("h", answer).runs}
     assert set(runs) == {"r-old", "r-new"}
     assert runs["r-old"].state == "lost"  # the live 'training' session belongs to the newer run
@@ -178,8 +181,12 @@ def test_the_agent_and_the_laptop_choose_a_run_for_a_name_by_one_rule() -> None:
     from pippa_ops.runs.listing import current_run
 
     def raw(run_id: str, session: str, ctime: float, **facts: object) -> dict[str, object]:
-        return {"run_id": run_id, "meta": {"run_id": run_id, "session": session, "command": "x"},
-                "ctime": ctime, **facts}  # fmt: skip
+        return {
+            "run_id": run_id,
+            "meta": {"run_id": run_id, "session": session, "command": "x"},
+            "ctime": ctime,
+            **facts,
+        }
 
     answer = {
         "now": 500,
@@ -194,8 +201,7 @@ def test_the_agent_and_the_laptop_choose_a_run_for_a_name_by_one_rule() -> None:
         ],
     }
     listed = host_runs("h", answer)
-    for name in ("train", "q", "gone", "20260101-000200-a-2222", "2222", "a-1111", "20260101-00045",
-                 "6666"):  # fmt: skip
+    for name in ("train", "q", "gone", "20260101-000200-a-2222", "2222", "a-1111", "20260101-00045", "6666"):
         assert runpick.choose(answer, name) == current_run(listed, name).run_id, name
     assert runpick.choose(answer, "train") == "20260101-000100-a-1111"  # running, though older
     assert runpick.choose(answer, "q") == "20260101-000300-b-3333"  # queued

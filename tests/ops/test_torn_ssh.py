@@ -21,8 +21,11 @@ def test_a_torn_checkpoint_and_a_torn_attempts_json_resume_from_the_whole_one(cl
     run_id = started(pippa(env, "run", "tiny", "--host", h.name, "--name", "torn", *SETS))
     run_dir = h.home / "pippa" / "runs" / run_id
     ckpts = run_dir / "checkpoints"
-    wait_for(lambda: held.exists() and (ckpts / "checkpoint-2").is_dir(), 300,
-             lambda: (run_dir / "output.log").read_text()[-3000:])  # fmt: skip
+    wait_for(
+        lambda: held.exists() and (ckpts / "checkpoint-2").is_dir(),
+        300,
+        lambda: (run_dir / "output.log").read_text()[-3000:],
+    )
     stop = pippa(env, "stop", run_id, "--host", h.name, "--grace", "120")
     assert stop.returncode == 0, stop.stderr
     wait_for(lambda: (run_dir / "exit_code").exists(), 120)
@@ -38,8 +41,10 @@ def test_a_torn_checkpoint_and_a_torn_attempts_json_resume_from_the_whole_one(cl
     r = pippa(env, "resume", run_id, "--host", h.name)
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]
-    assert first.startswith(f"resumed {run_id} from runs/{run_id}/checkpoints/{whole.name} ({newest.name} "
-                            "skipped: model.safetensors is "), first  # fmt: skip
+    assert first.startswith(
+        f"resumed {run_id} from runs/{run_id}/checkpoints/{whole.name} ({newest.name} "
+        "skipped: model.safetensors is "
+    ), first
     wait_for(
         lambda: (run_dir / "exit_code").exists(), 300, lambda: (run_dir / "output.log").read_text()[-3000:]
     )

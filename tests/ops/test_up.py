@@ -105,11 +105,15 @@ def test_failing_setup_is_one_line_with_its_last_output(client_env, ssh_hosts, r
 
 
 # uv's own shape: the error, then hints under it
-UV_FAIL = ("echo 'Resolved 80 packages'; echo 'error: No solution found when resolving dependencies' >&2; "
-           "echo 'hint: Pre-releases are available for torch' >&2; exit 1")  # fmt: skip
-SMI_L = ('#!/bin/sh\n[ "$1" = -L ] || { echo "NVIDIA-SMI has failed because it couldn\'t communicate with '
-         'the NVIDIA driver."; exit 9; }\n'  # nvidia-smi -L only; to the doctor, a driver not loaded
-         'for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-6c4e0f6a-$i)"; done\n')
+UV_FAIL = (
+    "echo 'Resolved 80 packages'; echo 'error: No solution found when resolving dependencies' >&2; "
+    "echo 'hint: Pre-releases are available for torch' >&2; exit 1"
+)
+SMI_L = (
+    '#!/bin/sh\n[ "$1" = -L ] || { echo "NVIDIA-SMI has failed because it couldn\'t communicate with '
+    'the NVIDIA driver."; exit 9; }\n'  # nvidia-smi -L only; to the doctor, a driver not loaded
+    'for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-6c4e0f6a-$i)"; done\n'
+)
 
 
 def test_a_failed_setup_is_its_error_line_and_an_accepted_key_is_said_even_so(client_env, ssh_hosts, repo):
@@ -122,8 +126,9 @@ def test_a_failed_setup_is_its_error_line_and_an_accepted_key_is_said_even_so(cl
     p = _pippa(client_env, repo, "up", h.name, "--accept-new")
     assert p.returncode == 1
     last = p.stderr.strip().splitlines()[-1]
-    assert last == ("pippa: t3: setup failed with exit status 1: "
-                    "error: No solution found when resolving dependencies")
+    assert last == (
+        "pippa: t3: setup failed with exit status 1: error: No solution found when resolving dependencies"
+    )
     assert f"{h.name}: recorded ssh-ed25519 key SHA256:" in p.stderr and str(kh) in p.stderr
 
 
@@ -132,11 +137,18 @@ def test_up_lists_each_gpu_on_one_line_at_80_columns(client_env, ssh_hosts, repo
     h.install_bin("uv", FAKE_UV)
     h.install_bin("nvidia-smi", SMI_L)
     _configure(client_env, h.name, "setup = []\nsecrets = []\n")
-    p = subprocess.run([PIPPA, "up", h.name], env={**client_env.env, "COLUMNS": "80"}, cwd=repo,
-                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    p = subprocess.run(
+        [PIPPA, "up", h.name],
+        env={**client_env.env, "COLUMNS": "80"},
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     first = next(i for i, ln in enumerate(lines) if ln.startswith("GPUs"))
     assert [ln.split()[-4:] for ln in lines[first : first + 8]] == [
-        [f"{i}:", "NVIDIA", "H100", "80GB", "HBM3"][-4:] for i in range(8)], p.stdout  # fmt: skip
+        [f"{i}:", "NVIDIA", "H100", "80GB", "HBM3"][-4:] for i in range(8)
+    ], p.stdout
     assert lines[first + 8].startswith("driver") and "UUID" not in p.stdout

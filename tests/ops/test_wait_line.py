@@ -10,8 +10,15 @@ from pippa_ops.runs.listing import RunRecord
 
 
 def test_a_note_while_waiting_is_a_line_of_its_own() -> None:
-    rec = RunRecord(host="h100-a", run_id="20261126-120000-tiny-ab12", session="s", recipe="tiny",
-                    command="x", state="running", last_step=12)  # fmt: skip
+    rec = RunRecord(
+        host="h100-a",
+        run_id="20261126-120000-tiny-ab12",
+        session="s",
+        recipe="tiny",
+        command="x",
+        state="running",
+        last_step=12,
+    )
     out = io.StringIO()
     line = StatusLine({"ab12": rec}, out)
     line._draw()  # what the poll thread draws

@@ -265,8 +265,9 @@ def test_wait_exits_with_the_run_status_times_out_and_rides_out_a_drop(ssh_hosts
     notes: list[str] = []
     rec = locate([slow], h.name)[slow]
     got: list[Any] = []
-    waiter = threading.Thread(target=lambda: got.append(wait_run(resolve(h.name), rec, note=notes.append,
-                                                                 backoff_s=(0.5,))))  # fmt: skip
+    waiter = threading.Thread(
+        target=lambda: got.append(wait_run(resolve(h.name), rec, note=notes.append, backoff_s=(0.5,)))
+    )
     try:
         waiter.start()
         time.sleep(1.0)  # (the drop comes while following or while connecting: both are ridden out)

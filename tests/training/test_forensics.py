@@ -42,8 +42,10 @@ def test_the_rank_not_in_the_collective_is_named_from_real_stacks(tmp_path: Path
     script.write_text(HANG)
     port = _free_port()
     # one process group for the attempt, as the supervisor starts it: sh, and the ranks below it
-    job = (f"RANK=0 {sys.executable} {script} {port} {tmp_path} & "
-           f"RANK=1 {sys.executable} {script} {port} {tmp_path} & wait")  # fmt: skip
+    job = (
+        f"RANK=0 {sys.executable} {script} {port} {tmp_path} & "
+        f"RANK=1 {sys.executable} {script} {port} {tmp_path} & wait"
+    )
     root = subprocess.Popen(["sh", "-c", job], start_new_session=True)
     try:
         deadline = time.monotonic() + 120

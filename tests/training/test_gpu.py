@@ -80,7 +80,8 @@ def test_max_gpu_bench_reports_its_numbers_on_a_small_batch() -> None:
 
 @pytest.mark.skipif(_cuda(), reason="checks the line printed on a machine without CUDA")
 def test_max_gpu_bench_says_in_one_line_that_there_is_no_gpu() -> None:
-    r = subprocess.run([sys.executable, "bench/bench_max_gpu.py"], cwd=REPO, capture_output=True, text=True,
-                       timeout=120)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "bench/bench_max_gpu.py"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and "no CUDA GPU here" in r.stderr

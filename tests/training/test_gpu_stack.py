@@ -43,8 +43,9 @@ def _locked_versions(lock: str, name: str) -> set[str]:
     return set(re.findall(rf'^name = "{re.escape(name)}"\nversion = "([^"]+)"', lock, flags=re.M))
 
 
-def test_uv_lock_resolves_the_train_and_vllm_sets_side_by_side(tmp_path: Path, uv_env: dict[str, str]
-                                                                ) -> None:  # fmt: skip
+def test_uv_lock_resolves_the_train_and_vllm_sets_side_by_side(
+    tmp_path: Path, uv_env: dict[str, str]
+) -> None:
     shutil.copy(REPO / "pyproject.toml", tmp_path)
     (tmp_path / "README.md").write_text("pippa\n")
     r = _uv(["lock"], tmp_path, uv_env)
@@ -58,11 +59,26 @@ def test_uv_lock_resolves_the_train_and_vllm_sets_side_by_side(tmp_path: Path, u
 
 
 def test_the_vllm_set_resolves_to_wheels_for_a_gpu_host(tmp_path: Path, uv_env: dict[str, str]) -> None:
-    args = ["pip", "compile", str(REPO / "pyproject.toml"), "--extra", "vllm", "--extra", "gpu",
-            "--python-platform", "x86_64-manylinux_2_31", "--python-version", "3.11",
-            "--no-header", "--no-annotate", "--only-binary", ":all:",
-            # DeepSpeed ships only an sdist, pure Python to build (its ops compile on first use, not here)
-            "--no-binary", "deepspeed"]  # fmt: skip
+    args = [
+        "pip",
+        "compile",
+        str(REPO / "pyproject.toml"),
+        "--extra",
+        "vllm",
+        "--extra",
+        "gpu",
+        "--python-platform",
+        "x86_64-manylinux_2_31",
+        "--python-version",
+        "3.11",
+        "--no-header",
+        "--no-annotate",
+        "--only-binary",
+        ":all:",
+        # DeepSpeed ships only an sdist, pure Python to build (its ops compile on first use, not here)
+        "--no-binary",
+        "deepspeed",
+    ]
     r = _uv(args, tmp_path, uv_env)
     assert r.returncode == 0, r.stderr
     pins = dict(line.split("==", 1) for line in r.stdout.splitlines() if "==" in line)

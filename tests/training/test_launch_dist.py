@@ -50,8 +50,15 @@ def test_gpu_lists_expand_ranges_and_reject_junk() -> None:
 def test_one_process_runs_the_trainer_itself_and_pins_its_gpus(tmp_path: Path) -> None:
     p = launch.plan("tiny", ["train.max_steps=3"], tmp_path, False, LaunchConfig(gpus="3"), "bf16", H100x8)
     assert p.config is None and p.env == {"CUDA_VISIBLE_DEVICES": "3"}
-    assert p.argv[1:] == ["-m", "training_core.train", "tiny", "--set", "train.max_steps=3",
-                          "--run-dir", str(tmp_path)]  # fmt: skip
+    assert p.argv[1:] == [
+        "-m",
+        "training_core.train",
+        "tiny",
+        "--set",
+        "train.max_steps=3",
+        "--run-dir",
+        str(tmp_path),
+    ]
 
 
 def test_ddp_on_a_gpu_host_is_accelerate_multi_gpu_on_the_chosen_gpus_in_bf16(tmp_path: Path) -> None:
@@ -73,8 +80,9 @@ def test_zero3_and_cpu_ranks_in_the_config_accelerate_itself_reads(tmp_path: Pat
     assert read.distributed_type == "DEEPSPEED" and read.num_processes == 2 and read.use_cpu
     assert read.deepspeed_config["zero_stage"] == 3 and read.mixed_precision == "no"
     assert read.deepspeed_config["deepspeed_multinode_launcher"] == "standard"
-    ddp = load_config_from_file(str(launch.write_config(tmp_path, launch.accelerate_config(
-        LaunchConfig(processes=2), "fp32", CPU))))  # fmt: skip
+    ddp = load_config_from_file(
+        str(launch.write_config(tmp_path, launch.accelerate_config(LaunchConfig(processes=2), "fp32", CPU)))
+    )
     # MULTI_GPU + use_cpu is what starts N gloo ranks; MULTI_CPU would start one process.
     assert ddp.distributed_type == "MULTI_GPU" and ddp.use_cpu and ddp.num_processes == 2
 
@@ -103,15 +111,33 @@ def test_more_processes_than_gpus_or_a_missing_gpu_or_two_precisions_is_one_clea
 
 def test_the_cli_writes_the_config_and_prints_the_command(tmp_path: Path) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "training_core.launch", "tiny", "--processes", "2", "--strategy", "zero2",
-         "--run-dir", str(tmp_path / "run"), "--print"],
-        cwd=REPO, capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "training_core.launch",
+            "tiny",
+            "--processes",
+            "2",
+            "--strategy",
+            "zero2",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--print",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
     assert r.returncode == 0, r.stderr
     assert "accelerate.commands.launch --config_file" in r.stdout and "launch.strategy=" in r.stdout
     assert "zero_stage: 2" in (tmp_path / "run" / "accelerate.yaml").read_text()
-    bad = subprocess.run([sys.executable, "-m", "training_core.launch", "tiny", "--processes", "0"],
-                         cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    bad = subprocess.run(
+        [sys.executable, "-m", "training_core.launch", "tiny", "--processes", "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "error: bad value for launch.processes: must be >= 1, got 0"
     ]
@@ -131,8 +157,12 @@ def _start(run_dir: Path, recipe: Path, *args: str) -> subprocess.Popen[str]:
     env["CUDA_VISIBLE_DEVICES"] = ""
     return subprocess.Popen(
         [sys.executable, "-m", "training_core.launch", str(recipe), "--run-dir", str(run_dir), *args],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _probes(run_dir: Path) -> dict[int, dict[str, Any]]:

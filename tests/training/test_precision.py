@@ -29,9 +29,16 @@ H100 = PlatformFacts(
 )
 CUDA_BF16 = TorchFacts("2.13.0+cu128", "12.8", cuda_available=True, bf16_supported=True)
 CPU_TORCH = TorchFacts("2.13.0+cpu", None)
-STEPS = ["train.max_steps=3", "train.warmup_ratio=0", "train.lr_scheduler_type=constant",
-         "train.per_device_train_batch_size=8", "train.num_generations=4", "train.max_completion_length=4",
-         "checkpoint.every=0", "eval.task=none"]  # fmt: skip
+STEPS = [
+    "train.max_steps=3",
+    "train.warmup_ratio=0",
+    "train.lr_scheduler_type=constant",
+    "train.per_device_train_batch_size=8",
+    "train.num_generations=4",
+    "train.max_completion_length=4",
+    "checkpoint.every=0",
+    "eval.task=none",
+]
 
 
 def _spread(completions: list[str], **_: object) -> list[float]:

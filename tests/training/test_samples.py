@@ -20,8 +20,14 @@ from training_core.samples import SamplesWriter
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 RUN_ID = "20261126-120000-tiny-5a5a"
-SETS = ("train.max_steps=4", "samples.every=1", "samples.per_step=6", "eval.interval=2", "eval.n=8",
-        "checkpoint.every=2")  # fmt: skip
+SETS = (
+    "train.max_steps=4",
+    "samples.every=1",
+    "samples.per_step=6",
+    "eval.interval=2",
+    "eval.n=8",
+    "checkpoint.every=2",
+)
 
 
 def train(
@@ -31,8 +37,14 @@ def train(
     for s in ("logging.progress=false", *sets):
         argv += ["--set", s]
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home or run_dir.parent)}
-    p = subprocess.run([*argv, *(["--resume"] if resume else [])], cwd=REPO, capture_output=True, text=True,
-                       timeout=600, env=env)  # fmt: skip
+    p = subprocess.run(
+        [*argv, *(["--resume"] if resume else [])],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     return p
 
@@ -98,8 +110,9 @@ def test_a_constant_reward_raises_the_no_learning_signal_alarm_and_one_alert(tmp
         assert told.fields["reason"].startswith("no learning signal since step 1: ")
         assert told.fields["look"] == f"pippa samples {RUN_ID} --step 1 --host hx"
         argv = ["python3", "-S", "-I", str(prog), "alerts", "alarms", "--run-dir", str(run_dir)]
-        again = subprocess.run(argv, env={**os.environ, "HOME": str(home)}, capture_output=True, text=True,
-                               timeout=60)  # fmt: skip
+        again = subprocess.run(
+            argv, env={**os.environ, "HOME": str(home)}, capture_output=True, text=True, timeout=60
+        )
         assert again.returncode == 0 and json.loads(again.stdout) == {"told": []}, again.stderr
         assert [x.fields.get("state") for x in hook.posts] == ["alarm"]  # exactly one alert
 

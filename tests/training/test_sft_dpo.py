@@ -123,8 +123,9 @@ def test_sft_takes_the_loss_on_the_response_only(tmp_path: Path) -> None:
         assert trained == tok(str(int(a) + int(b)))["input_ids"] + [tok.eos_token_id], text
 
 
-def _train(run_dir: Path, recipe: str, *sets: str, resume: bool = False, env: dict[str, str] | None = None
-           ) -> subprocess.Popen[str]:  # fmt: skip
+def _train(
+    run_dir: Path, recipe: str, *sets: str, resume: bool = False, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "training_core.train", recipe, "--run-dir", str(run_dir)]
     for s in sets:
         argv += ["--set", s]
@@ -132,8 +133,12 @@ def _train(run_dir: Path, recipe: str, *sets: str, resume: bool = False, env: di
     full.update({"OMP_NUM_THREADS": "1", **(env or {})})
     return subprocess.Popen(
         [*argv, *(["--resume"] if resume else [])],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full,
-    )  # fmt: skip
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=full,
+    )
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -145,9 +150,10 @@ def _wait_for_step(proc: subprocess.Popen[str], path: Path, step: int, timeout: 
     while time.time() < deadline:
         if path.exists() and any(
             r.get("type") == "step" and r["step"] >= step
-            for r in (json.loads(line) for line in path.read_text().splitlines(keepends=True)
-                      if line.endswith("\n"))
-        ):  # fmt: skip
+            for r in (
+                json.loads(line) for line in path.read_text().splitlines(keepends=True) if line.endswith("\n")
+            )
+        ):
             return
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
         time.sleep(0.05)
@@ -161,8 +167,12 @@ def test_sft_run_saves_on_sigterm_resumes_and_warm_starts_grpo_from_run(tmp_path
     env = {"WANDB_MODE": "offline", "WANDB_DIR": str(wandb_dir), "WANDB_SILENT": "true"}
     sft_dir = runs / "20260101-000000-sft_tiny-ab12"
     # 40 steps, stopped at step 3: the stop lands long before the run could end on its own.
-    sets = (*SMALL, f"train.max_steps={SFT_STEPS}", "train.per_device_train_batch_size=16",
-            "checkpoint.every=100")  # fmt: skip
+    sets = (
+        *SMALL,
+        f"train.max_steps={SFT_STEPS}",
+        "train.per_device_train_batch_size=16",
+        "checkpoint.every=100",
+    )
     metrics_path = sft_dir / "metrics.jsonl"
     proc = _train(sft_dir, "sft_tiny", *sets, env=env)
     _wait_for_step(proc, metrics_path, 3)
@@ -197,8 +207,16 @@ def test_sft_run_saves_on_sigterm_resumes_and_warm_starts_grpo_from_run(tmp_path
 
     # GRPO from that run: with a zero learning rate its first checkpoint holds the SFT weights.
     grpo_dir = runs / "20260101-000100-tiny-cd34"
-    proc = _train(grpo_dir, "tiny", *SMALL, f"model.from_run={sft_dir.name}", "train.max_steps=1",
-                  "train.learning_rate=0", "checkpoint.every=1", "eval.task=none")  # fmt: skip
+    proc = _train(
+        grpo_dir,
+        "tiny",
+        *SMALL,
+        f"model.from_run={sft_dir.name}",
+        "train.max_steps=1",
+        "train.learning_rate=0",
+        "checkpoint.every=1",
+        "eval.task=none",
+    )
     out, _ = proc.communicate(timeout=180)
     assert proc.returncode == 0, out
     header = _records(grpo_dir / "metrics.jsonl")[0]

@@ -17,8 +17,9 @@ from training_core.run.wandb_start import UnlessMoved
 
 def test_the_mirror_logs_nothing_to_wandb_after_the_moved_to_mark(tmp_path: Path, capsys) -> None:
     logged: list[tuple[int, dict[str, Any]]] = []
-    writer = MetricsWriter(tmp_path / "metrics.jsonl",
-                           mirror=UnlessMoved(tmp_path, lambda s, m: logged.append((s, m))))  # fmt: skip
+    writer = MetricsWriter(
+        tmp_path / "metrics.jsonl", mirror=UnlessMoved(tmp_path, lambda s, m: logged.append((s, m)))
+    )
     writer.step(1, {"reward/mean": 0.5})
     (tmp_path / MOVED_TO).write_text("h100-b\n")
     writer.step(2, {"reward/mean": 0.6})
@@ -33,7 +34,12 @@ def test_the_mirror_logs_nothing_to_wandb_after_the_moved_to_mark(tmp_path: Path
 def test_wandb_sync_refuses_a_run_dir_marked_moved(tmp_path: Path) -> None:
     (tmp_path / "wandb" / "offline-run-20260101_000000-abc").mkdir(parents=True)
     (tmp_path / MOVED_TO).write_text("h100-b\n")
-    req: Any = {"run_dir": str(tmp_path), "secrets_path": str(tmp_path / "none"), "python": ["python3"],
-                "remote_dir": str(tmp_path), "env": {"WANDB_API_KEY": "x" * 40}}  # fmt: skip
+    req: Any = {
+        "run_dir": str(tmp_path),
+        "secrets_path": str(tmp_path / "none"),
+        "python": ["python3"],
+        "remote_dir": str(tmp_path),
+        "env": {"WANDB_API_KEY": "x" * 40},
+    }
     with pytest.raises(AgentError, match="moved to h100-b: its W&B run goes on there"):
         wandb_sync(req)

@@ -52,8 +52,18 @@ def _wandb_run(tmp_path: Path, name: str, **env: str) -> tuple[subprocess.Comple
     (home / ".config" / "pippa").mkdir(parents=True, exist_ok=True)
     (home / ".config" / "pippa" / "secrets.env").write_text("WANDB_API_KEY='stale0key'\n")
     run_dir = tmp_path / name
-    argv = [sys.executable, "-m", "training_core.train", "tiny", "--run-dir", str(run_dir),
-            "--set", "train.max_steps=2", "--set", "logging.progress=false"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "training_core.train",
+        "tiny",
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        "train.max_steps=2",
+        "--set",
+        "logging.progress=false",
+    ]
     base = {"PATH": "/usr/bin:/bin", "HOME": str(home), "WANDB_API_KEY": "stale0key", "WANDB_SILENT": "true"}
     p = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, env={**base, **env})
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]

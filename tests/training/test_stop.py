@@ -32,8 +32,9 @@ def test_without_checkpointing_a_signal_stops_at_once_and_the_last_step_just_com
         StopOnSignal(save=False)(signal.SIGINT, None)
     handler = StopOnSignal(save=True)
     handler(signal.SIGINT, None)
-    stop_callback(lambda: handler.requested).on_save(None, TrainerState(global_step=100, max_steps=100),
-                                                     TrainerControl())  # fmt: skip
+    stop_callback(lambda: handler.requested).on_save(
+        None, TrainerState(global_step=100, max_steps=100), TrainerControl()
+    )
 
 
 def test_a_rank_the_signal_missed_saves_the_same_step_when_another_rank_got_it() -> None:

@@ -33,8 +33,11 @@ def test_lines_past_the_checkpoint_and_the_end_line_move_to_the_superseded_file(
 
     kept = _read(path)
     assert [(r["type"], r.get("step")) for r in kept] == [
-        ("header", None), ("eval", 0), *[("step", s) for s in range(1, 6)], ("eval", 5)
-    ]  # fmt: skip
+        ("header", None),
+        ("eval", 0),
+        *[("step", s) for s in range(1, 6)],
+        ("eval", 5),
+    ]
     assert _read(tmp_path / "metrics.superseded.jsonl") == [steps[5], steps[6], evals[2], end]
     assert path.stat().st_ino != inode  # replaced, not edited in place: followers can tell
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
@@ -47,8 +50,11 @@ def test_a_second_resume_appends_to_the_superseded_file_and_a_torn_line_moves_to
     _write(path, [HEADER, {"type": "step", "step": 1}, {"type": "step", "step": 2}], torn='{"type": "st')
     assert supersede(path, 1) == 2
     assert path.read_text().endswith("\n") and [r["step"] for r in _read(path)[1:]] == [1]
-    assert old.read_text().splitlines() == ['{"type": "step", "step": 9}', '{"type": "step", "step": 2}',
-                                            '{"type": "st']  # fmt: skip
+    assert old.read_text().splitlines() == [
+        '{"type": "step", "step": 9}',
+        '{"type": "step", "step": 2}',
+        '{"type": "st',
+    ]
 
 
 def test_nothing_to_move_leaves_the_file_alone(tmp_path: Path) -> None:

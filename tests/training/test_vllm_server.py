@@ -83,8 +83,14 @@ def test_a_split_that_cannot_work_is_one_clear_error(cfg: LaunchConfig, why: str
 def test_launch_prints_the_server_on_its_gpus_and_the_trainer_on_the_rest(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    sets = ["train.use_vllm=true", 'train.vllm_mode="server"', 'launch.vllm_gpus="7"', "launch.processes=7",
-            'launch.vllm_args=["--max-model-len", "8192"]', "launch.vllm_port=8123"]  # fmt: skip
+    sets = [
+        "train.use_vllm=true",
+        'train.vllm_mode="server"',
+        'launch.vllm_gpus="7"',
+        "launch.processes=7",
+        'launch.vllm_args=["--max-model-len", "8192"]',
+        "launch.vllm_port=8123",
+    ]
     argv = ["baseline", "--run-dir", str(tmp_path), "--print"]
     for s in sets:
         argv += ["--set", s]
@@ -101,8 +107,16 @@ def test_the_trainer_is_pointed_at_the_server_it_waited_for() -> None:
     from training_core.methods.trainer import grpo_args
     from training_core.recipes import resolve
 
-    res = resolve("tiny", ["train.use_vllm=true", 'train.vllm_mode="server"', "launch.vllm_port=8123",
-                           "launch.vllm_timeout_s=99"], PlatformFacts())  # fmt: skip
+    res = resolve(
+        "tiny",
+        [
+            "train.use_vllm=true",
+            'train.vllm_mode="server"',
+            "launch.vllm_port=8123",
+            "launch.vllm_timeout_s=99",
+        ],
+        PlatformFacts(),
+    )
     args = grpo_args(res.config, Path("/tmp/x"), ["none"], "x")
     assert (args.vllm_mode, args.vllm_server_host, args.vllm_server_port) == ("server", "127.0.0.1", 8123)
     assert args.vllm_server_timeout == 99
@@ -125,15 +139,25 @@ class Sides:
         self.lines: list[str] = []
 
     def run(self, health_after: float, die_after: float = -1, timeout_s: float = 20) -> int:
-        serve = [sys.executable, str(self.tmp / "server.py"), str(self.port), str(health_after),
-                 str(die_after)]  # fmt: skip
+        serve = [
+            sys.executable,
+            str(self.tmp / "server.py"),
+            str(self.port),
+            str(health_after),
+            str(die_after),
+        ]
         train = [sys.executable, str(self.tmp / "trainer.py"), str(self.tmp)]
         return vllm_server.supervise(
-            serve, {**os.environ, "CUDA_VISIBLE_DEVICES": "7"},
-            train, {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1"},
-            f"http://127.0.0.1:{self.port}/health", self.tmp / "vllm.log", timeout_s, self.lines.append,
+            serve,
+            {**os.environ, "CUDA_VISIBLE_DEVICES": "7"},
+            train,
+            {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1"},
+            f"http://127.0.0.1:{self.port}/health",
+            self.tmp / "vllm.log",
+            timeout_s,
+            self.lines.append,
             stop_grace_s=5,
-        )  # fmt: skip
+        )
 
     def file(self, name: str) -> str | None:
         p = self.tmp / name

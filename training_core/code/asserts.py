@@ -83,8 +83,9 @@ class _Split(ast.NodeTransformer):
     def visit(self, node: ast.AST) -> Any:
         if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
             # names bound inside (a comprehension's target, a lambda's args) stay local to the check
-            self.local |= {n.id for n in ast.walk(node)
-                           if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            self.local |= {
+                n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            }
             if isinstance(node, ast.Lambda):
                 self.local |= {a.arg for a in node.args.args}
         if isinstance(node, ast.expr) and self._rooted(node):

@@ -16,8 +16,10 @@ from training_core.code.mbpp_game import GAME_PROMPT
 from training_core.code.problems import problem_rows
 from training_core.data.loaders import DATASETS, Row
 
-FIXED_CODE_PROMPT = ("Write a short Python program that computes something and prints the result. "
-                     "Put the program in one ```python code block.")
+FIXED_CODE_PROMPT = (
+    "Write a short Python program that computes something and prints the result. "
+    "Put the program in one ```python code block."
+)
 
 
 def _repeat(rows: list[Row], n_rows: int, repeat: int) -> list[Row]:
@@ -26,31 +28,63 @@ def _repeat(rows: list[Row], n_rows: int, repeat: int) -> list[Row]:
 
 
 @DATASETS.register("code_fixed_prompt")
-def code_fixed_prompt(split: str = "train", n_rows: int = 0, seed: int = 42, prompt: str = FIXED_CODE_PROMPT,
-                      repeat: int = 64, **_: Any) -> list[Row]:
+def code_fixed_prompt(
+    split: str = "train",
+    n_rows: int = 0,
+    seed: int = 42,
+    prompt: str = FIXED_CODE_PROMPT,
+    repeat: int = 64,
+    **_: Any,
+) -> list[Row]:
     """``prompt`` repeated ``repeat`` times."""
     return _repeat([{"prompt": prompt}], n_rows, repeat)
 
 
 @DATASETS.register("code_tests")
-def code_tests(split: str = "train", n_rows: int = 0, seed: int = 42, reasoning: bool = False,
-               repeat: int = 1, style: str = "full", **_: Any) -> list[Row]:
+def code_tests(
+    split: str = "train",
+    n_rows: int = 0,
+    seed: int = 42,
+    reasoning: bool = False,
+    repeat: int = 1,
+    style: str = "full",
+    **_: Any,
+) -> list[Row]:
     """The repo's problems (``reasoning`` asks for <reasoning>/<answer>), repeated ``repeat`` times."""
     return _repeat(problem_rows(reasoning, style), n_rows, repeat)
 
 
 @DATASETS.register("mbpp")
-def mbpp(split: str = "train", n_rows: int = 0, seed: int = 42, config: str = "sanitized",
-         data_files: str = "", **_: Any) -> list[Row]:
+def mbpp(
+    split: str = "train",
+    n_rows: int = 0,
+    seed: int = 42,
+    config: str = "sanitized",
+    data_files: str = "",
+    **_: Any,
+) -> list[Row]:
     """MBPP rows: the standard prompt with the visible tests, and the columns ``assert_tests`` reads:
     every test, the held-out ones included (``mbpp.MbppProblem.held_out``)."""
     problems = load_mbpp(config, split, n_rows, data_files or None)
-    return [{"prompt": mbpp_prompt(p), "test_list": list(p.all_tests), "test_setup": p.setup,
-             "task_id": p.task_id} for p in problems]
+    return [
+        {
+            "prompt": mbpp_prompt(p),
+            "test_list": list(p.all_tests),
+            "test_setup": p.setup,
+            "task_id": p.task_id,
+        }
+        for p in problems
+    ]
 
 
 @DATASETS.register("code_game")
-def code_game(split: str = "train", n_rows: int = 0, seed: int = 42, prompt: str = GAME_PROMPT,
-              repeat: int = 64, **_: Any) -> list[Row]:
+def code_game(
+    split: str = "train",
+    n_rows: int = 0,
+    seed: int = 42,
+    prompt: str = GAME_PROMPT,
+    repeat: int = 64,
+    **_: Any,
+) -> list[Row]:
     """The game's instruction repeated ``repeat`` times."""
     return _repeat([{"prompt": prompt}], n_rows, repeat)

@@ -46,7 +46,9 @@ class MbppProblem:
     @property
     def visible(self) -> tuple[str, ...]:
         """Asserts the prompt may show."""
-        return self.test_list if self.challenge else self.test_list[:len(self.test_list) - len(self.held_out)]
+        return (
+            self.test_list if self.challenge else self.test_list[: len(self.test_list) - len(self.held_out)]
+        )
 
     @property
     def all_tests(self) -> tuple[str, ...]:
@@ -60,13 +62,22 @@ def problem_from_row(row: dict[str, Any]) -> MbppProblem:
         setup = str(row["test_setup_code"])
     else:
         setup = "\n".join(str(s) for s in row.get("test_imports") or [])
-    return MbppProblem(task_id=int(row["task_id"]), text=str(text).strip(), code=str(row.get("code", "")),
-                       test_list=tuple(str(t) for t in row["test_list"]), setup=setup,
-                       challenge=tuple(str(t) for t in row.get("challenge_test_list") or ()))
+    return MbppProblem(
+        task_id=int(row["task_id"]),
+        text=str(text).strip(),
+        code=str(row.get("code", "")),
+        test_list=tuple(str(t) for t in row["test_list"]),
+        setup=setup,
+        challenge=tuple(str(t) for t in row.get("challenge_test_list") or ()),
+    )
 
 
-def load_mbpp(config: str = "sanitized", split: str = "test", limit: int = 10,
-              data_files: str | Sequence[str] | None = None) -> list[MbppProblem]:
+def load_mbpp(
+    config: str = "sanitized",
+    split: str = "test",
+    limit: int = 10,
+    data_files: str | Sequence[str] | None = None,
+) -> list[MbppProblem]:
     """The first ``limit`` problems (0 = all). ``data_files`` reads local JSON/JSONL rows in either
     config's format instead of the hub (tests, offline hosts)."""
     if config not in CONFIGS:
@@ -83,8 +94,10 @@ def load_mbpp(config: str = "sanitized", split: str = "test", limit: int = 10,
     return problems[:limit] if limit > 0 else problems
 
 
-PROMPT_TEMPLATE = ("You are an expert Python programmer, and here is your task: {text} "
-                   "Your code should pass these tests:\n\n{tests}\n")
+PROMPT_TEMPLATE = (
+    "You are an expert Python programmer, and here is your task: {text} "
+    "Your code should pass these tests:\n\n{tests}\n"
+)
 ANSWER_HINT = "Write the complete function in one ```python code block."
 
 
@@ -125,8 +138,12 @@ class ProblemResult:
         return self.n > 0 and self.statuses[0] == "pass"
 
 
-def score_samples(problems: Sequence[MbppProblem], samples: Sequence[Sequence[Any]],
-                  pool: SandboxPool | None = None, timeout_s: float = 10.0) -> list[ProblemResult]:
+def score_samples(
+    problems: Sequence[MbppProblem],
+    samples: Sequence[Sequence[Any]],
+    pool: SandboxPool | None = None,
+    timeout_s: float = 10.0,
+) -> list[ProblemResult]:
     """Run every sample of every problem (all in one pool batch) against its visible asserts and,
     in a second fresh sandbox, its held-out ones; a sample passes when both hold."""
     pool = pool or default_pool()
@@ -158,8 +175,19 @@ def score_samples(problems: Sequence[MbppProblem], samples: Sequence[Sequence[An
             else:
                 statuses.append(_status(hidden, "held_out") if shown.passed else _status(shown, "visible"))
         c = statuses.count("pass")
-        scored.append(ProblemResult(p.task_id, len(outs), c, c / len(outs) if outs else 0.0, tuple(statuses),
-                                    tuple(str(o) for o in outs), seen, held, len(outs) if p.held_out else 0))
+        scored.append(
+            ProblemResult(
+                p.task_id,
+                len(outs),
+                c,
+                c / len(outs) if outs else 0.0,
+                tuple(statuses),
+                tuple(str(o) for o in outs),
+                seen,
+                held,
+                len(outs) if p.held_out else 0,
+            )
+        )
     return scored
 
 

@@ -40,13 +40,17 @@ class MbppEvalSettings:
 
 def _render(tokenizer: Any, prompt: str, style: str) -> str:
     if style == "chat" and getattr(tokenizer, "chat_template", None):
-        return str(tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                 add_generation_prompt=True))
+        return str(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+        )
     return prompt
 
 
-def sample(model: Any, tokenizer: Any, prompts: list[str], s: MbppEvalSettings, batch_size: int = 8
-           ) -> list[list[str]]:
+def sample(
+    model: Any, tokenizer: Any, prompts: list[str], s: MbppEvalSettings, batch_size: int = 8
+) -> list[list[str]]:
     """``s.samples`` completions per prompt (left padding, sampling at ``s.temperature``)."""
     import torch
 
@@ -57,24 +61,35 @@ def sample(model: Any, tokenizer: Any, prompts: list[str], s: MbppEvalSettings, 
     flat: list[str] = []
     try:
         for i in range(0, len(texts), batch_size):
-            enc = tokenizer(texts[i:i + batch_size], return_tensors="pt", padding=True,
-                            add_special_tokens=False)
+            enc = tokenizer(
+                texts[i : i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
+            )
             enc = {k: v.to(model.device) for k, v in enc.items()}
             gen_kw: dict[str, Any] = {"do_sample": False}
             if s.temperature > 0:
                 gen_kw = {"do_sample": True, "temperature": s.temperature, "top_p": 1.0}
             with torch.no_grad():
-                ids = model.generate(**enc, max_new_tokens=s.max_new_tokens, num_return_sequences=s.samples,
-                                     pad_token_id=tokenizer.pad_token_id, **gen_kw)
-            flat += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+                ids = model.generate(
+                    **enc,
+                    max_new_tokens=s.max_new_tokens,
+                    num_return_sequences=s.samples,
+                    pad_token_id=tokenizer.pad_token_id,
+                    **gen_kw,
+                )
+            flat += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     finally:
         tokenizer.padding_side = side
         model.train(was_training)
-    return [flat[j * s.samples:(j + 1) * s.samples] for j in range(len(prompts))]
+    return [flat[j * s.samples : (j + 1) * s.samples] for j in range(len(prompts))]
 
 
-def evaluate_mbpp(model: Any, tokenizer: Any, problems: list[MbppProblem], s: MbppEvalSettings,
-                  results_path: Path | None = None) -> dict[str, float | int]:
+def evaluate_mbpp(
+    model: Any,
+    tokenizer: Any,
+    problems: list[MbppProblem],
+    s: MbppEvalSettings,
+    results_path: Path | None = None,
+) -> dict[str, float | int]:
     """Generate, score in the sandbox, return the ``mbpp_eval/...`` metrics (and write the JSON)."""
     start = time.time()
     outs = sample(model, tokenizer, [mbpp_prompt(p) for p in problems], s)
@@ -89,8 +104,9 @@ def evaluate_mbpp(model: Any, tokenizer: Any, problems: list[MbppProblem], s: Mb
 
 
 @CALLBACKS.register("mbpp_eval")
-def mbpp_eval_callback(ctx: CallbackContext, interval: int = 20, at_start: bool = True, at_end: bool = True,
-                       **settings: Any) -> Any:
+def mbpp_eval_callback(
+    ctx: CallbackContext, interval: int = 20, at_start: bool = True, at_end: bool = True, **settings: Any
+) -> Any:
     """MBPP pass rate at the start, every ``interval`` steps and at the end of training."""
     from transformers import TrainerCallback
 
@@ -111,9 +127,12 @@ def mbpp_eval_callback(ctx: CallbackContext, interval: int = 20, at_start: bool 
             step = state.global_step
             m = evaluate_mbpp(model, ctx.tokenizer, problems, s, out_dir / f"step-{step}.json")
             ctx.writer.eval(step, dict(m))
-            print(f"mbpp eval step {step}: pass rate {m['mbpp_eval/pass_rate']:.3f} "
-                  f"({m['mbpp_eval/problems_passed']}/{m['mbpp_eval/total_problems']}) "
-                  f"in {m['mbpp_eval/eval_time']:.1f}s", flush=True)
+            print(
+                f"mbpp eval step {step}: pass rate {m['mbpp_eval/pass_rate']:.3f} "
+                f"({m['mbpp_eval/problems_passed']}/{m['mbpp_eval/total_problems']}) "
+                f"in {m['mbpp_eval/eval_time']:.1f}s",
+                flush=True,
+            )
 
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
             if at_start and state.global_step == 0:
@@ -130,12 +149,24 @@ def mbpp_eval_callback(ctx: CallbackContext, interval: int = 20, at_start: bool 
     return MbppEval()
 
 
-def _load_eval(n: int, seed: int, data: Any = None, config: str = "sanitized", split: str = "test",
-               data_files: str = "", **_: Any) -> list[dict[str, Any]]:
+def _load_eval(
+    n: int,
+    seed: int,
+    data: Any = None,
+    config: str = "sanitized",
+    split: str = "test",
+    data_files: str = "",
+    **_: Any,
+) -> list[dict[str, Any]]:
     """EvalTask rows: the MBPP prompt, and the tests as the ``answer`` (JSON)."""
-    return [{"prompt": mbpp_prompt(p), "task_id": p.task_id,
-             "answer": json.dumps({"test_list": list(p.all_tests), "setup": p.setup})}
-            for p in load_mbpp(config, split, n, data_files or None)]
+    return [
+        {
+            "prompt": mbpp_prompt(p),
+            "task_id": p.task_id,
+            "answer": json.dumps({"test_list": list(p.all_tests), "setup": p.setup}),
+        }
+        for p in load_mbpp(config, split, n, data_files or None)
+    ]
 
 
 def _score(completion: str, answer: str) -> bool:
@@ -153,8 +184,12 @@ def _score(completion: str, answer: str) -> bool:
 
 def _metrics(res: dict[str, Any]) -> dict[str, Any]:
     """The ``mbpp_eval/...`` keys from a greedy ``evaluate`` result (one sample per problem)."""
-    return {"mbpp_eval/pass_rate": res["accuracy"], "mbpp_eval/problems_passed": res["correct"],
-            "mbpp_eval/total_problems": res["n"], "mbpp_eval/eval_time": res["time_s"]}
+    return {
+        "mbpp_eval/pass_rate": res["accuracy"],
+        "mbpp_eval/problems_passed": res["correct"],
+        "mbpp_eval/total_problems": res["n"],
+        "mbpp_eval/eval_time": res["time_s"],
+    }
 
 
 EVAL_TASKS.register("mbpp")(EvalTask(load=_load_eval, score=_score, metrics=_metrics))

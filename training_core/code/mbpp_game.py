@@ -25,15 +25,19 @@ from typing import Any
 
 from training_core.code.extract import extract_code
 from training_core.sandbox import SandboxLimits, SandboxPool, SandboxResult, Status, default_pool
-from training_core.sandbox.isolation import Launcher
+from training_core.sandbox.launcher import Launcher
 
 Predictor = Callable[[list[str]], list[str]]
 
-GAME_PROMPT = ("Write a short Python program that prints exactly one integer. Another model will read your "
-               "program and try to predict the integer without running it: make that hard, but the program "
-               "must run without errors within a second. Put the program in one ```python code block.")
-OPPONENT_PROMPT = ("What integer does this Python program print?\n\n```python\n{code}\n```\n\n"
-                   "Answer with the integer only, inside <answer>...</answer>.")
+GAME_PROMPT = (
+    "Write a short Python program that prints exactly one integer. Another model will read your "
+    "program and try to predict the integer without running it: make that hard, but the program "
+    "must run without errors within a second. Put the program in one ```python code block."
+)
+OPPONENT_PROMPT = (
+    "What integer does this Python program print?\n\n```python\n{code}\n```\n\n"
+    "Answer with the integer only, inside <answer>...</answer>."
+)
 
 _INT = re.compile(r"[-+]?\d+")
 _ANSWER = re.compile(r"<answer>\s*([-+]?\d+)\s*</answer>")
@@ -90,9 +94,11 @@ class GameStats:
         return self.opponent_right / self.rounds if self.rounds else 0.0
 
     def metrics(self) -> dict[str, float]:
-        return {"code_game/opponent_accuracy": self.last_accuracy,
-                "code_game/opponent_accuracy_total": self.accuracy,
-                "code_game/invalid_programs": float(self.invalid)}
+        return {
+            "code_game/opponent_accuracy": self.last_accuracy,
+            "code_game/opponent_accuracy_total": self.accuracy,
+            "code_game/invalid_programs": float(self.invalid),
+        }
 
 
 # The game's invariant (docs/sandbox.md, "The code game's invariant"): nothing a program's first run
@@ -116,8 +122,9 @@ def invariant_gaps(launcher: Launcher) -> tuple[str, ...]:
     return tuple(gaps)
 
 
-def run_twice(pool: SandboxPool, codes: Sequence[str], limits: SandboxLimits,
-              rng: random.Random | None = None) -> list[tuple[SandboxResult, SandboxResult]]:
+def run_twice(
+    pool: SandboxPool, codes: Sequence[str], limits: SandboxLimits, rng: random.Random | None = None
+) -> list[tuple[SandboxResult, SandboxResult]]:
     """Each program's two runs, at different times in fresh sandboxes: all first runs (in a shuffled
     order), then a pause longer than the time limit and of random length, then all second runs (in
     another order). No two runs of one program overlap, and they are more than the time limit apart,
@@ -149,10 +156,18 @@ def run_twice(pool: SandboxPool, codes: Sequence[str], limits: SandboxLimits,
     return [(a, b) for a, b in results]
 
 
-def play(completions: Sequence[Any], predict: Predictor, stats: GameStats | None = None,
-         pool: SandboxPool | None = None, limits: SandboxLimits | None = None,
-         win: float = 1.0, lose: float = -1.0, invalid: float = -1.0, prefix: str = "",
-         opponent_prompt: str = OPPONENT_PROMPT) -> list[float]:
+def play(
+    completions: Sequence[Any],
+    predict: Predictor,
+    stats: GameStats | None = None,
+    pool: SandboxPool | None = None,
+    limits: SandboxLimits | None = None,
+    win: float = 1.0,
+    lose: float = -1.0,
+    invalid: float = -1.0,
+    prefix: str = "",
+    opponent_prompt: str = OPPONENT_PROMPT,
+) -> list[float]:
     """Score one batch: run every program, ask the opponent about the valid ones, compare.
 
     ``prefix`` is prepended to each extracted program (a prompt that opens the code, e.g. ``print(``);
@@ -160,8 +175,11 @@ def play(completions: Sequence[Any], predict: Predictor, stats: GameStats | None
     codes = [prefix + code if (code := extract_code(c)) else "" for c in completions]
     pool = pool or default_pool()  # /usr in memory: no page cache a run could leave for another
     if gaps := invariant_gaps(pool.launcher):  # Python's warning filter shows it once per process
-        warnings.warn(f"code game: the invariant ({INVARIANT}) does not hold here: {'; '.join(gaps)}",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"code game: the invariant ({INVARIANT}) does not hold here: {'; '.join(gaps)}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     limits = limits or SandboxLimits(timeout_s=2.0)
     todo = [c for c in codes if c]
     # twice, each in a fresh sandbox: a program whose output differs between runs (os.urandom, random,
@@ -190,8 +208,11 @@ def hf_opponent(model: Any, tokenizer: Any, max_new_tokens: int = 24, batch_size
         texts = []
         for p in prompts:
             if getattr(tokenizer, "chat_template", None):
-                texts.append(tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                                           add_generation_prompt=True))
+                texts.append(
+                    tokenizer.apply_chat_template(
+                        [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+                    )
+                )
             else:
                 texts.append(p)
         outs: list[str] = []
@@ -199,11 +220,15 @@ def hf_opponent(model: Any, tokenizer: Any, max_new_tokens: int = 24, batch_size
         tokenizer.padding_side = "left"
         try:
             for s in range(0, len(texts), batch_size):
-                enc = tokenizer(texts[s:s + batch_size], return_tensors="pt", padding=True).to(model.device)
+                enc = tokenizer(texts[s : s + batch_size], return_tensors="pt", padding=True).to(model.device)
                 with torch.no_grad():
-                    gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                                         pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
-                outs += tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+                    gen = model.generate(
+                        **enc,
+                        max_new_tokens=max_new_tokens,
+                        do_sample=False,
+                        pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+                    )
+                outs += tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         finally:
             tokenizer.padding_side = side
         return outs

@@ -18,6 +18,8 @@ from training_core.data.prompts import render
 
 # Hub copy of MATH (Hendrycks et al. 2021) with columns problem/level/type/solution, train 7500, test 5000.
 MATH_HUB_ID = "DigitalLearningGmbH/MATH-lighteval"
+
+
 def last_boxed(solution: str) -> str | None:
     """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``), nested braces kept, or None."""
     start = max(solution.rfind("\\boxed"), solution.rfind("\\fbox"))

@@ -73,4 +73,3 @@ def dpo_rows(rows: list[Row], cfg: RunConfig, tokenizer: Any) -> list[Row]:
         }
         for r, c, x in zip(kept, chosen, drawn, strict=True)
     ]
-

@@ -152,10 +152,18 @@ def eval_rows(samples: Any, step: int, results: list[dict[str, Any]]) -> list[di
     from training_core.samples import prompt_text
 
     return [
-        samples.row(step, "eval", prompt_text(r["prompt"]), r["completion"], index=i, answer=r["answer"],
-                    passed=r["correct"], reward=1.0 if r["correct"] else 0.0)
+        samples.row(
+            step,
+            "eval",
+            prompt_text(r["prompt"]),
+            r["completion"],
+            index=i,
+            answer=r["answer"],
+            passed=r["correct"],
+            reward=1.0 if r["correct"] else 0.0,
+        )
         for i, r in enumerate(results[: samples.per_step])
-    ]  # fmt: skip
+    ]
 
 
 def make_callback(

@@ -45,9 +45,15 @@ def reward_funcs(cfg: RunConfig, ctx: Any) -> list[Any]:
 
 
 def build_trainer(
-    cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, train_ds: Any, callbacks: list[Any],
-    peft_config: Any, reward_funcs: Sequence[Any] = (),
-) -> Any:  # fmt: skip
+    cfg: RunConfig,
+    run_dir: Path,
+    model: Any,
+    tokenizer: Any,
+    train_ds: Any,
+    callbacks: list[Any],
+    peft_config: Any,
+    reward_funcs: Sequence[Any] = (),
+) -> Any:
     from training_core.methods.supervised import PippaDPOTrainer, dpo_args
 
     return trl_run.supervised_trainer(

@@ -47,8 +47,10 @@ def validate(cfg: RunConfig) -> None:
     if t.optim != "adamw_torch":
         raise BadSetting(f"selfplay optimizes with torch AdamW (train.optim 'adamw_torch'), got {t.optim!r}")
     if cfg.eval.task not in ("tictactoe", "none"):
-        raise BadSetting(f"selfplay evaluates by playing games: eval.task must be 'tictactoe' or 'none', "
-                         f"got {cfg.eval.task!r}")
+        raise BadSetting(
+            f"selfplay evaluates by playing games: eval.task must be 'tictactoe' or 'none', "
+            f"got {cfg.eval.task!r}"
+        )
 
 
 def check_names(cfg: RunConfig) -> None:

@@ -47,4 +47,3 @@ def dpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str)
         beta=cfg.dpo.beta,
         loss_type=[cfg.dpo.loss_type],
     )
-

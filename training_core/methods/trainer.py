@@ -107,8 +107,11 @@ def grpo_args(cfg: RunConfig, run_dir: Path, report_to: list[str], run_name: str
     if t.use_vllm:
         extra.update(vllm_mode=t.vllm_mode, vllm_gpu_memory_utilization=t.vllm_gpu_memory_utilization)
     if t.use_vllm and t.vllm_mode == "server":  # the server training_core.launch started and waited for
-        extra.update(vllm_server_host="127.0.0.1", vllm_server_port=cfg.launch.vllm_port,
-                     vllm_server_timeout=cfg.launch.vllm_timeout_s)  # fmt: skip
+        extra.update(
+            vllm_server_host="127.0.0.1",
+            vllm_server_port=cfg.launch.vllm_port,
+            vllm_server_timeout=cfg.launch.vllm_timeout_s,
+        )
     return GRPOConfig(
         **training_args(cfg, run_dir, report_to, run_name, GRPOConfig),
         loss_type=t.loss_type,
@@ -210,8 +213,10 @@ class PublishCheckpoints(TrainerCallback):  # type: ignore[misc]
         # the finished directory once all are done, between barriers (no-ops for one process)
         acc = self.trainer.accelerator
         if args.save_on_each_node and args.should_save and args.process_index != 0:
-            write_weights(acc.unwrap_model(self.trainer.model), Path(args.output_dir) / checkpoint_name(
-                state.global_step))  # fmt: skip
+            write_weights(
+                acc.unwrap_model(self.trainer.model),
+                Path(args.output_dir) / checkpoint_name(state.global_step),
+            )
         acc.wait_for_everyone()
         if args.should_save:
             done = publish(Path(args.output_dir), state.global_step, self.trainer.keep_checkpoints)
@@ -223,8 +228,13 @@ class PublishCheckpoints(TrainerCallback):  # type: ignore[misc]
         self.manifests.close()
 
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "adapter_model.safetensors", "adapter_model.bin")  # fmt: skip
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+)
 
 
 def write_weights(model: Any, ckpt: Path) -> None:
@@ -254,6 +264,7 @@ def record_save(run_dir: Path, step: int, start: float, end: float) -> None:
     line = json.dumps({"step": step, "start": start, "end": end}) + "\n"
     with open(run_dir / SAVES, "a", encoding="utf-8") as f:
         f.write(line)
+
 
 def publish(staging: Path, step: int, keep: int) -> Path:
     """``staging/checkpoint-<step>`` renamed to ``staging/../checkpoint-<step>`` (returned; its manifest

@@ -24,9 +24,16 @@ class TrlMethod(Protocol):
     def reward_funcs(self, cfg: RunConfig, ctx: Any) -> list[Any]: ...
 
     def build_trainer(
-        self, cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, train_ds: Any, callbacks: list[Any],
-        peft_config: Any, reward_funcs: Sequence[Any] = (),
-    ) -> Any: ...  # fmt: skip
+        self,
+        cfg: RunConfig,
+        run_dir: Path,
+        model: Any,
+        tokenizer: Any,
+        train_ds: Any,
+        callbacks: list[Any],
+        peft_config: Any,
+        reward_funcs: Sequence[Any] = (),
+    ) -> Any: ...
 
 
 def validate_trainer_settings(cfg: RunConfig) -> None:
@@ -68,9 +75,16 @@ def check_names_without_rewards(cfg: RunConfig) -> None:
 
 
 def supervised_trainer(
-    trainer_cls: Any, make_args: Any, cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any,
-    train_ds: Any, callbacks: list[Any], peft_config: Any,
-) -> Any:  # fmt: skip
+    trainer_cls: Any,
+    make_args: Any,
+    cfg: RunConfig,
+    run_dir: Path,
+    model: Any,
+    tokenizer: Any,
+    train_ds: Any,
+    callbacks: list[Any],
+    peft_config: Any,
+) -> Any:
     """SFT's or DPO's trainer (``trainer_cls`` with ``make_args``'s config): no rewards, no reports."""
     import datasets
 
@@ -101,8 +115,11 @@ _CODE_REWARDS = ("code_execution", "test_cases", "assert_tests", "code_game")
 
 def runs_model_code(cfg: RunConfig) -> bool:
     """Whether this recipe runs model-written code (a code reward, the MBPP evaluation or callback)."""
-    return (any(r.name in _CODE_REWARDS for r in cfg.rewards) or cfg.eval.task == "mbpp"
-            or any(c.name == "mbpp_eval" for c in cfg.callbacks))  # fmt: skip
+    return (
+        any(r.name in _CODE_REWARDS for r in cfg.rewards)
+        or cfg.eval.task == "mbpp"
+        or any(c.name == "mbpp_eval" for c in cfg.callbacks)
+    )
 
 
 def run(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
@@ -134,8 +151,11 @@ def run(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
         resume_from = life.resume_from
         if done:
             if life.main:
-                print(f"resume: step {life.resumed_step} is the last (train.max_steps = "
-                      f"{cfg.train.max_steps}): nothing left to train", flush=True)  # fmt: skip
+                print(
+                    f"resume: step {life.resumed_step} is the last (train.max_steps = "
+                    f"{cfg.train.max_steps}): nothing left to train",
+                    flush=True,
+                )
         else:
             if resume_from:
                 quiet_tied_head_warning(trainer.model)
@@ -162,8 +182,10 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
     # records the setting; the sandbox refuses with one line naming what to install otherwise)
     sandbox.set_level(cfg.sandbox.isolation)
     if cfg.sandbox.isolation == "unsafe":
-        print("sandbox: isolation = unsafe (recipe setting): model-written code runs without namespaces",
-              flush=True)  # fmt: skip
+        print(
+            "sandbox: isolation = unsafe (recipe setting): model-written code runs without namespaces",
+            flush=True,
+        )
     if runs_model_code(cfg):
         # found now, before the model loads (not at the first reward): a sandbox that cannot keep its
         # promises stops the run here, with one line; the log's line says what every program runs
@@ -196,8 +218,11 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
         task = EVAL_TASKS.get(cfg.eval.task, cfg.plugins)
         eval_rows = task.load(cfg.eval.n, cfg.seed, data=cfg.data, **cfg.eval.params)
         max_new = cfg.eval.max_new_tokens or cfg.train.max_completion_length
-        cbs.append(greedy.make_callback(task, eval_rows, cfg.eval, cfg.data, max_new, tokenizer, writer,
-                                        life.samples))  # fmt: skip
+        cbs.append(
+            greedy.make_callback(
+                task, eval_rows, cfg.eval, cfg.data, max_new, tokenizer, writer, life.samples
+            )
+        )
     cctx = cb_registry.CallbackContext(tokenizer=tokenizer, writer=writer, run_dir=str(run_dir), config=cfg)
     for spec in cfg.callbacks:
         cbs.append(cb_registry.CALLBACKS.get(spec.name, cfg.plugins)(cctx, **spec.params))

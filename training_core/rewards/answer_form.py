@@ -17,8 +17,9 @@ _DISJUNCTION = re.compile(r"\\(?:lor|vee)(?![A-Za-z])|∨|(?<![A-Za-z])or(?![A-Z
 _CASES = re.compile(r"\\begin\s*\{\s*(?:cases|dcases|rcases)\s*\}")
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 # a matrix or array may break lines (its rows); a line break anywhere else starts another answer
-_MATRIX = re.compile(r"\\begin\s*\{\s*([pbvVB]?matrix|array|smallmatrix)\s*\}.*?\\end\s*\{\s*\1\s*\}",
-                     re.DOTALL)
+_MATRIX = re.compile(
+    r"\\begin\s*\{\s*([pbvVB]?matrix|array|smallmatrix)\s*\}.*?\\end\s*\{\s*\1\s*\}", re.DOTALL
+)
 _LINE_BREAK = re.compile(r"\\\\")
 # one "=" of an equation: not part of <=, >=, != or \ne (which are no equations)
 _EQUALS = re.compile(r"(?<![<>!=])=+(?![=>])")

@@ -34,15 +34,23 @@ def _limits(timeout_s: float, memory_mb: int) -> SandboxLimits:
 
 @register("code_execution")
 def code_execution(
-    completions: list[Any], timeout_s: float = 3.0, memory_mb: int = 512, with_output: float = 1.0,
-    without_output: float = 0.5, syntax: float = -0.5, failure: float = -1.0, **_: Any,
+    completions: list[Any],
+    timeout_s: float = 3.0,
+    memory_mb: int = 512,
+    with_output: float = 1.0,
+    without_output: float = 0.5,
+    syntax: float = -0.5,
+    failure: float = -1.0,
+    **_: Any,
 ) -> list[float]:
     """+1 runs cleanly with output, +0.5 without, -0.5 syntax error, -1 otherwise."""
     codes = [extract_code(c) for c in completions]
     todo = [c for c in codes if c]
     results = iter(default_pool().map(todo, _limits(timeout_s, memory_mb)))
-    return [execution_score(next(results) if c else None, with_output, without_output, syntax, failure)
-            for c in codes]
+    return [
+        execution_score(next(results) if c else None, with_output, without_output, syntax, failure)
+        for c in codes
+    ]
 
 
 def _test_fields(test: Any) -> tuple[str, str]:
@@ -55,9 +63,16 @@ def _test_fields(test: Any) -> tuple[str, str]:
 
 @register("test_cases")
 def test_cases(
-    completions: list[Any], tests: list[Sequence[Any]], n_tests: int = 5, base_weight: float = 1.0,
-    perfect_bonus: float = 1.0, perfect_weight: float = 1.0, answer_tag: bool = False,
-    timeout_s: float = 1.0, memory_mb: int = 512, **_: Any,
+    completions: list[Any],
+    tests: list[Sequence[Any]],
+    n_tests: int = 5,
+    base_weight: float = 1.0,
+    perfect_bonus: float = 1.0,
+    perfect_weight: float = 1.0,
+    answer_tag: bool = False,
+    timeout_s: float = 1.0,
+    memory_mb: int = 512,
+    **_: Any,
 ) -> list[float]:
     """(passed/total)·base_weight + perfect_bonus·perfect_weight when all pass; 0 without code."""
     jobs: list[tuple[int, str, str]] = []
@@ -85,9 +100,15 @@ def test_cases(
 
 @register("assert_tests")
 def assert_tests(
-    completions: list[Any], test_list: list[Sequence[str]], test_setup: list[str] | None = None,
-    passed: float = 1.0, failed: float = 0.0, answer_tag: bool = False, timeout_s: float = 10.0,
-    memory_mb: int = 512, **_: Any,
+    completions: list[Any],
+    test_list: list[Sequence[str]],
+    test_setup: list[str] | None = None,
+    passed: float = 1.0,
+    failed: float = 0.0,
+    answer_tag: bool = False,
+    timeout_s: float = 10.0,
+    memory_mb: int = 512,
+    **_: Any,
 ) -> list[float]:
     """``passed`` when the code exits 0 and every assert holds, judged outside the sandbox on the
     values the code returned (``training_core.code.asserts``), else ``failed``: whatever goes wrong
@@ -96,15 +117,21 @@ def assert_tests(
     return [passed if v.passed else failed for v in verdicts]
 
 
-def assert_verdicts(completions: list[Any], test_list: list[Sequence[str]],
-                    test_setup: list[str] | None = None, answer_tag: bool = False, timeout_s: float = 10.0,
-                    memory_mb: int = 512) -> list[Verdict]:
+def assert_verdicts(
+    completions: list[Any],
+    test_list: list[Sequence[str]],
+    test_setup: list[str] | None = None,
+    answer_tag: bool = False,
+    timeout_s: float = 10.0,
+    memory_mb: int = 512,
+) -> list[Verdict]:
     """Per completion a ``Verdict`` (passed, or the reason it did not)."""
     setups = test_setup or [""] * len(completions)
     codes = [extract_code(c, answer_tag=answer_tag) for c in completions]
     jobs = [assert_job(c, t, s) for c, t, s in zip(codes, test_list, setups, strict=True) if c]
-    results = iter(default_pool().map([j.program for j in jobs], _limits(timeout_s, memory_mb),
-                                      [j.calls for j in jobs]))
+    results = iter(
+        default_pool().map([j.program for j in jobs], _limits(timeout_s, memory_mb), [j.calls for j in jobs])
+    )
     verdicts = iter([judge(j, next(results)) for j in jobs])
     return [next(verdicts) if c else Verdict(False, "no code") for c in codes]
 
@@ -132,9 +159,17 @@ def _opponent(ctx: RewardContext, opponent: str, max_new_tokens: int) -> Predict
 
 
 @register_factory("code_game")
-def code_game(ctx: RewardContext, opponent: str = "", timeout_s: float = 2.0, max_new_tokens: int = 24,
-              win: float = 1.0, lose: float = -1.0, invalid: float = -1.0, prefix: str = "",
-              opponent_prompt: str = OPPONENT_PROMPT) -> RewardFn:
+def code_game(
+    ctx: RewardContext,
+    opponent: str = "",
+    timeout_s: float = 2.0,
+    max_new_tokens: int = 24,
+    win: float = 1.0,
+    lose: float = -1.0,
+    invalid: float = -1.0,
+    prefix: str = "",
+    opponent_prompt: str = OPPONENT_PROMPT,
+) -> RewardFn:
     """+1 when the opponent mispredicts the program's printed integer, -1 when it is right or the
     program fails / prints no integer. Pair with ``code_game_opponent_accuracy`` (weight 0) to log
     the opponent's accuracy as ``reward/code_game_opponent_accuracy``."""
@@ -144,8 +179,17 @@ def code_game(ctx: RewardContext, opponent: str = "", timeout_s: float = 2.0, ma
     limits = SandboxLimits(timeout_s=timeout_s)
 
     def reward(completions: list[Any], **_: Any) -> list[float]:
-        return play(completions, predict, stats, limits=limits, win=win, lose=lose, invalid=invalid,
-                    prefix=prefix, opponent_prompt=opponent_prompt)
+        return play(
+            completions,
+            predict,
+            stats,
+            limits=limits,
+            win=win,
+            lose=lose,
+            invalid=invalid,
+            prefix=prefix,
+            opponent_prompt=opponent_prompt,
+        )
 
     return reward
 

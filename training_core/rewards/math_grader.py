@@ -40,8 +40,11 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
         proc = subprocess.Popen(
             [sys.executable, "-m", "training_core.rewards.math_worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
         assert proc.stdout is not None
         if _readline(proc.stdout, self.startup_timeout_s) != b"ready\n":
             _kill(proc)

@@ -83,8 +83,11 @@ def disk_full_line(e: BaseException, run_dir: Path) -> str | None:
         seen = seen.__cause__ or seen.__context__
     free = diskspace.free_bytes(str(run_dir))
     text = str(e)
-    if "No space left" in text or "StorageFull" in text or "Disk quota" in text or (
-        "write failed" in text and free is not None and free < diskspace.FULL_BELOW
+    if (
+        "No space left" in text
+        or "StorageFull" in text
+        or "Disk quota" in text
+        or ("write failed" in text and free is not None and free < diskspace.FULL_BELOW)
     ):
         return diskspace.line(str(run_layout.checkpoints_dir(run_dir)), None)
     return None
@@ -274,16 +277,25 @@ class RunLifecycle:
         from training_core.run import metrics
 
         if metrics.process_rank() == 0:  # rank 0 records the run (setup may fail before self.main is set)
-            end = metrics.end_record("interrupted" if interrupted else "failed", self.resumed_step or 0,
-                                     None if interrupted else error)  # fmt: skip
+            end = metrics.end_record(
+                "interrupted" if interrupted else "failed",
+                self.resumed_step or 0,
+                None if interrupted else error,
+            )
             end["at_start"] = True  # before its first step: a resume meets the same cause (contract.advice)
             if self._recording:
                 self.writer.write(end)
                 self.writer.close()
             else:  # header and end line in one write: `pippa run` never sees the header alone
                 writer = metrics.MetricsWriter(self.metrics_path)
-                writer.header(self.run_dir.name, self.res.recipe, self.res.as_dict(), self.wandb_info,
-                              self.resumed_step, end=end)  # fmt: skip
+                writer.header(
+                    self.run_dir.name,
+                    self.res.recipe,
+                    self.res.as_dict(),
+                    self.wandb_info,
+                    self.resumed_step,
+                    end=end,
+                )
                 writer.close()
             self._finish_wandb(130 if interrupted else 1)
         if isinstance(e, (TrainingError, KeyboardInterrupt)):

@@ -298,7 +298,11 @@ def peak_flops(gpu_name: str) -> float | None:
 
 
 def make_callback(
-    writer: MetricsWriter, progress: bool, n_params: int, gpu_name: str = "", out: IO[str] | None = None,
+    writer: MetricsWriter,
+    progress: bool,
+    n_params: int,
+    gpu_name: str = "",
+    out: IO[str] | None = None,
     setup: Setup | None = None,
 ) -> Any:
     """``setup``: the model's FLOP shape (training_core.run.flops); without it every weight counts as body."""

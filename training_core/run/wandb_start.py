@@ -91,7 +91,10 @@ class UnlessMoved:
     def __call__(self, step: int, metrics: dict[str, Any]) -> None:
         if not self.moved and self.mark.exists():
             self.moved = True
-            print(f"this copy moved to {self.mark.read_text().strip() or 'another host'}: "
-                  "it logs nothing more to W&B", flush=True)  # fmt: skip
+            print(
+                f"this copy moved to {self.mark.read_text().strip() or 'another host'}: "
+                "it logs nothing more to W&B",
+                flush=True,
+            )
         if not self.moved:
             self.mirror(step, metrics)

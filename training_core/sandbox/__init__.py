@@ -8,11 +8,25 @@ by name (``set_level("rlimits")`` or ``"unsafe"``, the recipe's ``sandbox.isolat
 where runsc does not run.
 """
 
-from training_core.sandbox.isolation import Isolation, SandboxUnavailable, allow_unsafe, detect, set_level
+from training_core.sandbox.isolation import allow_unsafe, detect, set_level
+from training_core.sandbox.launcher import Isolation, SandboxUnavailable
 from training_core.sandbox.pool import SandboxPool, default_pool, resident
 from training_core.sandbox.results import SandboxLimits, SandboxResult, Status
 from training_core.sandbox.runner import run_python
 from training_core.sandbox.values import Opaque
 
-__all__ = ["Isolation", "Opaque", "SandboxLimits", "SandboxPool", "SandboxResult", "SandboxUnavailable",
-           "Status", "allow_unsafe", "default_pool", "detect", "resident", "run_python", "set_level"]
+__all__ = [
+    "Isolation",
+    "Opaque",
+    "SandboxLimits",
+    "SandboxPool",
+    "SandboxResult",
+    "SandboxUnavailable",
+    "Status",
+    "allow_unsafe",
+    "default_pool",
+    "detect",
+    "resident",
+    "run_python",
+    "set_level",
+]

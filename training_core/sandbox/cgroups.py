@@ -73,8 +73,9 @@ class CgroupSlots:
         self._lock = threading.Lock()
 
     @classmethod
-    def create(cls, root: Path = ROOT, own: dict[str, str] | None = None,
-               euid: int | None = None) -> CgroupSlots | str:
+    def create(
+        cls, root: Path = ROOT, own: dict[str, str] | None = None, euid: int | None = None
+    ) -> CgroupSlots | str:
         """The slots, or one line saying why this process has no writable memory and pids cgroups
         (``cgroupdeleg.plan``: root's own, or an ordinary user's delegated subtree)."""
         where = cgroupdeleg.plan(str(root), own, euid)

@@ -45,14 +45,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from training_core.sandbox.cgroups import CgroupSlots
-from training_core.sandbox.isolation import (
-    LEVEL_DETECTORS,
-    Isolation,
-    Launcher,
-    SandboxUnavailable,
-    process_cgroups,
-    python_candidates,
-)
+from training_core.sandbox.isolation import LEVEL_DETECTORS, process_cgroups, python_candidates
+from training_core.sandbox.launcher import Isolation, Launcher, SandboxUnavailable
 from training_core.sandbox.prelude import PRELUDE
 from training_core.sandbox.results import SandboxLimits, SandboxResult, Status, Streams, classify, pump
 from training_core.sandbox.values import decode
@@ -99,26 +93,44 @@ def _rootfs() -> str:
 def config(launcher: Launcher, limits: SandboxLimits, argv: list[str]) -> dict[str, object]:
     """The OCI runtime spec of one run."""
     disk = limits.disk_mb << 20
-    binds = [{"destination": top, "type": "bind", "source": f"/{top}", "options": ["ro", "rbind"]}
-             for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-             if os.path.isdir(f"/{top}") and not os.path.islink(f"/{top}")]
-    binds += [{"destination": p, "type": "bind", "source": p, "options": ["ro", "rbind"]}
-              for p in launcher.extra_ro]
+    binds = [
+        {"destination": top, "type": "bind", "source": f"/{top}", "options": ["ro", "rbind"]}
+        for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+        if os.path.isdir(f"/{top}") and not os.path.islink(f"/{top}")
+    ]
+    binds += [
+        {"destination": p, "type": "bind", "source": p, "options": ["ro", "rbind"]} for p in launcher.extra_ro
+    ]
     return {
         "ociVersion": "1.0.0",
-        "process": {"terminal": False, "user": {"uid": NOBODY, "gid": NOBODY}, "args": argv, "cwd": "/tmp",
-                    "env": [f"PATH={_PATH}", "HOME=/tmp", "TMPDIR=/tmp", "LANG=C.UTF-8"],
-                    "capabilities": {}, "noNewPrivileges": True},
+        "process": {
+            "terminal": False,
+            "user": {"uid": NOBODY, "gid": NOBODY},
+            "args": argv,
+            "cwd": "/tmp",
+            "env": [f"PATH={_PATH}", "HOME=/tmp", "TMPDIR=/tmp", "LANG=C.UTF-8"],
+            "capabilities": {},
+            "noNewPrivileges": True,
+        },
         "root": {"path": launcher.rootfs, "readonly": True},
         "hostname": "sandbox",
-        "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
-                   {"destination": "/usr", "type": "bind", "source": launcher.usr,
-                    "options": ["ro", "rbind"]},
-                   *binds,
-                   {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
-                    "options": [f"size={disk - disk // 4}", "mode=1777"]},
-                   {"destination": "/dev/shm", "type": "tmpfs", "source": "tmpfs",
-                    "options": [f"size={disk // 4}", "mode=1777"]}],
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/usr", "type": "bind", "source": launcher.usr, "options": ["ro", "rbind"]},
+            *binds,
+            {
+                "destination": "/tmp",
+                "type": "tmpfs",
+                "source": "tmpfs",
+                "options": [f"size={disk - disk // 4}", "mode=1777"],
+            },
+            {
+                "destination": "/dev/shm",
+                "type": "tmpfs",
+                "source": "tmpfs",
+                "options": [f"size={disk // 4}", "mode=1777"],
+            },
+        ],
         "linux": {"namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")]},
     }
 
@@ -126,8 +138,18 @@ def config(launcher: Launcher, limits: SandboxLimits, argv: list[str]) -> dict[s
 def runsc_argv(launcher: Launcher, state: Path, bundle: Path, cid: str) -> list[str]:
     assert launcher.runsc is not None
     rootless = ["--rootless"] if os.geteuid() != 0 else []
-    return [launcher.runsc, "--root", str(state), *rootless, "--network=none", "--ignore-cgroups", "run",
-            "--bundle", str(bundle), cid]
+    return [
+        launcher.runsc,
+        "--root",
+        str(state),
+        *rootless,
+        "--network=none",
+        "--ignore-cgroups",
+        "run",
+        "--bundle",
+        str(bundle),
+        cid,
+    ]
 
 
 def run(code: str, limits: SandboxLimits, launcher: Launcher, calls: Sequence[str] = ()) -> SandboxResult:
@@ -142,27 +164,50 @@ def run(code: str, limits: SandboxLimits, launcher: Launcher, calls: Sequence[st
     try:
         state.mkdir(mode=0o700)
         bundle.mkdir()
-        prelude_argv = [launcher.python, "-I", "-S", "-B", "-c", PRELUDE, "0", "2", "-", limits.rlimit_arg(),
-                        "-1", "-"]
+        prelude_argv = [
+            launcher.python,
+            "-I",
+            "-S",
+            "-B",
+            "-c",
+            PRELUDE,
+            "0",
+            "2",
+            "-",
+            limits.rlimit_arg(),
+            "-1",
+            "-",
+        ]
         (bundle / "config.json").write_text(json.dumps(config(launcher, limits, prelude_argv)))
         src = os.memfd_create("pippa-program", 0)
-        os.write(src, marshal.dumps((code.encode("utf-8", "surrogatepass").decode("utf-8", "replace"),
-                                     tuple(calls))))
+        os.write(
+            src,
+            marshal.dumps((code.encode("utf-8", "surrogatepass").decode("utf-8", "replace"), tuple(calls))),
+        )
         os.lseek(src, 0, os.SEEK_SET)
         argv = runsc_argv(launcher, state, bundle, cid)
         if cg and slot is not None:
             argv = ["/bin/sh", "-c", _JOIN, "sh", *cg.procs_files(slot), "--", *argv]
         before = cg.counters(slot) if cg and slot is not None else None
         start = time.monotonic()
-        proc = subprocess.Popen(argv, stdin=src, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=work,
-                                env={"PATH": _PATH, "LANG": "C.UTF-8"}, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=src,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=work,
+            env={"PATH": _PATH, "LANG": "C.UTF-8"},
+            start_new_session=True,
+        )
         os.close(src)
         src = -1
         result = _collect(proc, launcher, limits, start, len(calls), (cid, state, cg, slot))
         if cg and slot is not None and before is not None and cg.counters(slot).oom_kills > before.oom_kills:
-            result = replace(result, status=Status.MEMORY_LIMIT,
-                             reason=f"memory cap: {limits.total_memory_mb} MiB and {SENTRY_MB} MiB for "
-                                    f"gVisor ({cg.kind})")
+            result = replace(
+                result,
+                status=Status.MEMORY_LIMIT,
+                reason=f"memory cap: {limits.total_memory_mb} MiB and {SENTRY_MB} MiB for gVisor ({cg.kind})",
+            )
         return result
     finally:
         if src >= 0:
@@ -175,8 +220,9 @@ def run(code: str, limits: SandboxLimits, launcher: Launcher, calls: Sequence[st
             cg.release(slot)
 
 
-def _destroy(pid: int, launcher: Launcher, state: Path, cid: str, cg: CgroupSlots | None,
-             slot: int | None) -> None:
+def _destroy(
+    pid: int, launcher: Launcher, state: Path, cid: str, cg: CgroupSlots | None, slot: int | None
+) -> None:
     """Nothing of the run survives: its launcher, the container (runsc's own record of it), and every
     process in its cgroup slot."""
     with contextlib.suppress(OSError):
@@ -185,19 +231,34 @@ def _destroy(pid: int, launcher: Launcher, state: Path, cid: str, cg: CgroupSlot
         cg.kill_all(slot)
     elif state.is_dir() and any(state.iterdir()) and launcher.runsc:  # runsc run deletes it on a normal exit
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run([launcher.runsc, "--root", str(state), "delete", "--force", cid], timeout=30,
-                           capture_output=True, cwd=state.parent)
+            subprocess.run(
+                [launcher.runsc, "--root", str(state), "delete", "--force", cid],
+                timeout=30,
+                capture_output=True,
+                cwd=state.parent,
+            )
 
 
-def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxLimits, start: float,
-             n_calls: int, ctx: tuple[str, Path, CgroupSlots | None, int | None]) -> SandboxResult:
+def _collect(
+    proc: subprocess.Popen[bytes],
+    launcher: Launcher,
+    limits: SandboxLimits,
+    start: float,
+    n_calls: int,
+    ctx: tuple[str, Path, CgroupSlots | None, int | None],
+) -> SandboxResult:
     assert proc.stdout is not None and proc.stderr is not None
     streams = Streams()
     raw = bytearray()
     pidfd = os.pidfd_open(proc.pid)
     try:
-        reason = pump({proc.stdout.fileno(): streams.out, proc.stderr.fileno(): raw}, pidfd,
-                       start + limits.timeout_s + START_S, limits.max_output_bytes, streams)
+        reason = pump(
+            {proc.stdout.fileno(): streams.out, proc.stderr.fileno(): raw},
+            pidfd,
+            start + limits.timeout_s + START_S,
+            limits.max_output_bytes,
+            streams,
+        )
     finally:
         os.close(pidfd)
         cid, state, cg, slot = ctx
@@ -213,8 +274,14 @@ def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxL
     streams.status = bytearray(st)
     err_text = err.decode("utf-8", "replace")
     cpu = usage.ru_utime + usage.ru_stime
-    status = classify(streams, reason if reason != "leftover" else "", rc, cpu,
-                       limits.cpu_s or int(limits.timeout_s) + 2, err_text)
+    status = classify(
+        streams,
+        reason if reason != "leftover" else "",
+        rc,
+        cpu,
+        limits.cpu_s or int(limits.timeout_s) + 2,
+        err_text,
+    )
     launcher_error, why = "", ""
     if not st and status not in (Status.TIMEOUT, Status.OUTPUT_LIMIT):  # the prelude never started
         launcher_error = err_text.strip()
@@ -222,15 +289,26 @@ def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxL
         why = f"gVisor: {(launcher_error.splitlines() or [f'runsc exit status {rc}'])[-1][:300]}"
     values = None
     if n_calls and st.startswith(b"R") and b"V" in st:
-        values = decode(st[st.index(b"V") + 1:].split(b"\n", 1)[0], n_calls)
-    why = why or {Status.TIMEOUT: f"time cap: {limits.timeout_s:g} s (+{START_S:g} s for gVisor to start)",
-                  Status.OUTPUT_LIMIT: f"output cap: {limits.max_output_bytes} bytes per stream",
-                  Status.MEMORY_LIMIT: f"memory cap: {limits.memory_mb} MiB per process (RLIMIT_AS)"
-                  }.get(status, "")
-    return SandboxResult(status=status, exit_code=rc, stdout=streams.out.decode("utf-8", "replace"),
-                         stderr=err_text, duration_s=time.monotonic() - start, cpu_s=cpu,
-                         completed=st.startswith(b"R") and st.endswith(b"D"), isolation=launcher.isolation,
-                         launcher_error=launcher_error, truncated=streams.over_cap, values=values, reason=why)
+        values = decode(st[st.index(b"V") + 1 :].split(b"\n", 1)[0], n_calls)
+    why = why or {
+        Status.TIMEOUT: f"time cap: {limits.timeout_s:g} s (+{START_S:g} s for gVisor to start)",
+        Status.OUTPUT_LIMIT: f"output cap: {limits.max_output_bytes} bytes per stream",
+        Status.MEMORY_LIMIT: f"memory cap: {limits.memory_mb} MiB per process (RLIMIT_AS)",
+    }.get(status, "")
+    return SandboxResult(
+        status=status,
+        exit_code=rc,
+        stdout=streams.out.decode("utf-8", "replace"),
+        stderr=err_text,
+        duration_s=time.monotonic() - start,
+        cpu_s=cpu,
+        completed=st.startswith(b"R") and st.endswith(b"D"),
+        isolation=launcher.isolation,
+        launcher_error=launcher_error,
+        truncated=streams.over_cap,
+        values=values,
+        reason=why,
+    )
 
 
 def detect(runsc: str = RUNSC) -> Launcher:
@@ -238,8 +316,10 @@ def detect(runsc: str = RUNSC) -> Launcher:
     looked for in ``SEARCH``), or a probe program that does not run in it (what runsc said)."""
     path = shutil.which(runsc, path=SEARCH)
     if path is None:
-        raise SandboxUnavailable(f"no sandbox for model-written code at isolation = gvisor ({runsc} not "
-                                 f"found): {HINT}; or set sandbox.isolation = \"strict\" in the recipe")
+        raise SandboxUnavailable(
+            f"no sandbox for model-written code at isolation = gvisor ({runsc} not "
+            f'found): {HINT}; or set sandbox.isolation = "strict" in the recipe'
+        )
     slots = process_cgroups()
     cg = slots if isinstance(slots, CgroupSlots) else None
     cap = f"{cg.kind} (with {SENTRY_MB} MiB for gVisor)" if cg else "rlimit"
@@ -247,25 +327,39 @@ def detect(runsc: str = RUNSC) -> Launcher:
     if cg is None:
         notes.append(f"memory and process caps are per process (rlimits inside gVisor): no cgroup ({slots})")
     pids = "rlimit in gVisor" + (f", {cg.kind}" if cg else "")
-    iso = Isolation("gvisor", True, True, False, True, cap, pids, tuple(notes),
-                    seccomp=f"gVisor ({path}): the program's system calls go to its kernel",
-                    level="gvisor")
+    iso = Isolation(
+        "gvisor",
+        True,
+        True,
+        False,
+        True,
+        cap,
+        pids,
+        tuple(notes),
+        seccomp=f"gVisor ({path}): the program's system calls go to its kernel",
+        level="gvisor",
+    )
     why: list[str] = []
     rootfs = _rootfs()
     for python, binds in python_candidates():
         launcher = Launcher(iso, python, None, cg, binds, runsc=path, rootfs=rootfs)
         try:
-            r = run("import os\nprint('pippa-probe', os.path.exists('/proc/vmstat'))",
-                    SandboxLimits(timeout_s=20), launcher)
+            r = run(
+                "import os\nprint('pippa-probe', os.path.exists('/proc/vmstat'))",
+                SandboxLimits(timeout_s=20),
+                launcher,
+            )
         except OSError as e:
             why.append(" ".join(f"{python}: {e}".split()))
             continue
         if r.ok and r.stdout.strip() == "pippa-probe False":
             return launcher
         why.append(" ".join(f"{python}: {r.reason or r.status} {r.stdout[-100:]} {r.stderr[-200:]}".split()))
-    raise SandboxUnavailable(f"no sandbox for model-written code at isolation = gvisor ({path} did not run a "
-                             f"program: {'; '.join(why)}): {HINT}; or set sandbox.isolation = \"strict\" in "
-                             f"the recipe")
+    raise SandboxUnavailable(
+        f"no sandbox for model-written code at isolation = gvisor ({path} did not run a "
+        f'program: {"; ".join(why)}): {HINT}; or set sandbox.isolation = "strict" in '
+        f"the recipe"
+    )
 
 
 LEVEL_DETECTORS["gvisor"] = detect

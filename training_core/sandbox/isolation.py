@@ -17,7 +17,7 @@ with user namespaces what we would otherwise hand-roll:
 Modes, best first:
 
 1. ``bwrap-root`` (we are root): bwrap runs under an unprivileged uid of its own (from a range this
-   process claims, ``UidAllocator``), so RLIMIT_NPROC counts per sandbox (root is exempt from it) and
+   process claims, ``uids.UidAllocator``), so RLIMIT_NPROC counts per sandbox (root is exempt from it) and
    nothing the sandbox does acts with root's rights; each run sits in its own cgroup for an aggregate
    memory cap (tmpfs pages and kernel objects included) and a process cap.
 2. ``bwrap-user`` (not root, unprivileged user namespaces allowed): the same namespaces, filter and
@@ -36,196 +36,31 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from pippa_contract import cgroupdeleg
-from training_core.errors import SandboxMissing
 from training_core.sandbox import procview, seccomp
 from training_core.sandbox.cgroups import CgroupSlots
+from training_core.sandbox.launcher import Isolation, Launcher, SandboxUnavailable
 from training_core.sandbox.seccomp import Filter, SeccompUnavailable
+from training_core.sandbox.uids import UIDS
 
-# Unprivileged uids handed to concurrent sandboxes, one each, so RLIMIT_NPROC counts per sandbox
-# (the kernel counts processes per real uid). Each trainer process claims its own range of UID_COUNT,
-# so two trainers on one host never share a uid. The ranges sit in 2,000,000,000 + k * UID_COUNT:
-# above login users, systemd's dynamic (61184-65519) and container (524288-1879048191) uids, below
-# 2^31 (some tools read uids as signed) and systemd's foreign range (0x7FFE0000).
-UID_BASE = 2_000_000_000
-UID_COUNT = 512
-UID_RANGES = 256
-INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and allow unprivileged user "
-                "namespaces (sysctl user.max_user_namespaces > 0)")
-CGROUP_HINT_ROOT = ("make the memory and pids cgroup controllers writable (container: --cgroupns=private, "
-                    "rw mount)")
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and allow unprivileged user "
+    "namespaces (sysctl user.max_user_namespaces > 0)"
+)
+CGROUP_HINT_ROOT = (
+    "make the memory and pids cgroup controllers writable (container: --cgroupns=private, rw mount)"
+)
 CGROUP_HINT_USER = cgroupdeleg.HOW_TO
 # the refusal's line names one fix, short; SandboxUnavailable.details has the long ones
-SHORT_FIX = {CGROUP_HINT_USER: "start the trainer in a delegated cgroup (systemd-run --user --scope -p "
-                               "Delegate=yes)"}
+SHORT_FIX = {
+    CGROUP_HINT_USER: "start the trainer in a delegated cgroup (systemd-run --user --scope -p Delegate=yes)"
+}
 
-
-class SandboxUnavailable(SandboxMissing):
-    """No real isolation here: model-written code is refused rather than run unconfined. ``str()`` is
-    one short line (the first reason and its fix); ``details`` is every mode tried and why it failed."""
-
-    def __init__(self, line: str, details: str = "") -> None:
-        super().__init__(line)
-        self.details = details or line
-
-
-@dataclass(frozen=True)
-class Isolation:
-    """What was applied to a sandboxed run; tests and logs read it, nothing is assumed."""
-
-    mode: str  # bwrap-root | bwrap-user | unsafe
-    network: bool  # True when the program had no network (empty network namespace)
-    pid_namespace: bool  # True when the whole process tree dies with the program
-    uid_dropped: bool  # True when the program ran under its own unprivileged uid
-    filesystem: bool = False  # True when the host file system is hidden (only /usr read-only)
-    memory_cap: str = "rlimit"  # "cgroup v1" | "cgroup v2": all processes together; "rlimit": per process
-    pids_cap: str = "rlimit"  # "cgroup v1" | "cgroup v2" | "rlimit" (RLIMIT_NPROC in the namespace)
-    notes: tuple[str, ...] = ()
-    seccomp: str = ""  # what the seccomp filter denies (``seccomp.Filter.summary``); "" = no filter
-    level: str = "strict"  # the recipe's sandbox.isolation this satisfies: strict | rlimits | unsafe
-
-    def summary(self) -> str:
-        """The run log's sandbox line, short: the mode and level, the caps, Landlock, the filter, and each
-        warning's first words (``header`` has it all; the trainer writes it to the run's sandbox.txt)."""
-        caps = (f"{self.memory_cap} caps" if self.memory_cap == self.pids_cap
-                else f"memory cap {self.memory_cap}, process cap {self.pids_cap}")
-        found = [caps.replace("rlimit caps", "per-process caps (rlimits)")]
-        found += [n.split(":")[0] for n in self.notes if n.startswith(("NO ", "UNSAFE"))]
-        if any("Landlock ABI" in n for n in self.notes):
-            found.append("Landlock /proc")
-        found.append("seccomp filter" if self.seccomp else "NO seccomp filter")
-        return f"sandbox: {self.mode} (isolation = {self.level}): {', '.join(found)}"
-
-    def header(self) -> str:
-        """Everything applied, and what was not (the run's sandbox.txt; ``summary`` is the log's line)."""
-        caps = f"memory cap {self.memory_cap}, process cap {self.pids_cap}"
-        notes = "".join(f"; {n}" for n in self.notes)
-        return (f"sandbox: {self.mode} (isolation = {self.level}), {caps}{notes}; "
-                f"{self.seccomp or 'NO seccomp filter'}")
-
-
-@dataclass(frozen=True)
-class Launcher:
-    """How to start the sandboxed interpreter: ``prefix`` goes before the interpreter argv."""
-
-    isolation: Isolation
-    python: str
-    bwrap: str | None
-    cgroups: CgroupSlots | None = None
-    extra_ro: tuple[str, ...] = ()  # host paths bound read-only (an interpreter prefix outside /usr)
-    setpriv: str | None = None  # util-linux setpriv: drops to the run's uid without forking the trainer
-    seccomp: Filter | None = None  # installed by bwrap on the sandbox's processes (``--seccomp FD``)
-    usr: str = "/usr"  # bound read-only as /usr: the host's, or a memory-resident copy (``usrcopy``)
-    landlock: int = 0  # the kernel's Landlock ABI the prelude restricts reads with (``procview``); 0: none
-    runsc: str | None = None  # gVisor's runsc: each run in a gVisor sandbox (``gvisor``), bwrap is None
-    rootfs: str = ""  # the gVisor level's empty, read-only root file system
-
-    def prefix(self, tmp_bytes: int, shm_bytes: int, sync_fds: tuple[int, int] | None = None,
-               uid: int | None = None, seccomp_fd: int | None = None) -> list[str]:
-        """bwrap's argv; ``sync_fds`` = (info fd, block fd): the sandbox waits until the caller has put
-        its first process into the run's cgroup, so nothing it forks can start outside. ``uid``: run
-        bwrap under that uid through ``setpriv`` (Popen's ``user=`` would make Python fork() the whole
-        trainer instead of vfork())."""
-        if self.bwrap is None:
-            return []
-        argv: list[str] = []
-        if uid is not None and self.setpriv:
-            argv = [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
-                    "--"]
-        argv += [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
-                "--new-session", "--cap-drop", "ALL", "--ro-bind", self.usr, "/usr"]
-        for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-            host = f"/{top}"
-            if os.path.islink(host):
-                argv += ["--symlink", os.readlink(host), host]
-            elif os.path.isdir(host):
-                argv += ["--ro-bind", host, host]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(shm_bytes), "--tmpfs", "/dev/shm",
-                 "--remount-ro", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
-        for path in self.extra_ro:  # after the tmpfs mounts: a prefix under /tmp or /dev/shm stays seen
-            argv += ["--ro-bind", path, path]
-        argv += ["--remount-ro", "/", "--chdir", "/tmp", "--hostname", "sandbox", "--clearenv",
-                 "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp",
-                 "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8"]
-        if sync_fds is not None:
-            argv += ["--info-fd", str(sync_fds[0]), "--block-fd", str(sync_fds[1])]
-        if seccomp_fd is not None:
-            argv += ["--seccomp", str(seccomp_fd)]
-        return argv
-
-    def read_roots(self) -> str:
-        """The prelude's Landlock argument: where the program may read files, or "-" for no Landlock."""
-        return procview.readable(self.extra_ro) if self.landlock and self.bwrap else "-"
-
-    @property
-    def needs_uid(self) -> bool:
-        return self.isolation.uid_dropped
-
-
-class UidAllocator:
-    """Hands out distinct sandbox uids to concurrent runs (thread-safe) from a range this process owns.
-
-    The range is claimed on first use by binding an abstract unix socket named after it: the kernel
-    frees the name when the process exits, however it exits, and another trainer in the same network
-    namespace (the host's) cannot bind it meanwhile. The sandboxes themselves have their own network
-    namespace, so they cannot squat a name."""
-
-    def __init__(self, base: int = UID_BASE, count: int = UID_COUNT, ranges: int = UID_RANGES) -> None:
-        self.base, self.count, self.ranges = base, count, ranges
-        self._claim: socket.socket | None = None
-        self._first = -1
-        self._free: list[int] = []
-        self._cond = threading.Condition()
-
-    def _claimed(self) -> int:
-        """The first uid of this process's range (claiming it the first time)."""
-        if self._claim is None:
-            for k in range(self.ranges):
-                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                try:
-                    s.bind(f"\0pippa-sandbox-uids-{self.base}-{k}")
-                except OSError:
-                    s.close()
-                    continue
-                self._claim, self._first = s, self.base + k * self.count
-                # the last uid is the probes' (``detect``), the rest are handed out
-                self._free = list(range(self._first + self.count - 2, self._first - 1, -1))
-                break
-            else:
-                raise OSError(f"all {self.ranges} sandbox uid ranges are held by other processes")
-        return self._first
-
-    @property
-    def uid_range(self) -> range:
-        with self._cond:
-            first = self._claimed()
-        return range(first, first + self.count)
-
-    @property
-    def probe_uid(self) -> int:
-        return self.uid_range[-1]
-
-    def acquire(self) -> int:
-        with self._cond:
-            self._claimed()
-            while not self._free:
-                self._cond.wait()
-            return self._free.pop()
-
-    def release(self, uid: int) -> None:
-        with self._cond:
-            self._free.append(uid)
-            self._cond.notify()
-
-
-UIDS = UidAllocator()
 
 LEVELS = ("gvisor", "strict", "rlimits", "unsafe")  # recipe's sandbox.isolation, strongest first
 # levels detected by a module of their own, which registers here when imported (``gvisor``: the package
@@ -277,18 +112,34 @@ def python_candidates() -> list[tuple[str, tuple[str, ...]]]:
 
 
 def _probe(launcher: Launcher, user: int | None) -> str:
-    """"" when the launcher runs a program under its filter, else what went wrong (bwrap's message)."""
-    code = ("import os, resource, errno\ntry:\n    os.memfd_create('probe')\nexcept OSError as e:\n"
-            "    print('pippa-probe-ok' if e.errno == errno.EPERM else e)")
+    """ "" when the launcher runs a program under its filter, else what went wrong (bwrap's message)."""
+    code = (
+        "import os, resource, errno\ntry:\n    os.memfd_create('probe')\nexcept OSError as e:\n"
+        "    print('pippa-probe-ok' if e.errno == errno.EPERM else e)"
+    )
     flt = launcher.seccomp.fd() if launcher.seccomp is not None else None
-    argv = [*launcher.prefix(1 << 20, 1 << 20, uid=user, seccomp_fd=flt), launcher.python, "-I", "-S", "-c",
-            code]
+    argv = [
+        *launcher.prefix(1 << 20, 1 << 20, uid=user, seccomp_fd=flt),
+        launcher.python,
+        "-I",
+        "-S",
+        "-c",
+        code,
+    ]
     popen_user = user if launcher.setpriv is None else None
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=20, cwd="/",
-                           env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, user=popen_user,
-                           group=popen_user, extra_groups=[] if popen_user is not None else None,
-                           pass_fds=() if flt is None else (flt,))
+        r = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            user=popen_user,
+            group=popen_user,
+            extra_groups=[] if popen_user is not None else None,
+            pass_fds=() if flt is None else (flt,),
+        )
     except (OSError, subprocess.SubprocessError) as e:
         return str(e)
     finally:
@@ -296,12 +147,14 @@ def _probe(launcher: Launcher, user: int | None) -> str:
             os.close(flt)
     if r.returncode == 0 and r.stdout.strip() == "pippa-probe-ok":
         return ""
-    return (r.stderr.strip().splitlines() or r.stdout.strip().splitlines()
-            or [f"exit status {r.returncode}"])[-1]
+    return (
+        r.stderr.strip().splitlines() or r.stdout.strip().splitlines() or [f"exit status {r.returncode}"]
+    )[-1]
 
 
-def detect(force_mode: str | None = None, allow_unsafe: bool | None = None,
-           level: str | None = None) -> Launcher:
+def detect(
+    force_mode: str | None = None, allow_unsafe: bool | None = None, level: str | None = None
+) -> Launcher:
     """The best launcher this machine allows at ``level`` (default: ``set_level``'s); cached after the
     first call with no arguments.
 
@@ -320,9 +173,20 @@ def detect(force_mode: str | None = None, allow_unsafe: bool | None = None,
 
 
 def _unsafe() -> Launcher:
-    iso = Isolation("unsafe", False, False, False, False, "rlimit", "rlimit",
-                    ("UNSAFE: no namespaces; the program sees the host file system and network with the "
-                     "caller's rights",), level="unsafe")
+    iso = Isolation(
+        "unsafe",
+        False,
+        False,
+        False,
+        False,
+        "rlimit",
+        "rlimit",
+        (
+            "UNSAFE: no namespaces; the program sees the host file system and network with the "
+            "caller's rights",
+        ),
+        level="unsafe",
+    )
     return Launcher(iso, os.path.realpath(sys.executable), None)
 
 
@@ -369,18 +233,38 @@ def _detect(force_mode: str | None, level: str) -> Launcher:
                 hints.append(procview.HINT)
                 continue
             cap = cg.kind if cg else "rlimit"
-            notes: list[str] = [f"/proc: only the program's own process (Landlock ABI {landlock})" if landlock
-                                else "NO Landlock: the machine's /proc files are readable"]
+            notes: list[str] = [
+                f"/proc: only the program's own process (Landlock ABI {landlock})"
+                if landlock
+                else "NO Landlock: the machine's /proc files are readable"
+            ]
             if cg is None:
                 notes.append("memory and process caps are per process (rlimits): no cgroup for this run")
             if mode == "bwrap-user":
                 notes.append("runs with the caller's uid inside a user namespace")
-            iso = Isolation(mode, True, True, mode == "bwrap-root", True, cap, cap, tuple(notes),
-                            seccomp=flt.summary(), level="strict" if cg and landlock else "rlimits")
+            iso = Isolation(
+                mode,
+                True,
+                True,
+                mode == "bwrap-root",
+                True,
+                cap,
+                cap,
+                tuple(notes),
+                seccomp=flt.summary(),
+                level="strict" if cg and landlock else "rlimits",
+            )
             for python, binds in python_candidates():
-                launcher = Launcher(iso, python, bwrap, cg, binds,
-                                    shutil.which("setpriv", path="/usr/bin:/bin") if root else None, flt,
-                                    landlock=landlock)
+                launcher = Launcher(
+                    iso,
+                    python,
+                    bwrap,
+                    cg,
+                    binds,
+                    shutil.which("setpriv", path="/usr/bin:/bin") if root else None,
+                    flt,
+                    landlock=landlock,
+                )
                 err = _probe(launcher, UIDS.probe_uid if mode == "bwrap-root" else None)
                 if not err:
                     return launcher
@@ -390,9 +274,14 @@ def _detect(force_mode: str | None, level: str) -> Launcher:
             hints.append(INSTALL_HINT)
     if level == "unsafe" and force_mode is None:
         return _unsafe()
-    weaker = ('"rlimits" (per-process caps)' if level == "strict" and flt is not None and bwrap is not None
-              else '"unsafe" (unconfined)')
+    weaker = (
+        '"rlimits" (per-process caps)'
+        if level == "strict" and flt is not None and bwrap is not None
+        else '"unsafe" (unconfined)'
+    )
     fixes = list(dict.fromkeys(hints))
-    raise SandboxUnavailable(f"no sandbox at isolation = {level}: {short[0]}; fix: "
-                             f"{SHORT_FIX.get(fixes[0], fixes[0])}, or set sandbox.isolation = {weaker}",
-                             f"isolation = {level}: {'; '.join(why)}; fixes: {'; '.join(fixes)}")
+    raise SandboxUnavailable(
+        f"no sandbox at isolation = {level}: {short[0]}; fix: "
+        f"{SHORT_FIX.get(fixes[0], fixes[0])}, or set sandbox.isolation = {weaker}",
+        f"isolation = {level}: {'; '.join(why)}; fixes: {'; '.join(fixes)}",
+    )

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from training_core.sandbox.isolation import Launcher, SandboxUnavailable, detect
+from training_core.sandbox.isolation import detect
+from training_core.sandbox.launcher import Launcher, SandboxUnavailable
 from training_core.sandbox.results import SandboxLimits, SandboxResult
 from training_core.sandbox.runner import failed_result, run_python
 from training_core.sandbox.usrcopy import UsrCopy
@@ -34,8 +35,12 @@ def _run_one(code: str, limits: SandboxLimits, launcher: Launcher, calls: Sequen
 class SandboxPool:
     """At most ``workers`` sandboxes alive at once (default: the number of CPUs)."""
 
-    def __init__(self, workers: int | None = None, limits: SandboxLimits | None = None,
-                 launcher: Launcher | None = None) -> None:
+    def __init__(
+        self,
+        workers: int | None = None,
+        limits: SandboxLimits | None = None,
+        launcher: Launcher | None = None,
+    ) -> None:
         self.workers = workers or os.cpu_count() or 1
         self.limits = limits or SandboxLimits()
         self.launcher = launcher or detect()
@@ -44,13 +49,18 @@ class SandboxPool:
     def run(self, code: str, limits: SandboxLimits | None = None) -> SandboxResult:
         return self._executor.submit(run_python, code, limits or self.limits, self.launcher).result()
 
-    def map(self, codes: Sequence[str], limits: SandboxLimits | None = None,
-            calls: Sequence[Sequence[str]] | None = None) -> list[SandboxResult]:
+    def map(
+        self,
+        codes: Sequence[str],
+        limits: SandboxLimits | None = None,
+        calls: Sequence[Sequence[str]] | None = None,
+    ) -> list[SandboxResult]:
         """Results in the order of ``codes``; ``calls[i]`` are evaluated after program i (``run_python``)."""
         lim = limits or self.limits
         per = calls if calls is not None else [()] * len(codes)
-        futures = [self._executor.submit(_run_one, c, lim, self.launcher, k)
-                   for c, k in zip(codes, per, strict=True)]
+        futures = [
+            self._executor.submit(_run_one, c, lim, self.launcher, k) for c, k in zip(codes, per, strict=True)
+        ]
         return [f.result() for f in futures]
 
     def close(self) -> None:

@@ -172,13 +172,18 @@ _pippa_prelude()
 """
 
 
-
 def _build(limits: Limits) -> str:
     """The prelude with the encoder's limits filled in (the decoder checks the same ones)."""
     text = _TEMPLATE
-    for key, value in {"@DEPTH@": limits.depth, "@NODES@": limits.nodes, "@ELEMENTS@": limits.elements,
-                       "@INT_HEX@": limits.int_hex_digits, "@BYTES@": limits.bytes,
-                       "@PROC_SELF@": ",".join(PROC_SELF), "@SIGPENDING@": SIGPENDING}.items():
+    for key, value in {
+        "@DEPTH@": limits.depth,
+        "@NODES@": limits.nodes,
+        "@ELEMENTS@": limits.elements,
+        "@INT_HEX@": limits.int_hex_digits,
+        "@BYTES@": limits.bytes,
+        "@PROC_SELF@": ",".join(PROC_SELF),
+        "@SIGPENDING@": SIGPENDING,
+    }.items():
         text = text.replace(key, str(value))
     return text
 

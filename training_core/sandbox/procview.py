@@ -21,14 +21,45 @@ import os
 # per-process files of the program's first process a program may read: its memory, limits, status,
 # scheduling figures and file descriptors; not net/ (global counters), mountinfo/mounts/mountstats
 # (host paths), task/ (each thread's copy of all of these), autogroup, sessionid, loginuid (host ids)
-PROC_SELF = ("status", "stat", "statm", "maps", "smaps", "smaps_rollup", "cmdline", "comm", "environ",
-             "limits", "cgroup", "fdinfo", "pagemap", "io", "auxv", "wchan", "sched", "schedstat",
-             "personality", "oom_score", "oom_adj", "oom_score_adj", "cpuset", "uid_map", "gid_map",
-             "setgroups", "numa_maps", "timerslack_ns", "coredump_filter", "attr", "mem")
+PROC_SELF = (
+    "status",
+    "stat",
+    "statm",
+    "maps",
+    "smaps",
+    "smaps_rollup",
+    "cmdline",
+    "comm",
+    "environ",
+    "limits",
+    "cgroup",
+    "fdinfo",
+    "pagemap",
+    "io",
+    "auxv",
+    "wchan",
+    "sched",
+    "schedstat",
+    "personality",
+    "oom_score",
+    "oom_adj",
+    "oom_score_adj",
+    "cpuset",
+    "uid_map",
+    "gid_map",
+    "setgroups",
+    "numa_maps",
+    "timerslack_ns",
+    "coredump_filter",
+    "attr",
+    "mem",
+)
 SANDBOX_ROOTS = ("/usr", "/tmp", "/dev")  # the sandbox's own mounts (/bin, /lib link into /usr)
 LANDLOCK_CREATE_RULESET = 444  # asm-generic numbers, the same on x86_64 and aarch64
-HINT = ("a kernel with Landlock (Linux 5.13 or later with landlock in its lsm= list; Ubuntu 22.04 and "
-        "Debian 12 kernels have it)")
+HINT = (
+    "a kernel with Landlock (Linux 5.13 or later with landlock in its lsm= list; Ubuntu 22.04 and "
+    "Debian 12 kernels have it)"
+)
 
 
 def landlock_abi() -> int:
@@ -41,6 +72,9 @@ def landlock_abi() -> int:
 def readable(extra: tuple[str, ...]) -> str:
     """The prelude's argument: the roots a sandboxed program may read files under, ``|``-joined."""
     roots = [*SANDBOX_ROOTS, *extra]
-    roots += [f"/{top}" for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-              if os.path.isdir(f"/{top}") and not os.path.islink(f"/{top}")]
+    roots += [
+        f"/{top}"
+        for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+        if os.path.isdir(f"/{top}") and not os.path.islink(f"/{top}")
+    ]
     return "|".join(dict.fromkeys(roots))

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from training_core.sandbox.isolation import Isolation
+from training_core.sandbox.launcher import Isolation
 
 
 class Status(enum.StrEnum):
@@ -41,8 +41,10 @@ class SandboxLimits:
 
     def rlimit_arg(self) -> str:
         cpu = self.cpu_s or int(self.timeout_s) + 2
-        return ",".join(str(v) for v in (self.memory_mb << 20, cpu, self.max_processes,
-                                         self.max_file_bytes, self.max_open_files))
+        return ",".join(
+            str(v)
+            for v in (self.memory_mb << 20, cpu, self.max_processes, self.max_file_bytes, self.max_open_files)
+        )
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,7 @@ def readable(fd: int, timeout_s: float) -> bool:
     return bool(poller.poll(timeout_s * 1000))
 
 
-def pump(fds: dict[int, bytearray], pidfd: int, deadline: float,
-          cap: int, streams: Streams) -> str:
+def pump(fds: dict[int, bytearray], pidfd: int, deadline: float, cap: int, streams: Streams) -> str:
     """Read all pipes until they close and the launcher exits.
 
     Returns "" or why the tree must die: timeout, output (a cap was passed), leftover (pipes still
@@ -120,15 +121,16 @@ def pump(fds: dict[int, bytearray], pidfd: int, deadline: float,
                 continue
             buf = fds[fd]
             room = cap - len(buf)
-            buf += chunk[:max(room, 0)]
+            buf += chunk[: max(room, 0)]
             if len(chunk) > room:
                 streams.over_cap = True
                 return "output"
     return ""
 
 
-def classify(streams: Streams, kill_reason: str, rc: int, cpu_s: float, cpu_limit: int,
-              err_text: str) -> Status:
+def classify(
+    streams: Streams, kill_reason: str, rc: int, cpu_s: float, cpu_limit: int, err_text: str
+) -> Status:
     st = bytes(streams.status)
     signaled = rc < 0
     if kill_reason == "output":

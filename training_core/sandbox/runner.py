@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from training_core.sandbox import gvisor
-from training_core.sandbox.isolation import UIDS, Launcher, detect
+from training_core.sandbox.isolation import detect
+from training_core.sandbox.launcher import Launcher
 from training_core.sandbox.prelude import PRELUDE
 from training_core.sandbox.results import (
     SandboxLimits,
@@ -35,6 +36,7 @@ from training_core.sandbox.results import (
     pump,
     readable,
 )
+from training_core.sandbox.uids import UIDS
 from training_core.sandbox.values import decode
 
 _ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -84,8 +86,12 @@ def _kill_tree(pid: int, pidfd: int, launcher: Launcher, init_fd: int | None = N
         os.killpg(pid, signal.SIGKILL)
 
 
-def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launcher | None = None,
-               calls: Sequence[str] = ()) -> SandboxResult:
+def run_python(
+    code: str,
+    limits: SandboxLimits | None = None,
+    launcher: Launcher | None = None,
+    calls: Sequence[str] = (),
+) -> SandboxResult:
     """Run ``code`` as a ``__main__`` program in a fresh sandbox and wait for the result.
 
     ``calls``: expressions evaluated in the program's namespace after it ran to its end; their values
@@ -102,8 +108,10 @@ def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launche
     try:
         src = os.memfd_create("pippa-program", 0)
         fds.append(src)
-        os.write(src, marshal.dumps((code.encode("utf-8", "surrogatepass").decode("utf-8", "replace"),
-                                     tuple(calls))))
+        os.write(
+            src,
+            marshal.dumps((code.encode("utf-8", "surrogatepass").decode("utf-8", "replace"), tuple(calls))),
+        )
         os.lseek(src, 0, os.SEEK_SET)
         err_r, err_w = os.pipe()
         st_r, st_w = os.pipe()
@@ -121,18 +129,38 @@ def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launche
             fds.append(flt)
             child_fds.append(flt)
         disk = limits.disk_mb << 20
-        argv = [*launcher.prefix(disk - disk // 4, disk // 4, sync, uid, flt), launcher.python,
-                "-I", "-S", "-B", "-c", PRELUDE, str(src), str(err_w), str(st_w), limits.rlimit_arg(),
-                str(launcher.seccomp.keyctl_nr if launcher.seccomp is not None else -1),
-                launcher.read_roots()]
+        argv = [
+            *launcher.prefix(disk - disk // 4, disk // 4, sync, uid, flt),
+            launcher.python,
+            "-I",
+            "-S",
+            "-B",
+            "-c",
+            PRELUDE,
+            str(src),
+            str(err_w),
+            str(st_w),
+            limits.rlimit_arg(),
+            str(launcher.seccomp.keyctl_nr if launcher.seccomp is not None else -1),
+            launcher.read_roots(),
+        ]
         env = {"PATH": _ENV_PATH, "HOME": workdir or "/tmp", "TMPDIR": workdir or "/tmp", "LANG": "C.UTF-8"}
         before = cg.counters(slot) if cg and slot is not None else None
         popen_uid = uid if launcher.bwrap is None or launcher.setpriv is None else None
         start = time.monotonic()
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=workdir or "/", env=env, pass_fds=child_fds, start_new_session=True,
-            user=popen_uid, group=popen_uid, extra_groups=[] if popen_uid is not None else None)
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=workdir or "/",
+            env=env,
+            pass_fds=child_fds,
+            start_new_session=True,
+            user=popen_uid,
+            group=popen_uid,
+            extra_groups=[] if popen_uid is not None else None,
+        )
         for fd in child_fds:
             os.close(fd)
             fds.remove(fd)
@@ -154,9 +182,11 @@ def run_python(code: str, limits: SandboxLimits | None = None, launcher: Launche
         if cg and slot is not None and before is not None:
             after = cg.counters(slot)
             if after.oom_kills > before.oom_kills:
-                result = replace(result, status=Status.MEMORY_LIMIT,
-                                 reason=f"memory cap: {limits.total_memory_mb} MiB for all processes "
-                                        f"({cg.kind})")
+                result = replace(
+                    result,
+                    status=Status.MEMORY_LIMIT,
+                    reason=f"memory cap: {limits.total_memory_mb} MiB for all processes ({cg.kind})",
+                )
             elif after.fork_refusals > before.fork_refusals and not result.reason:
                 result = replace(result, reason=f"process cap: {limits.max_processes} ({cg.kind} pids.max)")
         return result
@@ -207,12 +237,25 @@ def _hold_init(info_r: int, block_w: int, deadline: float, join: Callable[[int],
     return init_fd
 
 
-def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxLimits, start: float,
-             released: float, err_r: int, st_r: int, n_calls: int, init_fd: int | None) -> SandboxResult:
+def _collect(
+    proc: subprocess.Popen[bytes],
+    launcher: Launcher,
+    limits: SandboxLimits,
+    start: float,
+    released: float,
+    err_r: int,
+    st_r: int,
+    n_calls: int,
+    init_fd: int | None,
+) -> SandboxResult:
     assert proc.stdout is not None and proc.stderr is not None
     streams = Streams()
-    fds = {proc.stdout.fileno(): streams.out, err_r: streams.err, proc.stderr.fileno(): streams.launcher,
-           st_r: streams.status}
+    fds = {
+        proc.stdout.fileno(): streams.out,
+        err_r: streams.err,
+        proc.stderr.fileno(): streams.launcher,
+        st_r: streams.status,
+    }
     pidfd = os.pidfd_open(proc.pid)
     try:
         reason = pump(fds, pidfd, released + limits.timeout_s, limits.max_output_bytes, streams)
@@ -235,21 +278,41 @@ def _collect(proc: subprocess.Popen[bytes], launcher: Launcher, limits: SandboxL
     st = bytes(streams.status)
     values = None
     if n_calls and st.startswith(b"R") and b"V" in st:
-        line = st[st.index(b"V") + 1:].split(b"\n", 1)[0]
+        line = st[st.index(b"V") + 1 :].split(b"\n", 1)[0]
         values = decode(line, n_calls)
-    why = {Status.TIMEOUT: f"time cap: {limits.timeout_s:g} s",
-           Status.OUTPUT_LIMIT: f"output cap: {limits.max_output_bytes} bytes per stream",
-           Status.MEMORY_LIMIT: f"memory cap: {limits.memory_mb} MiB per process (RLIMIT_AS)"}.get(status, "")
+    why = {
+        Status.TIMEOUT: f"time cap: {limits.timeout_s:g} s",
+        Status.OUTPUT_LIMIT: f"output cap: {limits.max_output_bytes} bytes per stream",
+        Status.MEMORY_LIMIT: f"memory cap: {limits.memory_mb} MiB per process (RLIMIT_AS)",
+    }.get(status, "")
     if not why and "No space left on device" in err_text:
         why = f"disk cap: {limits.disk_mb} MiB of tmpfs"
     return SandboxResult(
-        status=status, exit_code=rc, stdout=streams.out.decode("utf-8", "replace"), stderr=err_text,
-        duration_s=duration, cpu_s=cpu, completed=st.startswith(b"R") and st.endswith(b"D"),
-        isolation=launcher.isolation, launcher_error=streams.launcher.decode("utf-8", "replace").strip(),
-        truncated=streams.over_cap, values=values, reason=why)
+        status=status,
+        exit_code=rc,
+        stdout=streams.out.decode("utf-8", "replace"),
+        stderr=err_text,
+        duration_s=duration,
+        cpu_s=cpu,
+        completed=st.startswith(b"R") and st.endswith(b"D"),
+        isolation=launcher.isolation,
+        launcher_error=streams.launcher.decode("utf-8", "replace").strip(),
+        truncated=streams.over_cap,
+        values=values,
+        reason=why,
+    )
 
 
 def failed_result(launcher: Launcher, reason: str) -> SandboxResult:
     """The result of a run the sandbox could not carry out (``Status.ERROR``)."""
-    return SandboxResult(status=Status.ERROR, exit_code=None, stdout="", stderr="", duration_s=0.0, cpu_s=0.0,
-                         completed=False, isolation=launcher.isolation, reason=reason)
+    return SandboxResult(
+        status=Status.ERROR,
+        exit_code=None,
+        stdout="",
+        stderr="",
+        duration_s=0.0,
+        cpu_s=0.0,
+        completed=False,
+        isolation=launcher.isolation,
+        reason=reason,
+    )

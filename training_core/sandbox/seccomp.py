@@ -23,16 +23,33 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-INSTALL_HINT = ("pip install 'pyseccomp>=0.1.2,<0.2' into the trainer's environment (it is in pippa's "
-                "[train] extra) and install libseccomp2 (Debian/Ubuntu: apt-get install libseccomp2)")
+INSTALL_HINT = (
+    "pip install 'pyseccomp>=0.1.2,<0.2' into the trainer's environment (it is in pippa's "
+    "[train] extra) and install libseccomp2 (Debian/Ubuntu: apt-get install libseccomp2)"
+)
 
 # Linux's clone flags that make new namespaces (clone(2)); CLONE_NEWTIME only exists for clone3/unshare
-_CLONE_NEW = {"CLONE_NEWNS": 0x00020000, "CLONE_NEWCGROUP": 0x02000000, "CLONE_NEWUTS": 0x04000000,
-              "CLONE_NEWIPC": 0x08000000, "CLONE_NEWUSER": 0x10000000, "CLONE_NEWPID": 0x20000000,
-              "CLONE_NEWNET": 0x40000000}
+_CLONE_NEW = {
+    "CLONE_NEWNS": 0x00020000,
+    "CLONE_NEWCGROUP": 0x02000000,
+    "CLONE_NEWUTS": 0x04000000,
+    "CLONE_NEWIPC": 0x08000000,
+    "CLONE_NEWUSER": 0x10000000,
+    "CLONE_NEWPID": 0x20000000,
+    "CLONE_NEWNET": 0x40000000,
+}
 # fcntl(2) commands that lock or watch a file: F_GETLK, F_SETLK, F_SETLKW, the OFD ones, leases, dnotify
-_FCNTL_LOCKS = {"F_GETLK": 5, "F_SETLK": 6, "F_SETLKW": 7, "F_OFD_GETLK": 36, "F_OFD_SETLK": 37,
-                "F_OFD_SETLKW": 38, "F_SETLEASE": 1024, "F_GETLEASE": 1025, "F_NOTIFY": 1026}
+_FCNTL_LOCKS = {
+    "F_GETLK": 5,
+    "F_SETLK": 6,
+    "F_SETLKW": 7,
+    "F_OFD_GETLK": 36,
+    "F_OFD_SETLK": 37,
+    "F_OFD_SETLKW": 38,
+    "F_SETLEASE": 1024,
+    "F_GETLEASE": 1025,
+    "F_NOTIFY": 1026,
+}
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C  # push bytes into a terminal's input queue; console tricks
 # preadv2/pwritev2 flags (arg 5): RWF_NOWAIT answers EAGAIN for an uncached page (a probe of the page
 # cache that loads nothing), RWF_DONTCACHE drops the pages it read (an eviction)
@@ -40,8 +57,17 @@ _RWF = {"RWF_NOWAIT": 0x08, "RWF_DONTCACHE": 0x80}
 # madvise advice that evicts, pages out, loads without a read, or reshapes a file's cached pages;
 # MADV_DONTNEED (4) stays: glibc's malloc and numpy return memory with it, and on a file mapping it only
 # unmaps this process's view. MADV_FREE (8) stays too: anonymous memory only.
-_MADV = {"MADV_WILLNEED": 3, "MADV_REMOVE": 9, "MADV_COLD": 20, "MADV_PAGEOUT": 21, "MADV_POPULATE_READ": 22,
-         "MADV_POPULATE_WRITE": 23, "MADV_COLLAPSE": 25, "MADV_HWPOISON": 100, "MADV_SOFT_OFFLINE": 101}
+_MADV = {
+    "MADV_WILLNEED": 3,
+    "MADV_REMOVE": 9,
+    "MADV_COLD": 20,
+    "MADV_PAGEOUT": 21,
+    "MADV_POPULATE_READ": 22,
+    "MADV_POPULATE_WRITE": 23,
+    "MADV_COLLAPSE": 25,
+    "MADV_HWPOISON": 100,
+    "MADV_SOFT_OFFLINE": 101,
+}
 # futex ops without this bit are shared: keyed by (inode, offset) for a file mapping, whatever the
 # namespace. glibc's own locks are private; pthread_join and process-shared semaphores wait shared and
 # re-check their word when the wait returns EINVAL (glibc tolerates it), so they spin instead of sleep.
@@ -49,50 +75,140 @@ FUTEX_PRIVATE_FLAG = 128  # FUTEX2_PRIVATE has the same value (futex_wake/futex_
 KEYCTL_JOIN_SESSION_KEYRING = 1
 # syscalls newer than the libseccomp Debian 12 ships (2.5.4): asm-generic numbers, shared by x86_64
 # and aarch64 since Linux 5.1's unified table. Linux 6.13 added the *xattrat family.
-_BY_NUMBER = {"setxattrat": 463, "getxattrat": 464, "listxattrat": 465, "removexattrat": 466,
-              "cachestat": 451, "futex_waitv": 449, "futex_wake": 454, "futex_wait": 455,
-              "futex_requeue": 456}
+_BY_NUMBER = {
+    "setxattrat": 463,
+    "getxattrat": 464,
+    "listxattrat": 465,
+    "removexattrat": 466,
+    "cachestat": 451,
+    "futex_waitv": 449,
+    "futex_wake": 454,
+    "futex_wait": 455,
+    "futex_requeue": 456,
+}
 
 # (group, syscalls, errno): what each denial answers. EOPNOTSUPP for xattrs and ENOLCK for locks are
 # what a file system without them says, so ordinary code (shutil.copy2, sqlite) takes its fallback.
 DENIED: tuple[tuple[str, tuple[str, ...], int], ...] = (
     ("kernel keyrings", ("keyctl", "add_key", "request_key"), errno.EPERM),
-    ("file watches", ("inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark"),
-     errno.EPERM),
+    (
+        "file watches",
+        ("inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark"),
+        errno.EPERM,
+    ),
     ("file locks", ("flock",), errno.ENOLCK),
-    ("memory outside RLIMIT_AS", ("memfd_create", "memfd_secret", "shmget", "shmat", "msgget", "semget"),
-     errno.EPERM),
-    ("extended attributes", ("setxattr", "lsetxattr", "fsetxattr", "getxattr", "lgetxattr", "fgetxattr",
-                             "listxattr", "llistxattr", "flistxattr", "removexattr", "lremovexattr",
-                             "fremovexattr", "setxattrat", "getxattrat", "listxattrat", "removexattrat"),
-     errno.EOPNOTSUPP),
+    (
+        "memory outside RLIMIT_AS",
+        ("memfd_create", "memfd_secret", "shmget", "shmat", "msgget", "semget"),
+        errno.EPERM,
+    ),
+    (
+        "extended attributes",
+        (
+            "setxattr",
+            "lsetxattr",
+            "fsetxattr",
+            "getxattr",
+            "lgetxattr",
+            "fgetxattr",
+            "listxattr",
+            "llistxattr",
+            "flistxattr",
+            "removexattr",
+            "lremovexattr",
+            "fremovexattr",
+            "setxattrat",
+            "getxattrat",
+            "listxattrat",
+            "removexattrat",
+        ),
+        errno.EOPNOTSUPP,
+    ),
     ("io_uring", ("io_uring_setup", "io_uring_enter", "io_uring_register"), errno.ENOSYS),
-    ("page cache of shared files", ("fadvise64", "readahead", "mincore", "cachestat", "process_madvise"),
-     errno.EPERM),
+    (
+        "page cache of shared files",
+        ("fadvise64", "readahead", "mincore", "cachestat", "process_madvise"),
+        errno.EPERM,
+    ),
     # sysinfo(2) answers the machine's free, shared and buffered memory, its load and uptime; locked
     # pages move the global unevictable and Mlocked counters (RLIMIT_MEMLOCK 0 holds MAP_LOCKED too)
-    ("machine-wide counters", ("sysinfo", "mlock", "mlock2", "munlock", "mlockall", "munlockall"),
-     errno.EPERM),
+    (
+        "machine-wide counters",
+        ("sysinfo", "mlock", "mlock2", "munlock", "mlockall", "munlockall"),
+        errno.EPERM,
+    ),
     # the waiters' flags sit in memory a filter cannot read; glibc does not use them
     ("futexes by vector", ("futex_waitv", "futex_requeue"), errno.ENOSYS),
-    ("tracing and kernel programs", ("userfaultfd", "perf_event_open", "bpf", "ptrace", "process_vm_readv",
-                                     "process_vm_writev", "kcmp", "pidfd_getfd"), errno.EPERM),
-    ("mounts", ("mount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount", "fspick",
-                "move_mount", "open_tree", "mount_setattr", "open_by_handle_at", "name_to_handle_at"),
-     errno.EPERM),
+    (
+        "tracing and kernel programs",
+        (
+            "userfaultfd",
+            "perf_event_open",
+            "bpf",
+            "ptrace",
+            "process_vm_readv",
+            "process_vm_writev",
+            "kcmp",
+            "pidfd_getfd",
+        ),
+        errno.EPERM,
+    ),
+    (
+        "mounts",
+        (
+            "mount",
+            "umount2",
+            "pivot_root",
+            "chroot",
+            "fsopen",
+            "fsconfig",
+            "fsmount",
+            "fspick",
+            "move_mount",
+            "open_tree",
+            "mount_setattr",
+            "open_by_handle_at",
+            "name_to_handle_at",
+        ),
+        errno.EPERM,
+    ),
     ("namespaces", ("unshare", "setns"), errno.EPERM),
-    ("machine", ("personality", "kexec_load", "kexec_file_load", "init_module", "finit_module",
-                 "delete_module", "reboot", "swapon", "swapoff", "syslog", "acct", "quotactl", "iopl",
-                 "ioperm", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "vhangup"),
-     errno.EPERM),
+    (
+        "machine",
+        (
+            "personality",
+            "kexec_load",
+            "kexec_file_load",
+            "init_module",
+            "finit_module",
+            "delete_module",
+            "reboot",
+            "swapon",
+            "swapoff",
+            "syslog",
+            "acct",
+            "quotactl",
+            "iopl",
+            "ioperm",
+            "settimeofday",
+            "clock_settime",
+            "clock_adjtime",
+            "adjtimex",
+            "vhangup",
+        ),
+        errno.EPERM,
+    ),
 )
 # denied only with some arguments: (syscall, what, errno)
 CONDITIONAL = (
     ("keyctl", "every operation but joining a new anonymous session keyring", errno.EPERM),
     ("fcntl", "lock, lease and dnotify commands: " + ", ".join(_FCNTL_LOCKS), errno.ENOLCK),
     ("clone", "new namespaces: " + ", ".join(_CLONE_NEW), errno.EPERM),
-    ("clone3", "always (its flags sit in memory a filter cannot read; libc falls back to clone)",
-     errno.ENOSYS),
+    (
+        "clone3",
+        "always (its flags sit in memory a filter cannot read; libc falls back to clone)",
+        errno.ENOSYS,
+    ),
     ("ioctl", "TIOCSTI, TIOCLINUX", errno.EPERM),
     ("preadv2", "with " + ", ".join(_RWF), errno.EPERM),
     ("pwritev2", "with " + ", ".join(_RWF), errno.EPERM),
@@ -120,8 +236,7 @@ class Filter:
 
     def summary(self) -> str:
         """One line for the run header."""
-        return (f"seccomp ({self.library}): denies {', '.join(self.denied)}; "
-                + "; ".join(self.conditional))
+        return f"seccomp ({self.library}): denies {', '.join(self.denied)}; " + "; ".join(self.conditional)
 
     def fd(self) -> int:
         """A pipe's read end holding the program, for one bwrap (it reads to EOF); the caller closes it."""
@@ -188,8 +303,9 @@ def build(kernel_state: bool = True, machine_state: bool = True) -> Filter:
         version = _library_version()
     except (OSError, ValueError, RuntimeError, AttributeError) as e:
         raise SeccompUnavailable(f"could not build the filter ({type(e).__name__}: {e})") from e
-    return Filter(bpf, tuple(denied), tuple(f"{name}: {what}" for name, what, _ in CONDITIONAL), version,
-                  keyctl_nr)
+    return Filter(
+        bpf, tuple(denied), tuple(f"{name}: {what}" for name, what, _ in CONDITIONAL), version, keyctl_nr
+    )
 
 
 def _number(sc: Any, name: str) -> int | str | None:

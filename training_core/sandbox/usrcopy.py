@@ -24,17 +24,86 @@ import shutil
 import subprocess
 from pathlib import Path
 
-SKIP = {"test", "tests", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages",
-        "dist-packages"}  # and config-* (the static libpython): nothing a program imports
+SKIP = {
+    "test",
+    "tests",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "site-packages",
+    "dist-packages",
+}  # and config-* (the static libpython): nothing a program imports
 # what a program may start: the shell, the POSIX utilities and coreutils, under /usr/bin (a name missing
 # on the host is skipped; a link out of /usr, e.g. awk through /etc/alternatives, is followed while copying)
-TOOLS = ("sh", "dash", "bash", "env", "cat", "echo", "printf", "true", "false", "test", "[", "ls", "cp", "mv",
-         "rm", "ln", "mkdir", "rmdir", "touch", "chmod", "stat", "head", "tail", "wc", "sort", "uniq", "cut",
-         "paste", "tr", "tee", "seq", "expr", "basename", "dirname", "pwd", "realpath", "readlink", "sleep",
-         "date", "id", "whoami", "uname", "od", "md5sum", "sha256sum", "base64", "yes", "nproc", "timeout",
-         "grep", "egrep", "fgrep", "sed", "awk", "mawk", "gawk", "find", "xargs", "diff", "cmp", "python3")
-_PATHS = ("import json, sysconfig\np = sysconfig.get_paths()\n"
-          "print(json.dumps([p['stdlib'], p['platstdlib'], sysconfig.get_config_var('DESTSHARED') or '']))")
+TOOLS = (
+    "sh",
+    "dash",
+    "bash",
+    "env",
+    "cat",
+    "echo",
+    "printf",
+    "true",
+    "false",
+    "test",
+    "[",
+    "ls",
+    "cp",
+    "mv",
+    "rm",
+    "ln",
+    "mkdir",
+    "rmdir",
+    "touch",
+    "chmod",
+    "stat",
+    "head",
+    "tail",
+    "wc",
+    "sort",
+    "uniq",
+    "cut",
+    "paste",
+    "tr",
+    "tee",
+    "seq",
+    "expr",
+    "basename",
+    "dirname",
+    "pwd",
+    "realpath",
+    "readlink",
+    "sleep",
+    "date",
+    "id",
+    "whoami",
+    "uname",
+    "od",
+    "md5sum",
+    "sha256sum",
+    "base64",
+    "yes",
+    "nproc",
+    "timeout",
+    "grep",
+    "egrep",
+    "fgrep",
+    "sed",
+    "awk",
+    "mawk",
+    "gawk",
+    "find",
+    "xargs",
+    "diff",
+    "cmp",
+    "python3",
+)
+_PATHS = (
+    "import json, sysconfig\np = sysconfig.get_paths()\n"
+    "print(json.dumps([p['stdlib'], p['platstdlib'], sysconfig.get_config_var('DESTSHARED') or '']))"
+)
 
 
 def _under_usr(path: str) -> str | None:
@@ -48,7 +117,7 @@ def _libraries(objects: list[str]) -> set[str]:
     """Every shared library ``objects`` load (ldd), as the paths the loader opens."""
     found: set[str] = set()
     for i in range(0, len(objects), 64):
-        out = subprocess.run(["ldd", *objects[i:i + 64]], capture_output=True, text=True, timeout=60).stdout
+        out = subprocess.run(["ldd", *objects[i : i + 64]], capture_output=True, text=True, timeout=60).stdout
         for line in out.splitlines():
             parts = line.split()
             path = parts[2] if "=>" in parts and len(parts) > 2 else (parts[0] if parts else "")
@@ -112,8 +181,9 @@ class UsrCopy:
         try:
             owner.write_text(str(os.getpid()))
             atexit.register(owner.unlink, True)
-            out = subprocess.run([python, "-I", "-S", "-c", _PATHS], capture_output=True, text=True,
-                                 timeout=60, check=True).stdout
+            out = subprocess.run(
+                [python, "-I", "-S", "-c", _PATHS], capture_output=True, text=True, timeout=60, check=True
+            ).stdout
             stdlib, platstdlib, dynload = json.loads(out)
             root.mkdir(mode=0o755)
             atexit.register(shutil.rmtree, root, True)
@@ -122,9 +192,13 @@ class UsrCopy:
                 real = os.path.realpath(lib)
                 if not real.startswith("/usr/"):
                     raise ValueError(f"the standard library {real} is not under /usr")
-                shutil.copytree(real, root / os.path.relpath(real, "/usr"), symlinks=True, dirs_exist_ok=True,
-                                ignore=lambda _d, names: [n for n in names if n in SKIP
-                                                          or n.startswith("config-")])
+                shutil.copytree(
+                    real,
+                    root / os.path.relpath(real, "/usr"),
+                    symlinks=True,
+                    dirs_exist_ok=True,
+                    ignore=lambda _d, names: [n for n in names if n in SKIP or n.startswith("config-")],
+                )
             if dynload and os.path.isdir(dynload):
                 objects += [str(p) for p in Path(dynload).glob("*.so")]
             tools = [os.path.realpath(t) for t in (f"/usr/bin/{n}" for n in TOOLS) if os.path.exists(t)]

@@ -224,13 +224,23 @@ def game_rows(samples: Any, step: int, games: list[Game]) -> list[dict[str, Any]
             continue
         p0, p1 = g.game.payoffs()
         last = g.turns[-1]
-        transcript = [f"p{t.player}: {t.action or t.response!r}" + ("" if t.valid else " (invalid)")
-                      for t in g.turns] + [f"result: {g.game.result} (payoffs {p0:+g}, {p1:+g})"]  # fmt: skip
-        rows.append(samples.row(
-            step, "selfplay", g.turns[0].prompt, last.response, index=i, rewards={"p0": p0, "p1": p1},
-            reward=p0, length=sum(t.n_tokens for t in g.turns), truncated=any(t.truncated for t in g.turns),
-            transcript=transcript,
-        ))  # fmt: skip
+        transcript = [
+            f"p{t.player}: {t.action or t.response!r}" + ("" if t.valid else " (invalid)") for t in g.turns
+        ] + [f"result: {g.game.result} (payoffs {p0:+g}, {p1:+g})"]
+        rows.append(
+            samples.row(
+                step,
+                "selfplay",
+                g.turns[0].prompt,
+                last.response,
+                index=i,
+                rewards={"p0": p0, "p1": p1},
+                reward=p0,
+                length=sum(t.n_tokens for t in g.turns),
+                truncated=any(t.truncated for t in g.turns),
+                transcript=transcript,
+            )
+        )
     return rows
 
 

@@ -33,9 +33,15 @@ from pippa_ops.transport.keeper.wire import Conn
 from pippa_ops.transport.sshconfig import ssh_config_path
 
 __all__ = [
-    "ACK_WAIT_S", "ANSWER_WAIT_S", "KILL_WAIT_S", "KeeperClient", "KeeperProcess", "KeeperTransport",
-    "KeptSSHConfig", "socket_path",
-]  # fmt: skip
+    "ACK_WAIT_S",
+    "ANSWER_WAIT_S",
+    "KILL_WAIT_S",
+    "KeeperClient",
+    "KeeperProcess",
+    "KeeperTransport",
+    "KeptSSHConfig",
+    "socket_path",
+]
 
 ACK_WAIT_S = 2.0  # a live keeper answers A at once; a stopped or wedged one is given up after this
 

@@ -202,14 +202,23 @@ class HostConn:
         try:
             return await asyncio.wait_for(
                 asyncssh.connect(
-                    ep.hostname, ep.port, tunnel=tunnel if tunnel is not None else (), sock=sock,
-                    config=[], client_factory=lambda: client, known_hosts=([], [], []),
-                    username=ep.user or (), client_keys=_identities(ep), ignore_encrypted=True,
-                    keepalive_interval=KEEPALIVE_S, login_timeout=self._timeout,
-                    server_host_key_algs=_host_key_algs(ep.known_hosts_name), encryption_algs=_CIPHERS,
+                    ep.hostname,
+                    ep.port,
+                    tunnel=tunnel if tunnel is not None else (),
+                    sock=sock,
+                    config=[],
+                    client_factory=lambda: client,
+                    known_hosts=([], [], []),
+                    username=ep.user or (),
+                    client_keys=_identities(ep),
+                    ignore_encrypted=True,
+                    keepalive_interval=KEEPALIVE_S,
+                    login_timeout=self._timeout,
+                    server_host_key_algs=_host_key_algs(ep.known_hosts_name),
+                    encryption_algs=_CIPHERS,
                 ),
                 self._timeout,
-            )  # fmt: skip
+            )
         except (asyncssh.HostKeyNotVerifiable, asyncssh.KeyExchangeFailed) as e:
             if client.refused is not None:
                 raise client.refused from e

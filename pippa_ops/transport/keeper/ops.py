@@ -122,8 +122,12 @@ def parse(data: dict[str, Any]) -> Op:
         if cls is Home:
             return Home(dict(fields["host"]), bool(fields.get("accept_new")))
         if cls is Exec:
-            return Exec(dict(fields["host"]), bool(fields.get("accept_new")), str(fields["command"]),
-                        bool(fields.get("ahead")))  # fmt: skip
+            return Exec(
+                dict(fields["host"]),
+                bool(fields.get("accept_new")),
+                str(fields["command"]),
+                bool(fields.get("ahead")),
+            )
         return cls()
     except (KeyError, TypeError, ValueError) as e:
         raise ProtocolError(f"bad {cls.op} request") from e

@@ -61,10 +61,16 @@ class Kept:
 
     def summary(self, key: str, now: float) -> dict[str, Any]:
         return {
-            "key": key, "name": self.conn.name, "connections": self.conn.opened,
-            "commands": self.commands, "ahead_used": self.ahead_used, "reused": self.reused,
-            "ready": len(self.ready), "busy": self.busy, "idle_s": round(now - self.last_used, 3),
-        }  # fmt: skip
+            "key": key,
+            "name": self.conn.name,
+            "connections": self.conn.opened,
+            "commands": self.commands,
+            "ahead_used": self.ahead_used,
+            "reused": self.reused,
+            "ready": len(self.ready),
+            "busy": self.busy,
+            "idle_s": round(now - self.last_used, 3),
+        }
 
 
 class Pool:
@@ -211,4 +217,3 @@ class Pool:
                 raise errors.HostUnreachable(f"{kept.conn.name}: $HOME query failed ({chan.status}): {why}")
             kept.home = out.decode(errors="replace").strip()
         return kept.home
-

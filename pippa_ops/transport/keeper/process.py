@@ -35,6 +35,7 @@ class KeeperService(Protocol):
 
     def raise_typed(self, answer: dict[str, Any]) -> None: ...
 
+
 ANSWER_WAIT_S = 6 * CONNECT_TIMEOUT_S  # the keeper's own connect (TCP, banner, auth, jump hops)
 KILL_WAIT_S = 2.0  # how long kill() waits for the command's end, as SSHProcess.kill does
 
@@ -247,8 +248,9 @@ class KeeperTransport(Transport):
         if self._home is None:
             answer = None
             if self._direct is None:
-                answer = self.client.ask(ops.Home(self.endpoint.as_json(), self._accept_new), ANSWER_WAIT_S,
-                                         self.endpoint)  # fmt: skip
+                answer = self.client.ask(
+                    ops.Home(self.endpoint.as_json(), self._accept_new), ANSWER_WAIT_S, self.endpoint
+                )
             self._home = str(answer["home"]) if answer else self.direct().home()
         return self._home
 

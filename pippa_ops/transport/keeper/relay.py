@@ -69,16 +69,29 @@ class Tally:
         self._lines += data.count(b"\n")
 
     def at_boundary(self) -> bool:
-        return (self._status_seen and not self._broken and not self._skip and not self._head
-                and self._frames - self._bundle == self._lines)  # fmt: skip
+        return (
+            self._status_seen
+            and not self._broken
+            and not self._skip
+            and not self._head
+            and self._frames - self._bundle == self._lines
+        )
 
 
 class Relay:
     """One command: its client (``reader``/``writer``, frames already read in ``frames``) and its channel.
     ``run`` returns whether the channel is lent back (a host agent whose client had every answer)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frames: wire.FrameReader,
-                 chan: Chan, *, first: bytes = b"", tally: Tally | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        frames: wire.FrameReader,
+        chan: Chan,
+        *,
+        first: bytes = b"",
+        tally: Tally | None = None,
+    ) -> None:
         self.reader, self.writer, self.frames, self.chan = reader, writer, frames, chan
         self.first = first  # stdout the client reads first (a lent agent's "+", as its bootstrap said)
         self.tally = tally  # a host agent's conversation (None: any other command, never lent)
@@ -198,4 +211,3 @@ class Relay:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(chan.until(gone), KILL_EVERY_S)
         chan.close()
-

@@ -167,8 +167,13 @@ class Keeper:
         return self.status()
 
     def status(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "persist_s": self.persist_s, "hosts": self.pool.status(),
-                "threads": threading.active_count(), "relays": self._relays}  # fmt: skip
+        return {
+            "pid": os.getpid(),
+            "persist_s": self.persist_s,
+            "hosts": self.pool.status(),
+            "threads": threading.active_count(),
+            "relays": self._relays,
+        }
 
     async def _shutdown_op(self, _: ops.Shutdown) -> dict[str, Any]:
         closed = self.pool.connected()
@@ -240,8 +245,13 @@ class Keeper:
         return config
 
     # -------------------------------------------------------------------------------------- exec
-    async def _exec(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    frames: wire.FrameReader, request: ops.Exec) -> None:  # fmt: skip
+    async def _exec(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        frames: wire.FrameReader,
+        request: ops.Exec,
+    ) -> None:
         """Start the command and relay it until it ends (or its agent is lent back); or answer an error."""
         kept = self.pool.acquire(request.endpoint, request.accept_new)
         back = None

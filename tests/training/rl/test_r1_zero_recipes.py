@@ -46,11 +46,14 @@ def _jsonl(path: Path, rows: list[dict[str, Any]]) -> str:
 
 
 def test_math_and_gsm8k_rows_from_local_files_in_the_r1_zero_template(tmp_path: Path) -> None:
-    files = _jsonl(tmp_path / "math.jsonl", [
-        {"problem": "What is $1/2 + 1/2$?", "solution": "It is $\\boxed{1}$."},
-        {"problem": "Unboxed?", "solution": "no answer marked"},
-        {"problem": "Given answer", "solution": "", "answer": "\\pi"},
-    ])  # fmt: skip
+    files = _jsonl(
+        tmp_path / "math.jsonl",
+        [
+            {"problem": "What is $1/2 + 1/2$?", "solution": "It is $\\boxed{1}$."},
+            {"problem": "Unboxed?", "solution": "no answer marked"},
+            {"problem": "Given answer", "solution": "", "answer": "\\pi"},
+        ],
+    )
     rows = load_rows(DataConfig(dataset="math", params={"data_files": files, "template": "r1_zero"}), 0)
     assert [r["answer"] for r in rows] == ["1", "\\pi"]
     assert rows[0]["prompt"] == R1_ZERO_PROMPT.replace("{question}", "What is $1/2 + 1/2$?")
@@ -106,15 +109,19 @@ def test_eval_cli_vllm_backend_without_vllm_is_one_line() -> None:
         pytest.skip("vLLM is installed here")
     p = subprocess.run(
         [sys.executable, "-m", "training_core.eval", "tiny", "--task", "math", "--backend", "vllm"],
-        capture_output=True, text=True, cwd=REPO, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.count("\n") == 1 and "--backend vllm needs vLLM" in p.stderr
 
 
 def test_r1_zero_math_recipe_is_dr_grpo_on_a_base_model_with_the_r1_zero_reward() -> None:
-    h100 = PlatformFacts(gpu_name="NVIDIA H100 80GB HBM3", gpu_count=1, gpu_memory_gb=80, bf16=True,
-                         vllm_available=True)  # fmt: skip
+    h100 = PlatformFacts(
+        gpu_name="NVIDIA H100 80GB HBM3", gpu_count=1, gpu_memory_gb=80, bf16=True, vllm_available=True
+    )
     cfg = resolve("r1_zero_math", [], h100).config
     assert (cfg.train.loss_type, cfg.train.scale_rewards, cfg.train.beta) == ("dr_grpo", "none", 0.0)
     assert cfg.model.name == "Qwen/Qwen2.5-Math-1.5B" and cfg.data.prompt_style == "plain"
@@ -130,8 +137,12 @@ def test_r1_zero_tiny_recipe_trains_and_logs_format_and_answer(
 ) -> None:
     monkeypatch.setenv("WANDB_MODE", "disabled")
     run_dir = tmp_path / "run"
-    assert train_main(["r1_zero_tiny", "--run-dir", str(run_dir), "--set", "train.max_steps=1"],
-                      facts=PlatformFacts()) == 0  # fmt: skip
+    assert (
+        train_main(
+            ["r1_zero_tiny", "--run-dir", str(run_dir), "--set", "train.max_steps=1"], facts=PlatformFacts()
+        )
+        == 0
+    )
     got = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [x for x in got if x["type"] == "step"]
     assert len(steps) == 1 and {"reward/r1_zero", "reward/r1_zero_format"} <= steps[0].keys()

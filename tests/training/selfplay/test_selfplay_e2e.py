@@ -19,10 +19,19 @@ from training_core.eval import cli as eval_cli
 
 pytestmark = pytest.mark.slow
 SHORT = [
-    "--set", "train.max_steps=3", "--set", "selfplay.samples_per_step=24",
-    "--set", "selfplay.parallel_games=8", "--set", "eval.n=4", "--set", "eval.interval=2",
-    "--set", "checkpoint.every=2",
-]  # fmt: skip
+    "--set",
+    "train.max_steps=3",
+    "--set",
+    "selfplay.samples_per_step=24",
+    "--set",
+    "selfplay.parallel_games=8",
+    "--set",
+    "eval.n=4",
+    "--set",
+    "eval.interval=2",
+    "--set",
+    "checkpoint.every=2",
+]
 
 
 def _records(run_dir: Path) -> list[dict]:
@@ -73,8 +82,12 @@ def test_tiny_selfplay_runs_logs_checkpoints_resumes_and_evaluates(
     assert ckpts == ["checkpoint-2", "checkpoint-3"]  # every 2 and the last step
 
     # resume from the newest checkpoint (step 3) with a longer budget: one row per step, one end line
-    assert train.main(["tictactoe_tiny", "--run-dir", str(run_dir), *SHORT, "--set", "train.max_steps=4",
-                       "--resume"]) == 0  # fmt: skip
+    assert (
+        train.main(
+            ["tictactoe_tiny", "--run-dir", str(run_dir), *SHORT, "--set", "train.max_steps=4", "--resume"]
+        )
+        == 0
+    )
     recs = _records(run_dir)
     assert [r["step"] for r in recs if r["type"] == "step"] == [1, 2, 3, 4]
     assert [r["resumed_from_step"] for r in recs if r["type"] == "header"] == [None, 3]

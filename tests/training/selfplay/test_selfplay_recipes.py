@@ -21,8 +21,13 @@ def test_tictactoe_keeps_spirals_reference_numbers_on_an_h100() -> None:
     t, sp = cfg.train, cfg.selfplay
     assert cfg.method == "selfplay" and cfg.rewards == []
     assert (t.learning_rate, t.max_grad_norm, t.temperature, t.top_p, t.num_iterations, t.beta) == (
-        1e-6, 1.0, 1.0, 1.0, 2, 0.0,
-    )  # fmt: skip
+        1e-6,
+        1.0,
+        1.0,
+        1.0,
+        2,
+        0.0,
+    )
     assert (t.lr_scheduler_type, t.warmup_ratio) == ("constant", 0.0)
     assert (sp.rae_decay, sp.samples_per_step, sp.max_turns, sp.drop_zero_advantage) == (0.95, 128, 50, True)
     assert (sp.prompt, cfg.data.prompt_style, sp.eval_temperature, sp.eval_top_p) == (

@@ -43,8 +43,9 @@ def test_the_update_follows_the_advantage_sign_with_the_dr_grpo_loss(
     before = {a: _logp(model, tok, a) for a in "45"}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     sched = lr_schedule(opt, "constant", 0, 10)
-    settings = UpdateSettings(max_completion_length=4, micro_batch_size=1, epochs=epochs, cliprange=0.2,
-                              max_grad_norm=1.0)  # fmt: skip
+    settings = UpdateSettings(
+        max_completion_length=4, micro_batch_size=1, epochs=epochs, cliprange=0.2, max_grad_norm=1.0
+    )
     m = policy_update(model, tok, opt, sched, samples, settings)
     if epochs == 1:
         # per sequence −A·log p / 4 (one response token, divisor 4), averaged over the 2 sequences
