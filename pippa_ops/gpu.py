@@ -228,6 +228,16 @@ def with_processes(sample: Sequence[Gpu], report: GpuReport) -> list[Gpu]:
     return [replace(g, processes=by_uuid.get(g.uuid, ())) if g.uuid else g for g in sample]
 
 
+def stream_row(line: bytes) -> tuple[Gpu, int | None] | None:
+    """One line of the streaming query (``STREAM_FIELDS``): the GPU and how many rows make its sample
+    (None: not said); None for a line that is not one."""
+    row = _rows(line.decode(errors="replace"))
+    if not row or len(row[0]) < len(STREAM_FIELDS):
+        return None
+    count = number(row[0][-1])
+    return _gpu_from(dict(zip(STREAM_FIELDS, row[0], strict=False))), None if count is None else int(count)
+
+
 class GpuStream:
     """nvidia-smi's own loop on one channel; ``samples()`` yields a GPU list per interval.
 
@@ -261,12 +271,11 @@ class GpuStream:
                     raise HostUnreachable(f"{self.transport.name}: no answer for {self.stall_s:.0f}s") from e
                 if not line:
                     break
-                row = _rows(line.decode(errors="replace"))
-                if not row or len(row[0]) < len(STREAM_FIELDS):
+                row = stream_row(line)
+                if row is None:
                     continue
-                batch.append(_gpu_from(dict(zip(STREAM_FIELDS, row[0], strict=False))))
-                count = number(row[0][-1])
-                if count is None or len(batch) >= int(count):
+                batch.append(row[0])
+                if row[1] is None or len(batch) >= row[1]:
                     yield batch
                     batch = []
             if self._closed:

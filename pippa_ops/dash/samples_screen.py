@@ -22,7 +22,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 from textual.worker import get_current_worker
 
-from pippa_ops.dash.widgets import RunView
+from pippa_ops.dash.run_view import RunView
 from pippa_ops.runs import samples
 
 if TYPE_CHECKING:

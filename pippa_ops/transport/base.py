@@ -130,6 +130,22 @@ class Process(abc.ABC):
         del self._rbuf[: end + 1]
         return line
 
+    def fileno(self) -> int | None:
+        """A descriptor that reads ready when ``read_nowait`` may have bytes (an event loop waits on
+        it instead of a thread blocking in ``read``); None: this process has none."""
+        return None
+
+    def read_nowait(self, n: int = 65536) -> bytes | None:
+        """Up to ``n`` bytes of stdout that are here already; None: none yet (wait on ``fileno``);
+        ``b""`` at end of stream. Never blocks."""
+        if self._rbuf:
+            return self.read(n)
+        return self._read_nowait_raw(n)
+
+    def _read_nowait_raw(self, n: int) -> bytes | None:
+        fd = self.fileno()
+        return None if fd is None or not readable([fd], 0) else self._read_raw(n)
+
     @abc.abstractmethod
     def write(self, data: bytes) -> None:
         """Send bytes to the command's stdin."""
@@ -293,6 +309,10 @@ class _LocalProcess(Process):
             if out.closed:  # kill() from another thread closed the pipe (EBADF mid-wait): ended
                 return b""
             raise
+
+    def fileno(self) -> int | None:
+        out = self._p.stdout
+        return None if out is None or out.closed else out.fileno()
 
     def write(self, data: bytes) -> None:
         assert self._p.stdin is not None

@@ -250,6 +250,14 @@ class SSHProcess(Process):
         except EOFError as e:  # paramiko, when the window adjust after a large read finds the link gone
             raise HostUnreachable("lost the SSH connection while reading") from e
 
+    def fileno(self) -> int | None:
+        return None if self._chan.closed else self._chan.fileno()
+
+    def _read_nowait_raw(self, n: int) -> bytes | None:
+        if self._chan.recv_ready():
+            return self._chan.recv(n)
+        return b"" if self._chan.eof_received or self._chan.closed else None
+
     def write(self, data: bytes) -> None:
         self._chan.sendall(data)
 

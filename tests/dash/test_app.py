@@ -9,8 +9,9 @@ import pytest
 from textual.widgets import Log
 
 from pippa_ops.dash import create_app
+from pippa_ops.dash.run_view import MetricPlot
 from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen
-from pippa_ops.dash.widgets import HostPanel, MetricPlot, RunsTable, sparkline
+from pippa_ops.dash.widgets import HostPanel, RunsTable, sparkline
 from pippa_ops.monitor.host import Gpu, GpuSampled, LinkChanged, RunDetail, RunUpdated
 from pippa_ops.monitor.state import DoctorRead
 
@@ -140,8 +141,8 @@ class _Recorder:
         self.name = name
         self.calls: list[tuple[str, object]] = []
 
-    def stream_gpus(self, emit) -> None: ...
-    def poll(self, emit) -> None: ...
+    async def stream_gpus(self, emit) -> None: ...
+    async def poll(self, emit) -> None: ...
     def follow(self, run_id, emit) -> None:
         self.calls.append(("follow", run_id))
 

@@ -56,6 +56,9 @@ class Rates:
     def set_visible(self, visible: bool) -> None:
         self.visible = visible
 
+    async def stream_gpus(self, emit) -> None: ...  # type: ignore[no-untyped-def]
+    async def poll(self, emit) -> None: ...  # type: ignore[no-untyped-def]
+
     def __getattr__(self, _: str):  # type: ignore[no-untyped-def]
         return lambda *a, **k: None
 

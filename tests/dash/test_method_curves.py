@@ -9,7 +9,7 @@ import dash_state as S
 import pytest
 
 from pippa_ops.dash import create_app
-from pippa_ops.dash.widgets import MetricPlot
+from pippa_ops.dash.run_view import MetricPlot
 from pippa_ops.monitor.state import MetricsParser, RunDetail
 
 

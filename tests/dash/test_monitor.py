@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import fake_smi
+import monitor_loop
 import pytest
 
 from pippa_agent.doctor.history import store
@@ -149,9 +150,7 @@ def test_local_host_streams_gpus_lists_runs_and_follows_a_runs_metrics(tmp_path:
         return next(e for e in events if pred(e))
 
     mon = HostMonitor(local_spec(tmp_path / "repo"), interval_s=1.0, runs_every_s=0.5)
-    threads = [threading.Thread(target=f, args=(emit,), daemon=True) for f in (mon.stream_gpus, mon.poll)]
-    for th in threads:
-        th.start()
+    ended = monitor_loop.start(mon, emit)
     try:
         g = wait_for(lambda e: isinstance(e, GpuSampled) and e.gpus, "a GPU sample")
         assert [r.index for r in g.gpus] == [0, 1] and g.gpus[0].mem_total_mib == 81559.0
@@ -173,9 +172,7 @@ def test_local_host_streams_gpus_lists_runs_and_follows_a_runs_metrics(tmp_path:
         assert not follower.is_alive(), "a finished run's follow ends by itself"
     finally:
         mon.close()
-        for th in threads:
-            th.join(10)
-    assert not any(th.is_alive() for th in threads), "close() ends the monitor's loops"
+    assert ended.wait(10), "close() ends the monitor's loops"
 
 
 @pytest.mark.parametrize("module", ["pippa_ops.monitor.host", "pippa_ops.monitor.state"])

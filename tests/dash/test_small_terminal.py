@@ -8,7 +8,8 @@ import dash_state as S
 import pytest
 
 from pippa_ops.dash import create_app
-from pippa_ops.dash.widgets import MetricPlot, RunsTable, flat_ticks, gpu_lines
+from pippa_ops.dash.run_view import MetricPlot, flat_ticks
+from pippa_ops.dash.widgets import RunsTable, gpu_lines
 from pippa_ops.monitor.host import LinkChanged, RunDetail, apply
 from pippa_ops.runs.curves import ema
 

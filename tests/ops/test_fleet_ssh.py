@@ -94,17 +94,23 @@ class Term:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True)
 
 
-def _keeper_threads(env: dict[str, str]) -> int:
-    """The thread count of this client's keeper (its socket is under the client's runtime dir)."""
+def _threads(env: dict[str, str], what: str) -> int:
+    """The thread count of this client's keeper (``what`` "keeper": its socket is under the client's
+    runtime dir) or of its ``pippa dash`` (``what`` "dash": started with the client's environment)."""
+    mine = env["PIPPA_RUNTIME_DIR"].encode()
     for proc in Path("/proc").iterdir():
         try:
             cmdline = (proc / "cmdline").read_bytes()
-            if b"pippa_ops.transport.keeper" in cmdline and env["PIPPA_RUNTIME_DIR"].encode() in cmdline:
+            if what == "keeper":
+                found = b"pippa_ops.transport.keeper" in cmdline and mine in cmdline
+            else:
+                found = cmdline.endswith(b"pippa\0dash\0") and mine in (proc / "environ").read_bytes()
+            if found:
                 status = (proc / "status").read_text()
                 return int(next(x for x in status.splitlines() if x.startswith("Threads:")).split()[1])
         except (OSError, StopIteration, ValueError):
             continue
-    raise AssertionError("no keeper is running for this client")
+    raise AssertionError(f"no {what} is running for this client")
 
 
 def _row(screen: str, name: str) -> str:
@@ -154,8 +160,12 @@ def test_32_hosts_in_ps_hosts_and_the_fleet_view(fleet, env) -> None:
 
         # Every host's connection, GPU stream and agents are on the keeper's one event loop: its
         # threads do not grow with hosts (paramiko's keeper ran one per host, 34 here).
-        threads = _keeper_threads(env)
+        threads = _threads(env, "keeper")
         assert threads <= 16, f"the keeper runs {threads} threads for {N} hosts"
+        # The dashboard's too: every host's GPU feed and run poll are tasks on Textual's loop, their
+        # blocking calls in one bounded executor (two threads per host before, 70 here).
+        threads = _threads(env, "dash")
+        assert threads <= 16, f"the dashboard runs {threads} threads for {N} hosts"
 
         # A host goes away mid-session: unreachable within one refresh (the GPU stream's stall,
         # 10 s at the full rate), then back by itself once it listens again.

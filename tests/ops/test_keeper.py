@@ -4,6 +4,7 @@ and the security edges (another Unix user, a changed host key on reconnect)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -31,6 +32,7 @@ from pippa_ops.transport.ssh import SSHTransport
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "dash"))
 import fake_smi
+import monitor_loop
 
 pytestmark = pytest.mark.ssh
 BOUND_S = keeper_client.ACK_WAIT_S + 8  # fallback wait plus a direct connection on a busy machine
@@ -204,6 +206,48 @@ def test_a_relayed_process_behaves_like_an_ssh_one(kept, ssh_hosts, way):
     if way == "keeper":
         assert isinstance(t, KeeperTransport) and t.relayed
         assert _host(h.name)["connections"] == 1
+
+
+@pytest.mark.parametrize("way", ["keeper", "direct", "local"])
+def test_a_stream_read_on_an_event_loop_loses_no_byte_and_stalls_by_its_deadline(kept, ssh_hosts, way):
+    """What the dashboard's GPU feed does: lines read on the loop (``transport.aread``), no thread
+    blocked per stream; lines arriving in bursts and split across reads come whole, and in order."""
+    from pippa_ops.transport import aread
+    from pippa_ops.transport.base import LocalTransport
+
+    assert reuse.start() is not None
+    h = ssh_hosts[0]
+    spec, t = connect(h.name)
+    t = {"keeper": t, "direct": SSHTransport(endpoint(spec)), "local": LocalTransport()}[way]
+    lines_of_growing_length = 'for i in $(seq 300); do printf "line %s %s\\n" $i $(printf "%0${i}d" 0); done'
+    script = f"{lines_of_growing_length}; sleep 0.3; printf last"
+
+    async def read_all() -> tuple[list[bytes], bool]:
+        p = t.start(script)
+        assert p.fileno() is not None
+        lines = aread.Lines(p, stall_s=10)
+        got = [line async for line in _lines(lines)]
+        q = t.start("sleep 5")
+        try:
+            await aread.Lines(q, stall_s=0.3).readline()
+            stalled = False
+        except TimeoutError:
+            stalled = True
+        q.kill()
+        return got, stalled
+
+    with t:
+        got, stalled = asyncio.run(read_all())
+    want = [f"line {i} {'0' * i}\n".encode() for i in range(1, 301)] + [b"last"]
+    assert got == want
+    assert stalled, "a silent stream raises TimeoutError after its stall time"
+    if way == "keeper":
+        assert isinstance(t, KeeperTransport) and t.relayed
+
+
+async def _lines(lines):  # type: ignore[no-untyped-def]
+    while line := await lines.readline():
+        yield line
 
 
 def test_a_warm_command_imports_no_paramiko(kept, ssh_hosts):
@@ -482,19 +526,13 @@ def test_the_dashboard_monitor_shares_the_keeper(kept, ssh_hosts):
     assert reuse.start() is not None
     events: list[object] = []
     mon = HostMonitor(resolve(h.name), interval_s=0.3, runs_every_s=0.3)
-    threads = [
-        threading.Thread(target=f, args=(events.append,), daemon=True) for f in (mon.stream_gpus, mon.poll)
-    ]
-    for th in threads:
-        th.start()
+    ended = monitor_loop.start(mon, events.append)
     try:
         _until(lambda: any(isinstance(e, GpuSampled) and len(e.gpus) == 2 for e in events))
         _until(lambda: any(isinstance(e, RunsListed) for e in events))
     finally:
         mon.close()
-        for th in threads:
-            th.join(10)
-    assert not any(th.is_alive() for th in threads), "close() ends the monitor's loops"
+    assert ended.wait(10), "close() ends the monitor's loops"
     assert _host(h.name)["connections"] == 1 and int(_host(h.name)["commands"]) >= 2  # type: ignore[call-overload]
 
 

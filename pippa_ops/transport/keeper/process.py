@@ -20,6 +20,7 @@ from pippa_ops.transport.base import (
 )
 from pippa_ops.transport.endpoint import Endpoint
 from pippa_ops.transport.keeper import ops, wire
+from pippa_ops.transport.ready import readable
 
 if TYPE_CHECKING:
     from pippa_ops.transport.keeper.wire import Conn
@@ -68,6 +69,10 @@ class KeeperProcess(Process):
             raise
         except (OSError, ValueError, wire.ProtocolError):
             got = None
+        self._take(got)
+
+    def _take(self, got: tuple[bytes, bytes] | None) -> None:
+        """Fold in one frame (None: the keeper connection ended)."""
         if got is None:
             self._lost = True
             self._end(-1)
@@ -103,6 +108,38 @@ class KeeperProcess(Process):
             out = bytes(self._out[:n])
             del self._out[:n]
             return out
+
+    def fileno(self) -> int | None:
+        fd = self._c.sock.fileno()
+        return None if fd < 0 else fd
+
+    def _read_nowait_raw(self, n: int) -> bytes | None:
+        """What is here: a frame may arrive in pieces, so bytes are taken from the socket only when it
+        is readable and folded in only once a whole frame is buffered."""
+        if not self._rlock.acquire(blocking=False):
+            return None  # another thread is reading
+        try:
+            while not self._out and not self._out_ended:
+                got = self._c.reader.pop()
+                if got is None:
+                    if not readable([self._c.sock], 0):
+                        return None
+                    try:
+                        chunk = self._c.sock.recv(wire.CHUNK)
+                    except OSError:
+                        chunk = b""
+                    if chunk:
+                        self._c.reader.feed(chunk)
+                        continue
+                self._take(got)
+            out = bytes(self._out[:n])
+            del self._out[:n]
+            return out
+        except wire.ProtocolError:
+            self._take(None)
+            return b""
+        finally:
+            self._rlock.release()
 
     def write(self, data: bytes) -> None:
         if self._status is not None or self._killed:
