@@ -9,6 +9,7 @@ command and ending it are blocking calls and go to the loop's executor.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import replace
 
@@ -55,8 +56,14 @@ class GpuFeed:
 
     async def run(self, emit: Emit) -> None:
         """Until the link closes: connect, stream, and after a loss show the host down and retry."""
+        self.link.bind()
+        try:
+            await self._supervise(emit)
+        finally:
+            self.link.hang_up()
+
+    async def _supervise(self, emit: Emit) -> None:
         link = self.link
-        link.bind()
         attempt = 0
         while not link.closed.is_set():
             try:
@@ -68,7 +75,7 @@ class GpuFeed:
                 attempt += 1
                 continue
             if link.closed.is_set():
-                break
+                return
             attempt = 0
             link.set_up()
             emit(LinkChanged(link.name, "up"))
@@ -77,13 +84,13 @@ class GpuFeed:
             except LOST as e:
                 link.lose(e)
             if link.closed.is_set():
-                break
+                return
             if self._restart and not link.lost.is_set():
                 self._restart = False
                 continue
-            link.hang_up()
+            if link.lost.is_set():
+                link.hang_up()  # every read still blocked on it (a follower, a poll) ends now
             await link.wait_retry(emit, link.lost_reason, retry_delay(0))
-        link.hang_up()
 
     async def _stream(self, t: Transport, emit: Emit) -> None:
         proc = await blocking(t.start, join(query_argv(self.interval_s, STREAM_FIELDS)))
@@ -135,6 +142,11 @@ class GpuFeed:
     def _end(self, proc: Process) -> None:
         """Stop nvidia-smi on the host without blocking the loop (a relayed kill waits for the end)."""
         try:
-            asyncio.get_running_loop().run_in_executor(None, proc.kill)
+            asyncio.get_running_loop().run_in_executor(None, _kill, proc)
         except RuntimeError:  # the executor is shut down: the app is closing
             proc.close()
+
+
+def _kill(proc: Process) -> None:
+    with contextlib.suppress(*LOST):
+        proc.kill()
