@@ -259,6 +259,25 @@ def test_the_known_package_cycle_edges_are_still_there() -> None:
     assert not gone, f"gone, remove from KNOWN_PACKAGE_CYCLE_EDGES: {sorted(gone)}"
 
 
+# pippa_ops/runs/ in sub-packages by concern, each importing only those before it (function-level
+# imports included): the records every part reads, launching, where a run is and moving it, reading.
+RUNS_LAYERS = ("records", "launching", "moving", "reading")
+
+
+def test_pippa_ops_runs_is_sub_packages_that_import_one_way() -> None:
+    runs = {m for m in modules() if m.startswith("pippa_ops.runs.")}
+    loose = sorted(m for m in runs if m.split(".")[2] not in RUNS_LAYERS)
+    assert loose == [], "every module of pippa_ops.runs lives in one of RUNS_LAYERS"
+    upward = [
+        f"{m} -> {t}"
+        for m, targets in graph(("pippa_ops",), load_time_only=False).items()
+        if m in runs
+        for t in targets
+        if t in runs and RUNS_LAYERS.index(t.split(".")[2]) > RUNS_LAYERS.index(m.split(".")[2])
+    ]
+    assert sorted(upward) == []
+
+
 # -- the size rule ------------------------------------------------------------------------------------
 # Files allowed over the limit while a change splits them (none now); each leaves this list with the
 # change that splits or moves it.

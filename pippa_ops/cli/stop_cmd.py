@@ -12,9 +12,9 @@ from pippa_ops.errors import ExitCode, PippaError
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.launch import DEFAULT_GRACE_S, StopResult, stop
-from pippa_ops.runs.listing import current_run, list_runs
-from pippa_ops.runs.locate import locate_run_hosts
+from pippa_ops.runs.launching.launch import DEFAULT_GRACE_S, StopResult, stop
+from pippa_ops.runs.moving.locate import locate_run_hosts
+from pippa_ops.runs.records.listing import current_run, list_runs
 from pippa_ops.transport.base import Transport
 
 
@@ -60,7 +60,7 @@ def stop_cmd(
 
 def _checkpoint_line(transport: Transport, spec: HostSpec, run_id: str) -> str:
     """Where ``pippa resume`` would continue from: the run's newest checkpoint, or step 0."""
-    from pippa_ops.runs.tidy import checkpoints
+    from pippa_ops.runs.moving.tidy import checkpoints
     from pippa_ops.transport import agent_client
 
     with agent_client.Session(transport) as agent:

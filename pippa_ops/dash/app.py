@@ -38,7 +38,7 @@ from pippa_ops.monitor.host import (
     apply,
 )
 from pippa_ops.monitor.state import ended_runs
-from pippa_ops.runs.curves import DASH_SMOOTHING
+from pippa_ops.runs.reading.curves import DASH_SMOOTHING
 
 APP_KEYS = frozenset({"attach", "log", "stop", "reconnect", "smooth", "fleet", "help", "quit"})
 # The fleet view folds in and draws what the monitors sent meanwhile this often: one wake-up of the

@@ -17,9 +17,9 @@ from pippa_contract.termsafe import escape
 from pippa_ops.cli.table import Column, cut, fit
 from pippa_ops.dash.hostline import status_line
 from pippa_ops.monitor.state import PLOTTED, SLOT_KEYS, GpuState, HostState, RunDetail, RunRow
-from pippa_ops.runs.cost import money
-from pippa_ops.runs.curves import smooth, ticks_for_width
-from pippa_ops.runs.shortid import short_ids
+from pippa_ops.runs.reading.curves import smooth, ticks_for_width
+from pippa_ops.runs.records.cost import money
+from pippa_ops.runs.records.shortid import short_ids
 
 Points = tuple[tuple[int, float], ...]
 BARS = "▁▂▃▄▅▆▇█"

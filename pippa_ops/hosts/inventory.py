@@ -73,7 +73,7 @@ class HostSpec:
     idle_threshold: float = 5.0
     cost_per_hour: float | None = None
     cost_per_gpu_hour: float | None = None
-    currency: str = "$"  # what the rate is in: an ISO code ("USD", "EUR") or a symbol (runs.cost.money)
+    currency: str = "$"  # the rate's unit: an ISO code ("USD", "EUR") or a symbol (runs.records.cost.money)
     gpus: int | None = None  # how many GPUs the box should have (`pippa doctor` fails it with fewer)
     # The dead-man's switch (PIPPA_HEARTBEAT): ping period while a run makes progress ("60s"; None: 60 s),
     # and "always" to ping while no run goes on too.

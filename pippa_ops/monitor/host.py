@@ -46,10 +46,10 @@ from pippa_ops.monitor.state import (
     RunUpdated,
     apply,
 )
-from pippa_ops.runs.cost import Prices
-from pippa_ops.runs.follow import Follower
-from pippa_ops.runs.launch import stop
-from pippa_ops.runs.listing import RunRecord, list_runs
+from pippa_ops.runs.launching.launch import stop
+from pippa_ops.runs.records.cost import Prices
+from pippa_ops.runs.records.follow import Follower
+from pippa_ops.runs.records.listing import RunRecord, list_runs
 from pippa_ops.transport import agent_client
 from pippa_ops.transport._paramiko import paramiko
 from pippa_ops.transport.base import Transport

@@ -18,7 +18,7 @@ from pippa_ops.dash.screens import ConfirmStop
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import resolve
 from pippa_ops.monitor.host import HostMonitor
-from pippa_ops.runs.launch import launch
+from pippa_ops.runs.launching.launch import launch
 
 pytestmark = [pytest.mark.ssh, pytest.mark.anyio]
 

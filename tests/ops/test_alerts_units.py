@@ -19,9 +19,9 @@ from pippa_ops.alerts.commands import program_command, run_end_line
 from pippa_ops.alerts.settings import alert_settings, stop_config
 from pippa_ops.errors import UsageError
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.cost import money, priced
-from pippa_ops.runs.listing import HostRuns, RunRecord
-from pippa_ops.runs.script import Job, render_cmd_sh
+from pippa_ops.runs.launching.script import Job, render_cmd_sh
+from pippa_ops.runs.records.cost import money, priced
+from pippa_ops.runs.records.listing import HostRuns, RunRecord
 
 
 def test_cost_is_elapsed_times_rate_times_share_and_none_without_a_rate() -> None:

@@ -71,7 +71,7 @@ def test_a_resume_keeps_the_time_the_run_already_ran(tmp_path: Path) -> None:
     import os
 
     from pippa_agent.host import reopen_run_dir
-    from pippa_ops.runs.listing import host_runs
+    from pippa_ops.runs.records.listing import host_runs
 
     d = tmp_path / "20261126-000000-tiny-ab12"
     d.mkdir()

@@ -22,7 +22,7 @@ from conftest import PIPPA, ClientEnv
 from pippa_ops.dash.fleet import run_name
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import resolve
-from pippa_ops.runs.launch import launch
+from pippa_ops.runs.launching.launch import launch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "dash"))
 import fake_smi

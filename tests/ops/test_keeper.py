@@ -213,7 +213,7 @@ import sys
 from pippa_ops.transport import reuse
 reuse.configure(True, spawn=False)
 from pippa_ops.hosts.connect import connect, ssh_argv
-from pippa_ops.runs.listing import list_runs
+from pippa_ops.runs.records.listing import list_runs
 spec, t = connect({ssh_hosts[0].name!r})
 with t:
     list_runs(t, spec.remote_dir)

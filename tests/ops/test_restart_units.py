@@ -13,10 +13,10 @@ from pippa_agent.supervise import supervisor
 from pippa_contract import attempts
 from pippa_ops.errors import BadSetting
 from pippa_ops.provision.boot import boot_line, edit_crontab
-from pippa_ops.runs.listing import RunRecord, host_runs
-from pippa_ops.runs.recover import why_not
-from pippa_ops.runs.restart import RestartFlags, RestartPolicy, parse_duration
-from pippa_ops.runs.script import Job, render_cmd_sh
+from pippa_ops.runs.launching.recover import why_not
+from pippa_ops.runs.launching.restart import RestartFlags, RestartPolicy, parse_duration
+from pippa_ops.runs.launching.script import Job, render_cmd_sh
+from pippa_ops.runs.records.listing import RunRecord, host_runs
 
 SUPERVISOR = Path(supervisor.__file__).parent  # the supervisor's package
 

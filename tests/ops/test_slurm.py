@@ -23,8 +23,8 @@ from pippa_agent import slurm as agent_slurm
 from pippa_contract import errors as agent_errors
 from pippa_ops.errors import UsageError
 from pippa_ops.hosts.scheduler import SlurmSpec
-from pippa_ops.runs.listing import slurm_state
-from pippa_ops.runs.slurm import launch_words, render_sbatch
+from pippa_ops.runs.launching.slurm import launch_words, render_sbatch
+from pippa_ops.runs.records.listing import slurm_state
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE_RECIPE = REPO / "tests" / "training" / "probe.toml"  # the tiny model, few steps, a rank probe

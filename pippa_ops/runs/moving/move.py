@@ -33,11 +33,11 @@ from pippa_ops.errors import (
 )
 from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.launch import LaunchResult, resume
-from pippa_ops.runs.listing import RunRecord, list_runs
-from pippa_ops.runs.locate import all_hosts, locate
-from pippa_ops.runs.pull import PART
-from pippa_ops.runs.script import recipe_job
+from pippa_ops.runs.launching.launch import LaunchResult, resume
+from pippa_ops.runs.launching.script import recipe_job
+from pippa_ops.runs.moving.locate import all_hosts, locate
+from pippa_ops.runs.moving.pull import PART
+from pippa_ops.runs.records.listing import RunRecord, list_runs
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Process, Transport, read_to_end
 from pippa_ops.transport.shell import validate_name

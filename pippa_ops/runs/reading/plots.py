@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from pippa_ops.runs.curves import Points, smooth, ticks_for_width
+from pippa_ops.runs.reading.curves import Points, smooth, ticks_for_width
 
 MARKERS = ("braille", "dot", "x", "+", "o", "*")  # one per run where colour is off
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pippa_ops.errors import BadSetting
-from pippa_ops.runs.listing import RunRecord, list_runs
+from pippa_ops.runs.records.listing import RunRecord, list_runs
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 

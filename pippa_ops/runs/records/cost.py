@@ -15,8 +15,8 @@ from pippa_contract.alerts import cost_so_far, run_gpus
 from pippa_contract.alerts import money as money  # re-exported: how a cost reads
 from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.follow import read_all
-from pippa_ops.runs.listing import HostRuns, RunRecord
+from pippa_ops.runs.records.follow import read_all
+from pippa_ops.runs.records.listing import HostRuns, RunRecord
 from pippa_ops.transport.base import Transport
 
 

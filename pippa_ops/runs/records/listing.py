@@ -21,7 +21,7 @@ from pippa_contract.states import derive_state as derive_state  # the states, as
 from pippa_contract.states import slurm_state as slurm_state
 from pippa_contract.wire import READ_RUN
 from pippa_ops.errors import AmbiguousSession, RunNotFound
-from pippa_ops.runs.tmux import parse_sessions
+from pippa_ops.runs.records.tmux import parse_sessions
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport, read_to_end
 
@@ -54,7 +54,7 @@ class RunRecord:
     machine_rank: int | None = None  # this host's rank in such a run
     job_id: str | None = None  # the SLURM job of a run on a SLURM host (None: a tmux run)
     slurm_state: str | None = None  # squeue/scontrol's state and reason, e.g. "PENDING (Resources)"
-    cost: float | None = None  # so far, at the host's rate (pippa_ops.runs.cost); None: no rate
+    cost: float | None = None  # so far, at the host's rate (pippa_ops.runs.records.cost); None: no rate
     currency: str | None = None  # the rate's currency (HostSpec.currency) where there is a cost
     attempt: int | None = None  # a supervised run (--retry, --stall-timeout): its attempt now (1-based)
     max_attempts: int | None = None
@@ -63,8 +63,8 @@ class RunRecord:
     attempts_doc: dict[str, Any] | None = None  # attempts.json as the supervisor wrote it (pippa why)
     moved_to: str | None = None  # the host it moved to (pippa resume --on): it goes on there
     moved_from: str | None = None  # the host it moved from (run.json's moved_from): a copy there is stale
-    stale_of: str | None = None  # still going here though it moved to this host: a stale copy (runs.stale)
-    failover: tuple[str, ...] = ()  # --failover's hosts (run.json's restart.failover; runs.failover)
+    stale_of: str | None = None  # still going here though it moved to this host: a stale copy (moving.stale)
+    failover: tuple[str, ...] = ()  # --failover's hosts (run.json's restart.failover; moving.failover)
     failure: str | None = None  # its last attempt's failure class and reason, as ps says it (below)
     recording: bool = False  # going on, and this stretch's trainer wrote a line (LastRecords.begun_since)
     last_line: str | None = None  # going on with no metrics yet: its output's last line (start-up)
@@ -329,7 +329,7 @@ def read_run(
 
 def select_runs(host_runs: HostRuns, name: str) -> list[RunRecord]:
     """Runs that ``name`` designates on this host: a run id, a session's runs (newest last), or a
-    short run id (``runs.shortid``: a unique prefix or tail); a short id that fits several is refused
+    short run id (``runs.records.shortid``: a unique prefix or tail); a short id that fits several is refused
     (the rule: ``pippa_contract.runpick``, which the agent follows too)."""
     selected, several = runpick.select(host_runs.runs, name)
     if several:

@@ -7,7 +7,7 @@
   classes, each infrastructure class's exit status); ``resources.job_recovery.recover_on_exit_codes``
   are those statuses (pippa_contract.exitcodes); the run directory is on a bucket mount; a preemption
   hook sends the supervisor SIGUSR2 (the trainer saves and exits ``preempted``).
-- ``sbatch``: the job.sbatch a SLURM host gets (``runs.slurm``), for a cluster pippa does not reach.
+- ``sbatch``: the job.sbatch a SLURM host gets (``runs.launching.slurm``), for a cluster pippa does not reach.
 
 Pure: checks the names and settings as a launch does, returns the text; nothing touches a host.
 """
@@ -24,10 +24,10 @@ from pippa_contract import exitcodes as ec
 from pippa_contract.names import new_run_id
 from pippa_ops.errors import BadSetting
 from pippa_ops.hosts.scheduler import SlurmSpec
-from pippa_ops.runs.recipes import check_recipe, check_settings
-from pippa_ops.runs.script import parse_sets, recipe_job
-from pippa_ops.runs.slurm import render_sbatch
-from pippa_ops.runs.templates import render
+from pippa_ops.runs.launching.recipes import check_recipe, check_settings
+from pippa_ops.runs.launching.script import parse_sets, recipe_job
+from pippa_ops.runs.launching.slurm import render_sbatch
+from pippa_ops.runs.launching.templates import render
 
 TARGETS = ("skypilot", "sbatch")
 MAIN_PORT = 29500  # torch's usual c10d port, on the first node
@@ -46,7 +46,7 @@ def _uses_vllm(recipe: str, parsed: Sequence[tuple[str, str]]) -> bool:
     in the recipe file or a ``--set``."""
     import tomllib
 
-    from pippa_ops.runs.recipes import recipes_dir
+    from pippa_ops.runs.launching.recipes import recipes_dir
 
     with (recipes_dir() / f"{recipe}.toml").open("rb") as f:
         value: object = tomllib.load(f).get("train", {}).get("use_vllm")

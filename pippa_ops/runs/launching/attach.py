@@ -7,8 +7,8 @@ from __future__ import annotations
 from pippa_contract.names import SESSION_RE
 from pippa_ops.errors import NotAttachable, SessionNotFound
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.listing import current_run, list_runs
-from pippa_ops.runs.schedulers import scheduler_for
+from pippa_ops.runs.launching.schedulers import scheduler_for
+from pippa_ops.runs.records.listing import current_run, list_runs
 from pippa_ops.transport.base import Transport
 
 

@@ -21,9 +21,9 @@ from typing import Any
 from pippa_ops.errors import BadSetting
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.repo import repo_root
-from pippa_ops.runs.launch import plan_jobs
-from pippa_ops.runs.restart import RestartFlags
-from pippa_ops.runs.schedulers import scheduler_for
+from pippa_ops.runs.launching.launch import plan_jobs
+from pippa_ops.runs.launching.restart import RestartFlags
+from pippa_ops.runs.launching.schedulers import scheduler_for
 
 
 @dataclass(frozen=True)

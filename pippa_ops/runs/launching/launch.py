@@ -3,8 +3,8 @@
 A launch is a sync (for ``local``: only the marker) then ONE request to the host agent
 (``pippa_agent.runs.launch``) that checks tmux, refuses or replaces the session, writes
 ``runs/<id>/{run.json,cmd.sh}`` and starts the session.
-Listing and state live in ``runs.listing``; the script builders in ``runs.script``; this module only
-orders the steps. It imports no typer/rich/textual: the dashboard reuses it.
+Listing and state live in ``runs.records.listing``; the script builders in ``runs.launching.script``;
+this module only orders the steps. It imports no typer/rich/textual: the dashboard reuses it.
 """
 
 from __future__ import annotations
@@ -23,12 +23,10 @@ from pippa_contract.rundir import ATTEMPTS_JSON, RunDir
 from pippa_ops.errors import BadSetting, NotResumable, RunStillActive
 from pippa_ops.hosts.connect import connect, open_transport
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.follow import follow_to_end, read_all
-from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs
-from pippa_ops.runs.precheck import check_python
-from pippa_ops.runs.recipes import check_recipe, check_settings, recipes_dir
-from pippa_ops.runs.restart import RestartFlags
-from pippa_ops.runs.schedulers import (
+from pippa_ops.runs.launching.precheck import check_python
+from pippa_ops.runs.launching.recipes import check_recipe, check_settings, recipes_dir
+from pippa_ops.runs.launching.restart import RestartFlags
+from pippa_ops.runs.launching.schedulers import (
     LaunchResult,
     Submission,
     host_python,
@@ -38,7 +36,7 @@ from pippa_ops.runs.schedulers import (
     start_session,
     sync_for_launch,
 )
-from pippa_ops.runs.script import (
+from pippa_ops.runs.launching.script import (
     DEFAULT_GAP_S,
     DEFAULT_SESSION,
     LOCAL_CHECKPOINTS,
@@ -52,8 +50,10 @@ from pippa_ops.runs.script import (
     resume_job,
     run_json,
 )
-from pippa_ops.runs.tmux import attach_argv as tmux_attach_argv
-from pippa_ops.runs.tmux import switch_client_argv
+from pippa_ops.runs.records.follow import follow_to_end, read_all
+from pippa_ops.runs.records.listing import HostRuns, RunRecord, current_run, list_runs
+from pippa_ops.runs.records.tmux import attach_argv as tmux_attach_argv
+from pippa_ops.runs.records.tmux import switch_client_argv
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import join, validate_session
@@ -139,8 +139,8 @@ def launch(
 ) -> LaunchResult:
     """Start ``recipes`` (one after another) or ``command`` in tmux ``session`` on the host.
     ``sync=False`` launches what the host already has (the run records no commit); ``restart``: the
-    retry and stall flags over each recipe's ``[restart]`` table (runs.restart); ``preflight`` runs
-    first on the launch's own agent (runs.health: refuse an unhealthy host, warn of busy GPUs)."""
+    retry and stall flags over each recipe's ``[restart]`` table (runs.launching.restart); ``preflight`` runs
+    first on the launch's own agent (runs.launching.health: refuse an unhealthy host, warn of busy GPUs)."""
     validate_session(session)
     now = time.time()
     remote_dir = spec.remote_dir
@@ -165,7 +165,8 @@ def launch_group(
 ) -> LaunchResult:
     """One run over several hosts: each is synced and starts one launcher (machine rank = its place in
     ``specs``) in tmux ``session``, all meeting over c10d at the first host's address. Every host's
-    run directory has the same run id; its run.json names all the hosts (``runs.listing`` merges them).
+    run directory has the same run id; its run.json names all the hosts (``runs.records.listing`` merges
+    them).
     Each rank runs under its host's supervisor (``restart``: the retry and stall flags), and the
     supervisors fail and restart together, meeting at the first host's c10d port + 1
     (pippa_agent.supervise.group)."""

@@ -15,7 +15,7 @@ from typing import Any
 from pippa_contract import failures as fc
 from pippa_contract.advice import after_failed_start
 from pippa_contract.alerts import healthy_gpus
-from pippa_ops.runs.listing import RunRecord
+from pippa_ops.runs.records.listing import RunRecord
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 A run that was pulled and had ended is read from its copy (an ended run's files do not change, and
 no host needs to answer); any other run from its host, found with one listing per host
-(``runs.locate``), one ``read`` round trip per run.
+(``runs.moving.locate``), one ``read`` round trip per run.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pippa_contract import rundir as rd
 from pippa_contract.rundir import RunDir
 from pippa_ops.errors import UsageError
 from pippa_ops.hosts.connect import connect
-from pippa_ops.runs.cost import per_eval_point
-from pippa_ops.runs.curves import Curves, Points, config_diff, parse_metrics
-from pippa_ops.runs.follow import read_all
-from pippa_ops.runs.locate import locate
+from pippa_ops.runs.moving.locate import locate
+from pippa_ops.runs.reading.curves import Curves, Points, config_diff, parse_metrics
+from pippa_ops.runs.records.cost import per_eval_point
+from pippa_ops.runs.records.follow import read_all
 from pippa_ops.transport.shell import NAME_RE
 
 DEFAULT_METRICS = ("reward/mean",)
@@ -32,7 +32,7 @@ class LoadedRun:
     source: str  # "pulled" (the local copy's path) or "host"
     where: str
     curves: Curves
-    cost: float | None = None  # so far, at its host's rate (pippa_ops.runs.cost); None: no rate or a copy
+    cost: float | None = None  # so far, at its host's rate (runs.records.cost); None: no rate or a copy
     currency: str | None = None  # the rate's currency (HostSpec.currency)
     spend: dict[str, float] | None = None  # its goodput ledger (pippa_contract.ledger), where priced
 
@@ -113,7 +113,7 @@ FACTS_PREFIX = "platform.facts."
 def legend_labels(runs: Sequence[LoadedRun]) -> dict[str, str]:
     """What a plot calls each run: its recipe and its short id (``tiny a3f9``), as ``ps`` names runs;
     a whole run id in a legend is mostly its date."""
-    from pippa_ops.runs.shortid import short_ids
+    from pippa_ops.runs.records.shortid import short_ids
 
     short = short_ids([r.run_id for r in runs])
     return {r.run_id: f"{r.curves.recipe or 'cmd'} {short[r.run_id]}" for r in runs}

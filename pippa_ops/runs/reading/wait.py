@@ -19,8 +19,8 @@ from pippa_contract.termsafe import escape
 from pippa_ops.errors import AuthFailed, ExitCode, HostUnreachable, PippaError, WaitTimeout
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import HostSpec, resolve
-from pippa_ops.runs.follow import Follower, dropped_during_auth
-from pippa_ops.runs.listing import RunRecord, current_run, list_runs
+from pippa_ops.runs.records.follow import Follower, dropped_during_auth
+from pippa_ops.runs.records.listing import RunRecord, current_run, list_runs
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.retry import RECONNECT_BACKOFF_S, retry_delay
 
@@ -98,9 +98,9 @@ def wait_runs(
 ) -> dict[str, RunRecord | PippaError]:
     """Wait for every run in parallel (name -> its record when found); ``on_end`` as each ends.
     ``failover``: (why a run must move, the move, how long its host may stay unreachable): a run
-    that must move is moved and waited for on its new host (runs.failover); ``on_left_lost`` (its
+    that must move is moved and waited for on its new host (runs.moving.failover); ``on_left_lost`` (its
     record on the host that stayed unreachable, its record where it went) after such a move, whose
-    old host may come back with a copy still going (runs.stale)."""
+    old host may come back with a copy still going (runs.moving.stale)."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     specs = {rec.host: resolve(rec.host) for rec in runs.values()}
 

@@ -1,6 +1,6 @@
 """A failover that never trains twice: the copy of a run left on a host it moved away from.
 
-``--failover`` (runs.failover) moves a run whose host stayed unreachable from the laptop's pulled copy;
+``--failover`` (runs.moving.failover) moves a run whose host stayed unreachable from the laptop's pulled copy;
 the old host may only have lost its network, and its copy of the run trains on. When that host answers
 again, the first pippa command that lists both hosts (``ps``, the look-up of every verb that takes a
 run, ``wait``'s watch of the host it moved away from) sees two copies of one run id: the one on the
@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from pippa_contract import states
 from pippa_ops.errors import PippaError
-from pippa_ops.runs.listing import HostRuns, RunRecord
+from pippa_ops.runs.records.listing import HostRuns, RunRecord
 
 Say = Callable[[str], None]
 
@@ -78,7 +78,7 @@ def end_stale(stale: Stale) -> None:
     from pippa_contract import verbs
     from pippa_contract.rundir import MOVED_TO, RunDir
     from pippa_ops.hosts.connect import connect
-    from pippa_ops.runs.launch import stop
+    from pippa_ops.runs.launching.launch import stop
     from pippa_ops.transport import agent_client
 
     rec = stale.record

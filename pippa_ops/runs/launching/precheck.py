@@ -1,7 +1,7 @@
 """Checks around a launch, so ``pippa run`` never says "started" for a run that cannot run.
 
 Before: the host's training python exists, runs, and imports ``training_core`` from the synced tree
-(one agent request, after the sync and before anything is started). After: ``runs.startup`` watches
+(one agent request, after the sync and before anything is started). After: ``runs.launching.startup`` watches
 the start-up.
 """
 

@@ -26,8 +26,8 @@ from pippa_contract import rundir as rd
 from pippa_contract.rundir import RunDir
 from pippa_contract.secrets import SECRETS_PATH
 from pippa_ops.hosts.scheduler import TEMPLATE_PARTS, SlurmSpec, template_text
-from pippa_ops.runs.script import source_secrets_line
-from pippa_ops.runs.templates import render
+from pippa_ops.runs.launching.script import source_secrets_line
+from pippa_ops.runs.launching.templates import render
 from pippa_ops.transport.shell import export_line, sh_path
 
 PORT_BASE, PORT_SPAN = 20000, 20000  # rendezvous port: PORT_BASE + job id % PORT_SPAN

@@ -46,7 +46,7 @@ def spawn_watcher(host: str, run_ids: list[str]) -> int:
 def notify_ended(host: str, run_ids: list[str], note: Callable[[str], None]) -> None:
     """Tell the user how runs ended (after ``run --follow``: they have, so this returns at once)."""
     from pippa_ops import notify as notices
-    from pippa_ops.runs.locate import locate
-    from pippa_ops.runs.wait import ended_line, wait_runs
+    from pippa_ops.runs.moving.locate import locate
+    from pippa_ops.runs.reading.wait import ended_line, wait_runs
 
     wait_runs(locate(run_ids, host), on_end=lambda rec: notices.run_ended(ended_line(rec)), note=note)

@@ -1,7 +1,7 @@
 """``pippa recover HOST``: start again every lost run that has attempts left, each in its own session.
 
 A run is lost when its tmux session ended with no exit code and nobody asked it to stop (a reboot,
-``tmux kill-server``, the OOM killer taking the shell; ``runs.listing``). A supervised run (a restart
+``tmux kill-server``, the OOM killer taking the shell; ``runs.records.listing``). A supervised run (a restart
 policy: ``--retry``, ``--stall-timeout``) records its attempts (``pippa_agent.supervise``); its supervisor,
 started again in the same run directory, counts the lost attempt and continues with ``--resume``.
 A run without a policy is left to ``pippa resume`` (the user decides), and so is a run over several
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 from pippa_contract import retry, states, verbs
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.listing import RunRecord, list_runs
-from pippa_ops.runs.schedulers import launch_request
-from pippa_ops.runs.script import Job, render_cmd_sh
+from pippa_ops.runs.launching.schedulers import launch_request
+from pippa_ops.runs.launching.script import Job, render_cmd_sh
+from pippa_ops.runs.records.listing import RunRecord, list_runs
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 

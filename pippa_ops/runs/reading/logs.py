@@ -14,10 +14,10 @@ from pippa_ops.errors import ExitCode, PippaError, RunNotFound
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.inventory import LOCAL, HostSpec
-from pippa_ops.runs.follow import read_all
-from pippa_ops.runs.launch import follow_run
-from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, read_run
-from pippa_ops.runs.locate import all_hosts, every_listing, locate_run, run_hosts
+from pippa_ops.runs.launching.launch import follow_run
+from pippa_ops.runs.moving.locate import all_hosts, every_listing, locate_run, run_hosts
+from pippa_ops.runs.records.follow import read_all
+from pippa_ops.runs.records.listing import HostRuns, RunRecord, current_run, list_runs, read_run
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.shell import validate_name
 

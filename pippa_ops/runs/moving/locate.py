@@ -11,9 +11,9 @@ from pippa_ops.errors import AmbiguousSession, PippaError, RunNotFound, SessionN
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.inventory import LOCAL, load_inventory
-from pippa_ops.runs.cost import priced_on
-from pippa_ops.runs.listing import HostRuns, RunRecord, current_run, list_runs, select_runs
-from pippa_ops.runs.stale import Say, live_hosts, settle
+from pippa_ops.runs.moving.stale import Say, live_hosts, settle
+from pippa_ops.runs.records.cost import priced_on
+from pippa_ops.runs.records.listing import HostRuns, RunRecord, current_run, list_runs, select_runs
 from pippa_ops.transport.shell import validate_name
 
 
@@ -30,7 +30,7 @@ def runs_of(name: str) -> HostRuns:
 
 
 def every_listing(hosts: Sequence[str]) -> dict[str, HostRuns | PippaError]:
-    """Each host's runs (in parallel), a stale copy of a run that moved on ended first (runs.stale):
+    """Each host's runs (in parallel), a stale copy of a run that moved on ended first (runs.moving.stale):
     every look at all the hosts goes through here."""
     return settle(fan_out(list(hosts), runs_of))
 

@@ -1,6 +1,6 @@
 """``pippa run --failover h100-b,h100-c``: a run whose host failed it moves on its own to the first healthy
-host of the list, in the same run id (``runs.move``), taken by the laptop when ``pippa wait`` (and so the
-background watcher of ``run --notify``) sees it.
+host of the list, in the same run id (``runs.moving.move``), taken by the laptop when ``pippa wait`` (and
+so the background watcher of ``run --notify``) sees it.
 
 Moves on: a run whose last attempt ended in ``gpu-fault`` (the supervisor never retries one on that host),
 and a run whose host stayed unreachable for ``PIPPA_FAILOVER_AFTER_S`` (default 600 s) while waited for
@@ -22,7 +22,7 @@ from pippa_contract import failures as fc
 from pippa_contract import rundir as rd
 from pippa_contract import states, verbs
 from pippa_ops.errors import BadSetting, PippaError, UnknownHost
-from pippa_ops.runs.listing import RunRecord
+from pippa_ops.runs.records.listing import RunRecord
 
 AFTER_S_ENV = "PIPPA_FAILOVER_AFTER_S"
 AFTER_S = 600.0
@@ -36,7 +36,7 @@ def failover_hosts(text: str | None, is_cmd: bool) -> tuple[str, ...]:
     """``--failover``'s hosts, each one known (none when not given)."""
     if not text:
         return ()
-    from pippa_ops.runs.locate import all_hosts
+    from pippa_ops.runs.moving.locate import all_hosts
 
     hosts = tuple(dict.fromkeys(h.strip() for h in text.split(",") if h.strip()))
     if not hosts:
@@ -97,8 +97,8 @@ def pick_host(candidates: tuple[str, ...], exclude: str) -> tuple[str, str]:
 def fail_over(rec: RunRecord, why: str, runs_root: Path, say: Callable[[str], None]) -> RunRecord:
     """Move ``rec`` to the first healthy host of its ``--failover`` list, say so, and return its record
     there (running again)."""
-    from pippa_ops.runs.locate import locate
-    from pippa_ops.runs.move import move_run
+    from pippa_ops.runs.moving.locate import locate
+    from pippa_ops.runs.moving.move import move_run
 
     to_host, health = pick_host(rec.failover, rec.host)
     record = {"from": rec.host, "to": to_host, "why": why, "health": health, "time": time.time()}

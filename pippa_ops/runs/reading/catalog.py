@@ -3,7 +3,7 @@
 ``pippa runs`` shows what a team compares runs by: recipe, state, steps, final and best reward,
 the final eval metrics, duration, commit and the W&B link. The host's agent summarizes each
 ``metrics.jsonl`` where it lies (``pippa_contract.runfacts``); a pulled copy is summarized here by the
-same function, so both read the file the same way. Which host holds a named run is ``runs.locate``.
+same function, so both read the file the same way. Which host holds a named run is ``runs.moving.locate``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pippa_contract.runfacts import run_facts
 from pippa_ops.errors import PippaError, UsageError
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect
-from pippa_ops.runs.cost import priced_on
-from pippa_ops.runs.listing import HostRuns, RunRecord, host_runs
-from pippa_ops.runs.locate import all_hosts
+from pippa_ops.runs.moving.locate import all_hosts
+from pippa_ops.runs.records.cost import priced_on
+from pippa_ops.runs.records.listing import HostRuns, RunRecord, host_runs
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.shell import NAME_RE
 

@@ -1,6 +1,6 @@
 """Tidying run directories: ``pippa rm`` and ``pippa prune``. A running or queued run is never touched.
 
-The laptop picks the runs from the states it derives (``runs.listing``); the host agent refuses again
+The laptop picks the runs from the states it derives (``runs.records.listing``); the host agent refuses again
 a run directory without an exit code whose tmux session is alive, and measures what it removes.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pippa_contract import verbs
-from pippa_ops.runs.listing import RunRecord
+from pippa_ops.runs.records.listing import RunRecord
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 

@@ -51,7 +51,7 @@ class RestartPolicy:
     retry_diverged: bool = False  # a NaN/inf loss or reward would diverge again from the same checkpoint
     backoff_s: float = attempts.BACKOFF_S  # the first wait before a retry; doubles, capped
     grace_s: float = 180.0  # after a stall's SIGINT: the time to save before SIGKILL (pippa stop's grace)
-    failover: tuple[str, ...] = ()  # --failover: hosts a gpu-fault or a lost host moves it to (runs.failover)
+    failover: tuple[str, ...] = ()  # --failover: hosts a gpu-fault or lost host moves it to (moving.failover)
     budget: float | None = None  # --budget "$300": the most it may spend, at the host's price (ledger)
 
     @property

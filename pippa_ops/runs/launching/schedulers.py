@@ -1,5 +1,5 @@
 """How a host runs jobs, chosen once from its entry (``scheduler_for``): in a named tmux session (the
-default) or as one SLURM batch job per run from a login node. ``runs.launch`` orders the steps of
+default) or as one SLURM batch job per run from a login node. ``runs.launching.launch`` orders the steps of
 launch, resume and stop and leaves what differs to the scheduler; no other core module asks which
 one a host has. The agent's launch request is built in one place (``launch_request``).
 It imports no typer/rich/textual: the dashboard reuses it.
@@ -19,13 +19,13 @@ from pippa_ops.errors import BadSetting, SessionExists
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.hosts.scheduler import SlurmSpec
 from pippa_ops.repo import repo_root
-from pippa_ops.runs.listing import HostRuns, RunRecord
-from pippa_ops.runs.precheck import check_python
-from pippa_ops.runs.recipes import recipes_dir
-from pippa_ops.runs.restart import RestartFlags
-from pippa_ops.runs.script import Job, render_cmd_sh, run_json, session_argv
-from pippa_ops.runs.slurm import render_sbatch
-from pippa_ops.runs.tmux import new_session_argv
+from pippa_ops.runs.launching.precheck import check_python
+from pippa_ops.runs.launching.recipes import recipes_dir
+from pippa_ops.runs.launching.restart import RestartFlags
+from pippa_ops.runs.launching.script import Job, render_cmd_sh, run_json, session_argv
+from pippa_ops.runs.launching.slurm import render_sbatch
+from pippa_ops.runs.records.listing import HostRuns, RunRecord
+from pippa_ops.runs.records.tmux import new_session_argv
 from pippa_ops.sync import sync as sync_repo
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
@@ -258,7 +258,7 @@ class TmuxScheduler:
 
 
 def slurm_retries(host: str, restart: RestartFlags | None, has_cmd: bool) -> int:
-    """``--retry N`` on a SLURM host: the job requeues itself up to N times, resuming (runs.slurm);
+    """``--retry N`` on a SLURM host: the job requeues itself up to N times, resuming (runs.launching.slurm);
     the other restart flags need the tmux supervisor and are refused in one line."""
     if restart is None or not restart.given:
         return 0

@@ -27,7 +27,7 @@ from pippa_contract.rundir import RunDir
 from pippa_contract.secrets import HEARTBEAT, SECRETS_PATH
 from pippa_ops.alerts.commands import run_end_line
 from pippa_ops.errors import BadSetting
-from pippa_ops.runs.templates import render
+from pippa_ops.runs.launching.templates import render
 from pippa_ops.transport.shell import export_line, sh_path, validate_name
 
 SET_KEY_RE = re.compile(r"^[a-z_][a-z0-9_.]*$")
@@ -159,7 +159,7 @@ def run_json(
     if group is not None:
         meta["group"] = group
     if restart is not None:
-        meta["restart"] = restart  # the host supervisor's policy (runs.restart, pippa_agent.supervise)
+        meta["restart"] = restart  # the host supervisor's policy (launching.restart, pippa_agent.supervise)
     return json.dumps(meta)
 
 
