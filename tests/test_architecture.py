@@ -278,6 +278,25 @@ def test_pippa_ops_runs_is_sub_packages_that_import_one_way() -> None:
     assert sorted(upward) == []
 
 
+# The tests mirror the packages (docs/development.md): a test that calls pippa_agent's functions lives in
+# tests/agent/. These tests/ops files drive pippa end to end and call the agent too, each with why.
+TESTS_OPS_CALLING_THE_AGENT = {
+    "test_slurm.py": "its cluster tests submit the laptop's sbatch through the agent's verbs; then the CLI",
+}
+
+
+def test_tests_of_the_host_agent_live_in_tests_agent() -> None:
+    calling = set()
+    for path in sorted((REPO / "tests" / "ops").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            if any(n.split(".")[0] == "pippa_agent" for n in names):
+                calling.add(path.name)
+    assert calling == set(TESTS_OPS_CALLING_THE_AGENT)
+
+
 # -- the size rule ------------------------------------------------------------------------------------
 # Files allowed over the limit while a change splits them (none now); each leaves this list with the
 # change that splits or moves it.
