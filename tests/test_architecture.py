@@ -5,7 +5,8 @@ so a rule holds for every module, not only those a test happens to load):
   contract import only the standard library and each other; training_core never imports pippa_ops,
   textual or typer;
 - no import cycle anywhere, even through function-level imports, and no pippa_ops subpackage importing
-  one that imports it;
+  one that imports it; pippa_ops/runs/ in sub-packages that import one way (RUNS_LAYERS);
+- the tests mirror the packages: a test that calls pippa_agent lives in tests/agent/;
 - no production file over 400 lines; no run-file name written as a literal outside pippa_contract;
 - training_core: no module imports another's private names, one module decides the method.
 
