@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def _recipe(steps: int) -> Any:
     """The tiny recipe as resolved on this machine: both sides read every setting from it."""
-    from training_core.platform import PlatformFacts
+    from training_core.hardware.platform import PlatformFacts
     from training_core.recipes import resolve
 
     sets = [f"train.max_steps={steps}", "eval.task=none", "checkpoint.every=0"]

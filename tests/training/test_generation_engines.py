@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch")
 datasets = pytest.importorskip("datasets")
 
 from training_core.generation import engines  # noqa: E402
+from training_core.hardware.platform import PlatformFacts  # noqa: E402
 from training_core.models import shapes, tiny  # noqa: E402
-from training_core.platform import PlatformFacts  # noqa: E402
 from training_core.recipes import resolve  # noqa: E402
 from training_core.run.flops import setup_for  # noqa: E402
 from training_core.run.metrics import MetricsWriter, make_callback  # noqa: E402

@@ -21,8 +21,8 @@ from test_train_e2e import _wandb_keys_by_step
 from training_core.config import DataConfig, RunConfig, SFTSettings
 from training_core.data import pairs
 from training_core.errors import BadSetting, UsageError
+from training_core.hardware.platform import PlatformFacts
 from training_core.models import run_checkpoint, tiny
-from training_core.platform import PlatformFacts
 from training_core.recipes import resolve
 from training_core.run import metrics
 

@@ -11,7 +11,7 @@ from training_core.config import Resolved, RunConfig
 from training_core.errors import BadSetting
 
 # pippa's own loop runs no autocast: "bf16" settles into bf16 weights with Kahan-compensated AdamW here
-# (training_core.precision.choose), never into fp32 master weights.
+# (training_core.hardware.precision.choose), never into fp32 master weights.
 AUTOCAST = False
 
 

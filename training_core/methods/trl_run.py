@@ -144,7 +144,7 @@ def run(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
         from training_core.methods.trainer import quiet_tied_head_warning, stop_callback
 
         trainer.add_callback(stop_callback(lambda: life.stop.requested, _any_rank(trainer)))
-        from training_core import testhooks
+        from training_core.run import testhooks
 
         if testhooks.wanted():
             trainer.add_callback(testhooks.callback(lambda: life.stop.requested))
@@ -239,7 +239,9 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
         )
     trainer = method.build_trainer(cfg, run_dir, model, tokenizer, train_ds, cbs, peft_config, reward_funcs)
     trainer.keep_checkpoints = cfg.checkpoint.keep
-    if hasattr(trainer, "samples"):  # GRPO: a sample of some steps' batches (training_core.samples_trl)
+    if hasattr(
+        trainer, "samples"
+    ):  # GRPO: a sample of some steps' batches (training_core.methods.samples_trl)
         trainer.samples = life.samples
     trainer.remove_callback(PrinterCallback)  # our progress line replaces its raw dict dump
     return trainer, len(train_rows), n_params
