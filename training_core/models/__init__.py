@@ -38,7 +38,7 @@ def settle(res: Resolved, facts: PlatformFacts, runs_dir: Path, tf: TorchFacts |
             facts.gpu_memory_gb,
             cfg.launch.strategy if cfg.launch.processes > 1 else "ddp",
             cfg.launch.processes,
-            autocast=getattr(methods.get(cfg.method), "AUTOCAST", True),  # self-play's loop has none
+            autocast=methods.get(cfg.method).autocast,  # self-play's loop has none
         )
         precision = choice.mode
         print(f"precision: bf16 -> {choice.mode}: {choice.why}", flush=True)
