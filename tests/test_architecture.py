@@ -453,3 +453,33 @@ def test_one_module_decides_the_method() -> None:
             if isinstance(left, ast.Attribute) and left.attr == "method":
                 bad.append(f"{path.relative_to(REPO)}:{left.lineno}")
     assert bad == []
+
+
+TRAINING_CORE_TOP_LEVEL_MAX = (
+    10  # modules directly in training_core/, __init__.py counted; the rest in sub-packages
+)
+
+
+def test_training_core_top_level_holds_at_most_ten_modules() -> None:
+    """The trainer's top level keeps its entry points and shared base (config, errors, recipes, launch,
+    train); everything else lives in the sub-package of its concern (run/, hardware/, generation/, ...)."""
+    top = sorted(p.name for p in (REPO / "training_core").glob("*.py"))
+    assert len(top) <= TRAINING_CORE_TOP_LEVEL_MAX, top
+
+
+def test_no_training_core_module_hands_itself_out_as_an_object() -> None:
+    """A method is a class (training_core.methods.base.Method), not a module passed as its own Protocol
+    through ``sys.modules[__name__]``."""
+    bad = []
+    for mod in _in("training_core"):
+        path = modules()[mod]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.slice, ast.Name)
+                and node.slice.id == "__name__"
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "modules"
+            ):
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert bad == []

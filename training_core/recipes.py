@@ -21,7 +21,7 @@ from typing import Any
 
 from training_core.config import CallbackSpec, Resolved, RewardSpec, RunConfig
 from training_core.errors import BadSetting, UnknownRecipe
-from training_core.platform import PLATFORMS, PlatformFacts, resolve_auto
+from training_core.hardware.platform import PLATFORMS, PlatformFacts, resolve_auto
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 _NAME_ONLY_KEYS = ("description", "platform")

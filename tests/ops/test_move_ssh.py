@@ -31,7 +31,7 @@ def _last_step(run_dir: Path) -> dict[str, Any]:
 
 
 def _paused_at_step_4(client_env: Any, host: Any) -> None:
-    """Runs on ``host`` wait at the end of step 4 until their stop (training_core.testhooks): the
+    """Runs on ``host`` wait at the end of step 4 until their stop (training_core.run.testhooks): the
     stop lands mid-run however fast the steps (the whole tiny run takes under a second on an idle
     machine; a stop during its last step completes it, with nothing left to move)."""
     inv = client_env.personal_inventory

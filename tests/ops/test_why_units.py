@@ -9,7 +9,7 @@ from pippa_ops.runs.records.listing import RunRecord
 SUSPECT = "rank 1 is not in the collective (rank 0 waits in all_gather (...)); it is in wander_off"
 STACKS = {
     "0/11": ["all_gather (torch/distributed/distributed_c10d.py:3012)"],
-    "1/12": ["wander_off (training_core/testhooks.py:31)"],
+    "1/12": ["wander_off (training_core/run/testhooks.py:31)"],
 }
 STALLED = {
     "attempt": 1,
@@ -52,9 +52,9 @@ def test_a_stalled_then_completed_run_shows_class_retry_suspect_and_stacks() -> 
     text = "\n".join(render(why, rec.max_attempts))
     assert "attempt 1/2  stalled (no new metrics line for 15s)" in text
     assert "then: infrastructure retry 1/3" in text and "suspect: rank 1 is not in the collective" in text
-    assert "wander_off (training_core/testhooks.py:31)" in text
+    assert "wander_off (training_core/run/testhooks.py:31)" in text
     assert why.next == "pippa pull 20261126-1-tiny-ab12 --host h100-a"
-    assert why.to_json()["attempts"][0]["stuck"]["1/12"] == ["wander_off (training_core/testhooks.py:31)"]
+    assert why.to_json()["attempts"][0]["stuck"]["1/12"] == ["wander_off (training_core/run/testhooks.py:31)"]
 
 
 def test_a_run_without_a_supervisor_record_is_classed_from_its_listing() -> None:

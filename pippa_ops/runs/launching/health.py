@@ -16,7 +16,7 @@ _IDS = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 
 
 def gpu_ids(spec: str | None) -> set[int] | None:
-    """``--gpus`` (``0-6``, ``0,2``) as a set; None: every GPU (training_core.gpu_ids validates it)."""
+    """``--gpus`` (``0-6``, ``0,2``) as a set; None: every GPU (training_core.hardware.gpu_ids checks it)."""
     text = (spec or "").replace(" ", "")
     if not text or not _IDS.match(text):
         return None

@@ -25,7 +25,7 @@ class AlarmWatch:
         self, run_dir: Path, cfg: RunConfig, sampled: Any = None, keep_from: Path | None = None
     ) -> None:
         """``sampled(step, now)``: the sampled step to read for an alarm that began at ``step`` while the
-        run is at ``now`` (``training_core.samples.sampled_step``), or None; ``keep_from``: a resumed
+        run is at ``now`` (``training_core.run.samples.sampled_step``), or None; ``keep_from``: a resumed
         run's metrics file, whose kept records the watch starts from."""
         self.path = run_dir / alarms.ALARMS_JSON
         # the thresholds, and the length cap (a tiny one is the answer format: pippa_contract.alarms)

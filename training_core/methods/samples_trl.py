@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from training_core.samples import NullSamples, SamplesWriter, prompt_text
+from training_core.run.samples import NullSamples, SamplesWriter, prompt_text
 
 
 class RecordSamples:

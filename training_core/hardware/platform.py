@@ -4,8 +4,8 @@
 so ``--dry-run`` can show the preset that applies on a laptop or a GPU host alike. A CPU-only machine
 is a normal platform (the team's earlier detector crashed there). ``auto`` settings resolve here:
 precision (bf16 where the GPU's compute capability is >= 8.0, which the run settles at start into fp32
-master weights or Kahan-compensated bf16 weights (training_core.precision); else fp16 on a GPU, fp32 on
-CPU) and
+master weights or Kahan-compensated bf16 weights (training_core.hardware.precision); else fp16 on a
+GPU, fp32 on CPU) and
 vLLM (only with a GPU and vLLM importable). Recipes add per-platform presets as ``[platform.<name>]``
 tables (see recipes.py). At run time ``train_precision`` checks the resolved precision against what
 the installed torch can do (``TorchFacts``): bf16 only where ``torch.cuda.is_bf16_supported()``, and
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from training_core.errors import UsageError
-from training_core.precision import BF16_MODES
+from training_core.hardware.precision import BF16_MODES
 
 PLATFORMS = ("cpu", "v100", "a100", "h100", "gpu")
 _OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")

@@ -1,5 +1,5 @@
 """`pippa doctor`'s active checks, run by the host's training python (``python -m
-training_core.doctor_active``): on every GPU at once a bf16 GEMM (TFLOPS), a device-to-device copy
+training_core.hardware.doctor_active``): on every GPU at once a bf16 GEMM (TFLOPS), a device-to-device copy
 (TB/s), a memory pattern written and verified over most of the free memory, and on multi-GPU hosts an
 NCCL all-reduce (bus bandwidth, GB/s). Prints ONE JSON line; the host agent judges the figures
 (``pippa_agent.doctor.active``). No GPU: ``{"skipped": "skipped (no GPU)"}``.

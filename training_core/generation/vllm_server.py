@@ -29,7 +29,7 @@ from types import FrameType
 
 from training_core.config import LaunchConfig
 from training_core.errors import BadSetting
-from training_core.gpu_ids import parse_gpus
+from training_core.hardware.gpu_ids import parse_gpus
 
 STOP_GRACE_S = 30.0  # a stopped process gets this long after SIGTERM before SIGKILL
 
