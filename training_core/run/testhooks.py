@@ -1,4 +1,4 @@
-"""Failures on demand, for the tests of pippa's failure handling (tests/ops/test_failures_e2e.py).
+"""Failures on demand, for the tests of pippa's failure handling (tests/ops/test_failures_ssh.py and others).
 
 Off unless an environment variable asks; a run never sets them itself.
 
