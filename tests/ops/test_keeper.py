@@ -206,7 +206,7 @@ def test_a_relayed_process_behaves_like_an_ssh_one(kept, ssh_hosts, way):
         assert _host(h.name)["connections"] == 1
 
 
-def test_a_warm_command_imports_no_paramiko(kept, ssh_hosts):
+def test_a_warm_command_imports_no_ssh_library(kept, ssh_hosts):
     assert reuse.start() is not None
     code = f"""
 import sys
@@ -218,7 +218,7 @@ spec, t = connect({ssh_hosts[0].name!r})
 with t:
     list_runs(t, spec.remote_dir)
 ssh_argv(spec)
-print(t.relayed, 'paramiko' in sys.modules)
+print(t.relayed, 'asyncssh' in sys.modules)
 """
     r = subprocess.run([sys.executable, "-c", code], env=kept.env, capture_output=True, text=True, timeout=60)
     assert r.stdout.split() == ["True", "False"], r.stderr

@@ -24,7 +24,7 @@ from typing import Any
 from pippa_ops import errors
 from pippa_ops.transport.base import CONNECT_TIMEOUT_S
 from pippa_ops.transport.endpoint import Endpoint
-from pippa_ops.transport.keeper.conn import Chan, HostConn
+from pippa_ops.transport.sshconn import Chan, HostConn
 
 AHEAD = 2  # host agents kept ready per host (an idle python3 each, waiting on its stdin)
 
