@@ -1,4 +1,5 @@
-"""SSHTransport and connect against real loopback sshd hosts: keys, errors, shared connection, streaming."""
+"""SSHTransport and connect against real loopback sshd hosts: errors, shared connection, streaming (the
+host-key policy, on both ways to a host, is tests/ops/test_host_keys.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from conftest import PIPPA
 from projects import make_project
 
-from pippa_ops.errors import AuthFailed, ExitCode, HostKeyChanged, HostKeyUnknown, HostUnreachable
+from pippa_ops.errors import ExitCode, HostUnreachable
 from pippa_ops.hosts.connect import connect, open_transport, ssh_argv
 from pippa_ops.hosts.endpoint import endpoint
 from pippa_ops.hosts.inventory import resolve
@@ -21,16 +22,6 @@ from pippa_ops.transport.base import LocalTransport
 from pippa_ops.transport.ssh import SSHTransport
 
 pytestmark = pytest.mark.ssh
-
-
-def _fingerprint(host) -> str:
-    out = subprocess.run(
-        ["ssh-keygen", "-lf", str(host.state_dir / "host_key.pub")],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.split()[1]
 
 
 def test_inventory_host_runs_commands_as_its_user(ssh_env, ssh_hosts):
@@ -114,44 +105,6 @@ def test_started_process_streams_both_ways_and_can_be_killed(ssh_env, ssh_hosts)
             'for i in $(seq 40); do pgrep -u "$USER" -f "slee[p] 31" || exit 0; sleep 0.05; done; exit 1'
         )
         assert left.exit_status == 0, f"sleep still running: {left.stdout}"
-
-
-def test_unknown_host_key_refused_with_fingerprint_then_accept_new_records_it(ssh_env, ssh_hosts):
-    h = ssh_hosts[2]
-    kh = ssh_env.known_hosts
-    kh.write_text("".join(line + "\n" for line in kh.read_text().splitlines() if h.address not in line))
-    with pytest.raises(HostKeyUnknown) as err, connect(h.name)[1] as t:
-        t.run("true")
-    assert _fingerprint(h) in str(err.value)
-    assert "--accept-new" in str(err.value)
-    with connect(h.name, accept_new=True)[1] as t:
-        t.run("true", check=True)
-    assert f"[{h.address}]:{h.port} ssh-ed25519 " in kh.read_text()
-    with connect(h.name)[1] as t:  # now known: no flag needed
-        t.run("true", check=True)
-
-
-def test_changed_host_key_always_refused(ssh_env, ssh_hosts, tmp_path):
-    h = ssh_hosts[3]
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
-    other = (tmp_path / "other.pub").read_text().split()
-    kh = ssh_env.known_hosts
-    lines = [
-        f"[{h.address}]:{h.port} {other[0]} {other[1]}" if h.address in line else line
-        for line in kh.read_text().splitlines()
-    ]
-    kh.write_text("\n".join(lines) + "\n")
-    for accept_new in (False, True):
-        with pytest.raises(HostKeyChanged, match="CHANGED"), connect(h.name, accept_new=accept_new)[1] as t:
-            t.run("true")
-
-
-def test_wrong_key_is_an_auth_failure(ssh_env, ssh_hosts):
-    key = ssh_env.home / ".ssh" / "id_ed25519"
-    key.unlink()
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    with pytest.raises(AuthFailed, match="authentication failed"), connect(ssh_hosts[0].name)[1] as t:
-        t.run("true")
 
 
 def test_stopped_host_is_unreachable_and_back_after_restart(ssh_env, ssh_hosts):
