@@ -140,7 +140,9 @@ class SSHProcess(Process):
     # from the command's threads
     def _read_raw(self, n: int) -> bytes:
         with self._cond:
-            while not self._buf and not self._chan.ended:
+            # the end of stdout is its EOF (or the channel's close), not the exit status: that may come
+            # while output the channel holds back (paused above) is still to be read
+            while not self._buf and not (self._chan.eof or self._chan.closed):
                 self._cond.wait(self._time_left())  # past the deadline, _time_left raises TimeoutError
             out = bytes(self._buf[:n])
             del self._buf[:n]

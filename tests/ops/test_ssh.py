@@ -208,3 +208,21 @@ def test_hosts_survey_checks_an_alias_of_an_inventory_host_on_the_same_connectio
     assert rows[h.name].reachable and rows[h.ssh_alias].reachable
     assert rows[h.name].python_missing == "/nonexistent/python3" and rows[h.ssh_alias].python_missing is None
     assert rows[h.ssh_alias].source == "ssh_config"
+
+
+def test_a_reader_that_falls_behind_holds_the_sender_back(ssh_env, ssh_hosts):
+    """stdout is held here only up to ``HIGH_WATER`` (then the channel stops reading and the SSH
+    window fills): 40 MB written to a reader that sleeps stays bounded here, and reads back whole
+    (the exit status, which may come first, does not end the stream)."""
+    from pippa_ops.transport import ssh
+
+    size = 40_000_000
+    with connect(ssh_hosts[0].name)[1] as t:
+        p = t.start(f"head -c {size} /dev/zero")
+        time.sleep(2)  # the sender runs ahead of a reader that does nothing
+        held = len(p._buf)
+        assert held <= ssh.HIGH_WATER + (8 << 20), f"{held} bytes held for a reader that did not read"
+        got = 0
+        while chunk := p.read():
+            got += len(chunk)
+        assert (got, p.wait(10)) == (size, 0)
