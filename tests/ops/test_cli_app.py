@@ -206,7 +206,9 @@ def test_typer_private_slots_are_not_filled_in():
 
 def test_a_sync_prints_its_line_without_loading_rich(tmp_path):
     make_project(tmp_path)
-    probe = _PROBE.format(args=["sync", "local"]).replace('"pydantic", "invoke")', '"rich")')
+    plain = _PROBE.format(args=["sync", "local"])
+    probe = plain.replace('"pydantic")', '"rich")')
+    assert probe != plain  # the probe now watches rich
     argv = [sys.executable, "-c", probe]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert "local: the repo itself is the remote dir" in p.stdout, p.stderr
