@@ -20,6 +20,7 @@ import ast
 import functools
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,14 +210,45 @@ def test_training_core_never_imports_the_laptop_side_or_a_cli_or_tui_library() -
 
 
 def test_the_typed_verbs_load_no_ssh_cli_or_tui_stack() -> None:
-    """The warm fast path calls ``pippa_contract.verbs`` without paramiko, typer, rich or textual."""
+    """The warm fast path calls ``pippa_contract.verbs`` without asyncssh, typer, rich or textual."""
     code = (
         "import sys, pippa_contract.verbs, pippa_contract.runfacts\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('paramiko', 'typer', 'rich', 'textual', 'pippa_ops', 'pippa_agent')))\n"
+        "('asyncssh', 'typer', 'rich', 'textual', 'pippa_ops', 'pippa_agent')))\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert p.stdout.strip() == "[]"
+
+
+def _repo_sources() -> Iterator[Path]:
+    """Every .py file of the repo (packages, tests, bench, scripts), no virtual environment."""
+    for path in sorted(REPO.rglob("*.py")):
+        parts = path.relative_to(REPO).parts
+        if not any(p.startswith(".") or p in ("node_modules", "build", "dist") for p in parts[:-1]):
+            yield path
+
+
+def test_one_ssh_stack_paramiko_is_imported_nowhere() -> None:
+    """asyncssh is pippa's one SSH library (the keeper and a command's own connection): no .py file
+    of the repo imports paramiko, at any depth, and the project does not depend on it."""
+    bad = []
+    for path in _repo_sources():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            if any(n.split(".")[0] == "paramiko" for n in names):
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert bad == []
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    declared = [*project["project"]["dependencies"]]
+    for group in (project.get("dependency-groups") or {}).values():
+        declared += [d for d in group if isinstance(d, str)]
+    for extra in (project["project"].get("optional-dependencies") or {}).values():
+        declared += extra
+    assert not [d for d in declared if d.lower().startswith(("paramiko", "types-paramiko"))]
 
 
 # -- no import cycle ----------------------------------------------------------------------------------

@@ -133,7 +133,7 @@ def personal_inventory_path() -> Path:
 
 def load_ssh_config(addresses: tuple[str, ...] = ()) -> SSHConfigSource:
     """~/.ssh/config: from the connection keeper when one answers (so a warm command never imports
-    paramiko), else read here (``local`` never needs it). ``addresses``: what the keeper looks up in
+    asyncssh's reader), else read here (``local`` never needs it). ``addresses``: what the keeper looks up in
     the same answer (a host's endpoint looks up its address)."""
     from pippa_ops.transport import reuse
 

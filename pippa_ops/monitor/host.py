@@ -2,7 +2,7 @@
 
 Core: no textual, rich or typer. The dashboard's thread workers call the blocking ``HostMonitor``
 loops and post the events they emit; the app folds each event into its state with
-``monitor.state.apply``. One host, one SSH connection (one paramiko Transport): the GPU stream
+``monitor.state.apply``. One host, one SSH connection: the GPU stream
 (nvidia-smi's own loop on one channel) supervises it, with backoff; the run poll and the followers
 wait for it and resume from their byte offsets after a reconnect.
 """
@@ -51,7 +51,6 @@ from pippa_ops.runs.records.cost import Prices
 from pippa_ops.runs.records.follow import Follower
 from pippa_ops.runs.records.listing import RunRecord, list_runs
 from pippa_ops.transport import agent_client
-from pippa_ops.transport._paramiko import paramiko
 from pippa_ops.transport.base import Transport
 from pippa_ops.transport.retry import retry_delay
 from pippa_ops.transport.shell import validate_name
@@ -71,7 +70,7 @@ RUNS_EVERY_S = 3.0  # the run list is refreshed this often (after the previous p
 # A host off screen (the fleet view scrolled past it, or filtered out) is sampled slowly: what is not
 # drawn is not worth a core; it comes back to the full rate as soon as it is visible again.
 OFFSCREEN_GPU_S, OFFSCREEN_RUNS_S = 8.0, 15.0
-LOST = (HostUnreachable, AuthFailed, HostKeyRejected, OSError, EOFError, TimeoutError, paramiko.SSHException)
+LOST = (HostUnreachable, AuthFailed, HostKeyRejected, OSError, EOFError, TimeoutError)
 
 
 class Monitor(Protocol):

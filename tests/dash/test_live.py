@@ -1,7 +1,7 @@
 """The dashboard against real OpenSSH hosts on loopback (tests/sshd.py), with Pilot.
 
 Each host gets an ``nvidia-smi`` on its PATH that replays a real H100 capture in loop mode
-(fake_smi.py); everything else is real: paramiko, sshd, tmux, the trainer on CPU.
+(fake_smi.py); everything else is real: asyncssh, sshd, tmux, the trainer on CPU.
 """
 
 from __future__ import annotations

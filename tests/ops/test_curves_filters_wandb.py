@@ -317,8 +317,8 @@ def test_the_daily_core_loads_no_cli_tui_plotting_or_torch() -> None:
 
 
 def test_a_reconnect_that_fails_authentication_is_ridden_out_as_a_drop() -> None:
-    """paramiko reports a connection that dies during authentication (a host going away mid-handshake)
-    as "Authentication failed: transport shut down or saw EOF": `wait` found its run over that host a
+    """A connection that dies during authentication (a host going away mid-handshake) can read as an
+    authentication failure: `wait` found its run over that host a
     moment ago, so it notes the failure and tries again instead of giving up with an auth error."""
     import time
 

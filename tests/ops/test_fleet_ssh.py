@@ -153,7 +153,7 @@ def test_32_hosts_in_ps_hosts_and_the_fleet_view(fleet, env) -> None:
                 assert run_name(run_ids[name]) in row, row
 
         # Every host's connection, GPU stream and agents are on the keeper's one event loop: its
-        # threads do not grow with hosts (paramiko's keeper ran one per host, 34 here).
+        # threads do not grow with hosts (a keeper with a reader thread per connection ran 34 here).
         threads = _keeper_threads(env)
         assert threads <= 16, f"the keeper runs {threads} threads for {N} hosts"
 

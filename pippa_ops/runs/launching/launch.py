@@ -71,7 +71,7 @@ def attach_argv(spec: HostSpec, session: str, *, switch_client: bool = False) ->
     """The one attach command line (``pippa attach``, the dashboard, the launch hint): tmux attach,
     over ``ssh -t`` unless the host is local; ``switch_client`` (a local client already inside
     tmux) switches that client instead of nesting one."""
-    from pippa_ops.hosts.connect import ssh_argv  # paramiko, only for a remote host
+    from pippa_ops.hosts.connect import ssh_argv  # only for a remote host
 
     if spec.is_local:
         return switch_client_argv(session) if switch_client else tmux_attach_argv(session)

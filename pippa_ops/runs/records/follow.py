@@ -143,8 +143,8 @@ def follow_to_end(
 
 
 def dropped_during_auth(e: AuthFailed) -> HostUnreachable:
-    """A reconnect to a host whose key was accepted minutes ago that "fails authentication": paramiko
-    reports a connection that dies during authentication (a host going away mid-handshake) as
-    "Authentication failed: transport shut down or saw EOF", so a follower treats it as a drop and
-    retries with backoff, saying so; a key really refused on the first connect still ends the command."""
+    """A reconnect to a host whose key was accepted minutes ago that "fails authentication": a
+    connection that dies during authentication (a host going away mid-handshake) can read as an auth
+    failure, so a follower treats it as a drop and retries with backoff, saying so; a key really
+    refused on the first connect still ends the command."""
     return HostUnreachable(str(e))

@@ -1,19 +1,21 @@
-"""The keeper's SSH connections: asyncssh on one event loop, so threads do not grow with hosts.
+"""pippa's one SSH stack: asyncssh connections on an asyncio loop, for the keeper and the direct path.
 
-paramiko runs a reader thread per connection (a keeper holding 64 hosts ran 66 threads); asyncssh
-reads every connection from the keeper's one asyncio loop. What a connection is allowed to do is
-what a command's own connection (``ssh.SSHTransport``) does: the same ``Endpoint`` (address, user,
-identities, ProxyJump hops, resolved by the command), the same host-key policy (``hostkey.check``,
-the one function both stacks call), the same one-line errors, and keepalives every KEEPALIVE_S.
-~/.ssh/config is not read here again (``config=[]``): the endpoint already holds what it says.
+The connection keeper holds these on its loop; a command's own connection (``ssh.SSHTransport``,
+``--no-reuse``, the fallback, ``pippa forward``) holds them on a loop thread of its process. Either way
+one connect (``HostConn``: the ``Endpoint`` that ``hosts.endpoint`` resolved, its ProxyJump hops, the
+host-key policy ``hostkey.check``, keepalives every KEEPALIVE_S), one cipher list and one map of
+failures to one-line errors. ~/.ssh/config is not read here again (``config=[]``): the endpoint
+already holds what it says.
 
-``Chan`` is one command's session channel: its stdout goes to whoever is attached (the relay), or is
-held while nobody is (a host agent waiting in the pool, which must have nothing to say).
+``Chan`` is one command's session channel: its stdout goes to whoever is attached (the relay, a direct
+process), or is held while nobody is (a host agent waiting in the keeper's pool, which must have
+nothing to say).
 """
 
 from __future__ import annotations
 
 import asyncio
+import getpass
 import logging
 import socket
 import weakref
@@ -22,10 +24,9 @@ from pathlib import Path
 
 import asyncssh
 
-from pippa_ops.errors import HostKeyRejected, HostUnreachable, PippaError
+from pippa_ops.errors import AuthFailed, HostKeyRejected, HostUnreachable, PippaError
 from pippa_ops.transport import hostkey
 from pippa_ops.transport.endpoint import Endpoint
-from pippa_ops.transport.ssh import AEAD_FIRST, KEEPALIVE_S, auth_failed, open_socket_error, unreachable
 
 # asyncssh logs every connection at INFO and a failed one at WARNING; the failure reaches the client
 # as one typed error already, so nothing is printed (the keeper's stderr is its log file).
@@ -33,7 +34,37 @@ logging.getLogger("asyncssh").addHandler(logging.NullHandler())
 logging.getLogger("asyncssh").propagate = False
 
 Conn = asyncssh.SSHClientConnection
-DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")  # what paramiko's look_for_keys tries too
+DEFAULT_KEYS = (
+    "id_ed25519",
+    "id_ecdsa",
+    "id_rsa",
+)  # tried after an endpoint's IdentityFiles, as OpenSSH does
+KEEPALIVE_S = 15
+AEAD_FIRST = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+
+
+def unreachable(name: str, ep: Endpoint, why: str) -> HostUnreachable:
+    return HostUnreachable(f"{name}: cannot reach {ep.hostname}:{ep.port}: {why}")
+
+
+def auth_failed(name: str, ep: Endpoint, why: object) -> AuthFailed:
+    # without a user, asyncssh logs in as the local user: name the one tried
+    who = f"{ep.user}@{ep.hostname}" if ep.user else f"{getpass.getuser()}@{ep.hostname} (no user set)"
+    return AuthFailed(
+        f"{name}: authentication failed for {who} (no key accepted from the agent, "
+        f"{', '.join(ep.identity_files) or '~/.ssh/id_*'}): {why}"
+    )
+
+
+def open_socket_error(name: str, ep: Endpoint, e: OSError, timeout: float) -> HostUnreachable:
+    """A failed TCP connect as one line."""
+    if isinstance(e, socket.gaierror):
+        return unreachable(name, ep, f"address does not resolve ({e.strerror})")
+    if isinstance(e, ConnectionRefusedError):
+        return unreachable(name, ep, "connection refused (is sshd running?)")
+    if isinstance(e, TimeoutError):
+        return unreachable(name, ep, f"no answer within {timeout:.0f}s")
+    return unreachable(name, ep, e.strerror or str(e))
 
 
 class Chan(asyncssh.SSHClientSession[bytes]):
@@ -49,6 +80,7 @@ class Chan(asyncssh.SSHClientSession[bytes]):
         self.closed = False
         self.lost = False  # the connection went with the channel open
         self.changed = asyncio.Event()  # set at EOF, an exit status, a close
+        self.on_change: Callable[[], None] | None = None  # told too (a direct process's waiting thread)
         self.writable = asyncio.Event()
         self.writable.set()
 
@@ -64,24 +96,29 @@ class Chan(asyncssh.SSHClientSession[bytes]):
         else:
             self.held += data
 
+    def _changed(self) -> None:
+        self.changed.set()
+        if self.on_change is not None:
+            self.on_change()
+
     def eof_received(self) -> bool:
         self.eof = True
-        self.changed.set()
-        return True  # half open: the command may still read its stdin, as on paramiko's channel
+        self._changed()
+        return True  # half open: the command may still read its stdin
 
     def exit_status_received(self, status: int) -> None:
         self.status = status
-        self.changed.set()
+        self._changed()
 
     def exit_signal_received(self, signal: str, core_dumped: bool, msg: str, lang: str) -> None:
-        self.status = -1  # what paramiko reports for a command that ended by a signal
-        self.changed.set()
+        self.status = -1  # a command that ended by a signal has no exit status
+        self._changed()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.lost = self.lost or exc is not None  # (set already when the keeper closed the connection)
-        self.changed.set()
         self.writable.set()
+        self._changed()
 
     def pause_writing(self) -> None:
         self.writable.clear()
@@ -132,7 +169,7 @@ class Chan(asyncssh.SSHClientSession[bytes]):
 
 
 class _Client(asyncssh.SSHClient):
-    """The host-key check (``hostkey.check``, as for paramiko), and whether the connection is alive."""
+    """The host-key check (``hostkey.check``), and whether the connection is alive."""
 
     def __init__(self, name: str, known_name: str, accept_new: bool) -> None:
         self._name, self._known_name, self._accept_new = name, known_name, accept_new
@@ -230,7 +267,10 @@ class HostConn:
         except TimeoutError as e:
             why = f"SSH handshake failed: no answer within {self._timeout:.0f}s"
             raise unreachable(self.name, ep, why) from e
-        except (asyncssh.Error, OSError, EOFError) as e:
+        except (ConnectionResetError, asyncssh.ConnectionLost, EOFError) as e:
+            why = "SSH handshake failed: the host closed the connection (is an SSH server on that port?)"
+            raise unreachable(self.name, ep, why) from e
+        except (asyncssh.Error, OSError) as e:
             raise unreachable(self.name, ep, f"SSH handshake failed: {e or type(e).__name__}") from e
 
     async def exec(self, command: str) -> Chan:
@@ -268,7 +308,7 @@ class HostConn:
             self._jump = None
 
 
-# AES-GCM first, as for a direct connection (ssh.AEAD_FIRST): one AEAD pass per packet with AES-NI,
+# AES-GCM first (AEAD_FIRST): one AEAD pass per packet with AES-NI,
 # where asyncssh's default first choice, chacha20-poly1305, is two passes; the rest as asyncssh has them.
 _CIPHERS = [
     *AEAD_FIRST,
@@ -283,7 +323,7 @@ def _host_key_algs(known_name: str) -> list[str]:
 
 
 def _identities(ep: Endpoint) -> list[str] | tuple[()]:
-    """The endpoint's IdentityFiles, then the default keys that exist (paramiko's look_for_keys):
+    """The endpoint's IdentityFiles, then the default keys that exist (OpenSSH's defaults):
     the agent's keys are offered first either way (``SSH_AUTH_SOCK``)."""
     if not ep.identity_files:
         return ()  # asyncssh's own default: the agent, then ~/.ssh/id_*
@@ -293,7 +333,7 @@ def _identities(ep: Endpoint) -> list[str] | tuple[()]:
 
 
 async def open_socket(name: str, ep: Endpoint, timeout: float) -> socket.socket:
-    """A connected TCP socket to ``ep``, with the same one-line errors as a direct connection."""
+    """A connected TCP socket to ``ep``, or one line saying why not (``open_socket_error``)."""
     loop = asyncio.get_running_loop()
     try:
         infos = await asyncio.wait_for(
