@@ -7,7 +7,7 @@ Run as root (it starts 4 real OpenSSH hosts on loopback with tests/sshd.py):
 Each host's nvidia-smi (tests/dash/fake_smi.py, a real H100 capture replayed with ``-l 1``) writes
 its print time into the GPU uuid. The dashboard runs in-process (Textual's headless driver: the whole
 app, layout and rendering, minus the terminal writes) with the same monitors ``pippa dash`` builds.
-CPU: process CPU time (all threads: paramiko, workers, the app) over the measuring window, once every
+CPU: process CPU time (all threads: the SSH loop, workers, the app) over the measuring window, once every
 host is up. Latency: from the sample's print time on the host to the moment the app drew that state.
 Both are printed with their ratio to the goals (≤ 5% of one core, p95 ≤ 1.5 s).
 """

@@ -10,7 +10,7 @@
    over kept connections on both sides (pippa's keeper, OpenSSH's ControlPersist), and, on one connection
    already open (so without the CLI's start and the SSH handshake), the doctor request against the
    by-hand commands, with and without its torch-facts cache: what the host side itself costs.
-2. ``--gemm``: the doctor's bf16 GEMM figure (training_core.doctor_active.gemm_tflops) against a bare
+2. ``--gemm``: the doctor's bf16 GEMM figure (training_core.hardware.doctor_active.gemm_tflops) against a bare
    ``torch.mm`` loop of the same shape timed with CUDA events. Goal: >= 0.95x.
 """
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 def gemm_overhead(cpu: bool, seconds: float) -> dict[str, float]:
     import torch
 
-    from training_core import doctor_active as da
+    from training_core.hardware import doctor_active as da
 
     if not cpu and not torch.cuda.is_available():
         raise SystemExit("bench_doctor --gemm: no CUDA GPU here (pass --cpu for the dry run)")
@@ -83,8 +83,8 @@ def passive(repeat: int) -> list[dict[str, float]]:
                 head = f"[hosts.{h.name}]\n"
                 text = text.replace(head, f"{head}gpus = 8\nenv = {{ {env_line} }}\n")
                 code = h.home / "pippa" / "training_core"
-                code.mkdir(parents=True)
-                for name in ("__init__.py", "doctor_active.py"):
+                (code / "hardware").mkdir(parents=True)
+                for name in ("__init__.py", "hardware/__init__.py", "hardware/doctor_active.py"):
                     (code / name).write_text((ROOT / "training_core" / name).read_text())
                 subprocess.run(["chown", "-R", h.user, str(h.home / "pippa")], check=True)
             inventory.write_text(text)

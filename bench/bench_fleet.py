@@ -307,7 +307,7 @@ def put_runs(world: sshd.World, client: Client) -> None:
     os.environ.update(sshd.client_vars(client.home))
     from pippa_ops.hosts.connect import open_transport
     from pippa_ops.hosts.inventory import resolve
-    from pippa_ops.runs.launch import launch
+    from pippa_ops.runs.launching.launch import launch
 
     for h in world.hosts[:4]:
         spec = resolve(h.name)

@@ -99,9 +99,9 @@ def run(
     from transformers import PrinterCallback, TrainerCallback
 
     from training_core.generation.engines import for_host
+    from training_core.hardware.platform import detect, torch_facts, train_precision
     from training_core.methods.trainer import PippaGRPOTrainer, grpo_args
     from training_core.models.shapes import QWEN2_0_5B, build_model, build_tokenizer
-    from training_core.platform import detect, torch_facts, train_precision
     from training_core.recipes import resolve
     from training_core.run import flops, step_plan
     from training_core.run.metrics import peak_flops

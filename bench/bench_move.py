@@ -3,7 +3,7 @@ staged and renamed into place) vs ``scp -3`` of the same run directory between t
 sshd hosts, alternately in one run.
 
 A run directory with a ``--mb`` MB checkpoint (random bytes: nothing to compress) is made on host 1;
-each round moves it to host 2 with pippa's move stream (``runs.move``: the agent's ``pull`` on one host
+each round moves it to host 2 with pippa's move stream (``runs.moving.move``: the agent's ``pull`` on one host
 into its ``receive_run`` on the other, the laptop in between; the resume on the new host is not timed)
 and with ``scp -3 -r`` (also through the laptop), the copy removed between rounds. Goal (issue 34):
 pippa's throughput >= 0.8x scp's.
@@ -56,8 +56,8 @@ def make_run(host: sshd.SSHHost, mb: int) -> None:
 def pippa_move(a: sshd.SSHHost, b: sshd.SSHHost) -> float:
     """Seconds of the move's copy (the stream only: the new host's resume is not part of it)."""
     from pippa_ops.hosts.connect import connect
-    from pippa_ops.runs.locate import locate
-    from pippa_ops.runs.move import _from_host, _meta
+    from pippa_ops.runs.moving.locate import locate
+    from pippa_ops.runs.moving.move import _from_host, _meta
 
     t0 = time.perf_counter()
     rec = locate([RUN_ID], a.name)[RUN_ID]

@@ -1,7 +1,7 @@
 """Run-start benchmark: how soon after a healthy recipe's first line `pippa run` returns, against
 `pippa run --no-wait` plus polling by hand (`pippa ps --json` once a second until the run shows a step).
 
-`pippa run` watches the start (pippa_ops.runs.startup) until the trainer writes its first line (the
+`pippa run` watches the start (pippa_ops.runs.launching.startup) until the trainer writes its first line (the
 metrics header, after imports and the model's load) and returns. By hand, a user starts it with
 --no-wait and looks with `pippa ps` until it has a step. Both run the tiny recipe with the real
 trainer on one loopback host (tests/sshd.py), alternately, ``--repeat`` times; the lag is the

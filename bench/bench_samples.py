@@ -104,8 +104,10 @@ def bench_in_run(steps: int) -> None:
     the alarm watch timed by wrappers; ratio = training time / (training time - that time)."""
     import functools
 
-    from training_core import alarm_watch, samples, samples_trl, train
+    from training_core import train
     from training_core.eval import greedy
+    from training_core.methods import samples_trl
+    from training_core.run import alarm_watch, samples
 
     spent = [0.0]
 

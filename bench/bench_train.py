@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def _recipe(steps: int) -> Any:
     """The tiny recipe as resolved on this machine: both sides read every setting from it."""
-    from training_core.platform import PlatformFacts
+    from training_core.hardware.platform import PlatformFacts
     from training_core.recipes import resolve
 
     sets = [f"train.max_steps={steps}", "eval.task=none", "checkpoint.every=0"]
@@ -35,11 +35,11 @@ def _recipe(steps: int) -> Any:
 
 
 def ours(steps: int, tmp: Path, i: int) -> list[float]:
-    from training_core.methods.grpo import run
+    from training_core.methods.grpo import GrpoMethod
 
     run_dir = tmp / f"ours-{i}"
     with contextlib.redirect_stdout(io.StringIO()):
-        assert run(_recipe(steps), run_dir) == 0
+        assert GrpoMethod().run(_recipe(steps), run_dir) == 0
     recs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     times = [r["time"] for r in recs if r["type"] == "step"]
     return [b - a for a, b in itertools.pairwise(times)]

@@ -47,8 +47,8 @@ from _common import PIPPA, ROOT, commit_all, start_world, timed
 from pippa_ops.gpu import query, query_argv
 from pippa_ops.hosts.connect import connect
 from pippa_ops.instant import client as instant
-from pippa_ops.runs.launch import launch
-from pippa_ops.runs.listing import current_run, list_runs, read_run
+from pippa_ops.runs.launching.launch import launch
+from pippa_ops.runs.records.listing import current_run, list_runs, read_run
 from pippa_ops.sync import sync
 from pippa_ops.transport import reuse
 from pippa_ops.transport.keeper import client as keeper_client

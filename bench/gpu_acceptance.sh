@@ -8,7 +8,7 @@
 #   capture     nvidia-smi -q -x, nvlink -s and pippa's --query-gpu fields, saved as test fixtures under
 #               <OUT>/fixtures/ (copy them into tests/fixtures/nvidia-smi/ with their source line)
 #   doctor      `pippa doctor local --json` (python3 -m pippa_ops: no install needed), passive + active
-#   active      dry mode: training_core.doctor_active's CPU harness (on a GPU the doctor step runs it)
+#   active      dry mode: training_core.hardware.doctor_active's CPU harness (on a GPU the doctor step runs it)
 #   gemm_overhead  bench/bench_doctor.py --gemm: the doctor's GEMM figure vs a bare matmul loop (goal >= 0.95x)
 #   pytest_gpu  pytest -m gpu on the training-side GPU tests (bf16 weights, tiny recipe, max_gpu shape)
 #   bf16_train  the tiny recipe, 5 steps in bf16, its metrics kept
@@ -92,7 +92,7 @@ if [ "$have_gpu" = 1 ]; then
   skip active "ran inside the doctor step (doctor.json: measured)"
   step gemm_overhead 90 bash -c "'$PY' bench/bench_doctor.py --gemm --json '$OUT/gemm_overhead.json'"
 else
-  step active 180 bash -c "'$PY' -m training_core.doctor_active --cpu --seconds 0.2 | tee '$OUT/doctor_active.json'"
+  step active 180 bash -c "'$PY' -m training_core.hardware.doctor_active --cpu --seconds 0.2 | tee '$OUT/doctor_active.json'"
   step gemm_overhead 120 bash -c "'$PY' bench/bench_doctor.py --gemm --cpu --json '$OUT/gemm_overhead.json'"
 fi
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 KEEP_UNUSED_S = 14 * 86400
 # Modules only the host program runs (pippa_agent.program: the supervisor, the alerts): left out of the
-# compiled cache, which every agent start loads and checks (tests/ops/test_architecture_ops.py).
+# compiled cache, which every agent start loads and checks (tests/test_architecture.py).
 PROGRAM_ONLY = (
     "pippa_agent.alerts",
     "pippa_agent.supervise",

@@ -163,7 +163,7 @@ def mark_replaced(base: str, session: str, stamp: int) -> None:
 def stop(req: StopRequest) -> StopAnswer:
     """Mark the runs stop_requested, Ctrl-C the session, wait for the exit code up to the grace
     period, then kill the session (ends a sweep's remaining runs; kills a job that ignored Ctrl-C).
-    No grace (a stale copy of a run that moved on, pippa_ops.runs.stale): no Ctrl-C, whose save would
+    No grace (a stale copy of a run that moved on, pippa_ops.runs.moving.stale): no Ctrl-C, whose save would
     finish a step and log it; the hang-up ends the job at once."""
     base = runs_dir(req["remote_dir"])
     session = req["session"]

@@ -1,7 +1,7 @@
 """What to do after a recipe run failed before its first step: fix the cause, then run it again. A
 resume cannot help such a run (it restarts from step 0 and meets the same cause), so neither
 ``pippa why``'s ``next:`` nor an alert's ``look:`` offers one. Both sides use these rules: the laptop
-(``pippa_ops.runs.why``) and the host's alerts (``pippa_agent.alerts``)."""
+(``pippa_ops.runs.reading.why``) and the host's alerts (``pippa_agent.alerts``)."""
 
 from __future__ import annotations
 

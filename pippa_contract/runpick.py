@@ -1,8 +1,8 @@
-"""Which run a name means on a host: the one rule, followed by the laptop (``pippa_ops.runs.listing``)
+"""Which run a name means on a host: the one rule, followed by the laptop (``pippa_ops.runs.records.listing``)
 and by the agent (``read_run``: the listing and the chosen run's output in one request).
 
 A name designates a run id exactly, else a session's runs, else a short id (a unique prefix of 4
-characters or more, or a dash tail: ``pippa_ops.runs.shortid``). Of the runs it designates, the one
+characters or more, or a dash tail: ``pippa_ops.runs.records.shortid``). Of the runs it designates, the one
 it means is the first running one, else the first queued one, else the newest. The state each needs
 comes from the run directory's facts (``runfacts``) and the host's tmux sessions, derived here once.
 Imported by the agent on the host: standard library only, nothing slow.

@@ -15,7 +15,8 @@ LOST = "lost"  # no exit status, no session, no stop: `pippa recover` resumes it
 MOVED = "moved"  # ended here and moved to another host (the ``moved_to`` file names it)
 ACTIVE = (RUNNING, QUEUED)
 # Worst first: a multi-host run's state is its ranks' first in this order (a rank that died fails the
-# run, then any rank still going keeps it going, then the way the ranks ended; runs.listing.merge_group).
+# run, then any rank still going keeps it going, then the way the ranks ended;
+# runs.records.listing.merge_group).
 ALL = (FAILED, DIVERGED, LOST, RUNNING, QUEUED, KILLED, STOPPED, CANCELLED, FINISHED, MOVED)
 
 # SLURM job states (squeue / scontrol / sacct): the agent asks again about a job while it may still

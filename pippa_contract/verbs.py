@@ -7,7 +7,7 @@ tests/contract/test_verbs.py checks the two tables agree).
 A ``Caller`` is anything with the agent client's ``call(verb, args, timeout)`` (an agent session, a
 one-shot caller, the connection keeper's fast path); a ``Streamer`` starts a verb that streams and
 hands back its process. Standard library only: the laptop's fast path imports this module without
-paramiko.
+asyncssh.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ FULL_TIMEOUT_S = 400.0  # the active checks' own bound (150 s) plus the passive 
 
 def training_python(spec: HostSpec) -> list[str]:
     """The host's training python; for ``local`` without a .venv, the python running pippa."""
-    from pippa_ops.runs.precheck import python_argv  # its imports (run listing) only where asked
+    from pippa_ops.runs.launching.precheck import python_argv  # its imports (run listing) only where asked
 
     argv = python_argv(spec.python, spec.remote_dir)
     if spec.is_local and not spec.python and not os.path.exists(argv[0]):

@@ -5,7 +5,8 @@ so a rule holds for every module, not only those a test happens to load):
   contract import only the standard library and each other; training_core never imports pippa_ops,
   textual or typer;
 - no import cycle anywhere, even through function-level imports, and no pippa_ops subpackage importing
-  one that imports it;
+  one that imports it; pippa_ops/runs/ in sub-packages that import one way (RUNS_LAYERS);
+- the tests mirror the packages: a test that calls pippa_agent lives in tests/agent/;
 - no production file over 400 lines; no run-file name written as a literal outside pippa_contract;
 - training_core: no module imports another's private names, one module decides the method.
 
@@ -19,6 +20,7 @@ import ast
 import functools
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,14 +210,45 @@ def test_training_core_never_imports_the_laptop_side_or_a_cli_or_tui_library() -
 
 
 def test_the_typed_verbs_load_no_ssh_cli_or_tui_stack() -> None:
-    """The warm fast path calls ``pippa_contract.verbs`` without paramiko, typer, rich or textual."""
+    """The warm fast path calls ``pippa_contract.verbs`` without asyncssh, typer, rich or textual."""
     code = (
         "import sys, pippa_contract.verbs, pippa_contract.runfacts\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('paramiko', 'typer', 'rich', 'textual', 'pippa_ops', 'pippa_agent')))\n"
+        "('asyncssh', 'typer', 'rich', 'textual', 'pippa_ops', 'pippa_agent')))\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert p.stdout.strip() == "[]"
+
+
+def _repo_sources() -> Iterator[Path]:
+    """Every .py file of the repo (packages, tests, bench, scripts), no virtual environment."""
+    for path in sorted(REPO.rglob("*.py")):
+        parts = path.relative_to(REPO).parts
+        if not any(p.startswith(".") or p in ("node_modules", "build", "dist") for p in parts[:-1]):
+            yield path
+
+
+def test_one_ssh_stack_paramiko_is_imported_nowhere() -> None:
+    """asyncssh is pippa's one SSH library (the keeper and a command's own connection): no .py file
+    of the repo imports paramiko, at any depth, and the project does not depend on it."""
+    bad = []
+    for path in _repo_sources():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            if any(n.split(".")[0] == "paramiko" for n in names):
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert bad == []
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    declared = [*project["project"]["dependencies"]]
+    for group in (project.get("dependency-groups") or {}).values():
+        declared += [d for d in group if isinstance(d, str)]
+    for extra in (project["project"].get("optional-dependencies") or {}).values():
+        declared += extra
+    assert not [d for d in declared if d.lower().startswith(("paramiko", "types-paramiko"))]
 
 
 # -- no import cycle ----------------------------------------------------------------------------------
@@ -257,6 +290,44 @@ def test_the_known_package_cycle_edges_are_still_there() -> None:
     edges = {(m, o) for m, imported in graph(("pippa_ops",)).items() for o in imported}
     gone = KNOWN_PACKAGE_CYCLE_EDGES - edges
     assert not gone, f"gone, remove from KNOWN_PACKAGE_CYCLE_EDGES: {sorted(gone)}"
+
+
+# pippa_ops/runs/ in sub-packages by concern, each importing only those before it (function-level
+# imports included): the records every part reads, launching, where a run is and moving it, reading.
+RUNS_LAYERS = ("records", "launching", "moving", "reading")
+
+
+def test_pippa_ops_runs_is_sub_packages_that_import_one_way() -> None:
+    runs = {m for m in modules() if m.startswith("pippa_ops.runs.")}
+    loose = sorted(m for m in runs if m.split(".")[2] not in RUNS_LAYERS)
+    assert loose == [], "every module of pippa_ops.runs lives in one of RUNS_LAYERS"
+    upward = [
+        f"{m} -> {t}"
+        for m, targets in graph(("pippa_ops",), load_time_only=False).items()
+        if m in runs
+        for t in targets
+        if t in runs and RUNS_LAYERS.index(t.split(".")[2]) > RUNS_LAYERS.index(m.split(".")[2])
+    ]
+    assert sorted(upward) == []
+
+
+# The tests mirror the packages (docs/development.md): a test that calls pippa_agent's functions lives in
+# tests/agent/. These tests/ops files drive pippa end to end and call the agent too, each with why.
+TESTS_OPS_CALLING_THE_AGENT = {
+    "test_slurm.py": "its cluster tests submit the laptop's sbatch through the agent's verbs; then the CLI",
+}
+
+
+def test_tests_of_the_host_agent_live_in_tests_agent() -> None:
+    calling = set()
+    for path in sorted((REPO / "tests" / "ops").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            if any(n.split(".")[0] == "pippa_agent" for n in names):
+                calling.add(path.name)
+    assert calling == set(TESTS_OPS_CALLING_THE_AGENT)
 
 
 # -- the size rule ------------------------------------------------------------------------------------
@@ -410,4 +481,34 @@ def test_one_module_decides_the_method() -> None:
             left = node.left if isinstance(node, ast.Compare) else None
             if isinstance(left, ast.Attribute) and left.attr == "method":
                 bad.append(f"{path.relative_to(REPO)}:{left.lineno}")
+    assert bad == []
+
+
+TRAINING_CORE_TOP_LEVEL_MAX = (
+    10  # modules directly in training_core/, __init__.py counted; the rest in sub-packages
+)
+
+
+def test_training_core_top_level_holds_at_most_ten_modules() -> None:
+    """The trainer's top level keeps its entry points and shared base (config, errors, recipes, launch,
+    train); everything else lives in the sub-package of its concern (run/, hardware/, generation/, ...)."""
+    top = sorted(p.name for p in (REPO / "training_core").glob("*.py"))
+    assert len(top) <= TRAINING_CORE_TOP_LEVEL_MAX, top
+
+
+def test_no_training_core_module_hands_itself_out_as_an_object() -> None:
+    """A method is a class (training_core.methods.base.Method), not a module passed as its own Protocol
+    through ``sys.modules[__name__]``."""
+    bad = []
+    for mod in _in("training_core"):
+        path = modules()[mod]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.slice, ast.Name)
+                and node.slice.id == "__name__"
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "modules"
+            ):
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert bad == []

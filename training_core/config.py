@@ -27,14 +27,14 @@ Engine = Literal["auto", "hf", "static", "paged", "vllm"]
 @dataclass(frozen=True)
 class ModelConfig:
     name: str = "Qwen/Qwen2-0.5B-Instruct"  # HF hub id, local directory, or "tiny" (models.tiny)
-    # Weights/compute dtype (docs/training.md, "Precision"). "auto": "bf16" where the GPU supports it
-    # (compute capability >= 8.0), fp16 on older GPUs (V100, T4, RTX 20xx), fp32 on CPU. "bf16": bf16
-    # compute with every update kept, settled at start from the model's size and the GPUs' memory
-    # (training_core.precision.choose) into "bf16_amp" (fp32 master weights under bf16 autocast, 16 bytes
-    # per parameter) or "bf16_kahan" (bf16 weights, Kahan-compensated AdamW from torch-optimi, 10 bytes).
-    # "bf16_pure": bf16 weights and plain AdamW (8 bytes; updates under ~1/256 of a weight round away: a
-    # warning at small learning rates). "fp16": fp32 weights with fp16 autocast and loss scaling. A GPU
-    # without bf16 gets fp16 instead at run time (training_core.platform.train_precision).
+    # Weights/compute dtype (docs/training.md, "Precision"). "auto": "bf16" where the GPU supports it (compute
+    # capability >= 8.0), fp16 on older GPUs (V100, T4, RTX 20xx), fp32 on CPU. "bf16": bf16 compute with
+    # every update kept, settled at start from the model's size and the GPUs' memory
+    # (training_core.hardware.precision.choose) into "bf16_amp" (fp32 master weights under bf16 autocast, 16
+    # bytes per parameter) or "bf16_kahan" (bf16 weights, Kahan-compensated AdamW from torch-optimi, 10
+    # bytes). "bf16_pure": bf16 weights and plain AdamW (8 bytes; updates under ~1/256 of a weight round away:
+    # a warning at small learning rates). "fp16": fp32 weights with fp16 autocast and loss scaling. A GPU
+    # without bf16 gets fp16 instead at run time (training_core.hardware.platform.train_precision).
     precision: Precision = "auto"
     # Recompute activations in backward to fit bigger batches (A100/H100 presets turn it on). "auto": off
     # where the step's memory estimate fits the GPU without it (training_core.run.step_plan). Default off.
@@ -264,7 +264,8 @@ class LaunchConfig:
     # runs share one 8-GPU host; with processes = 1 it only pins the GPU.
     gpus: str = ""
     # vLLM server mode (train.use_vllm = true, train.vllm_mode = "server"): the GPUs, out of the run's, that
-    # run `trl vllm-serve`; the others train (training_core.vllm_server). E.g. "7" next to processes = 7.
+    # run `trl vllm-serve`; the others train (training_core.generation.vllm_server). E.g. "7" beside
+    # processes = 7.
     vllm_gpus: str = ""
     # Tensor-parallel size of the server; 0 = every server GPU. Must divide their number.
     vllm_tensor_parallel: int = 0

@@ -30,9 +30,9 @@ from pippa_contract import cgroupdeleg
 from pippa_contract.rundir import ACCELERATE_YAML, VLLM_LOG
 from training_core.config import LaunchConfig, RunConfig
 from training_core.errors import BadSetting, TrainingError, UsageError
-from training_core.gpu_ids import parse_gpus
-from training_core.platform import PlatformFacts, detect
-from training_core.precision import BF16_MODES
+from training_core.hardware.gpu_ids import parse_gpus
+from training_core.hardware.platform import PlatformFacts, detect
+from training_core.hardware.precision import BF16_MODES
 from training_core.recipes import resolve
 from training_core.run.layout import EACH_HOST_ENV
 
@@ -60,7 +60,7 @@ class Rendezvous:
 
 def mixed_precision(launch: LaunchConfig, precision: str, facts: PlatformFacts) -> str:
     """accelerate's mixed precision from the model's: one precision per run, and "no" without a GPU
-    (the trainer falls back to fp32 there, training_core.platform.train_precision)."""
+    (the trainer falls back to fp32 there, training_core.hardware.platform.train_precision)."""
     derived = (
         "no"
         if facts.gpu_count == 0
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None, facts: PlatformFacts | None = None) -> i
         print(scope_line)
     sys.stdout.flush()
     if server is not None:
-        from training_core import vllm_server
+        from training_core.generation import vllm_server
 
         _, serve, serve_env = server
         health = f"http://127.0.0.1:{cfg.launch.vllm_port}/health"
@@ -337,7 +337,7 @@ def _server(
     cfg: RunConfig, facts: PlatformFacts, run_dir: Path
 ) -> tuple[LaunchConfig, list[str], dict[str, str]]:
     """vLLM server mode: the trainer's launch settings on the GPUs left over, the server's argv and env."""
-    from training_core import vllm_server
+    from training_core.generation import vllm_server
 
     split = vllm_server.split_gpus(cfg.launch, facts.gpu_count)
     train = dataclasses.replace(cfg.launch, gpus=",".join(map(str, split.train)))

@@ -21,7 +21,7 @@ from typing import Any
 
 from training_core.config import CallbackSpec, Resolved, RewardSpec, RunConfig
 from training_core.errors import BadSetting, UnknownRecipe
-from training_core.platform import PLATFORMS, PlatformFacts, resolve_auto
+from training_core.hardware.platform import PLATFORMS, PlatformFacts, resolve_auto
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 _NAME_ONLY_KEYS = ("description", "platform")
@@ -57,7 +57,7 @@ def resolve(recipe: str, sets: list[str], facts: PlatformFacts, recipes_dir: Pat
     presets: dict[str, Any] = {}
     for layer, where in ((base, str(base_file)), (rec, str(path))):
         layer = dict(layer)
-        layer.pop("restart", None)  # the host supervisor's retry policy (pippa_ops.runs.restart)
+        layer.pop("restart", None)  # the host supervisor's retry policy (pippa_ops.runs.launching.restart)
         for pname, preset in layer.pop("platform", {}).items():
             if pname not in PLATFORMS:
                 raise BadSetting(f"{where}: unknown platform preset {pname!r}; known: {', '.join(PLATFORMS)}")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pippa_contract.names import new_run_id
 from training_core.errors import TrainingError, UsageError
-from training_core.platform import PlatformFacts, detect
+from training_core.hardware.platform import PlatformFacts, detect
 from training_core.recipes import Resolved, resolve
 
 

@@ -2,7 +2,7 @@
 its config in code: Qwen2.5-0.5B's config.json has the architecture fields of training_core.models.shapes
 .QWEN2_0_5B), 3 GRPO steps through the real trainer (grpo_args -> PippaGRPOTrainer -> HF Trainer) at lr
 5e-6 and 1e-6, in pure bf16 (``bf16_pure``) and in the default precision (``bf16`` as settled for this
-GPU by training_core.precision.choose), each against an fp32 reference from the same init and batch:
+GPU by training_core.hardware.precision.choose), each against an fp32 reference from the same init and batch:
 fraction of parameter elements changed (RMSNorm weights apart), update norm / the reference's, step time
 (median of steps 2-3), peak memory. ``--dry``: the tiny shape on the CPU with an H100's facts faked,
 lr 1e-6 only."""
@@ -34,7 +34,7 @@ def _spec(dry: bool) -> dict[str, Any]:
 
 
 def _facts(dry: bool) -> Any:
-    from training_core.platform import PlatformFacts, detect
+    from training_core.hardware.platform import PlatformFacts, detect
 
     if dry:  # an H100's facts, so the dry run settles what an H100 would
         return PlatformFacts(gpu_name="NVIDIA H100 80GB HBM3", gpu_count=1, gpu_memory_gb=80.0, bf16=True)
@@ -47,9 +47,9 @@ def _run(mode: str, lr: float, spec: dict[str, Any], facts: Any, dev: str, dry: 
     from datasets import Dataset
     from transformers import TrainerCallback
 
+    from training_core.hardware.precision import BF16_WEIGHTS
     from training_core.methods.trainer import PippaGRPOTrainer, grpo_args
     from training_core.models.shapes import build_model, build_tokenizer
-    from training_core.precision import BF16_WEIGHTS
     from training_core.recipes import resolve
 
     sets = [
@@ -136,8 +136,8 @@ def main() -> None:
     dev = _part.device(a.dry)
     import torch
 
+    from training_core.hardware.precision import choose
     from training_core.models.shapes import build_model
-    from training_core.precision import choose
 
     spec, facts = _spec(a.dry), _facts(a.dry)
     with torch.device("meta"):

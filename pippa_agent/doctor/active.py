@@ -1,6 +1,6 @@
-"""The active checks: the training python runs ``training_core.doctor_active`` (bf16 GEMM, device copy,
-memory pattern, NCCL all-reduce on every GPU at once) and prints its figures as JSON; this module runs
-it (bounded) and judges the figures against the box's best GPU and the floors below.
+"""The active checks: the training python runs ``training_core.hardware.doctor_active`` (bf16 GEMM,
+device copy, memory pattern, NCCL all-reduce on every GPU at once) and prints its figures as JSON; this
+module runs it (bounded) and judges the figures against the box's best GPU and the floors below.
 
 FLOORS is the one table of expected figures, keyed by GPU model; a model not in it gets the relative
 checks only (a GPU more than 10% below the best GPU of the box fails).
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from pippa_contract.messages import Check
 
-ACTIVE_MODULE = "training_core.doctor_active"
+ACTIVE_MODULE = "training_core.hardware.doctor_active"
 ACTIVE_TIMEOUT_S = 150.0
 RELATIVE = 0.9  # a GPU more than 10% below the best GPU of the box fails
 ALLREDUCE_SHARE = 0.8  # fail below 0.8 x the topology's expected all-reduce bus bandwidth

@@ -43,7 +43,7 @@ def compare_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Runs side by side: config keys that differ, final/best reward, curves (terminal and --png)."""
-    from pippa_ops.runs.compare import (
+    from pippa_ops.runs.reading.compare import (
         DEFAULT_METRICS,
         check_metrics,
         differing_config,
@@ -51,7 +51,7 @@ def compare_cmd(
         load_runs,
         metric_points,
     )
-    from pippa_ops.runs.curves import smooth as smoothed
+    from pippa_ops.runs.reading.curves import smooth as smoothed
 
     if not 0.0 <= smooth < 1.0:
         raise UsageError(f"--smooth {smooth:g}: the EMA weight must be in [0, 1)")
@@ -61,7 +61,7 @@ def compare_cmd(
     diff = differing_config(runs, with_facts=show_all)
     series = {m: metric_points(runs, m) for m in metrics}
     if png is not None:
-        from pippa_ops.runs.plots import save_png
+        from pippa_ops.runs.reading.plots import save_png
 
         labels = legend_labels(runs)
         named = {m: {labels[run]: pts for run, pts in by_run.items()} for m, by_run in series.items()}
@@ -86,7 +86,7 @@ def compare_cmd(
             }
         emit_json(out)
         return
-    from pippa_ops.runs.cost import goodput, money
+    from pippa_ops.runs.records.cost import goodput, money
 
     for r in runs:
         s = r.summary()
@@ -115,7 +115,7 @@ def compare_cmd(
         typer.echo("config: identical")
     columns = shutil.get_terminal_size((120, 40)).columns
     color = sys.stdout.isatty()
-    from pippa_ops.runs.plots import terminal_plot
+    from pippa_ops.runs.reading.plots import terminal_plot
 
     for m in metrics:
         typer.echo("")

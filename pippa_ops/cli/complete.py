@@ -21,7 +21,7 @@ def host_names(incomplete: str) -> list[str]:
 def recipe_names(incomplete: str) -> list[str]:
     """The project's recipes that start with ``incomplete``."""
     try:
-        from pippa_ops.runs.recipes import list_recipes
+        from pippa_ops.runs.launching.recipes import list_recipes
 
         names = [r.name for r in list_recipes()]
     except Exception:

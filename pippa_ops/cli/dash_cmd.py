@@ -13,7 +13,7 @@ from pippa_ops.hosts.inventory import HostSpec, load_inventory, resolve
 
 
 def _attacher(specs: dict[str, HostSpec]):  # type: ignore[no-untyped-def]
-    from pippa_ops.runs.launch import attach_argv
+    from pippa_ops.runs.launching.launch import attach_argv
 
     def attach(host: str, session: str) -> int:
         spec = specs[host]

@@ -1,4 +1,5 @@
-"""How ``pippa run --dry-run`` prints its plan (runs.dryrun): the script, every setting, the checks."""
+"""How ``pippa run --dry-run`` prints its plan (runs.launching.dryrun): the script, every setting, the
+checks."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import typer
 from pippa_ops.cli.common import emit_json
 from pippa_ops.errors import BadSetting
 from pippa_ops.hosts.inventory import resolve
-from pippa_ops.runs.dryrun import DryRun, dry_run
-from pippa_ops.runs.restart import RestartFlags
+from pippa_ops.runs.launching.dryrun import DryRun, dry_run
+from pippa_ops.runs.launching.restart import RestartFlags
 
 
 def dry_run_cmd(
@@ -23,7 +24,7 @@ def dry_run_cmd(
     hosts: str | None,
     as_json: bool,
 ) -> None:
-    """``pippa run ... --dry-run``: the plan of ``runs.dryrun``, printed; exit 0."""
+    """``pippa run ... --dry-run``: the plan of ``runs.launching.dryrun``, printed; exit 0."""
     if hosts is not None:
         raise BadSetting("--dry-run shows one host's run (--host); not --hosts yet")
     plan = dry_run(resolve(host), recipes=names, command=cmd, sets=sets, nodes=nodes, restart=restart)

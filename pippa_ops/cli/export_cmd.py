@@ -1,4 +1,5 @@
-"""``pippa export RECIPE --to skypilot|sbatch``: parse, call ``runs.export``, write the file, exit."""
+"""``pippa export RECIPE --to skypilot|sbatch``: parse, call ``runs.launching.export``, write the file,
+exit."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def export_cmd(
     ] = None,
 ) -> None:
     """A recipe's run as a SkyPilot task YAML or a SLURM job script, for an engine pippa does not drive."""
-    from pippa_ops.runs.export import export
+    from pippa_ops.runs.launching.export import export
 
     text = export(
         recipe,

@@ -9,7 +9,7 @@ from pippa_ops.cli.common import goes_on_line, note
 from pippa_ops.cli.hostout import HostOutput
 from pippa_ops.errors import ExitCode
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.logs import FollowStopped, follow_many
+from pippa_ops.runs.reading.logs import FollowStopped, follow_many
 from pippa_ops.transport.base import Transport
 
 

@@ -1,6 +1,6 @@
 """``pippa hosts / up / sync``: parse options, call one core function, render, exit.
 
-The core (paramiko, host prep, sync) and rich's tables are imported inside the command that needs
+The core (SSH, host prep, sync) and rich's tables are imported inside the command that needs
 them: this module is imported to run any of its commands, and `pippa sync` should not pay for the
 rest.
 """

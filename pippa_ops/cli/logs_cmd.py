@@ -1,4 +1,4 @@
-"""``pippa logs / attach``: a run's output (``runs.logs`` finds it), or its terminal."""
+"""``pippa logs / attach``: a run's output (``runs.reading.logs`` finds it), or its terminal."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pippa_ops.cli.follow_out import follow_runs
 from pippa_ops.cli.hostout import HostOutput
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import resolve
-from pippa_ops.runs.attach import attach_session
-from pippa_ops.runs.launch import attach_argv
-from pippa_ops.runs.locate import locate_host
-from pippa_ops.runs.logs import exit_for, last_lines, read_logs
-from pippa_ops.runs.schedulers import scheduler_for
+from pippa_ops.runs.launching.attach import attach_session
+from pippa_ops.runs.launching.launch import attach_argv
+from pippa_ops.runs.launching.schedulers import scheduler_for
+from pippa_ops.runs.moving.locate import locate_host
+from pippa_ops.runs.reading.logs import exit_for, last_lines, read_logs
 
 
 def logs_cmd(

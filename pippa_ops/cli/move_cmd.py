@@ -1,4 +1,4 @@
-"""``pippa resume RUN --on HOST``: the move (``runs.move``) and its report."""
+"""``pippa resume RUN --on HOST``: the move (``runs.moving.move``) and its report."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pippa_ops.cli.start_out import report_start
 from pippa_ops.errors import UsageError
 from pippa_ops.hosts.connect import connect
 from pippa_ops.repo import pulled_runs_dir
-from pippa_ops.runs.move import move_run
-from pippa_ops.runs.schedulers import scheduler_for
+from pippa_ops.runs.launching.schedulers import scheduler_for
+from pippa_ops.runs.moving.move import move_run
 
 
 def move_and_resume(

@@ -8,8 +8,8 @@ import typer
 
 from pippa_ops.cli.common import HostsOpt, JsonOpt, SinceOpt, StateOpt, VerboseOpt, emit_json, note
 from pippa_ops.errors import PippaError, UsageError
-from pippa_ops.runs.listing import RunRecord, merge_groups
-from pippa_ops.runs.locate import all_hosts, every_listing
+from pippa_ops.runs.moving.locate import all_hosts, every_listing
+from pippa_ops.runs.records.listing import RunRecord, merge_groups
 
 
 def ps_cmd(
@@ -28,11 +28,11 @@ def ps_cmd(
 ) -> None:
     """Runs on every host (in parallel) or one: state, duration, last step and reward."""
     from pippa_ops.cli.run_tables import render_ps, select_shown
-    from pippa_ops.runs.catalog import parse_since
+    from pippa_ops.runs.reading.catalog import parse_since
 
     since_ts = parse_since(since) if since else None
     hosts = list(dict.fromkeys(host)) if host else all_hosts()
-    results = every_listing(hosts)  # a stale copy of a run that moved on is ended here (runs.stale)
+    results = every_listing(hosts)  # a stale copy of a run that moved on is ended here (runs.moving.stale)
     bad_entry = next((r for r in results.values() if isinstance(r, UsageError)), None)
     if bad_entry is not None:  # an invalid inventory entry: one line, as without --host
         raise bad_entry

@@ -1,7 +1,8 @@
 """``pippa pull`` and ``pippa runs``: runs' records onto this machine, and every run in one list.
 
-The work is in ``runs.pull`` (the incremental transfer), ``runs.catalog`` (listing hosts and pulled
-copies, filters) and ``runs.wandb_api``; this module parses options and draws tables.
+The work is in ``runs.moving.pull`` (the incremental transfer), ``runs.reading.catalog`` (listing
+hosts and pulled copies, filters) and ``runs.reading.wandb_api``; this module parses options and draws
+tables.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from pippa_ops.repo import project, pulled_runs_dir
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-    from pippa_ops.runs.catalog import RunInfo
-    from pippa_ops.runs.pull import PullResult
-    from pippa_ops.runs.wandb_api import WandbRun
+    from pippa_ops.runs.moving.pull import PullResult
+    from pippa_ops.runs.reading.catalog import RunInfo
+    from pippa_ops.runs.reading.wandb_api import WandbRun
 
 PROGRESS_MIN_BYTES = 1 << 20  # a bar only for transfers worth watching
 
@@ -138,16 +139,16 @@ def pull_cmd(
 ) -> None:
     """Bring runs' records (run.json, metrics, log, evals; --checkpoints) into runs/<host>/<run-id>/ here."""
     from pippa_ops.hosts.connect import connect
-    from pippa_ops.runs.locate import locate
-    from pippa_ops.runs.pull import pull_run
-    from pippa_ops.runs.pull import wandb_sync as sync_wandb
+    from pippa_ops.runs.moving.locate import locate
+    from pippa_ops.runs.moving.pull import pull_run
+    from pippa_ops.runs.moving.pull import wandb_sync as sync_wandb
 
     root = pulled_runs_dir(runs_dir)
     if not as_json:
         typer.echo(f"writing into {root}" if runs_dir is not None else project().line("writing into", root))
     which = checkpoint if checkpoint else ("latest" if checkpoints else None)
     if from_dir is not None:
-        from pippa_ops.runs.pull import pull_from_dir
+        from pippa_ops.runs.moving.pull import pull_from_dir
 
         results = pull_from_dir(from_dir, as_name, root, list(names or []), checkpoint=which)
         if as_json:
@@ -276,7 +277,7 @@ def runs_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Every run on the hosts and pulled here: recipe, state, steps, final/best reward, eval, W&B link."""
-    from pippa_ops.runs.catalog import overview, parse_since, select
+    from pippa_ops.runs.reading.catalog import overview, parse_since, select
 
     since_ts = parse_since(since) if since else None
     hosts = list(dict.fromkeys(host)) if host else None
@@ -286,7 +287,7 @@ def runs_cmd(
     wandb_error: PippaError | None = None
     w_runs: list[WandbRun] = []
     if wandb is not None:
-        from pippa_ops.runs.wandb_api import list_runs as wandb_runs
+        from pippa_ops.runs.reading.wandb_api import list_runs as wandb_runs
 
         ids = {str(i.wandb["id"]): i.run_id for i in infos if i.wandb and i.wandb.get("id")}
         try:

@@ -1,4 +1,4 @@
-"""``pippa recover HOST``: start again the lost runs that have attempts left (``runs.recover``)."""
+"""``pippa recover HOST``: start again the lost runs that have attempts left (``runs.launching.recover``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import typer
 
 from pippa_ops.cli.common import HostArg, JsonOpt, emit_json
 from pippa_ops.hosts.connect import connect
-from pippa_ops.runs.recover import RecoverResult, recover
+from pippa_ops.runs.launching.recover import RecoverResult, recover
 
 
 def recover_cmd(host: HostArg, as_json: JsonOpt = False) -> None:

@@ -2,7 +2,7 @@
 
 ``ssh`` execs OpenSSH with ``hosts.connect.ssh_argv``, the same endpoint, known_hosts (strict) and
 identity as every pippa verb, because only a real ssh client gives a real interactive terminal.
-``forward`` uses pippa's own paramiko connection (``transport.forward``) and holds it until Ctrl-C.
+``forward`` uses pippa's own asyncssh connection (``transport.forward``) and holds it until Ctrl-C.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """``pippa run / resume / recipes``: parse options, call the core, render, exit.
 
-No shell strings or business logic here: launching lives in ``runs.launch``, watching a start in
-``runs.startup``, following in ``runs.logs``; this module only turns their values into lines. rich
-is not imported: ``run`` starts without it.
+No shell strings or business logic here: launching lives in ``runs.launching.launch``, watching a
+start in ``runs.launching.startup``, following in ``runs.reading.logs``; this module only turns their
+values into lines. rich is not imported: ``run`` starts without it.
 """
 
 from __future__ import annotations
@@ -29,12 +29,19 @@ from pippa_ops.cli.start_out import NoWaitOpt, WaitOpt, report_start
 from pippa_ops.errors import BadSetting
 from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.inventory import HostSpec, default_host
-from pippa_ops.runs.launch import LaunchResult, attach_argv, launch, launch_on_hosts, launch_sets, resume
-from pippa_ops.runs.listing import current_run, list_runs
-from pippa_ops.runs.locate import locate_host
-from pippa_ops.runs.restart import RestartFlags
-from pippa_ops.runs.schedulers import scheduler_for
-from pippa_ops.runs.script import DEFAULT_GAP_S, DEFAULT_SESSION
+from pippa_ops.runs.launching.launch import (
+    LaunchResult,
+    attach_argv,
+    launch,
+    launch_on_hosts,
+    launch_sets,
+    resume,
+)
+from pippa_ops.runs.launching.restart import RestartFlags
+from pippa_ops.runs.launching.schedulers import scheduler_for
+from pippa_ops.runs.launching.script import DEFAULT_GAP_S, DEFAULT_SESSION
+from pippa_ops.runs.moving.locate import locate_host
+from pippa_ops.runs.records.listing import current_run, list_runs
 from pippa_ops.transport.shell import join
 
 
@@ -202,7 +209,7 @@ def run_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Start recipes (one after another) or a command in a named tmux session on a host."""
-    from pippa_ops.runs.failover import failover_hosts
+    from pippa_ops.runs.moving.failover import failover_hosts
 
     restart = RestartFlags(
         retry,
@@ -244,7 +251,7 @@ def run_cmd(
     spec, transport = connect(host or default_host())
     with transport:
         from pippa_contract.verbs import Caller
-        from pippa_ops.runs.health import preflight
+        from pippa_ops.runs.launching.health import preflight
 
         def check(agent: Caller) -> None:
             preflight(spec, agent, gpus, force, lambda line: typer.echo(line, err=True))
@@ -277,7 +284,7 @@ def run_cmd(
         if not (no_wait or follow) and scheduler_for(spec).starts_at_once:
             report_start(transport, spec, result.run_ids[0], wait, recipe=cmd is None, quiet=as_json)
         if notify and not follow:
-            from pippa_ops.runs.watcher import spawn_watcher, watcher_log
+            from pippa_ops.runs.reading.watcher import spawn_watcher, watcher_log
 
             pid = spawn_watcher(spec.name, list(result.run_ids))
             if not as_json:
@@ -286,7 +293,7 @@ def run_cmd(
         if follow:
             code = follow_runs(transport, spec, list(result.run_ids), result.session, raw=raw)
             if notify:
-                from pippa_ops.runs.watcher import notify_ended
+                from pippa_ops.runs.reading.watcher import notify_ended
 
                 notify_ended(spec.name, list(result.run_ids), note)
             raise typer.Exit(code)
@@ -342,7 +349,7 @@ def resume_cmd(
         from pippa_ops.cli.move_cmd import move_and_resume
 
         return move_and_resume(name, on, host, set_ or [], follow, runs_dir, wait=wait, no_wait=no_wait)
-    from pippa_ops.runs.tidy import checked_checkpoints
+    from pippa_ops.runs.moving.tidy import checked_checkpoints
     from pippa_ops.transport import agent_client
 
     where = locate_host(name, host)
@@ -372,7 +379,7 @@ def resume_cmd(
 def recipes_cmd(as_json: JsonOpt = False) -> None:
     """The recipes this repo ships (recipes/*.toml)."""
     from pippa_ops.repo import project
-    from pippa_ops.runs.recipes import list_recipes
+    from pippa_ops.runs.launching.recipes import list_recipes
 
     tree = project()
     if tree.passed_over is not None:

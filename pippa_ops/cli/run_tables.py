@@ -1,8 +1,8 @@
 """The tables of ``pippa ps`` and ``pippa runs``: which runs to show and how they fit the terminal.
 
-At any width the id column holds whole ids when the whole table fits, else short ids (``runs.shortid``,
-accepted by every verb); optional columns go before anything is cut (``cli.table``). Why a run failed
-is printed whole under the table, for the runs shown.
+At any width the id column holds whole ids when the whole table fits, else short ids
+(``runs.records.shortid``, accepted by every verb); optional columns go before anything is cut
+(``cli.table``). Why a run failed is printed whole under the table, for the runs shown.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from pippa_contract import states
 from pippa_contract.termsafe import escape
 from pippa_ops.cli.table import Column, layout, natural_width, terminal_width
 from pippa_ops.errors import PippaError, refused_as
-from pippa_ops.runs.cost import money
-from pippa_ops.runs.precheck import failure_hint
-from pippa_ops.runs.shortid import short_ids
+from pippa_ops.runs.launching.precheck import failure_hint
+from pippa_ops.runs.records.cost import money
+from pippa_ops.runs.records.shortid import short_ids
 
 if TYPE_CHECKING:
-    from pippa_ops.runs.catalog import RunInfo
-    from pippa_ops.runs.listing import RunRecord
+    from pippa_ops.runs.reading.catalog import RunInfo
+    from pippa_ops.runs.records.listing import RunRecord
 
 DEFAULT_LAST = 10  # ended runs `pippa ps` shows by default (running ones always)
 
@@ -265,7 +265,7 @@ def render_runs(
 
 def _cost(r: RunRecord) -> str:
     """``$41.20 (85% productive)``: the cost so far and, where the run has a ledger, its goodput."""
-    from pippa_ops.runs.cost import goodput
+    from pippa_ops.runs.records.cost import goodput
 
     share = goodput(r.spend)
     return money(r.cost, r.currency) + (f" ({share})" if share and r.cost is not None else "")

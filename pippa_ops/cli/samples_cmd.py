@@ -33,7 +33,7 @@ def samples_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """What the model wrote at a step: prompt, completion, rewards per function, length; alarms."""
-    from pippa_ops.runs import samples
+    from pippa_ops.runs.reading import samples
 
     if step is not None and last:
         raise UsageError("--step and --last choose the step: give one")
@@ -62,7 +62,7 @@ def samples_cmd(
         where = host
         answer = samples.local_answer(runs_dir / host / name, request)
     else:
-        from pippa_ops.runs.locate import locate_host
+        from pippa_ops.runs.moving.locate import locate_host
 
         where = host if host is not None else locate_host(name, None)
         answer = samples.fetch(where, name, request)

@@ -1,4 +1,4 @@
-"""How ``pippa run`` and ``pippa resume`` report a start (``runs.startup`` watches it): a run that
+"""How ``pippa run`` and ``pippa resume`` report a start (``runs.launching.startup`` watches it): a run that
 ended in the window says its state and reason line, and pippa exits non-zero unless it exited 0."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import typer
 from pippa_ops.cli.common import note
 from pippa_ops.errors import ExitCode
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.listing import RunRecord
+from pippa_ops.runs.records.listing import RunRecord
 from pippa_ops.transport.base import Transport
 
 WaitOpt = Annotated[
@@ -30,10 +30,10 @@ NoWaitOpt = Annotated[bool, typer.Option("--no-wait", help="Return as soon as th
 def report_start(
     transport: Transport, spec: HostSpec, run_id: str, wait: float | None, *, recipe: bool, quiet: bool
 ) -> None:
-    """Watch the start (``runs.startup``): a run that ended in the window says its state and reason
+    """Watch the start (``runs.launching.startup``): a run that ended in the window says its state and reason
     line, and pippa exits non-zero unless it exited 0; on a terminal, one line of progress meanwhile."""
-    from pippa_ops.runs.precheck import failure_hint
-    from pippa_ops.runs.startup import wait_seconds, watch_start
+    from pippa_ops.runs.launching.precheck import failure_hint
+    from pippa_ops.runs.launching.startup import wait_seconds, watch_start
 
     wait_s = wait_seconds(wait, recipe)
     if wait_s <= 0:

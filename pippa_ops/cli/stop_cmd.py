@@ -12,9 +12,9 @@ from pippa_ops.errors import ExitCode, PippaError
 from pippa_ops.fanout import fan_out
 from pippa_ops.hosts.connect import connect
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.launch import DEFAULT_GRACE_S, StopResult, stop
-from pippa_ops.runs.listing import current_run, list_runs
-from pippa_ops.runs.locate import locate_run_hosts
+from pippa_ops.runs.launching.launch import DEFAULT_GRACE_S, StopResult, stop
+from pippa_ops.runs.moving.locate import locate_run_hosts
+from pippa_ops.runs.records.listing import current_run, list_runs
 from pippa_ops.transport.base import Transport
 
 
@@ -29,7 +29,7 @@ def stop_cmd(
     """Interrupt a run (Ctrl-C, so a trainer can save), then kill its session after a grace period."""
     where = locate_run_hosts(name, host)
     if len(where) > 1:  # a run over several hosts: every rank, in parallel
-        typer.echo(f"{'+'.join(where)}: Ctrl-C to {name} on each; waiting up to {grace:g}s", err=True)
+        typer.echo(f"{'+'.join(where)}: {_how(name, grace)} on each", err=True)
         results = fan_out(where, lambda h: _stop_one(h, name, grace))
         for h, r in results.items():
             if isinstance(r, PippaError):
@@ -46,11 +46,7 @@ def stop_cmd(
         if not run.active:
             typer.echo(f"{spec.name}: run {run.run_id} had already ended: {run.state_text}; nothing to stop")
             return
-        typer.echo(
-            f"{spec.name}: Ctrl-C to {run.run_id} (session {run.session}); waiting up to {grace:g}s "
-            "for it to save and exit",
-            err=True,
-        )
+        typer.echo(f"{spec.name}: {_how(f'{run.run_id} (session {run.session})', grace)}", err=True)
         result = stop(spec, transport, run.run_id, grace_s=grace)
         final = result.after or result.before
         typer.echo(f"{result.host}: run {final.run_id} (session {result.session}): {final.state_text}")
@@ -58,9 +54,16 @@ def stop_cmd(
             typer.echo(f"  {_checkpoint_line(transport, spec, final.run_id)}")
 
 
+def _how(what: str, grace: float) -> str:
+    """What the stop does: Ctrl-C and a wait, or (no grace) the session killed with no save."""
+    if grace > 0:
+        return f"Ctrl-C to {what}; waiting up to {grace:g}s for it to save and exit"
+    return f"killing {what} at once (--grace 0: no Ctrl-C, so no save)"
+
+
 def _checkpoint_line(transport: Transport, spec: HostSpec, run_id: str) -> str:
     """Where ``pippa resume`` would continue from: the run's newest checkpoint, or step 0."""
-    from pippa_ops.runs.tidy import checkpoints
+    from pippa_ops.runs.moving.tidy import checkpoints
     from pippa_ops.transport import agent_client
 
     with agent_client.Session(transport) as agent:

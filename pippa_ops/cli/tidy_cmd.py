@@ -8,7 +8,7 @@ import typer
 
 from pippa_ops.cli.common import HostOpt, HostsOpt, human_bytes
 from pippa_ops.errors import ExitCode, PippaError, RunStillActive, UsageError
-from pippa_ops.runs.listing import RunRecord
+from pippa_ops.runs.records.listing import RunRecord
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before removing.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Only list what would be removed.")]
@@ -23,8 +23,8 @@ def rm_cmd(
     dry_run: DryRunOpt = False,
 ) -> None:
     """Remove ended runs (their directories on the host, checkpoints included); never a running run."""
-    from pippa_ops.runs.locate import locate
-    from pippa_ops.runs.tidy import active_refusals
+    from pippa_ops.runs.moving.locate import locate
+    from pippa_ops.runs.moving.tidy import active_refusals
 
     found = locate(names, host)
     refused = active_refusals(list(found.values()))
@@ -51,10 +51,10 @@ def prune_cmd(
     """Remove ended runs older than an age on every host (or those named); never a running run."""
     from pippa_ops.fanout import fan_out
     from pippa_ops.hosts.connect import connect
-    from pippa_ops.runs.catalog import parse_since
-    from pippa_ops.runs.listing import list_runs
-    from pippa_ops.runs.locate import all_hosts
-    from pippa_ops.runs.tidy import has_checkpoints, prune_candidates
+    from pippa_ops.runs.moving.locate import all_hosts
+    from pippa_ops.runs.moving.tidy import has_checkpoints, prune_candidates
+    from pippa_ops.runs.reading.catalog import parse_since
+    from pippa_ops.runs.records.listing import list_runs
 
     try:
         parse_since(older_than)  # a bad age fails before any host is asked
@@ -88,7 +88,7 @@ def prune_cmd(
 def _remove(by_host: dict[str, list[RunRecord]], *, yes: bool, dry_run: bool) -> None:
     """List what goes (measured on the hosts), ask, remove; a refusal on a host is reported."""
     from pippa_ops.hosts.connect import connect
-    from pippa_ops.runs.tidy import remove_runs
+    from pippa_ops.runs.moving.tidy import remove_runs
 
     def apply(h: str, dry: bool) -> tuple[tuple[str, ...], int, dict[str, str]]:
         spec, transport = connect(h)

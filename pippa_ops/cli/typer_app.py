@@ -4,7 +4,7 @@ Command groups live in their own modules (``register(app)``) and are imported on
 their commands runs: ``pippa sync`` never loads textual (dash) or the run/tmux code, and
 ``pippa --help`` loads no command module at all. ``cli.app.COMMANDS``, handed to ``build``, is what
 ``--help`` lists; a test checks it against each command's own docstring. Core errors (``PippaError``)
-become one line on stderr and their exit code; a traceback (and paramiko's log) only with ``--debug``.
+become one line on stderr and their exit code; a traceback (and asyncssh's log) only with ``--debug``.
 """
 
 from __future__ import annotations
@@ -167,10 +167,10 @@ def fail(message: str, code: ExitCode) -> None:
 
 
 def _debug_logging() -> None:
-    """--debug: paramiko's own log (handshake, auth, channel errors) on stderr."""
+    """--debug: asyncssh's own log (handshake, auth, channel errors) on stderr."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
-    log = logging.getLogger("paramiko")
+    log = logging.getLogger("asyncssh")
     log.addHandler(handler)
     log.setLevel(logging.DEBUG)
 

@@ -41,8 +41,8 @@ def wait_cmd(
     """Wait until runs end (riding out dropped connections); exit with their status (0: all exited 0)."""
     from pippa_ops import notify as notices
     from pippa_ops.errors import UsageError
-    from pippa_ops.runs.listing import RunRecord
-    from pippa_ops.runs.wait import ended_line, exit_status, wait_runs
+    from pippa_ops.runs.reading.wait import ended_line, exit_status, wait_runs
+    from pippa_ops.runs.records.listing import RunRecord
 
     if timeout is not None and timeout < 0:
         raise UsageError("--timeout must be >= 0 seconds")
@@ -87,7 +87,7 @@ def wait_cmd(
 
     def moved(rec: RunRecord, why: str) -> RunRecord:
         from pippa_ops.repo import pulled_runs_dir
-        from pippa_ops.runs.failover import fail_over
+        from pippa_ops.runs.moving.failover import fail_over
 
         new = fail_over(rec, why, pulled_runs_dir(runs_dir), say)  # a lost host: from the pulled copy
         if status is not None:
@@ -96,8 +96,8 @@ def wait_cmd(
 
     import threading
 
-    from pippa_ops.runs.failover import after_s, due
-    from pippa_ops.runs.locate import watch_return
+    from pippa_ops.runs.moving.failover import after_s, due
+    from pippa_ops.runs.moving.locate import watch_return
 
     done = threading.Event()
 
@@ -140,11 +140,11 @@ def wait_cmd(
 
 def _located(names: list[str], host: str | None, runs_dir: Path | None) -> dict[str, Any]:
     """Each name's run; with its host not answering, a ``--failover`` run as the laptop's pulled copy
-    tells it (runs.failover.from_pulled_copy): the wait then moves it once the outage lasts."""
+    tells it (runs.moving.failover.from_pulled_copy): the wait then moves it once the outage lasts."""
     from pippa_ops.errors import HostUnreachable, RunNotFound
     from pippa_ops.repo import pulled_runs_dir
-    from pippa_ops.runs.failover import from_pulled_copy
-    from pippa_ops.runs.locate import locate
+    from pippa_ops.runs.moving.failover import from_pulled_copy
+    from pippa_ops.runs.moving.locate import locate
 
     try:
         return dict(locate(names, host))

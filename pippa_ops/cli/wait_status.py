@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from pippa_contract import verbs
-from pippa_ops.runs.listing import RunRecord, host_runs
-from pippa_ops.runs.shortid import short_ids
+from pippa_ops.runs.records.listing import RunRecord, host_runs
+from pippa_ops.runs.records.shortid import short_ids
 from pippa_ops.transport.base import Transport
 
 POLL_S = 2.0

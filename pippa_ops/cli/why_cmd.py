@@ -1,5 +1,5 @@
 """``pippa why RUN``: each attempt's failure class, what the retry did, the deciding lines, the stuck
-frames of a stall, and the next command (``runs.why``)."""
+frames of a stall, and the next command (``runs.reading.why``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import typer
 
 from pippa_ops.cli.common import HostOpt, JsonOpt, RunsDirOpt, emit_json
 from pippa_ops.errors import UsageError
-from pippa_ops.runs.listing import RunRecord
-from pippa_ops.runs.locate import locate
-from pippa_ops.runs.why import explain, render
+from pippa_ops.runs.moving.locate import locate
+from pippa_ops.runs.reading.why import explain, render
+from pippa_ops.runs.records.listing import RunRecord
 
 RunArg = Annotated[str, typer.Argument(help="Run id, short id or session name.", show_default=False)]
 
@@ -30,7 +30,7 @@ def why_cmd(
     rec = _pulled(name, host, runs_dir) if pulled or runs_dir is not None else locate([name], host)[name]
     tail = None
     if rec.job_id is not None and rec.attempts_doc is None and not rec.active:  # a SLURM job: its output
-        from pippa_ops.runs.logs import last_lines, read_logs
+        from pippa_ops.runs.reading.logs import last_lines, read_logs
 
         _rec, data, _spec, transport = read_logs(rec.run_id, rec.host)
         transport.close()
@@ -48,7 +48,7 @@ def why_cmd(
 def _pulled(name: str, host: str | None, runs_dir: Path | None) -> RunRecord:
     """The pulled copy of run ``name`` (``<runs-dir>/<host>/<run-id>``), as ``runs --pulled`` reads it."""
     from pippa_ops.repo import pulled_runs_dir
-    from pippa_ops.runs.catalog import pulled_infos
+    from pippa_ops.runs.reading.catalog import pulled_infos
 
     found = [
         i.record

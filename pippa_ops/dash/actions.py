@@ -13,7 +13,7 @@ from pippa_ops.dash.base import DashBase
 from pippa_ops.dash.screens import ConfirmStop, HelpScreen, LogScreen
 from pippa_ops.dash.widgets import RunsTable
 from pippa_ops.monitor.host import RunDetail
-from pippa_ops.runs.curves import DASH_SMOOTHING
+from pippa_ops.runs.reading.curves import DASH_SMOOTHING
 
 
 class RunActions(DashBase):

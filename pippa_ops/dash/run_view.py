@@ -14,7 +14,7 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from pippa_ops.monitor.state import PLOTTED, SLOT_KEYS, RunDetail, RunRow
-from pippa_ops.runs.curves import smooth, ticks_for_width
+from pippa_ops.runs.reading.curves import smooth, ticks_for_width
 
 Points = tuple[tuple[int, float], ...]
 

@@ -23,7 +23,7 @@ from textual.widgets import Footer, Label, Static
 from textual.worker import get_current_worker
 
 from pippa_ops.dash.run_view import RunView
-from pippa_ops.runs import samples
+from pippa_ops.runs.reading import samples
 
 if TYPE_CHECKING:
     from pippa_contract.messages import SamplesAnswer, SamplesRequest

@@ -14,8 +14,8 @@ from pippa_contract.termsafe import escape
 from pippa_ops.cli.table import Column, cut, fit
 from pippa_ops.dash.hostline import status_line
 from pippa_ops.monitor.state import GpuState, HostState, RunRow
-from pippa_ops.runs.cost import money
-from pippa_ops.runs.shortid import short_ids
+from pippa_ops.runs.records.cost import money
+from pippa_ops.runs.records.shortid import short_ids
 
 BARS = "▁▂▃▄▅▆▇█"
 SPARK = 12  # samples shown per sparkline

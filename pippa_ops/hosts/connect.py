@@ -2,10 +2,10 @@
 
 ``open_transport`` is the one door the core uses: LocalTransport for ``local``, else the connection
 keeper's KeeperTransport when reuse is on (the CLI), else SSHTransport (connecting lazily;
-pippa_ops.transport.ssh, and so paramiko, is imported only then, so commands on ``local`` never load it).
+pippa_ops.transport.ssh, and so asyncssh, is imported only then, so commands on ``local`` never load it).
 Both get the host's ``Endpoint``, resolved here once (``hosts.endpoint``): the transports know no
 inventory and no ~/.ssh/config.
-``ssh_argv`` builds the equivalent ``ssh`` command for what paramiko
+``ssh_argv`` builds the equivalent ``ssh`` command for what an SSH library
 cannot do well: a real interactive terminal (``pippa attach``). It uses the same endpoint and the same
 known_hosts with strict checking, so both paths trust exactly the same keys.
 """
@@ -38,9 +38,9 @@ def open_transport(spec: HostSpec, *, accept_new: bool = False) -> Transport:
 
 
 def direct_transport(spec: HostSpec, *, accept_new: bool = False) -> SSHTransport:
-    """A paramiko connection of this process, never the keeper's (``pippa forward`` opens channels
+    """An SSH connection of this process (asyncssh), never the keeper's (``pippa forward`` opens channels
     of its own on it); nothing connects until the first command."""
-    from pippa_ops.transport.ssh import SSHTransport  # paramiko: only a remote host needs it
+    from pippa_ops.transport.ssh import SSHTransport  # asyncssh: only a remote host needs it
 
     return SSHTransport(endpoint(spec), accept_new=accept_new)
 
@@ -51,7 +51,7 @@ def connect(name: str, *, accept_new: bool = False) -> tuple[HostSpec, Transport
     return spec, open_transport(spec, accept_new=accept_new)
 
 
-DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")  # what paramiko's look_for_keys tries, that exist
+DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")  # OpenSSH's default keys, those that exist
 
 
 def default_identities() -> list[Path]:
@@ -79,7 +79,7 @@ def ssh_argv(spec: HostSpec, *, tty: bool = True) -> list[str]:
     ]
     if ep.user:
         argv += ["-l", ep.user]
-    # The keys pippa (paramiko) uses: the ones resolved for the host, only those; else the default
+    # The keys pippa (asyncssh) uses: the ones resolved for the host, only those; else the default
     # ones in pippa's ~/.ssh ($HOME's), which the system ssh would look for in the passwd home instead.
     identities = list(ep.identity_files) or [str(p) for p in default_identities()]
     for identity in identities:

@@ -1,9 +1,9 @@
 """From a HostSpec to the Endpoint the transports connect to: the spec completed from ~/.ssh/config,
 and its ProxyJump chain resolved hop by hop, once, before any connection.
 
-Shared by the paramiko transport, the connection keeper (which gets the endpoint as JSON) and
+Shared by a command's own connection, the connection keeper (which gets the endpoint as JSON) and
 ``ssh_argv`` (the OpenSSH command line), so every path reaches the same address with the same user,
-port and keys. Imports no paramiko itself: the ssh config comes from ``inventory.load_ssh_config``,
+port and keys. Imports no SSH library itself: the ssh config comes from ``inventory.load_ssh_config``,
 and only when ~/.ssh/config exists.
 """
 
@@ -25,7 +25,7 @@ def target(spec: HostSpec) -> Endpoint:
     its ProxyJump chain kept as written, not resolved (``ssh -J`` resolves it itself)."""
     if spec.address is None:
         raise UnknownHost(f"host {spec.name!r} has no address")
-    # No ~/.ssh/config: paramiko's lookup would only echo the address back; skip it (and paramiko).
+    # No ~/.ssh/config: a lookup would only echo the address back; skip it.
     found: dict[str, Any] = {}
     if ssh_config_path().is_file():
         found = dict(load_ssh_config().lookup(spec.address))

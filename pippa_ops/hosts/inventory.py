@@ -73,7 +73,7 @@ class HostSpec:
     idle_threshold: float = 5.0
     cost_per_hour: float | None = None
     cost_per_gpu_hour: float | None = None
-    currency: str = "$"  # what the rate is in: an ISO code ("USD", "EUR") or a symbol (runs.cost.money)
+    currency: str = "$"  # the rate's unit: an ISO code ("USD", "EUR") or a symbol (runs.records.cost.money)
     gpus: int | None = None  # how many GPUs the box should have (`pippa doctor` fails it with fewer)
     # The dead-man's switch (PIPPA_HEARTBEAT): ping period while a run makes progress ("60s"; None: 60 s),
     # and "always" to ping while no run goes on too.
@@ -133,7 +133,7 @@ def personal_inventory_path() -> Path:
 
 def load_ssh_config(addresses: tuple[str, ...] = ()) -> SSHConfigSource:
     """~/.ssh/config: from the connection keeper when one answers (so a warm command never imports
-    paramiko), else read here (``local`` never needs it). ``addresses``: what the keeper looks up in
+    asyncssh's reader), else read here (``local`` never needs it). ``addresses``: what the keeper looks up in
     the same answer (a host's endpoint looks up its address)."""
     from pippa_ops.transport import reuse
 

@@ -2,7 +2,7 @@
 
 A host entry with ``scheduler = "slurm"`` and a ``[hosts.NAME.slurm]`` table (partition, account,
 time, nodes, gpus_per_node, cpus_per_task; signal_s, extra, template, container_image) submits each run
-with sbatch (``runs.slurm``); ``--nodes`` on ``pippa run`` overrides the table's node count.
+with sbatch (``runs.launching.slurm``); ``--nodes`` on ``pippa run`` overrides the table's node count.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from pippa_contract import rundir as rd
 from pippa_contract.rundir import RunDir
 from pippa_ops.monitor.link import LOST, Emit, Link
 from pippa_ops.monitor.state import LogTail, MetricsParser, RunUpdated
-from pippa_ops.runs.follow import Follower
-from pippa_ops.runs.listing import RunRecord
+from pippa_ops.runs.records.follow import Follower
+from pippa_ops.runs.records.listing import RunRecord
 from pippa_ops.transport.shell import validate_name
 
 Sink = Callable[[bytes], None]

@@ -35,7 +35,7 @@ from pippa_ops.monitor.state import (
     RunUpdated,
     apply,
 )
-from pippa_ops.runs.launch import stop
+from pippa_ops.runs.launching.launch import stop
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 

@@ -18,12 +18,11 @@ from typing import TypeVar
 from pippa_ops.errors import AuthFailed, HostKeyRejected, HostUnreachable
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.monitor.state import HostEvent, LinkChanged, RunUpdated
-from pippa_ops.transport._paramiko import paramiko
 from pippa_ops.transport.base import Transport
 
 T = TypeVar("T")
 Emit = Callable[[HostEvent | RunUpdated], None]
-LOST = (HostUnreachable, AuthFailed, HostKeyRejected, OSError, EOFError, TimeoutError, paramiko.SSHException)
+LOST = (HostUnreachable, AuthFailed, HostKeyRejected, OSError, EOFError, TimeoutError)
 
 
 def reason_of(error: BaseException) -> str:

@@ -2,7 +2,7 @@
 
 A run that ``--failover`` moved on goes on on the new host; its old host, back on the network, may
 still list its copy as running. ``ps`` flags that copy ``stale copy (moved to HOST2)`` from the
-listings of every host (runs.stale); the dashboard's monitors each list one host, so they share one
+listings of every host (runs.moving.stale); the dashboard's monitors each list one host, so they share one
 ``Copies``: every poll hands in its host's listing and gets it back with the stale copies among all
 the hosts' latest listings flagged, the same state text as ``ps``.
 """
@@ -13,8 +13,8 @@ import threading
 from dataclasses import replace
 
 from pippa_ops.monitor.state import RunRow
-from pippa_ops.runs.listing import HostRuns, RunRecord
-from pippa_ops.runs.stale import stale_copies
+from pippa_ops.runs.moving.stale import stale_copies
+from pippa_ops.runs.records.listing import HostRuns, RunRecord
 
 
 def run_row(r: RunRecord, now: float) -> RunRow:

@@ -16,8 +16,8 @@ from pippa_ops.monitor.link import LOST, Emit, Link, blocking, wait_for
 from pippa_ops.monitor.looks import Looks
 from pippa_ops.monitor.rows import Copies, run_row
 from pippa_ops.monitor.state import RunsListed
-from pippa_ops.runs.cost import Prices
-from pippa_ops.runs.listing import HostRuns, RunRecord, list_runs
+from pippa_ops.runs.records.cost import Prices
+from pippa_ops.runs.records.listing import HostRuns, RunRecord, list_runs
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport
 

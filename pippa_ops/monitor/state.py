@@ -59,7 +59,7 @@ class RunRow:
     step: int | None = None
     last_reward: float | None = None
     elapsed_s: float | None = None
-    cost: float | None = None  # so far, at the host's rate (pippa_ops.runs.cost); None: no rate
+    cost: float | None = None  # so far, at the host's rate (pippa_ops.runs.records.cost); None: no rate
     currency: str | None = None  # the rate's currency (HostSpec.currency)
 
 

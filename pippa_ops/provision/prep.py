@@ -30,7 +30,7 @@ from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.provision import alerts
 from pippa_ops.provision.alerts import AlertsSetup
 from pippa_ops.provision.envfile import SecretsPush, push_secrets
-from pippa_ops.runs.follow import read_all
+from pippa_ops.runs.records.follow import read_all
 from pippa_ops.sync import SyncResult, remote_dir_expr, sync
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport

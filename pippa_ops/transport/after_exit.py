@@ -1,7 +1,7 @@
 """Become a command once another process has ended: ``python -S -I after_exit.py PID ARGV...``.
 
 A command that starts the connection keeper or the warm process as it exits, so that the next command
-finds them, must not pay for their start: two Python processes importing paramiko and typer on a
+finds them, must not pay for their start: two Python processes importing asyncssh and typer on a
 laptop's cores slow the command's own last milliseconds (its exit, which whoever waits for it sees).
 So it starts this small program, run as a file with ``-S -I`` (no site, no environment: it imports
 only the standard library, so nothing of pippa need be on its path, and it starts in a few ms), which

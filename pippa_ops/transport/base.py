@@ -2,7 +2,7 @@
 
 Everything above the transport (sync, tmux, runs, gpus, the dashboard) talks to a ``Transport`` and
 never knows which one it has; the host ``local`` gets ``LocalTransport``, every other host the
-paramiko-backed ``SSHTransport`` in ``pippa_ops.transport.ssh``.
+asyncssh-backed ``SSHTransport`` in ``pippa_ops.transport.ssh``.
 
 Results are values (``CommandResult``); raising on a non-zero exit is the caller's choice (``check``).
 A command given as a string is a shell line the caller built with ``pippa_ops.transport.shell``; a sequence is

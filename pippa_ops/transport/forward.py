@@ -1,24 +1,26 @@
-"""Local port forwards over the host's one paramiko connection (``pippa forward``), like ``ssh -L``.
+"""Local port forwards over the host's asyncssh connection (``pippa forward``), like ``ssh -L``.
 
 Each forward listens on 127.0.0.1 here; every accepted connection becomes a ``direct-tcpip`` channel
-to ``localhost:PORT`` as the host sees it (TensorBoard, a vLLM server), with bytes pumped both ways
+to ``localhost:PORT`` as the host sees it (TensorBoard, a vLLM server), with bytes copied both ways
 until either side closes. The listener stays only on loopback, so nobody else on the laptop's
-network reaches the host's port. A connection that dropped is reopened by the next accepted client
-(``SSHTransport.connection`` reconnects).
+network reaches the host's port. The listeners and copies run on the SSH loop (``ssh.LoopThread``),
+not a thread each. Why not asyncssh's ``forward_local_port``: its listener belongs to one connection
+and ends with it; here a connection that dropped is reopened by the next accepted client
+(``HostConn.connection`` reconnects), and a port the host does not serve is said in one line.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 import socket
-import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+
+import asyncssh
 
 from pippa_ops.errors import PippaError, UsageError
-from pippa_ops.transport._paramiko import paramiko
-from pippa_ops.transport.ready import readable
 from pippa_ops.transport.ssh import SSHTransport
 
 LISTEN = "127.0.0.1"
@@ -43,27 +45,19 @@ def parse_port_spec(text: str) -> PortSpec:
     return PortSpec(remote, local)
 
 
-def _pump(sock: socket.socket, chan: paramiko.Channel) -> None:
-    """Copy bytes both ways until one side closes, then close both."""
-    both: list[Any] = [sock, chan]  # a paramiko Channel has fileno(): poll waits on it
+async def _copy(src: asyncio.StreamReader | asyncssh.SSHReader[bytes], dst: _Writer) -> None:
+    """Bytes from ``src`` to ``dst`` until ``src`` ends, then end ``dst``'s side."""
     try:
-        while True:
-            ready = readable(both, 1.0)
-            if sock in ready:
-                data = sock.recv(65536)
-                if not data:
-                    break
-                chan.sendall(data)
-            if chan in ready:
-                data = chan.recv(65536)
-                if not data:
-                    break
-                sock.sendall(data)
-    except (OSError, EOFError, paramiko.SSHException):
+        while data := await src.read(65536):
+            dst.write(data)
+            await dst.drain()
+        if dst.can_write_eof():
+            dst.write_eof()
+    except (OSError, asyncssh.Error):
         pass
-    finally:
-        chan.close()
-        sock.close()
+
+
+_Writer = asyncio.StreamWriter | asyncssh.SSHWriter[bytes]
 
 
 class Forwarder:
@@ -72,8 +66,8 @@ class Forwarder:
     def __init__(self, transport: SSHTransport, ports: list[PortSpec], log: Callable[[str], None]) -> None:
         self.transport = transport
         self.log = log
-        self._closed = threading.Event()
         self.listeners: list[tuple[PortSpec, socket.socket]] = []
+        self._servers: list[asyncio.Server] = []
         try:
             for p in ports:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -95,30 +89,42 @@ class Forwarder:
 
     def start(self) -> None:
         self.transport.connection()  # connect now: a bad host fails here, not at the first client
-        for p, s in self.listeners:
-            threading.Thread(target=self._accept, args=(p, s), daemon=True).start()
 
-    def _accept(self, port: PortSpec, listener: socket.socket) -> None:
-        while not self._closed.is_set():
+        async def serve() -> None:
+            for p, s in self.listeners:
+                handler = self._handler(p)
+                self._servers.append(await asyncio.start_server(handler, sock=s))
+
+        self.transport.loop.run(serve())
+
+    def _handler(
+        self, port: PortSpec
+    ) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            peer = writer.get_extra_info("peername") or ("127.0.0.1", 0)
             try:
-                sock, peer = listener.accept()
-            except OSError:
-                return  # closed
-            threading.Thread(target=self._open, args=(port, sock, peer), daemon=True).start()
+                conn = await self.transport.conn.connection()
+                there_r, there_w = await conn.open_connection(REMOTE, port.remote, peer[0], peer[1])
+            except (PippaError, asyncssh.Error, OSError) as e:
+                self.log(f"{self.transport.name}: cannot open localhost:{port.remote} there: {e}")
+                writer.close()
+                return
+            try:
+                await asyncio.gather(_copy(reader, there_w), _copy(there_r, writer))
+            finally:
+                there_w.close()
+                writer.close()
 
-    def _open(self, port: PortSpec, sock: socket.socket, peer: tuple[str, int]) -> None:
-        try:
-            chan = self.transport.connection().open_channel(
-                "direct-tcpip", (REMOTE, port.remote), peer, timeout=10
-            )
-        except (PippaError, paramiko.SSHException, OSError, EOFError) as e:
-            self.log(f"{self.transport.name}: cannot open localhost:{port.remote} there: {e}")
-            sock.close()
-            return
-        _pump(sock, chan)
+        return handle
 
     def close(self) -> None:
-        self._closed.set()
+        async def closed() -> None:
+            for server in self._servers:
+                server.close()
+
+        if self._servers:
+            self.transport.loop.run(closed())
         for _, s in self.listeners:
-            s.close()
+            with contextlib.suppress(OSError):
+                s.close()
         self.transport.close()

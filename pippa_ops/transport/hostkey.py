@@ -1,5 +1,5 @@
-"""The host-key policy, once for both SSH stacks (paramiko for a command's own connection, asyncssh in
-the connection keeper): ~/.ssh/known_hosts decides, like OpenSSH with ``StrictHostKeyChecking=yes``.
+"""The host-key policy of every SSH connection (``sshconn``: the keeper's and a command's own):
+~/.ssh/known_hosts decides, like OpenSSH with ``StrictHostKeyChecking=yes``.
 
 - the key offered is one known_hosts has for the name: accepted;
 - the name is in known_hosts with other keys: refused, always (``HostKeyChanged``), ``accept_new`` or not;
@@ -7,7 +7,8 @@ the connection keeper): ~/.ssh/known_hosts decides, like OpenSSH with ``StrictHo
   ``accept_new`` recorded and accepted (OpenSSH's ``accept-new``).
 
 The name is the one OpenSSH files keys under (``Endpoint.known_hosts_name``: ``host`` on port 22, else
-``[host]:port``); hashed entries (``HashKnownHosts``) match too: paramiko's ``HostKeys`` reads the file.
+``[host]:port``, matched exactly as OpenSSH does, with no fall back to the name without a port);
+hashed entries (``HashKnownHosts``) match too: asyncssh's ``import_known_hosts`` reads the file.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ import os
 import threading
 from dataclasses import dataclass
 
-from pippa_ops.errors import HostKeyChanged, HostKeyUnknown
-from pippa_ops.transport._paramiko import paramiko
+import asyncssh
+
+from pippa_ops.errors import HostKeyChanged, HostKeyUnknown, UsageError
 from pippa_ops.transport.sshconfig import known_hosts_path
 
 _known_hosts_lock = threading.Lock()
 
 # The host-key algorithms asked for, in order, when known_hosts has no key for the host (OpenSSH's and
-# paramiko's order, without certificates: neither stack here trusts a host CA).
+# order, without certificates: pippa trusts no host CA).
 PREFERRED = (
     "ssh-ed25519",
     "ecdsa-sha2-nistp256",
@@ -57,12 +59,12 @@ def check(host: str, known_name: str, key: Offered, *, accept_new: bool) -> None
                 )
             _record(known_name, key)
             return
-        if any(k.asbytes() == key.blob for k in keys.values()):
+        if any(k.public_data == key.blob for k in keys):
             return
-        expected = keys.get(key.key_type) or next(iter(keys.values()))
+        expected = next((k for k in keys if k.get_algorithm() == key.key_type), keys[0])
     raise HostKeyChanged(
         f"{host}: HOST KEY CHANGED for {known_name}: it now offers {key.key_type} {key.fingerprint}, "
-        f"known_hosts has {expected.fingerprint}; refusing to connect (possible man-in-the-middle). "
+        f"known_hosts has {expected.get_fingerprint()}; refusing to connect (possible man-in-the-middle). "
         f"If the host was reinstalled, remove the old key: ssh-keygen -R '{known_name}'"
     )
 
@@ -75,18 +77,25 @@ def algorithms(known_name: str) -> list[str]:
     with _known_hosts_lock:
         keys = _known(known_name)
     known: list[str] = []
-    for key_type in keys or {}:
+    for key_type in dict.fromkeys(k.get_algorithm() for k in keys or ()):
         for alg in _RSA if key_type == "ssh-rsa" else (key_type,):
             if alg not in known:
                 known.append(alg)
     return known + [a for a in PREFERRED if a not in known]
 
 
-def _known(known_name: str) -> dict[str, paramiko.PKey] | None:
-    """The keys known_hosts files under ``known_name``, by type (None: the name is not there)."""
+def _known(known_name: str) -> list[asyncssh.SSHKey] | None:
+    """The keys known_hosts files under ``known_name`` (None: the name is not there). The name is
+    given whole (``[host]:port`` included) and with no port, so that it is matched as written."""
     path = known_hosts_path()
-    entry = paramiko.HostKeys(str(path)).lookup(known_name) if path.is_file() else None
-    return None if entry is None else dict(entry.items())
+    if not path.is_file():
+        return None
+    try:
+        known = asyncssh.import_known_hosts(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read {path}: {e}") from e
+    keys = list(known.match(known_name, "", None)[0])
+    return keys or None
 
 
 def _record(known_name: str, key: Offered) -> None:
@@ -99,14 +108,3 @@ def _record(known_name: str, key: Offered) -> None:
         if existing and not existing.endswith("\n"):
             fh.write("\n")
         fh.write(line)
-
-
-class Policy(paramiko.MissingHostKeyPolicy):
-    """paramiko's side: the client loads no host keys, so every key it is offered comes here."""
-
-    def __init__(self, host: str, known_name: str, accept_new: bool) -> None:
-        self._host, self._known_name, self._accept_new = host, known_name, accept_new
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        offered = Offered(key.get_name(), key.asbytes(), key.fingerprint)
-        check(self._host, self._known_name, offered, accept_new=self._accept_new)

@@ -18,7 +18,7 @@ import pytest
 from projects import make_project
 
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs import launch
+from pippa_ops.runs.launching import launch
 from pippa_ops.sync import sync
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import LocalTransport, Process

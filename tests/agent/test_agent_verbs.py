@@ -20,7 +20,7 @@ from pippa_agent import runs as agent_runs
 from pippa_agent import sync as agent_sync
 from pippa_contract import errors as agent_errors
 from pippa_ops.errors import RemoteCommandFailed, SessionExists, ToolMissing
-from pippa_ops.runs.follow import Follower, read_all
+from pippa_ops.runs.records.follow import Follower, read_all
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import LocalTransport
 
@@ -166,7 +166,7 @@ def test_read_run_answers_the_listing_the_run_a_name_means_and_its_output_in_one
     tmp_path: Path,
 ) -> None:
     from pippa_ops.errors import AmbiguousSession, UsageError
-    from pippa_ops.runs.listing import current_run, list_runs, read_run
+    from pippa_ops.runs.records.listing import current_run, list_runs, read_run
 
     class Counting(LocalTransport):
         starts = 0

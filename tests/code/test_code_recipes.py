@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from training_core.platform import PlatformFacts
+from training_core.hardware.platform import PlatformFacts
 from training_core.rewards import registry
 from training_core.train import main as train_main
 

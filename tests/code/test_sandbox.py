@@ -301,7 +301,7 @@ def test_no_seccomp_binding_refuses_naming_the_package(monkeypatch: pytest.Monke
 def test_recipe_isolation_setting_is_explicit_and_checked() -> None:
     """Unsafe mode exists only as a named recipe setting (it lands in the run header with the config)."""
     from training_core.errors import BadSetting
-    from training_core.platform import PlatformFacts
+    from training_core.hardware.platform import PlatformFacts
     from training_core.recipes import resolve
 
     assert resolve("code_tests", [], PlatformFacts()).config.sandbox.isolation == "strict"

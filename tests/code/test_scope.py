@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pippa_contract import cgroupdeleg
+from training_core.hardware.platform import PlatformFacts
 from training_core.launch import sandbox_scope
-from training_core.platform import PlatformFacts
 from training_core.recipes import resolve
 
 REPO = Path(__file__).resolve().parents[2]

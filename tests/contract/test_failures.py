@@ -118,11 +118,11 @@ def test_a_cuda_oom_traceback_is_oom_in_both_torch_formats() -> None:
 
 
 def test_the_error_line_wins_over_the_source_line_a_traceback_quotes() -> None:
-    # what training_core.testhooks prints: the raise statement is quoted above the error itself
+    # what training_core.run.testhooks prints: the raise statement is quoted above the error itself
     error = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
     log = (
         "Traceback (most recent call last):\n"
-        '  File "/p/training_core/testhooks.py", line 49, in on_step_begin\n'
+        '  File "/p/training_core/run/testhooks.py", line 49, in on_step_begin\n'
         f"    raise torch.OutOfMemoryError(\n{error}\n"
     )
     assert fc.classify(facts(1, log)).reason == error
@@ -284,7 +284,7 @@ def test_the_rank_outside_the_collective_is_the_suspect() -> None:
         ("gather", "/v/site-packages/accelerate/utils/operations.py", 380),
         ("_generate", "/v/site-packages/trl/trainer/grpo_trainer.py", 1500),
     ]
-    odd = [("_hang", f"{ROOT}/training_core/testhooks.py", 30), ("on_step_begin", "/v/x.py", 3)]
+    odd = [("_hang", f"{ROOT}/training_core/run/testhooks.py", 30), ("on_step_begin", "/v/x.py", 3)]
     s = stacks.name_suspect(
         [_stack(None, ("main", "/v/accelerate/launch.py", 1)), _stack(0, *waiting), _stack(1, *odd)]
     )

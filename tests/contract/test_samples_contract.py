@@ -11,7 +11,7 @@ import pytest
 from pippa_contract import alarms
 from pippa_contract import samples as sm
 from pippa_contract.alerts import redact_secrets
-from pippa_ops.runs import samples as view
+from pippa_ops.runs.reading import samples as view
 
 
 def _rows(steps: dict[int, list[float]], kind: str = "train") -> list[dict[str, object]]:

@@ -17,7 +17,7 @@ __all__ = ["apply"]
 
 HOSTS = ("gpu-a", "gpu-b", "local")
 FAILED_RUN = "20260101-100000-overfit-ef56"
-# A reason as long as real ones get (paramiko's messages): the status line must show all of it.
+# A reason as long as real ones get (an SSH library's messages): the status line must show all of it.
 DOWN_REASON = "SSH handshake failed: Error reading SSH protocol banner[Errno 104] Connection reset by peer"
 
 

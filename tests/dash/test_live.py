@@ -1,7 +1,7 @@
 """The dashboard against real OpenSSH hosts on loopback (tests/sshd.py), with Pilot.
 
 Each host gets an ``nvidia-smi`` on its PATH that replays a real H100 capture in loop mode
-(fake_smi.py); everything else is real: paramiko, sshd, tmux, the trainer on CPU.
+(fake_smi.py); everything else is real: asyncssh, sshd, tmux, the trainer on CPU.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pippa_ops.dash.screens import ConfirmStop
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import resolve
 from pippa_ops.monitor.host import HostMonitor
-from pippa_ops.runs.launch import launch
+from pippa_ops.runs.launching.launch import launch
 
 pytestmark = [pytest.mark.ssh, pytest.mark.anyio]
 

@@ -11,7 +11,7 @@ from pippa_ops.dash import create_app
 from pippa_ops.dash.run_view import MetricPlot, flat_ticks
 from pippa_ops.dash.widgets import RunsTable, gpu_lines
 from pippa_ops.monitor.host import LinkChanged, RunDetail, apply
-from pippa_ops.runs.curves import ema
+from pippa_ops.runs.reading.curves import ema
 
 pytestmark = pytest.mark.anyio
 
@@ -98,7 +98,7 @@ async def test_at_80x24_moving_the_selection_to_a_lower_host_scrolls_it_into_vie
 async def test_run_ids_in_the_runs_list_are_short_and_whole(size) -> None:
     from textual.geometry import Region
 
-    from pippa_ops.runs.shortid import short_ids
+    from pippa_ops.runs.records.shortid import short_ids
 
     app = create_app(S.HOSTS, states=S.states(), detail=S.detail())
     async with app.run_test(size=size) as pilot:

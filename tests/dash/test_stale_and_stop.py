@@ -14,7 +14,7 @@ from pippa_ops.dash import create_app
 from pippa_ops.dash.widgets import RunsTable
 from pippa_ops.monitor.rows import Copies, run_row
 from pippa_ops.monitor.state import RunsListed, StopRead
-from pippa_ops.runs.listing import HostRuns, RunRecord
+from pippa_ops.runs.records.listing import HostRuns, RunRecord
 
 RUN = "20260101-120000-tiny-ab12"
 

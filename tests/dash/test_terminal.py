@@ -14,7 +14,7 @@ from conftest import PIPPA
 
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import resolve
-from pippa_ops.runs.launch import launch
+from pippa_ops.runs.launching.launch import launch
 
 pytestmark = pytest.mark.ssh
 

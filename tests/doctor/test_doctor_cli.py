@@ -103,7 +103,7 @@ def test_run_refuses_a_host_whose_last_verdict_is_fail_and_force_starts_it(
 def test_busy_lines_name_only_the_gpus_the_run_will_use() -> None:
     from pippa_ops.gpu import Gpu, GpuProcess, GpuReport
     from pippa_ops.hosts.inventory import HostSpec
-    from pippa_ops.runs.health import busy_lines, gpu_ids
+    from pippa_ops.runs.launching.health import busy_lines, gpu_ids
 
     proc = (GpuProcess(7, "python", 1024.0),)
     report = GpuReport("h", tuple(Gpu(i, "H100", processes=proc if i in (1, 5) else ()) for i in range(8)))

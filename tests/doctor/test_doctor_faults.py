@@ -189,8 +189,8 @@ def run_case(
         shutil.rmtree(Path(rd) / "doctor", ignore_errors=True)
     code = Path(rd) / "training_core"  # the part of the synced tree the active checks run
     if not code.exists():
-        code.mkdir(parents=True)
-        for name in ("__init__.py", "doctor_active.py"):
+        (code / "hardware").mkdir(parents=True)
+        for name in ("__init__.py", "hardware/__init__.py", "hardware/doctor_active.py"):
             (code / name).write_text((REPO / "training_core" / name).read_text())
         subprocess.run(["chown", "-R", h.user, str(Path(rd))], check=True)
     spec = dataclasses.replace(spec, remote_dir=rd, env=host_env(fake, case), gpus=case.expected_gpus)

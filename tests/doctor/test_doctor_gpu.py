@@ -57,7 +57,7 @@ def test_the_doctor_measures_every_gpu_of_this_machine() -> None:
 
 def test_the_active_harness_runs_every_measurement_on_the_cpu() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "training_core.doctor_active", "--cpu", "--seconds", "0.1"],
+        [sys.executable, "-m", "training_core.hardware.doctor_active", "--cpu", "--seconds", "0.1"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -74,7 +74,7 @@ def test_the_active_harness_runs_every_measurement_on_the_cpu() -> None:
 @pytest.mark.skipif(_cuda(), reason="checks the answer of a machine without a GPU")
 def test_without_a_gpu_the_active_program_says_skipped() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "training_core.doctor_active"],
+        [sys.executable, "-m", "training_core.hardware.doctor_active"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -22,7 +22,7 @@ try:
     main()
 except SystemExit:
     pass
-tops = ("textual", "paramiko", "pippa_ops", "pydantic", "invoke")
+tops = ("textual", "asyncssh", "pippa_ops", "pydantic")
 print("LOADED", json.dumps([m for m in sys.modules if m.split(".")[0] in tops]))
 """
 
@@ -39,7 +39,7 @@ def test_help_lists_every_command_without_importing_any_command_module():
     mods = _loaded("--help")
     app = {"pippa_ops.cli.app", "pippa_ops.cli.typer_app"}
     assert not {m for m in mods if m.startswith("pippa_ops.cli.")} - app, mods
-    assert not any(m.startswith(("paramiko", "textual")) for m in mods)
+    assert not any(m.startswith(("asyncssh", "textual")) for m in mods)
     out = subprocess.run(
         [PIPPA, "--help"], capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"}
     )
@@ -53,7 +53,7 @@ def test_sync_loads_only_its_command_module_and_no_textual():
     mods = _loaded("sync", "--help")
     assert "pippa_ops.cli.hosts_cmd" in mods
     assert not {"pippa_ops.cli.run_cmd", "pippa_ops.cli.dash_cmd", "pippa_ops.cli.gpus_cmd"} & mods
-    assert not any(m.startswith(("textual", "paramiko")) for m in mods), "help needs no SSH"
+    assert not any(m.startswith(("textual", "asyncssh")) for m in mods), "help needs no SSH"
 
 
 @pytest.mark.parametrize("module", sorted({m for m, _ in COMMANDS.values()}))
@@ -171,11 +171,11 @@ def test_recipe_and_host_names_complete_and_a_mistyped_status_is_pointed_at_ps(t
     assert "Did you mean" not in p.stderr
 
 
-def test_a_command_loads_no_ssh_tui_or_invoke_it_does_not_need():
+def test_a_command_loads_no_ssh_or_tui_it_does_not_need():
     """pydantic too: typer 0.29 coerces every parameter through it, +0.3 s on every command."""
     mods = _loaded("recipes", "--json")
     assert "pippa_ops.cli.run_cmd" in mods
-    assert not {m for m in mods if m.split(".")[0] in ("paramiko", "textual", "invoke", "pydantic")}, mods
+    assert not {m for m in mods if m.split(".")[0] in ("asyncssh", "textual", "pydantic")}, mods
 
 
 def test_help_marks_no_flag_as_bool_and_names_arguments_in_the_usage_line():
@@ -206,7 +206,9 @@ def test_typer_private_slots_are_not_filled_in():
 
 def test_a_sync_prints_its_line_without_loading_rich(tmp_path):
     make_project(tmp_path)
-    probe = _PROBE.format(args=["sync", "local"]).replace('"pydantic", "invoke")', '"rich")')
+    plain = _PROBE.format(args=["sync", "local"])
+    probe = plain.replace('"pydantic")', '"rich")')
+    assert probe != plain  # the probe now watches rich
     argv = [sys.executable, "-c", probe]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert "local: the repo itself is the remote dir" in p.stdout, p.stderr

@@ -17,7 +17,7 @@ from conftest import PIPPA, ClientEnv
 from projects import make_project
 from sshd import SSHHost
 
-from pippa_ops.runs.shortid import short_ids
+from pippa_ops.runs.records.shortid import short_ids
 
 pytestmark = pytest.mark.ssh
 REPO = Path(__file__).resolve().parents[2]

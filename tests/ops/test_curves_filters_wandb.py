@@ -17,11 +17,18 @@ from projects import make_project
 from pippa_contract.metrics import summarize
 from pippa_ops.errors import RunNotFound, UsageError, WaitTimeout
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.catalog import infos_from_answer, parse_since, select
-from pippa_ops.runs.curves import config_diff, ema, integer_ticks, parse_metrics, smooth, ticks_for_width
-from pippa_ops.runs.listing import RunRecord
-from pippa_ops.runs.pull import pull_run
-from pippa_ops.runs.wait import exit_status
+from pippa_ops.runs.moving.pull import pull_run
+from pippa_ops.runs.reading.catalog import infos_from_answer, parse_since, select
+from pippa_ops.runs.reading.curves import (
+    config_diff,
+    ema,
+    integer_ticks,
+    parse_metrics,
+    smooth,
+    ticks_for_width,
+)
+from pippa_ops.runs.reading.wait import exit_status
+from pippa_ops.runs.records.listing import RunRecord
 from pippa_ops.transport.base import LocalTransport
 from pippa_ops.transport.forward import PortSpec, parse_port_spec
 
@@ -238,7 +245,7 @@ class StandInApi:
 
 
 def test_wandb_listing_reads_runs_and_scalar_summaries_and_matches_pippa_runs() -> None:
-    from pippa_ops.runs.wandb_api import list_runs
+    from pippa_ops.runs.reading.wandb_api import list_runs
 
     api = StandInApi(5)
     runs = list_runs("ent/proj", api=api, limit=3, pippa_ids={"id4": "20261120-100000-tiny-ab12"})
@@ -250,7 +257,7 @@ def test_wandb_listing_reads_runs_and_scalar_summaries_and_matches_pippa_runs() 
 
 
 def test_wandb_errors_and_a_missing_key_are_one_line(tmp_path: Path) -> None:
-    from pippa_ops.runs.wandb_api import WandbUnavailable, list_runs
+    from pippa_ops.runs.reading.wandb_api import WandbUnavailable, list_runs
 
     class Broken:
         def runs(self, path: str, *, order: str, per_page: int) -> list[Any]:
@@ -275,7 +282,7 @@ def test_the_real_wandb_api_lists_a_project() -> None:
     project = os.environ.get("PIPPA_TEST_WANDB_PROJECT")
     if not (os.environ.get("WANDB_API_KEY") and project):
         pytest.skip("set WANDB_API_KEY and PIPPA_TEST_WANDB_PROJECT=ENTITY/PROJECT to list a real project")
-    from pippa_ops.runs.wandb_api import list_runs
+    from pippa_ops.runs.reading.wandb_api import list_runs
 
     runs = list_runs(project, limit=3)
     assert runs and all(r.id and r.url for r in runs)
@@ -287,13 +294,13 @@ def test_the_daily_core_loads_no_cli_tui_plotting_or_torch() -> None:
     import sys
 
     mods = (
-        "runs.pull",
-        "runs.catalog",
-        "runs.curves",
-        "runs.compare",
-        "runs.wait",
-        "runs.plots",
-        "runs.wandb_api",
+        "runs.moving.pull",
+        "runs.reading.catalog",
+        "runs.reading.curves",
+        "runs.reading.compare",
+        "runs.reading.wait",
+        "runs.reading.plots",
+        "runs.reading.wandb_api",
         "transport.forward",
         "notify",
     )
@@ -310,15 +317,15 @@ def test_the_daily_core_loads_no_cli_tui_plotting_or_torch() -> None:
 
 
 def test_a_reconnect_that_fails_authentication_is_ridden_out_as_a_drop() -> None:
-    """paramiko reports a connection that dies during authentication (a host going away mid-handshake)
-    as "Authentication failed: transport shut down or saw EOF": `wait` found its run over that host a
+    """A connection that dies during authentication (a host going away mid-handshake) can read as an
+    authentication failure: `wait` found its run over that host a
     moment ago, so it notes the failure and tries again instead of giving up with an auth error."""
     import time
 
     from pippa_ops.errors import AuthFailed, WaitTimeout
     from pippa_ops.hosts.inventory import resolve
-    from pippa_ops.runs.listing import RunRecord
-    from pippa_ops.runs.wait import wait_run
+    from pippa_ops.runs.reading.wait import wait_run
+    from pippa_ops.runs.records.listing import RunRecord
 
     tries: list[str] = []
 
@@ -349,8 +356,8 @@ def test_a_reconnect_that_fails_authentication_is_ridden_out_as_a_drop() -> None
 
 def test_compare_sees_the_same_recipe_on_two_homes_and_labels_runs_by_recipe_and_short_id() -> None:
     """recipe_path is absolute on each host: /home/a/pippa/... and /root/pippa/... are one recipe."""
-    from pippa_ops.runs.compare import LoadedRun, differing_config, legend_labels
-    from pippa_ops.runs.curves import parse_metrics
+    from pippa_ops.runs.reading.compare import LoadedRun, differing_config, legend_labels
+    from pippa_ops.runs.reading.curves import parse_metrics
 
     def loaded(run_id: str, home: str, lr: float) -> LoadedRun:
         plan = {

@@ -133,8 +133,8 @@ def _gpus_set(run_id: str) -> str | None:
 
 def test_a_failover_runs_host_that_stays_unreachable_ends_the_wait_for_the_move(ssh_env, ssh_hosts) -> None:
     from pippa_ops.hosts.inventory import resolve
-    from pippa_ops.runs.listing import RunRecord
-    from pippa_ops.runs.wait import HostStaysLost, wait_run
+    from pippa_ops.runs.reading.wait import HostStaysLost, wait_run
+    from pippa_ops.runs.records.listing import RunRecord
 
     a = ssh_hosts[1]
     rec = RunRecord(a.name, "20261126-000000-tiny-lost", "l", "tiny", "x", "running", failover=("b",))

@@ -1,6 +1,6 @@
 """Failure classes driving the retry, with the real trainer on a loopback OpenSSH host in real tmux:
 
-- two gloo ranks, one of which stops calling the collectives (training_core.testhooks): detected as
+- two gloo ranks, one of which stops calling the collectives (training_core.run.testhooks): detected as
   stalled with no --stall-timeout (the floor lowered by PIPPA_STALL_FLOOR_S), both ranks' stacks in the
   forensics, ``pippa why`` names the rank not in the collective, and the retry completes the run;
 - a real ``torch.OutOfMemoryError`` above a per-device batch: retried with half the batch and twice the

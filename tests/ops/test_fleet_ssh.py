@@ -22,7 +22,7 @@ from conftest import PIPPA, ClientEnv
 from pippa_ops.dash.fleet import run_name
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import resolve
-from pippa_ops.runs.launch import launch
+from pippa_ops.runs.launching.launch import launch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "dash"))
 import fake_smi
@@ -159,11 +159,11 @@ def test_32_hosts_in_ps_hosts_and_the_fleet_view(fleet, env) -> None:
                 assert run_name(run_ids[name]) in row, row
 
         # Every host's connection, GPU stream and agents are on the keeper's one event loop: its
-        # threads do not grow with hosts (paramiko's keeper ran one per host, 34 here).
+        # threads do not grow with hosts (a keeper with a reader thread per connection ran 34 here).
         threads = _threads(env, "keeper")
         assert threads <= 16, f"the keeper runs {threads} threads for {N} hosts"
         # The dashboard's too: every host's GPU feed and run poll are tasks on Textual's loop, their
-        # blocking calls in one bounded executor (two threads per host before, 70 here).
+        # blocking calls in one bounded executor (it ran two threads per host before).
         threads = _threads(env, "dash")
         assert threads <= 16, f"the dashboard runs {threads} threads for {N} hosts"
 

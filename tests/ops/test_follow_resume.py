@@ -9,7 +9,7 @@ import pytest
 
 from pippa_ops.hosts.connect import open_transport
 from pippa_ops.hosts.inventory import resolve
-from pippa_ops.runs.follow import follow_to_end
+from pippa_ops.runs.records.follow import follow_to_end
 
 pytestmark = pytest.mark.ssh
 
@@ -51,7 +51,7 @@ def test_follow_survives_a_dropped_connection_without_losing_or_repeating_output
 
 def test_logs_follow_and_the_dashboard_wait_by_one_retry_schedule() -> None:
     from pippa_ops.monitor import host as monitor
-    from pippa_ops.runs import follow
+    from pippa_ops.runs.records import follow
     from pippa_ops.transport import retry
 
     assert [retry.retry_delay(a) for a in (0, 1, 5, 99)] == [1.0, 2.0, 30.0, 30.0]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from pippa_ops.hosts.scheduler import SlurmSpec
-from pippa_ops.runs.script import Job, cmd_job, recipe_job, render_cmd_sh
-from pippa_ops.runs.slurm import launch_words, render_sbatch
-from pippa_ops.runs.templates import render
+from pippa_ops.runs.launching.script import Job, cmd_job, recipe_job, render_cmd_sh
+from pippa_ops.runs.launching.slurm import launch_words, render_sbatch
+from pippa_ops.runs.launching.templates import render
 
 GOLDEN = Path(__file__).parent / "golden"
 RID = "20260101-120000-tiny-abcd"

@@ -19,7 +19,7 @@ from projects import make_project
 
 from pippa_contract.termsafe import TerminalText, escape, terminal_text
 from pippa_ops.errors import RemoteCommandFailed
-from pippa_ops.runs.pull import PART, _receive
+from pippa_ops.runs.moving.pull import PART, _receive
 from pippa_ops.transport.base import LocalTransport
 
 PIPPA = str(Path(sys.executable).with_name("pippa"))
@@ -42,7 +42,7 @@ def test_terminal_text_keeps_text_tabs_newlines_and_colour_only() -> None:
 def test_one_rule_for_bidi_overrides_in_streams_tables_and_samples() -> None:
     """A right-to-left override (U+202E, "Trojan Source") or an isolate reorders what the screen shows:
     dropped from a log stream, shown escaped in a table cell, a notice and a sample (one rule, termsafe)."""
-    from pippa_ops.runs.samples import escape as sample_escape
+    from pippa_ops.runs.reading.samples import escape as sample_escape
 
     evil = "rm -rf /tmp/x \u202e#gnp.tac\u2066 ok"
     assert terminal_text(evil.encode()) == "rm -rf /tmp/x #gnp.tac ok"

@@ -12,7 +12,7 @@ from projects import make_project
 
 from pippa_ops.errors import BadSetting, InvalidName, UnknownRecipe
 from pippa_ops.hosts.inventory import HostSpec
-from pippa_ops.runs.launch import launch
+from pippa_ops.runs.launching.launch import launch
 from pippa_ops.transport.base import LocalTransport
 
 

@@ -1,6 +1,6 @@
 """Instant commands: a hot verb runs in a child of the warm process (pippa_ops.instant) with the same
 output, error lines and exit codes as a cold command, while the command itself imports no typer,
-click, rich, paramiko, textual or torch; and the warm process is guarded as the keeper is."""
+click, rich, asyncssh, textual or torch; and the warm process is guarded as the keeper is."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pippa_ops.instant import client, server
 from pippa_ops.transport import reuse
 
 pytestmark = pytest.mark.ssh
-HEAVY = ("typer", "click", "rich", "paramiko", "textual", "torch")
+HEAVY = ("typer", "click", "rich", "asyncssh", "textual", "torch")
 _PROBE = """
 import json, os, sys
 sys.argv = ["pippa", *{args!r}]

@@ -16,7 +16,7 @@ from conftest import ClientEnv
 
 from pippa_contract import wire as verbs
 from pippa_ops.hosts.connect import connect
-from pippa_ops.runs.listing import list_runs
+from pippa_ops.runs.records.listing import list_runs
 from pippa_ops.transport import agent_client, reuse
 
 pytestmark = pytest.mark.ssh

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pippa_ops.runs.cost import goodput, per_eval_point
-from pippa_ops.runs.listing import RunRecord
+from pippa_ops.runs.records.cost import goodput, per_eval_point
+from pippa_ops.runs.records.listing import RunRecord
 
 PRICED = {
     "attempts": [

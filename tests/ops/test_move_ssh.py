@@ -31,7 +31,7 @@ def _last_step(run_dir: Path) -> dict[str, Any]:
 
 
 def _paused_at_step_4(client_env: Any, host: Any) -> None:
-    """Runs on ``host`` wait at the end of step 4 until their stop (training_core.testhooks): the
+    """Runs on ``host`` wait at the end of step 4 until their stop (training_core.run.testhooks): the
     stop lands mid-run however fast the steps (the whole tiny run takes under a second on an idle
     machine; a stop during its last step completes it, with nothing left to move)."""
     inv = client_env.personal_inventory
@@ -131,7 +131,7 @@ def test_a_run_moves_from_the_pulled_copy_when_its_host_is_down(
 def test_a_copy_that_breaks_off_leaves_nothing_on_the_new_host(ssh_env, ssh_hosts) -> None:
     from pippa_ops.errors import HostUnreachable
     from pippa_ops.hosts.connect import connect
-    from pippa_ops.runs.move import _receive_into
+    from pippa_ops.runs.moving.move import _receive_into
 
     b = ssh_hosts[3]
     run_json = json.dumps({"run_id": "20261126-000000-tiny-dead", "recipe": "tiny"}).encode() + b"\n"

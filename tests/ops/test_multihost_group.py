@@ -42,7 +42,7 @@ def _rank_trainer(uid: int, run_id: str) -> int | None:
 
 
 def _paused_once(client_env: Any, host: Any, step: int) -> Path:
-    """This host's first attempt waits at the end of ``step`` (training_core.testhooks) until it is
+    """This host's first attempt waits at the end of ``step`` (training_core.run.testhooks) until it is
     stopped or killed; the file exists once it waits there. The other host's rank runs on into the next
     step's collective and waits there."""
     inv = client_env.personal_inventory

@@ -68,7 +68,7 @@ def attempts(run_dir: Path) -> list[dict[str, Any]]:
 
 def held_at_step_4_once(client_env: Any, host: Any, tag: str) -> Path:
     """The first attempt of runs on ``host`` waits at the end of step 4, before its metrics row, until
-    it is stopped or killed (training_core.testhooks): on an idle machine the whole 8-step run takes
+    it is stopped or killed (training_core.run.testhooks): on an idle machine the whole 8-step run takes
     under a second and could end before the test's kill; the next attempt runs through. The file
     returned exists once the first attempt waits there (kill it only then)."""
     inv = client_env.personal_inventory

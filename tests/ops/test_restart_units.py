@@ -1,24 +1,20 @@
 """The pure halves of retries: durations, the policy a run gets, backoff, what ps shows of attempts,
-the crontab edit of recover_on_boot, which lost runs recover starts, and what the supervisor may import."""
+the crontab edit of recover_on_boot, which lost runs recover starts. What the supervisor may import:
+tests/agent/test_supervisor_units.py."""
 
 from __future__ import annotations
 
-import ast
-import sys
 from pathlib import Path
 
 import pytest
 
-from pippa_agent.supervise import supervisor
 from pippa_contract import attempts
 from pippa_ops.errors import BadSetting
 from pippa_ops.provision.boot import boot_line, edit_crontab
-from pippa_ops.runs.listing import RunRecord, host_runs
-from pippa_ops.runs.recover import why_not
-from pippa_ops.runs.restart import RestartFlags, RestartPolicy, parse_duration
-from pippa_ops.runs.script import Job, render_cmd_sh
-
-SUPERVISOR = Path(supervisor.__file__).parent  # the supervisor's package
+from pippa_ops.runs.launching.recover import why_not
+from pippa_ops.runs.launching.restart import RestartFlags, RestartPolicy, parse_duration
+from pippa_ops.runs.launching.script import Job, render_cmd_sh
+from pippa_ops.runs.records.listing import RunRecord, host_runs
 
 
 def test_durations_read_like_people_write_them() -> None:
@@ -117,25 +113,6 @@ def test_the_reboot_line_is_added_once_removed_cleanly_and_keeps_the_users_lines
     assert edit_crontab(with_line, "~/pippa", False) == mine
     with pytest.raises(BadSetting):
         boot_line("~/pippa\n* * * * * evil")
-
-
-def test_the_supervisor_is_python_3_8_and_standard_library_only() -> None:
-    """Standard library and the host bundle's own packages (the contract, the agent) only."""
-    imported: set[str] = set()
-    for path in SUPERVISOR.glob("*.py"):
-        tree = ast.parse(path.read_text(), feature_version=(3, 8))
-        imported |= {
-            a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
-        }
-        imported |= {
-            n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
-        }
-    assert imported - {"__future__", "pippa_contract", "pippa_agent"} <= set(sys.stdlib_module_names)
-
-
-def test_the_supervisor_tells_alerts_only_of_the_events_between_start_and_end() -> None:
-    """The supervisor and the alerts are one host program now: it tells the events cmd.sh cannot."""
-    assert set(supervisor.MID_RUN_ALERTS) <= {"retrying", "stalled", "diverged", "gave_up", "lost", "budget"}
 
 
 def test_the_previous_versions_reboot_line_is_replaced_not_kept_beside_the_new_one() -> None:

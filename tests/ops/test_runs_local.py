@@ -169,6 +169,18 @@ def test_stop_kills_a_job_that_ignores_ctrl_c_after_the_grace_period(local: Loca
     assert rec["state"] == "killed" and rec["exit_code"] is None
 
 
+def test_stop_with_no_grace_says_it_kills_at_once_and_sends_no_ctrl_c(local: Local) -> None:
+    job = "trap 'echo saving checkpoint; exit 7' INT; echo ready; while :; do sleep 0.1; done"
+    p = local.pippa("run", "--cmd", job, "--name", "nograce")
+    (run_id,) = started_ids(p.stdout)
+    local.wait_state(run_id, lambda r: r["state"] == "running")
+    s = local.pippa("stop", "nograce", "--grace", "0")
+    assert s.returncode == 0, s.stderr
+    assert "at once (--grace 0: no Ctrl-C, so no save)" in s.stderr and "Ctrl-C to" not in s.stderr
+    local.wait_state(run_id, lambda r: r["state"] != "running")
+    assert "saving checkpoint" not in (local.run_dir(run_id) / "output.log").read_text()
+
+
 def test_a_running_session_is_refused_unless_replace(local: Local) -> None:
     first = local.pippa("run", "--cmd", "sleep 30", "--name", "dup")
     (old,) = started_ids(first.stdout)

@@ -3,9 +3,9 @@ arguments of a multi-host run, and how its hosts' records add up to one run."""
 
 from __future__ import annotations
 
-from pippa_ops.runs.launch import launch_sets
-from pippa_ops.runs.listing import RunRecord, merge_group, merge_groups
-from pippa_ops.runs.script import group_port, rendezvous_args
+from pippa_ops.runs.launching.launch import launch_sets
+from pippa_ops.runs.launching.script import group_port, rendezvous_args
+from pippa_ops.runs.records.listing import RunRecord, merge_group, merge_groups
 
 
 def test_launch_flags_become_the_recipe_settings_the_trainer_checks() -> None:
@@ -59,7 +59,7 @@ def test_a_rank_that_died_fails_the_run_else_a_running_rank_keeps_it_running() -
 
 
 def test_ps_merges_a_run_only_when_every_one_of_its_hosts_answered() -> None:
-    from pippa_ops.runs.listing import HostRuns
+    from pippa_ops.runs.records.listing import HostRuns
 
     a = HostRuns("a", 0.0, runs=(_rec("a", 0, "running"),))
     b = HostRuns("b", 0.0, runs=(_rec("b", 1, "running"),))

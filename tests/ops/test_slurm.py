@@ -23,8 +23,8 @@ from pippa_agent import slurm as agent_slurm
 from pippa_contract import errors as agent_errors
 from pippa_ops.errors import UsageError
 from pippa_ops.hosts.scheduler import SlurmSpec
-from pippa_ops.runs.listing import slurm_state
-from pippa_ops.runs.slurm import launch_words, render_sbatch
+from pippa_ops.runs.launching.slurm import launch_words, render_sbatch
+from pippa_ops.runs.records.listing import slurm_state
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE_RECIPE = REPO / "tests" / "training" / "probe.toml"  # the tiny model, few steps, a rank probe
@@ -339,7 +339,7 @@ def _trainer_of(run_id: str) -> int | None:
 def test_retry_on_slurm_requeues_the_job_which_resumes_from_its_checkpoint(site: Path) -> None:
     """``pippa run --retry 1`` on the test cluster: the killed attempt requeues the same job, whose next
     attempt (SLURM_RESTART_COUNT 1) resumes from the newest checkpoint and completes, one row per step.
-    The first attempt waits at the end of step 3 (training_core.testhooks) to be killed: a 6-step tiny
+    The first attempt waits at the end of step 3 (training_core.run.testhooks) to be killed: a 6-step tiny
     run is over in a second on an idle machine, and this test used to miss it (2 of 4 runs)."""
     run_id, sets = "run-rq", [("train.max_steps", "6"), ("checkpoint.every", "2")]
     command = launch_words(PY, str(site / "probe.toml"), f"{site}/runs/{run_id}", sets)
@@ -376,7 +376,7 @@ def test_a_job_at_its_time_limit_saves_is_requeued_resumes_and_completes_without
     site: Path,
 ) -> None:
     """A 2-minute job with ``--signal=B:USR1@30`` and no ``--retry``: its trainer waits at step 3
-    (training_core.testhooks) until SLURM's USR1 comes before the limit; it saves, exits ``timelimit``,
+    (training_core.run.testhooks) until SLURM's USR1 comes before the limit; it saves, exits ``timelimit``,
     the job requeues itself and its next attempt resumes from that checkpoint and completes, one row
     per step. (The one test here that waits for a time limit: it takes over a minute.)"""
     run_id, sets = "run-tl", [("train.max_steps", "6"), ("checkpoint.every", "1000")]  # no periodic save

@@ -1,4 +1,4 @@
-"""Which copy of a run that moved is stale, and which a name means (pippa_ops.runs.stale): pure, on
+"""Which copy of a run that moved is stale, and which a name means (pippa_ops.runs.moving.stale): pure, on
 records as listings make them; and the laptop's pulled copy as ``pippa wait`` reads it, its host down."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 from pippa_ops.errors import PippaError
-from pippa_ops.runs.failover import from_pulled_copy
-from pippa_ops.runs.listing import HostRuns, RunRecord, host_runs
-from pippa_ops.runs.stale import live_hosts, settle, stale_copies
+from pippa_ops.runs.moving.failover import from_pulled_copy
+from pippa_ops.runs.moving.stale import live_hosts, settle, stale_copies
+from pippa_ops.runs.records.listing import HostRuns, RunRecord, host_runs
 
 RID = "20261129-031500-tiny-ab12"
 

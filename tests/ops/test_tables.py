@@ -11,9 +11,9 @@ import pytest
 from pippa_ops.cli.run_tables import render_ps, render_runs, select_shown
 from pippa_ops.cli.table import Column, layout
 from pippa_ops.errors import AmbiguousSession, HostUnreachable
-from pippa_ops.runs.catalog import RunInfo
-from pippa_ops.runs.listing import HostRuns, RunRecord, select_runs
-from pippa_ops.runs.shortid import designates, short_ids
+from pippa_ops.runs.reading.catalog import RunInfo
+from pippa_ops.runs.records.listing import HostRuns, RunRecord, select_runs
+from pippa_ops.runs.records.shortid import designates, short_ids
 
 GOLDEN = Path(__file__).with_name("golden")
 T0 = 1795000000.0  # 2026-11-18, a fixed clock for the golden tables

@@ -8,15 +8,15 @@ import pytest
 
 from pippa_contract.names import new_run_id
 from pippa_ops.errors import BadSetting
-from pippa_ops.runs import tmux
-from pippa_ops.runs.listing import derive_state, host_runs
-from pippa_ops.runs.script import (
+from pippa_ops.runs.launching.script import (
     cmd_job,
     parse_sets,
     recipe_job,
     render_cmd_sh,
     session_argv,
 )
+from pippa_ops.runs.records import tmux
+from pippa_ops.runs.records.listing import derive_state, host_runs
 from pippa_ops.transport.shell import NAME_RE, sh_path
 
 
@@ -178,7 +178,7 @@ def test_the_agent_and_the_laptop_choose_a_run_for_a_name_by_one_rule() -> None:
     short ids, a SLURM job's run; none for an unknown name or a short id that fits several."""
     from pippa_contract import runpick
     from pippa_ops.errors import AmbiguousSession, RunNotFound
-    from pippa_ops.runs.listing import current_run
+    from pippa_ops.runs.records.listing import current_run
 
     def raw(run_id: str, session: str, ctime: float, **facts: object) -> dict[str, object]:
         return {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 from pippa_ops.cli.wait_status import StatusLine
-from pippa_ops.runs.listing import RunRecord
+from pippa_ops.runs.records.listing import RunRecord
 
 
 def test_a_note_while_waiting_is_a_line_of_its_own() -> None:

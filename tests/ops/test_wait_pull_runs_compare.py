@@ -130,7 +130,7 @@ def test_pull_brings_the_record_then_only_what_grew_and_a_checkpoint_on_request(
 
 def test_a_pull_cut_off_by_a_dropped_connection_leaves_no_partial_file(ssh_hosts, ssh_env, tmp_path) -> None:
     from pippa_ops.hosts.connect import connect
-    from pippa_ops.runs.pull import pull_run
+    from pippa_ops.runs.moving.pull import pull_run
 
     h = ssh_hosts[1]
     run_id = "20260101-000000-big-0001"
@@ -249,8 +249,8 @@ def test_compare_shows_the_config_keys_that_differ_and_plots_the_curves(daily: D
 
 def test_wait_exits_with_the_run_status_times_out_and_rides_out_a_drop(ssh_hosts, ssh_env) -> None:
     from pippa_ops.hosts.inventory import resolve
-    from pippa_ops.runs.locate import locate
-    from pippa_ops.runs.wait import wait_run
+    from pippa_ops.runs.moving.locate import locate
+    from pippa_ops.runs.reading.wait import wait_run
 
     env, h = ssh_env.env, ssh_hosts[2]
     flag = h.home / f"go-{os.getpid()}-{time.monotonic_ns()}"  # the slow run ends when the test says so
@@ -289,7 +289,7 @@ def test_pull_wandb_sync_runs_wandb_sync_on_the_host_with_its_key(daily: Daily, 
     nowhere) the real `wandb sync` starts on the run's offline W&B run and is stopped at the timeout."""
     from pippa_ops.errors import RemoteCommandFailed
     from pippa_ops.hosts.connect import connect
-    from pippa_ops.runs.pull import wandb_sync
+    from pippa_ops.runs.moving.pull import wandb_sync
 
     env, h = daily.env, daily.host
     p = pippa(env, "pull", daily.real, "--host", h.name, "--runs-dir", str(tmp_path / "runs"), "--wandb-sync")

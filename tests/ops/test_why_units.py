@@ -1,14 +1,15 @@
-"""``pippa why``'s reading of a run record (pippa_ops.runs.why): pure, on records as listings make them."""
+"""``pippa why``'s reading of a run record (pippa_ops.runs.reading.why): pure, on records as listings
+make them."""
 
 from __future__ import annotations
 
-from pippa_ops.runs.listing import RunRecord
-from pippa_ops.runs.why import explain, render
+from pippa_ops.runs.reading.why import explain, render
+from pippa_ops.runs.records.listing import RunRecord
 
 SUSPECT = "rank 1 is not in the collective (rank 0 waits in all_gather (...)); it is in wander_off"
 STACKS = {
     "0/11": ["all_gather (torch/distributed/distributed_c10d.py:3012)"],
-    "1/12": ["wander_off (training_core/testhooks.py:31)"],
+    "1/12": ["wander_off (training_core/run/testhooks.py:31)"],
 }
 STALLED = {
     "attempt": 1,
@@ -51,9 +52,9 @@ def test_a_stalled_then_completed_run_shows_class_retry_suspect_and_stacks() -> 
     text = "\n".join(render(why, rec.max_attempts))
     assert "attempt 1/2  stalled (no new metrics line for 15s)" in text
     assert "then: infrastructure retry 1/3" in text and "suspect: rank 1 is not in the collective" in text
-    assert "wander_off (training_core/testhooks.py:31)" in text
+    assert "wander_off (training_core/run/testhooks.py:31)" in text
     assert why.next == "pippa pull 20261126-1-tiny-ab12 --host h100-a"
-    assert why.to_json()["attempts"][0]["stuck"]["1/12"] == ["wander_off (training_core/testhooks.py:31)"]
+    assert why.to_json()["attempts"][0]["stuck"]["1/12"] == ["wander_off (training_core/run/testhooks.py:31)"]
 
 
 def test_a_run_without_a_supervisor_record_is_classed_from_its_listing() -> None:
@@ -67,7 +68,7 @@ def test_a_run_without_a_supervisor_record_is_classed_from_its_listing() -> None
 def test_a_run_that_failed_before_its_first_step_is_told_to_fix_the_cause_never_to_resume() -> None:
     """The listing marks the run (its end line's ``at_start``; an older run: no step line at all), and
     why's next names the cause and the run command with its settings."""
-    from pippa_ops.runs.listing import host_runs
+    from pippa_ops.runs.records.listing import host_runs
 
     command = "/h/.venv/bin/python -m training_core.launch tiny --run-dir /h/runs/r --set model.name=org/m"
     meta = {"recipe": "tiny", "command": command, "session": "s"}
@@ -96,7 +97,7 @@ def test_a_run_that_failed_before_its_first_step_is_told_to_fix_the_cause_never_
 
 
 def test_a_run_that_moved_shows_where_it_went() -> None:
-    from pippa_ops.runs.listing import host_runs
+    from pippa_ops.runs.records.listing import host_runs
 
     raw = {
         "run_id": "20261126-000000-tiny-ab12",
@@ -112,7 +113,7 @@ def test_a_run_that_moved_shows_where_it_went() -> None:
 
 
 def test_ps_says_a_stall_in_its_own_words() -> None:
-    from pippa_ops.runs.listing import host_runs
+    from pippa_ops.runs.records.listing import host_runs
 
     stalled = {"attempt": 1, "class": "stalled", "reason": "no new metrics line for 15m"}
     doc = {"max_attempts": 1, "attempts": [stalled]}
@@ -130,8 +131,8 @@ def test_ps_says_a_stall_in_its_own_words() -> None:
 
 def test_a_slurm_jobs_output_decides_its_class() -> None:
     from pippa_ops.errors import BadSetting
-    from pippa_ops.runs.restart import RestartFlags
-    from pippa_ops.runs.schedulers import slurm_retries
+    from pippa_ops.runs.launching.restart import RestartFlags
+    from pippa_ops.runs.launching.schedulers import slurm_retries
 
     tail = [
         "step 3/8 loss 1.2",
@@ -180,8 +181,8 @@ def test_an_infrastructure_retry_says_its_attempt_and_backoff_as_the_log_does(ca
     """--retry 0 (budget 1) and a stall granted a retry that spends none: the log says attempt 1/2 and 2/2,
     so ps says so during the backoff (not plain running) and why says 1/2 (not 1/1)."""
     from pippa_ops.cli.recover_cmd import render_recover
-    from pippa_ops.runs.listing import host_runs
-    from pippa_ops.runs.recover import Recovered, RecoverResult
+    from pippa_ops.runs.launching.recover import Recovered, RecoverResult
+    from pippa_ops.runs.records.listing import host_runs
 
     stalled = {**STALLED, "decision": {"retry": True, "spends": "infra", "why": "infrastructure retry 1/3"}}
     doc = {"max_attempts": 1, "attempts": [stalled], "next_at": 2027.0}

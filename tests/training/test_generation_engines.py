@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch")
 datasets = pytest.importorskip("datasets")
 
 from training_core.generation import engines  # noqa: E402
+from training_core.hardware.platform import PlatformFacts  # noqa: E402
 from training_core.models import shapes, tiny  # noqa: E402
-from training_core.platform import PlatformFacts  # noqa: E402
 from training_core.recipes import resolve  # noqa: E402
 from training_core.run.flops import setup_for  # noqa: E402
 from training_core.run.metrics import MetricsWriter, make_callback  # noqa: E402
@@ -204,7 +204,7 @@ def test_a_failing_engine_falls_back_in_one_line_and_the_run_goes_on(
 
 def test_an_explicit_engine_and_use_vllm_true_are_refused() -> None:
     from training_core.errors import BadSetting
-    from training_core.methods import grpo
+    from training_core.methods.grpo import GrpoMethod
 
     with pytest.raises(BadSetting, match=r"conflicts with generation\.engine = static"):
-        grpo.validate(_cfg('generation.engine="static"', "train.use_vllm=true"))
+        GrpoMethod().validate(_cfg('generation.engine="static"', "train.use_vllm=true"))

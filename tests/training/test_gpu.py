@@ -31,8 +31,8 @@ needs_cuda = pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU (torch.cud
 def test_the_default_keeps_fp32_master_weights_where_torch_has_bf16() -> None:
     import torch
 
+    from training_core.hardware.platform import detect
     from training_core.models import load_model, settle
-    from training_core.platform import detect
     from training_core.recipes import resolve
 
     facts = detect(offline_probe=False)

@@ -25,7 +25,7 @@ import pytest
 from training_core import launch
 from training_core.config import LaunchConfig
 from training_core.errors import BadSetting, UsageError
-from training_core.platform import PlatformFacts
+from training_core.hardware.platform import PlatformFacts
 
 REPO = Path(__file__).resolve().parents[2]
 CPU = PlatformFacts()

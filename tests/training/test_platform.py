@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from training_core.errors import UsageError
-from training_core.platform import PlatformFacts, TorchFacts, bf16_capable, train_precision
+from training_core.hardware.platform import PlatformFacts, TorchFacts, bf16_capable, train_precision
 from training_core.recipes import resolve
 
 A100 = PlatformFacts(gpu_name="NVIDIA A100-SXM4-80GB", gpu_count=8, gpu_memory_gb=80, bf16=True)

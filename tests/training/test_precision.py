@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import torch
 
+from training_core.hardware.platform import PlatformFacts, TorchFacts
+from training_core.hardware.precision import choose, pure_bf16_warning
 from training_core.models import load_model, settle
-from training_core.platform import PlatformFacts, TorchFacts
-from training_core.precision import choose, pure_bf16_warning
 from training_core.recipes import resolve
 
 H100 = PlatformFacts(

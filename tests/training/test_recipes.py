@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from training_core.errors import BadSetting, UnknownRecipe
-from training_core.platform import PlatformFacts
+from training_core.hardware.platform import PlatformFacts
 from training_core.recipes import available, resolve
 from training_core.train import main
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from pippa_contract import alarms
 from pippa_contract import samples as sm
 from training_core.config import RunConfig, SamplesConfig
-from training_core.samples import SamplesWriter
+from training_core.run.samples import SamplesWriter
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -156,7 +156,7 @@ def test_tiny_runs_past_200_steps_raise_no_length_collapse_where_answers_fill_th
 
 
 def test_an_alarm_hint_names_a_step_that_has_samples() -> None:
-    from training_core.samples import sampled_step
+    from training_core.run.samples import sampled_step
 
     assert sampled_step(296, 300, 50) == 300  # the run reached step 300: its samples are there
     assert sampled_step(296, 299, 50) == 250  # it has not (or never will): the last sampled step before

@@ -21,8 +21,8 @@ from test_train_e2e import _wandb_keys_by_step
 from training_core.config import DataConfig, RunConfig, SFTSettings
 from training_core.data import pairs
 from training_core.errors import BadSetting, UsageError
+from training_core.hardware.platform import PlatformFacts
 from training_core.models import run_checkpoint, tiny
-from training_core.platform import PlatformFacts
 from training_core.recipes import resolve
 from training_core.run import metrics
 
@@ -106,14 +106,14 @@ def test_sft_takes_the_loss_on_the_response_only(tmp_path: Path) -> None:
     import datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training_core.methods.sft import build_trainer
+    from training_core.methods.sft import SftMethod
 
     path = tiny.ensure()
     tok = AutoTokenizer.from_pretrained(path)
     cfg = resolve("sft_tiny", ["checkpoint.every=0"], PlatformFacts()).config
     rows = pairs.sft_rows(SUMS[:4], cfg, tok)
     model = AutoModelForCausalLM.from_pretrained(path)
-    trainer = build_trainer(cfg, tmp_path, model, tok, datasets.Dataset.from_list(rows), [], None)
+    trainer = SftMethod().build_trainer(cfg, tmp_path, model, tok, datasets.Dataset.from_list(rows), [], None)
     batch = next(iter(trainer.get_train_dataloader()))
     for ids, labels in zip(batch["input_ids"].tolist(), batch["labels"].tolist(), strict=True):
         trained = [t for t, lab in zip(ids, labels, strict=True) if lab != -100]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from training_core.hardware.platform import PlatformFacts
 from training_core.models.shapes import QWEN2_0_5B, QWEN2_5_1_5B
-from training_core.platform import PlatformFacts
 from training_core.recipes import resolve
 from training_core.run import step_plan
 from training_core.run.flops import old_logprob_forward

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from training_core import launch, vllm_server
+from training_core import launch
 from training_core.config import LaunchConfig
 from training_core.errors import BadSetting
-from training_core.platform import PlatformFacts
+from training_core.generation import vllm_server
+from training_core.hardware.platform import PlatformFacts
 
 REPO = Path(__file__).resolve().parents[2]
 H100x8 = PlatformFacts(gpu_name="NVIDIA H100 80GB HBM3", gpu_count=8, gpu_memory_gb=80, bf16=True)
@@ -208,7 +209,7 @@ def test_a_stop_signal_reaches_the_trainer_then_the_server_stops(tmp_path: Path)
         import os, sys
         sys.path.insert(0, {str(REPO)!r})
         from pathlib import Path
-        from training_core.vllm_server import supervise
+        from training_core.generation.vllm_server import supervise
         tmp = Path({str(tmp_path)!r})
         serve = [sys.executable, str(tmp / "server.py"), "{sides.port}", "0.2", "-1"]
         train = [sys.executable, str(tmp / "trainer.py"), str(tmp)]

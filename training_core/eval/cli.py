@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> dict[str, Any]:
     from training_core.eval.tasks import EVAL_TASKS
-    from training_core.platform import PlatformFacts
+    from training_core.hardware.platform import PlatformFacts
     from training_core.recipes import resolve
     from training_core.selfplay.evaluate import GAME_TASKS
 

@@ -149,7 +149,7 @@ def summary(res: dict[str, Any]) -> str:
 def eval_rows(samples: Any, step: int, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """samples.jsonl rows of one evaluation: its first ``per_step`` problems, with the expected answer
     and whether the greedy completion passed."""
-    from training_core.samples import prompt_text
+    from training_core.run.samples import prompt_text
 
     return [
         samples.row(

@@ -1,38 +1,31 @@
-"""One module per training method, chosen here and nowhere else (``get``).
+"""One class per training method, chosen here and nowhere else (``get``).
 
-Each method module holds its cross-field validation (``validate``, torch-free: ``resolve`` calls it),
-the check that the names it reads are registered (``check_names``, torch-free: ``--check`` calls it),
-its data and its trainer, and ``run(res, run_dir, resume) -> exit code`` inside the shared
-``training_core.run.lifecycle.RunLifecycle``. GRPO, SFT and DPO share TRL's trainer loop
-(``training_core.methods.trl_run``); self-play runs pippa's own (``training_core.selfplay``).
+Every method is a ``base.Method``: its cross-field validation (``validate``, torch-free: ``resolve``
+calls it), the check that the names it reads are registered (``check_names``, torch-free: ``--check``
+calls it), and ``run(res, run_dir, resume) -> exit code`` inside the shared
+``training_core.run.lifecycle.RunLifecycle``. GRPO, SFT and DPO are ``trl_run.TrlMethod``s sharing TRL's
+trainer loop (SFT and DPO through ``trl_run.SupervisedMethod``); self-play runs pippa's own
+(``training_core.selfplay``).
 """
 
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
-from typing import Protocol
 
-from training_core.config import Resolved, RunConfig
+from training_core.methods.base import Method
 
-# method name (RunConfig.method) -> its module; imported on use, so resolving a recipe stays torch-free
-MODULES = {
-    "grpo": "training_core.methods.grpo",
-    "sft": "training_core.methods.sft",
-    "dpo": "training_core.methods.dpo",
-    "selfplay": "training_core.methods.selfplay",
+# method name (RunConfig.method) -> its module and class; imported on use, so resolving a recipe stays
+# torch-free
+METHODS = {
+    "grpo": ("training_core.methods.grpo", "GrpoMethod"),
+    "sft": ("training_core.methods.sft", "SftMethod"),
+    "dpo": ("training_core.methods.dpo", "DpoMethod"),
+    "selfplay": ("training_core.methods.selfplay", "SelfPlayMethod"),
 }
 
 
-class Method(Protocol):
-    def validate(self, cfg: RunConfig) -> None: ...
-
-    def check_names(self, cfg: RunConfig) -> None: ...
-
-    def run(self, res: Resolved, run_dir: Path, resume: bool = False) -> int: ...
-
-
 def get(name: str) -> Method:
-    """The module of method ``name`` (RunConfig.method's Literal keeps the name valid)."""
-    module: Method = importlib.import_module(MODULES[name])  # type: ignore[assignment]
-    return module
+    """Method ``name`` (RunConfig.method's Literal keeps the name valid)."""
+    module, cls = METHODS[name]
+    method: Method = getattr(importlib.import_module(module), cls)()
+    return method

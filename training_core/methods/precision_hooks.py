@@ -1,4 +1,4 @@
-"""What a TRL trainer adds for the settled precision (training_core.precision): bf16 generation that
+"""What a TRL trainer adds for the settled precision (training_core.hardware.precision): bf16 generation that
 leaves fp32 master weights bitwise alone, and the Kahan-compensated AdamW of ``bf16_kahan``.
 
 TRL 1.16's HF-generate path has no autocast, so fp32 master weights (``bf16_amp``) would generate in fp32;

@@ -1,62 +1,32 @@
 """The ``sft`` method: TRL's SFTTrainer on prompt-completion rows, the loss on the response only
-(TRL's ``completion_only_loss``): its validation, rows (``training_core.data.pairs``) and trainer
-(``training_core.methods.supervised``). The run itself is the TRL methods'
-(``training_core.methods.trl_run``).
+(TRL's ``completion_only_loss``): its rows (``training_core.data.pairs``) and trainer
+(``training_core.methods.supervised``). The rest is the supervised methods'
+(``training_core.methods.trl_run.SupervisedMethod``).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from training_core.config import Resolved, RunConfig
+from training_core.config import RunConfig
 from training_core.data.loaders import Row
-from training_core.methods import trl_run
+from training_core.methods.trl_run import SupervisedMethod
 
 
-def validate(cfg: RunConfig) -> None:
+class SftMethod(SupervisedMethod):
     """SFT reads no rewards and samples nothing: only what its trainer uses is checked."""
-    trl_run.validate_trainer_settings(cfg)
-    trl_run.validate_callbacks(cfg)
 
+    def banner(self, cfg: RunConfig) -> str:
+        return "sft"
 
-def check_names(cfg: RunConfig) -> None:
-    """The dataset and eval task the config names are registered; rewards are not read."""
-    trl_run.check_names_without_rewards(cfg)
+    def train_rows(self, rows: list[Row], cfg: RunConfig, tokenizer: Any) -> list[Row]:
+        from training_core.data.pairs import sft_rows
 
+        return sft_rows(rows, cfg, tokenizer)
 
-def banner(cfg: RunConfig) -> str:
-    return "sft"
+    def trainer(self) -> tuple[Any, Callable[[RunConfig, Path, list[str], str], Any]]:
+        from training_core.methods.supervised import PippaSFTTrainer, sft_args
 
-
-def train_rows(rows: list[Row], cfg: RunConfig, tokenizer: Any) -> list[Row]:
-    from training_core.data.pairs import sft_rows
-
-    return sft_rows(rows, cfg, tokenizer)
-
-
-def reward_funcs(cfg: RunConfig, ctx: Any) -> list[Any]:
-    return []  # the loss is the response's likelihood
-
-
-def build_trainer(
-    cfg: RunConfig,
-    run_dir: Path,
-    model: Any,
-    tokenizer: Any,
-    train_ds: Any,
-    callbacks: list[Any],
-    peft_config: Any,
-    reward_funcs: Sequence[Any] = (),
-) -> Any:
-    from training_core.methods.supervised import PippaSFTTrainer, sft_args
-
-    return trl_run.supervised_trainer(
-        PippaSFTTrainer, sft_args, cfg, run_dir, model, tokenizer, train_ds, callbacks, peft_config
-    )
-
-
-def run(res: Resolved, run_dir: Path, resume: bool = False) -> int:
-    return trl_run.run(sys.modules[__name__], res, run_dir, resume)  # type: ignore[arg-type]
+        return PippaSFTTrainer, sft_args

@@ -34,8 +34,9 @@ from trl import GRPOConfig, GRPOTrainer
 from pippa_contract.checkpoint_check import write_manifest
 from training_core.config import RunConfig
 from training_core.generation.choice import EngineChoice
+from training_core.hardware.precision import BF16_MODES
 from training_core.methods.precision_hooks import PrecisionHooks
-from training_core.precision import BF16_MODES
+from training_core.methods.samples_trl import RecordSamples
 from training_core.run.layout import (
     EACH_HOST_ENV,
     SAVES,
@@ -44,7 +45,6 @@ from training_core.run.layout import (
     checkpoints,
     checkpoints_dir,
 )
-from training_core.samples_trl import RecordSamples
 
 # TRL 1.16 itself still calls transformers' pre-v6 checkpointing names; the FutureWarning is about
 # library internals a user cannot act on, and it lands in every run's log. Anything else warns as usual.

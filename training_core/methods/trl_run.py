@@ -1,27 +1,88 @@
-"""What the TRL methods (grpo, sft, dpo) share: the settings every TRL trainer reads, and one run:
-model, rows, metrics / eval / extra callbacks, LoRA, the method's trainer, ``trainer.train``, all inside
-``RunLifecycle``. A method module supplies what differs (``TrlMethod``): its rows, its rewards and its
-trainer. Torch, TRL and transformers are imported inside ``run``, so validation stays torch-free.
+"""What the TRL methods (grpo, sft, dpo) share: ``TrlMethod``, the base whose ``run`` is one TRL run
+(model, rows, metrics / eval / extra callbacks, LoRA, the method's trainer, ``trainer.train``, all inside
+``RunLifecycle``), and ``SupervisedMethod``, the base of SFT and DPO (no rewards, a TRL trainer class and
+its config). A method supplies what differs: its checks, its rows, its rewards and its trainer. Torch,
+TRL and transformers are imported inside ``run``, so validation stays torch-free.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar
 
 from pippa_contract.names import NAME_RE
 from training_core.config import Resolved, RunConfig
 from training_core.data.loaders import Row
 from training_core.errors import BadSetting
+from training_core.methods.base import Method
 
 
-class TrlMethod(Protocol):
-    def banner(self, cfg: RunConfig) -> str: ...
+class TrlMethod(Method):
+    """A method trained by a TRL trainer in TRL's loop."""
 
-    def train_rows(self, rows: list[Row], cfg: RunConfig, tokenizer: Any) -> list[Row]: ...
+    # Whether the method writes its own batch (generation): training_core.run.flops counts that forward.
+    generates: ClassVar[bool] = False
 
-    def reward_funcs(self, cfg: RunConfig, ctx: Any) -> list[Any]: ...
+    def validate(self, cfg: RunConfig) -> None:
+        """The checks every TRL trainer needs, the method's own (``validate_method``), its callbacks."""
+        validate_trainer_settings(cfg)
+        self.validate_method(cfg)
+        validate_callbacks(cfg)
+
+    def validate_method(self, cfg: RunConfig) -> None:
+        """The method's own cross-field checks (none by default)."""
+
+    @abstractmethod
+    def banner(self, cfg: RunConfig) -> str:
+        """What the start line says of the method (``loss dr_grpo``, ``sft``)."""
+
+    @abstractmethod
+    def train_rows(self, rows: list[Row], cfg: RunConfig, tokenizer: Any) -> list[Row]:
+        """The dataset's rows in the form the method's TRL trainer reads."""
+
+    @abstractmethod
+    def reward_funcs(self, cfg: RunConfig, ctx: Any) -> list[Any]:
+        """The reward functions the trainer calls (TRL's signature); [] for a method without rewards."""
+
+    @abstractmethod
+    def build_trainer(
+        self,
+        cfg: RunConfig,
+        run_dir: Path,
+        model: Any,
+        tokenizer: Any,
+        train_ds: Any,
+        callbacks: list[Any],
+        peft_config: Any,
+        reward_funcs: Sequence[Any] = (),
+    ) -> Any:
+        """The method's TRL trainer over ``train_ds``, with pippa's callbacks and LoRA config."""
+
+    def run(self, res: Resolved, run_dir: Path, resume: bool = False) -> int:
+        return run_trl(self, res, run_dir, resume)
+
+
+class SupervisedMethod(TrlMethod):
+    """SFT and DPO: TRL's SFTTrainer or DPOTrainer on prepared rows; no rewards are read or called."""
+
+    def check_names(self, cfg: RunConfig) -> None:
+        """The dataset and eval task the config names are registered, and the rewards it lists exist
+        (they are not read)."""
+        check_data_and_eval_names(cfg)
+        from training_core.rewards.registry import REWARDS
+
+        for r in cfg.rewards:
+            REWARDS.get(r.name, cfg.plugins)
+
+    def reward_funcs(self, cfg: RunConfig, ctx: Any) -> list[Any]:
+        return []  # the loss is the data's: the response's likelihood, or chosen against rejected
+
+    @abstractmethod
+    def trainer(self) -> tuple[Any, Callable[[RunConfig, Path, list[str], str], Any]]:
+        """The TRL trainer class and the function that makes its config (training_core.methods.supervised,
+        imported here so that validation stays torch-free)."""
 
     def build_trainer(
         self,
@@ -33,7 +94,20 @@ class TrlMethod(Protocol):
         callbacks: list[Any],
         peft_config: Any,
         reward_funcs: Sequence[Any] = (),
-    ) -> Any: ...
+    ) -> Any:
+        import datasets
+
+        trainer_cls, make_args = self.trainer()
+        datasets.disable_progress_bars()  # TRL's tokenizing maps would draw bars into the run's log
+        return trainer_cls(
+            model=model,
+            args=make_args(cfg, run_dir, ["none"], run_dir.name),
+            train_dataset=train_ds,
+            processing_class=tokenizer,
+            callbacks=callbacks,
+            peft_config=peft_config,
+            precision=cfg.model.precision,
+        )
 
 
 def validate_trainer_settings(cfg: RunConfig) -> None:
@@ -64,42 +138,6 @@ def validate_callbacks(cfg: RunConfig) -> None:
             raise BadSetting("a [[callbacks]] entry has no name")
 
 
-def check_names_without_rewards(cfg: RunConfig) -> None:
-    """SFT and DPO: the dataset and eval task the config names are registered, and the rewards it
-    lists exist (they are not read)."""
-    check_data_and_eval_names(cfg)
-    from training_core.rewards.registry import REWARDS
-
-    for r in cfg.rewards:
-        REWARDS.get(r.name, cfg.plugins)
-
-
-def supervised_trainer(
-    trainer_cls: Any,
-    make_args: Any,
-    cfg: RunConfig,
-    run_dir: Path,
-    model: Any,
-    tokenizer: Any,
-    train_ds: Any,
-    callbacks: list[Any],
-    peft_config: Any,
-) -> Any:
-    """SFT's or DPO's trainer (``trainer_cls`` with ``make_args``'s config): no rewards, no reports."""
-    import datasets
-
-    datasets.disable_progress_bars()  # TRL's tokenizing maps would draw bars into the run's log
-    return trainer_cls(
-        model=model,
-        args=make_args(cfg, run_dir, ["none"], run_dir.name),
-        train_dataset=train_ds,
-        processing_class=tokenizer,
-        callbacks=callbacks,
-        peft_config=peft_config,
-        precision=cfg.model.precision,
-    )
-
-
 def check_data_and_eval_names(cfg: RunConfig) -> None:
     """The dataset and eval task the config names are registered (without importing torch)."""
     from training_core.data.loaders import DATASETS
@@ -122,7 +160,7 @@ def runs_model_code(cfg: RunConfig) -> bool:
     )
 
 
-def run(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
+def run_trl(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
     """Set up and train one TRL run; the end line, exit code and failed-start record are the lifecycle's."""
     from training_core.run.lifecycle import RunLifecycle
 
@@ -144,7 +182,7 @@ def run(method: TrlMethod, res: Resolved, run_dir: Path, resume: bool) -> int:
         from training_core.methods.trainer import quiet_tied_head_warning, stop_callback
 
         trainer.add_callback(stop_callback(lambda: life.stop.requested, _any_rank(trainer)))
-        from training_core import testhooks
+        from training_core.run import testhooks
 
         if testhooks.wanted():
             trainer.add_callback(testhooks.callback(lambda: life.stop.requested))
@@ -212,7 +250,7 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
     reward_funcs = method.reward_funcs(cfg, rctx)
     n_params = sum(p.numel() for p in model.parameters())
     progress = cfg.logging.progress and life.main
-    setup = flops.setup_for(cfg, model, getattr(method, "GENERATES", False))
+    setup = flops.setup_for(cfg, model, method.generates)
     cbs: list[Any] = [metrics.make_callback(writer, progress, n_params, life.facts.gpu_name, setup=setup)]
     if cfg.eval.task != "none":
         task = EVAL_TASKS.get(cfg.eval.task, cfg.plugins)
@@ -239,7 +277,8 @@ def _prepare(method: TrlMethod, life: Any) -> tuple[Any, int, int]:
         )
     trainer = method.build_trainer(cfg, run_dir, model, tokenizer, train_ds, cbs, peft_config, reward_funcs)
     trainer.keep_checkpoints = cfg.checkpoint.keep
-    if hasattr(trainer, "samples"):  # GRPO: a sample of some steps' batches (training_core.samples_trl)
+    # GRPO: a sample of some steps' batches (training_core.methods.samples_trl)
+    if hasattr(trainer, "samples"):
         trainer.samples = life.samples
     trainer.remove_callback(PrinterCallback)  # our progress line replaces its raw dict dump
     return trainer, len(train_rows), n_params

@@ -1,7 +1,7 @@
 """The model a run trains: what it settles at start (precision, ``model.from_run``) and its loading.
 
 ``settle`` returns a new Resolved (the config is frozen) with the precision torch can train in on this
-GPU (``bf16`` settled into the mode that keeps every update and fits, training_core.precision) and
+GPU (``bf16`` settled into the mode that keeps every update and fits, training_core.hardware.precision) and
 ``model.from_run``'s checkpoint as the model name, so the run header shows what runs.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 
 from training_core.config import Resolved
 from training_core.errors import UsageError
-from training_core.platform import PlatformFacts, TorchFacts, torch_facts, train_precision
-from training_core.precision import BF16_WEIGHTS, choose, pure_bf16_warning
+from training_core.hardware.platform import PlatformFacts, TorchFacts, torch_facts, train_precision
+from training_core.hardware.precision import BF16_WEIGHTS, choose, pure_bf16_warning
 
 
 def settle(res: Resolved, facts: PlatformFacts, runs_dir: Path, tf: TorchFacts | None = None) -> Resolved:
@@ -38,7 +38,7 @@ def settle(res: Resolved, facts: PlatformFacts, runs_dir: Path, tf: TorchFacts |
             facts.gpu_memory_gb,
             cfg.launch.strategy if cfg.launch.processes > 1 else "ddp",
             cfg.launch.processes,
-            autocast=getattr(methods.get(cfg.method), "AUTOCAST", True),  # self-play's loop has none
+            autocast=methods.get(cfg.method).autocast,  # self-play's loop has none
         )
         precision = choice.mode
         print(f"precision: bf16 -> {choice.mode}: {choice.why}", flush=True)

@@ -2,7 +2,7 @@
 
 The metrics callback checks each step line once it is written (``check``); the runner ends the run with
 the end status ``diverged`` naming the step and the key (docs/CONTRACTS.md), saving no checkpoint (it
-would hold the broken weights). The host supervisor (pippa_ops.runs.supervise) does not retry such a
+would hold the broken weights). The host supervisor (pippa_agent.supervise) does not retry such a
 run unless asked: from the same checkpoint it would diverge again.
 """
 

@@ -100,7 +100,7 @@ class RunLifecycle:
 
     def __init__(self, res: Resolved, run_dir: Path, resume: bool) -> None:
         from training_core.run.metrics import NullWriter
-        from training_core.samples import NullSamples
+        from training_core.run.samples import NullSamples
 
         self.res = res
         self.run_dir = run_dir
@@ -110,8 +110,8 @@ class RunLifecycle:
         self.resumed_step: int | None = None
         self.main = True  # rank 0: one metrics.jsonl and one W&B run per run
         self.writer: Any = NullWriter()
-        self.samples: Any = NullSamples()  # training_core.samples: what the model wrote (rank 0)
-        self.alarm_watch: Any = None  # training_core.alarm_watch (rank 0)
+        self.samples: Any = NullSamples()  # training_core.run.samples: what the model wrote (rank 0)
+        self.alarm_watch: Any = None  # training_core.run.alarm_watch (rank 0)
         self.wandb_info: dict[str, Any] | None = None
         self.stop = StopOnSignal(save=res.config.checkpoint.every > 0)
         self.code = 1
@@ -131,7 +131,7 @@ class RunLifecycle:
 
     def _begin(self) -> None:
         from training_core import models
-        from training_core.platform import apply_offline_env, detect
+        from training_core.hardware.platform import apply_offline_env, detect
         from training_core.run import metrics
         from training_core.run.layout import checkpoints_dir, resume_checkpoint
 
@@ -157,7 +157,7 @@ class RunLifecycle:
             moved = metrics.supersede(self.metrics_path, step)
             if moved:
                 print(f"resume: moved {moved} redone lines to metrics.superseded.jsonl", flush=True)
-            from training_core.samples import supersede
+            from training_core.run.samples import supersede
 
             moved = supersede(self.run_dir, step)
             if moved:
@@ -200,8 +200,8 @@ class RunLifecycle:
     def _open_samples(self) -> None:
         """samples.jsonl (created at the first row: only methods that sample write one) and the alarm
         watch on the metrics."""
-        from training_core.alarm_watch import AlarmWatch
-        from training_core.samples import SamplesWriter, interval, sampled_step
+        from training_core.run.alarm_watch import AlarmWatch
+        from training_core.run.samples import SamplesWriter, interval, sampled_step
 
         cfg = self.res.config
         every = interval(cfg)

@@ -21,7 +21,7 @@ from typing import IO, Any
 from pippa_contract.metrics import redone
 from training_core.run.flops import Setup, Shape, StepCounts, figures
 from training_core.run.layout import SUPERSEDED
-from training_core.testhooks import SLOW_RECORD_ENV
+from training_core.run.testhooks import SLOW_RECORD_ENV
 
 RENAMES = {
     "reward": "reward/mean",
@@ -71,11 +71,11 @@ class MetricsWriter:
     def __init__(self, path: Path, mirror: Mirror | None = None) -> None:
         self.path = path
         self.mirror = mirror
-        # Called with every step and eval record once written (training_core.alarm_watch).
+        # Called with every step and eval record once written (training_core.run.alarm_watch).
         self.observers: list[Callable[[dict[str, Any]], None]] = []
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._pause_s = float(os.environ.get(SLOW_RECORD_ENV) or 0)  # training_core.testhooks
+        self._pause_s = float(os.environ.get(SLOW_RECORD_ENV) or 0)  # training_core.run.testhooks
 
     def write(self, *records: dict[str, Any]) -> None:
         """Append ``records`` in ONE write(2): a reader sees all of them or none (a failed start's header

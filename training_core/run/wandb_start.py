@@ -77,7 +77,7 @@ def start_wandb(res: Resolved, run_dir: Path, resume_id: str | None) -> dict[str
 
 
 class UnlessMoved:
-    """The W&B mirror of a run that may turn out to be a stale copy (runs.stale on the laptop): before
+    """The W&B mirror of a run that may turn out to be a stale copy (runs.moving.stale on the laptop): before
     each record it looks for the run dir's ``moved_to`` mark (one stat), and from the first time it sees
     it logs nothing more, so the W&B run goes on from the live copy on the new host only. The mark is
     written before the stale copy is stopped; while the host is cut off nothing can write it, and the

@@ -170,7 +170,7 @@ class KeeperClient:
 
     # ------------------------------------------------------------------------------ ~/.ssh/config
     def ssh_config(self, addresses: tuple[str, ...] = ()) -> KeptSSHConfig | None:
-        """~/.ssh/config from the keeper (no paramiko import here), or None without a keeper; the
+        """~/.ssh/config from the keeper (no asyncssh import here), or None without a keeper; the
         lookups of ``addresses`` come in the same answer."""
         if not self._enabled():
             return None
@@ -236,7 +236,7 @@ class KeeperClient:
 
 
 class KeptSSHConfig:
-    """~/.ssh/config as the keeper's paramiko reads it: the two calls the inventory makes."""
+    """~/.ssh/config as the keeper reads it: the two calls the inventory makes."""
 
     def __init__(
         self, client: KeeperClient, hostnames: list[str], lookups: dict[str, dict[str, Any]]

@@ -3,7 +3,7 @@
 A client sends one request (``wire.REQUEST``, JSON with an ``op``); the keeper parses it with
 ``parse`` into one of these and dispatches on its type (``keeper.Keeper.HANDLERS``). Both sides build
 and read requests only through these classes, so a new op is a class here and a handler there.
-Imports no paramiko (a warm command imports this module).
+Imports no asyncssh (a warm command imports this module).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class Shutdown(Op):
 
 @dataclass(frozen=True)
 class SshConfig(Op):
-    """~/.ssh/config as the keeper's paramiko reads it, and the lookups of ``addresses`` with it.
+    """~/.ssh/config as the keeper reads it, and the lookups of ``addresses`` with it.
     Answer: ``{"hostnames": [...], "lookups": {name: {...}}}``."""
 
     op: ClassVar[str] = "ssh_config"

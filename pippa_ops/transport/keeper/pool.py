@@ -1,13 +1,13 @@
 """The keeper's connection pool: per host one SSH connection and host agents ready.
 
-The connections are ``conn.HostConn``s: the command's ``Endpoint`` and the host-key policy of
-a direct connection (known_hosts, never added silently without --accept-new, a changed key always
-refused on every reconnect). Host agents (the command every pippa verb starts,
+The connections are ``sshconn.HostConn``s, the same connect as a direct connection's: the command's
+``Endpoint`` and the one host-key policy (known_hosts, never added silently without --accept-new, a
+changed key always refused on every reconnect). Host agents (the command every pippa verb starts,
 ``agent_client.command``, which says its status byte and waits for its first request on stdin) are
-kept ready: AHEAD started before they are asked for, and agents lent back by a client that had
-every answer it asked for (``wire.LEND``), so a warm agent request costs one round trip and
-no new process on the host. An agent serves one client at a time, and is lent again only at a
-request boundary with nothing unread on its channel: a client never sees another's traffic.
+kept ready: AHEAD started before they are asked for, and agents lent back by a client that had every
+answer it asked for (``wire.LEND``), so a warm agent request costs one round trip and no new process
+on the host. An agent serves one client at a time, and is lent again only at a request boundary with
+nothing unread on its channel: a client never sees another's traffic.
 
 Everything here runs on the keeper's event loop: no locks, no thread per host or per command.
 """
@@ -24,7 +24,7 @@ from typing import Any
 from pippa_ops import errors
 from pippa_ops.transport.base import CONNECT_TIMEOUT_S
 from pippa_ops.transport.endpoint import Endpoint
-from pippa_ops.transport.keeper.conn import Chan, HostConn
+from pippa_ops.transport.sshconn import Chan, HostConn
 
 AHEAD = 2  # host agents kept ready per host (an idle python3 each, waiting on its stdin)
 

@@ -243,7 +243,7 @@ class KeeperTransport(Transport):
     def direct(self) -> Transport:
         with self._lock:
             if self._direct is None:
-                from pippa_ops.transport.ssh import SSHTransport  # paramiko: only without a keeper
+                from pippa_ops.transport.ssh import SSHTransport  # asyncssh: only without a keeper
 
                 self._direct = SSHTransport(self.endpoint, accept_new=self._accept_new, timeout=self._timeout)
             return self._direct

@@ -16,7 +16,7 @@ import contextlib
 
 from pippa_contract.errors import ErrorKind
 from pippa_ops.transport.keeper import wire
-from pippa_ops.transport.keeper.conn import Chan
+from pippa_ops.transport.sshconn import Chan
 
 OUT_HIGH = 4 << 20  # bytes buffered for a client before its channel is no longer read
 STDIN_HIGH = 4 << 20  # stdin buffered for a channel before its client is no longer read

@@ -3,7 +3,7 @@
 Every pippa command used to pay a TCP + SSH handshake and authentication (4-6 round trips) before its
 first byte of work; OpenSSH users avoid that with ControlMaster/ControlPersist. This is the same idea:
 the first command starts the keeper (``keeper.client``), later commands reach it over a Unix socket
-and run their commands on its connections (``keeper.pool``, asyncssh in ``keeper.conn``), relayed
+and run their commands on its connections (``keeper.pool``, asyncssh in ``transport.sshconn``), relayed
 by ``keeper.relay``. Requests are typed (``keeper.ops``); ``Keeper.HANDLERS`` is the one table they
 are dispatched by.
 
@@ -201,7 +201,7 @@ class Keeper:
 
     def _lookup(self, config: Any, name: str) -> Any:
         """``config.lookup(name)``, once per name while the file is unchanged. Every command asks
-        for every alias: paramiko matches each name against every Host block, so with 64 aliases a
+        for every alias: a lookup matches the name against every Host block, so with 64 aliases a
         warm `pippa ps` cost the keeper 64 x 64 pattern matches (most of its CPU for that command).
         A ``Match exec`` condition is therefore run once per version of the file, not per command.
         (On a worker thread; a race computes one answer twice, the same answer.)"""

@@ -1,5 +1,5 @@
 """What the connection keeper (``transport.keeper``) and its clients (``transport.keeper.client``) share:
-where the socket lives, who may use it, and the frames they exchange. Imports no paramiko.
+where the socket lives, who may use it, and the frames they exchange. Imports no asyncssh.
 
 Where: one keeper per user and per client context (HOME, XDG_CONFIG_HOME, team inventory, ssh-agent
 socket, this code), so a keeper never answers with another HOME's known_hosts or keys. Its socket is

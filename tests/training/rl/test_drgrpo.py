@@ -52,9 +52,9 @@ def tiny_trainer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, An
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from training_core.hardware.platform import PlatformFacts
     from training_core.methods.trainer import PippaGRPOTrainer, grpo_args
     from training_core.models import tiny
-    from training_core.platform import PlatformFacts
     from training_core.recipes import resolve
 
     cfg = resolve(

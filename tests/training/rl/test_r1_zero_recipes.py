@@ -18,7 +18,7 @@ from training_core.data.math import last_boxed, render
 from training_core.data.prompts import R1_ZERO_PROMPT
 from training_core.eval.greedy import evaluate
 from training_core.eval.tasks import EVAL_TASKS
-from training_core.platform import PlatformFacts
+from training_core.hardware.platform import PlatformFacts
 from training_core.recipes import resolve
 from training_core.train import main as train_main
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from training_core.errors import BadSetting
-from training_core.platform import PlatformFacts
+from training_core.hardware.platform import PlatformFacts
 from training_core.recipes import resolve
 from training_core.train import main
 
