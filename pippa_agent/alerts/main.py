@@ -49,6 +49,7 @@ def status() -> dict[str, Any]:
         "idle_alert_s": cfg.get("idle_alert_s"),
         "idle_s": now - idle_since if isinstance(idle_since, (int, float)) else None,
         "utilization": st.get("utilization"),
+        "nvidia_smi": st.get("nvidia_smi") if running else None,  # what the watcher's PATH finds
         "failures": failures,
         "last_failure": last_failure,
         "cost_per_hour": cfg.get("cost_per_hour"),
