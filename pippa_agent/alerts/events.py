@@ -13,7 +13,7 @@ from pippa_contract import rundir as rd
 from pippa_contract import states
 from pippa_contract.advice import after_failed_start, started_training
 from pippa_contract.alerts import cost_so_far, run_gpus
-from pippa_contract.failures import label
+from pippa_contract.failures import DISK_FULL, label
 from pippa_contract.metrics import header_max_steps
 from pippa_contract.records import read_record
 from pippa_contract.runfacts import reason_line
@@ -112,6 +112,15 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
         "look": _look(run_id, host, state, meta, end, any_step, reason),
         "time": time.time(),
     }
+
+
+def ended_disk_full(run_dir: str) -> bool:
+    """Whether the run's last attempt ended ``disk-full``: its own message names the path and the free
+    space, so a full disk sends that one alert, not a ``disk low`` one beside it."""
+    doc = read_record(os.path.join(os.path.expanduser(run_dir), rd.ATTEMPTS_JSON))
+    attempts = doc.get("attempts") if isinstance(doc, dict) else None
+    last = attempts[-1] if isinstance(attempts, list) and attempts else None
+    return isinstance(last, dict) and last.get("class") == DISK_FULL
 
 
 def _look(

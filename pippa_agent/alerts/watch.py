@@ -2,12 +2,15 @@
 alerts are configured (config.json's ``fault_watch``) and a run is active: once per GPU fault it did not
 start with (a new Xid in the kernel log, new uncorrectable ECC errors, a failed row remap:
 pippa_agent.doctor.watch). With ``idle_alert``: once when every GPU idles with no pippa run, once when
-busy again."""
+busy again. It records the PATH it was started with and the nvidia-smi that PATH finds (watch.json):
+``watch-ensure`` (each ``pippa up``) replaces a watcher started with another PATH, so a host whose login
+environment gained nvidia-smi is watched with it, and ``pippa hosts`` says whether the watcher sees one."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -254,7 +257,8 @@ def watch_main() -> int:
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     started = time.time()
-    write_json(here(WATCH_STATE), {"pid": os.getpid(), "started": started})  # before the first, slow sample
+    sees = environment()
+    write_json(here(WATCH_STATE), {"pid": os.getpid(), "started": started, **sees})  # before the first sample
     cfg_mtime = None
     watch = IdleWatch(1200.0, DEFAULT_IDLE_THRESHOLD)
     idle_on, faults_on, fault_poll = False, False, None
@@ -312,6 +316,7 @@ def watch_main() -> int:
             "active_run": run,
             "idle_since": watch.idle_since,
             "alerted": watch.alerted,
+            **environment(),
         }
         write_json(here(WATCH_STATE), state)
         wait = poll_interval(watch.idle_s) if idle_on else health_every
@@ -325,8 +330,17 @@ def watch_main() -> int:
     return 0
 
 
+def environment() -> dict[str, Any]:
+    """What this process's environment gives the watcher: its PATH, and the nvidia-smi found on it."""
+    return {"path": os.environ.get("PATH", ""), "nvidia_smi": shutil.which("nvidia-smi")}
+
+
 def watch_ensure() -> dict[str, Any]:
-    """Start the watcher unless one runs (idempotent); its pid."""
+    """Start the watcher unless one runs with this process's PATH (idempotent); its pid. One started
+    with another PATH (a login environment changed since, an earlier version's) is stopped first."""
+    st = read_json(here(WATCH_STATE))
+    if watcher_running() and (not isinstance(st, dict) or st.get("path") != environment()["path"]):
+        watch_stop()
     if not watcher_running():
         program = program_file()
         if program is None:
