@@ -73,5 +73,13 @@ def test_a_run_ended_by_a_full_disk_sends_exactly_one_alert(full_fs: Path, hook:
     assert p.returncode == 0 and json.loads(p.stdout)["sent"] is True, (p.stdout, p.stderr)
     told = hook.wait_for(lambda x: x.fields.get("run") == "r-full")
     assert "disk-full" in told.json["message"] and "0 B free on" in told.json["message"], told.json
+    # a run with no steps: what to free (the free space and the path its reason names) and the resume,
+    # not the advice of a failed start ("fix the cause in its log; then pippa run tiny")
+    look = [x for x in told.json["message"].splitlines() if x.startswith("look: ")]
+    assert look == [
+        f"look: free space on hx (0 B free on {run_dir}; it was writing {run_dir}/metrics.jsonl): ended runs "
+        "(pippa prune --older-than 7d --host hx, pippa rm RUN), fewer checkpoints (checkpoint.keep); "
+        "then pippa resume r-full --host hx"
+    ], told.json["message"]
     time.sleep(1.0)  # a second message would come from the same process, before it exited: none did
     assert len(hook.posts) == 1, [x.json for x in hook.posts]
