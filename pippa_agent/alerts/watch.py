@@ -2,15 +2,16 @@
 alerts are configured (config.json's ``fault_watch``) and a run is active: once per GPU fault it did not
 start with (a new Xid in the kernel log, new uncorrectable ECC errors, a failed row remap:
 pippa_agent.doctor.watch). With ``idle_alert``: once when every GPU idles with no pippa run, once when
-busy again. It records the PATH it was started with and the nvidia-smi that PATH finds (watch.json):
-``watch-ensure`` (each ``pippa up``) replaces a watcher started with another PATH, so a host whose login
-environment gained nvidia-smi is watched with it, and ``pippa hosts`` says whether the watcher sees one."""
+busy again. It records the PATH it was started with, the host entry's ``env`` it applied and the
+nvidia-smi that PATH finds (watch.json): ``watch-ensure`` (each ``pippa up``) replaces a watcher started
+with another PATH or ``env`` (pippa_agent.alerts.watchenv), so a host whose login environment gained
+nvidia-smi, or whose entry's env changed, is watched with it, and ``pippa hosts`` says whether the
+watcher sees one."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pippa_agent.alerts.events import host_event, run_event
 from pippa_agent.alerts.files import here, load_config, read_json, read_text, secret_values, write_json
 from pippa_agent.alerts.heartbeat import Heartbeat, heartbeat_of
 from pippa_agent.alerts.stopper import Stopper, stopper_of
+from pippa_agent.alerts.watchenv import differs, entry_env, environment, take_entry_env
 from pippa_agent.zipapp import program_file
 from pippa_contract import rundir as rd
 from pippa_contract.alerts import DEFAULT_IDLE_THRESHOLD, format_elapsed
@@ -257,8 +259,10 @@ def watch_main() -> int:
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     started = time.time()
-    sees = environment()
-    write_json(here(WATCH_STATE), {"pid": os.getpid(), "started": started, **sees})  # before the first sample
+    entry = take_entry_env(load_config())  # the host entry's env (pippa up), for us and what we run
+    write_json(
+        here(WATCH_STATE), {"pid": os.getpid(), "started": started, **environment(entry)}
+    )  # before the first sample
     cfg_mtime = None
     watch = IdleWatch(1200.0, DEFAULT_IDLE_THRESHOLD)
     idle_on, faults_on, fault_poll = False, False, None
@@ -316,7 +320,7 @@ def watch_main() -> int:
             "active_run": run,
             "idle_since": watch.idle_since,
             "alerted": watch.alerted,
-            **environment(),
+            **environment(entry),
         }
         write_json(here(WATCH_STATE), state)
         wait = poll_interval(watch.idle_s) if idle_on else health_every
@@ -330,16 +334,11 @@ def watch_main() -> int:
     return 0
 
 
-def environment() -> dict[str, Any]:
-    """What this process's environment gives the watcher: its PATH, and the nvidia-smi found on it."""
-    return {"path": os.environ.get("PATH", ""), "nvidia_smi": shutil.which("nvidia-smi")}
-
-
 def watch_ensure() -> dict[str, Any]:
-    """Start the watcher unless one runs with this process's PATH (idempotent); its pid. One started
-    with another PATH (a login environment changed since, an earlier version's) is stopped first."""
-    st = read_json(here(WATCH_STATE))
-    if watcher_running() and (not isinstance(st, dict) or st.get("path") != environment()["path"]):
+    """Start the watcher unless one runs with this process's PATH and the host entry's ``env``
+    (idempotent); its pid. One started with another (a login environment or an entry's env changed
+    since, an earlier version's) is stopped first (``watchenv.differs``)."""
+    if watcher_running() and differs(read_json(here(WATCH_STATE)), load_config()):
         watch_stop()
     if not watcher_running():
         program = program_file()
@@ -353,6 +352,7 @@ def watch_ensure() -> dict[str, Any]:
             start_new_session=True,
             close_fds=True,
             cwd="/",
+            env={**os.environ, **entry_env(load_config())},  # the host entry's env, as a run's cmd.sh has it
         )
     deadline = time.time() + 10
     while time.time() < deadline:

@@ -51,6 +51,7 @@ def host_config(
         "heartbeat": spec.heartbeat,
         **stop_config(spec.stop, spec.stop_when, spec.stop_notice),
         "daily_budget": spec.daily_budget,
+        "env": dict(spec.env),  # the entry's env (non-secret), for the watcher as cmd.sh has it for runs
     }
 
 
