@@ -22,6 +22,7 @@ from pippa_agent.host import (
     write_sync_marker,
 )
 from pippa_agent.pins import record_program
+from pippa_contract import diskspace as disk
 from pippa_contract import rundir as rd
 from pippa_contract.checkpoint_check import pick
 from pippa_contract.names import NAME_RE, SESSION_RE
@@ -82,6 +83,13 @@ def launch(req: LaunchRequest) -> LaunchAnswer:
         raise AgentError(ErrorKind.USAGE, f"invalid session name {session!r}")
     base = runs_dir(req["remote_dir"])
     os.makedirs(base, exist_ok=True)
+    free = disk.free_bytes(base)
+    if free is not None and free < disk.FULL_BELOW:  # no room for the run's record and reserve: no start
+        raise AgentError(
+            ErrorKind.REMOTE_FAILED,
+            f"not started: the disk of {base} is full ({disk.free_text(base)}); free space first "
+            "(ended runs: pippa prune --older-than 7d, pippa rm RUN)",
+        )
     # One launch at a time on this host: claiming the session name (has-session, then new-session) and
     # making the run directories are one step, so two starts of one name never both get past the check.
     lock = os.open(os.path.join(base, rd.LAUNCH_LOCK), os.O_RDWR | os.O_CREAT, 0o600)

@@ -5,6 +5,7 @@ resume cannot help such a run (it restarts from step 0 and meets the same cause)
 
 from __future__ import annotations
 
+import re
 import shlex
 
 TYPE_CHECKING = False
@@ -68,6 +69,24 @@ def rerun(recipe: str, command: str, host: str) -> str:
         words = []
     sets = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--set"]
     return shlex.join(["pippa", "run", recipe, "--host", host, *(a for s in sets for a in ("--set", s))])
+
+
+def after_disk_full(reason: str | None, run_id: str, host: str) -> str:
+    """What to free and how to go on after a run that ended ``disk-full``, from its reason line (the
+    path it was writing and the free space there, ``pippa_contract.diskspace.line``): not "fix the
+    cause" and a fresh run, which a start-up failure gets, since a resume goes on once there is room."""
+    text = reason or ""
+    free = re.search(r"\(([^()]* free on [^()]*|free space unknown on [^()]*)\)", text)
+    path = re.search(
+        r"writing (\S+?):? |No space left on device: '([^']+)'|Disk quota exceeded: '([^']+)'", text
+    )
+    where = free.group(1) if free else f"the run directory's disk on {host}"
+    wrote = next((g for g in path.groups() if g), None) if path else None
+    what = f"free space on {host} ({where}" + (f"; it was writing {wrote}" if wrote else "") + ")"
+    return (
+        f"{what}: ended runs (pippa prune --older-than 7d --host {host}, pippa rm RUN), fewer checkpoints "
+        f"(checkpoint.keep); then pippa resume {run_id} --host {host}"
+    )
 
 
 def after_failed_start(reason: str | None, recipe: str, command: str, host: str) -> str:

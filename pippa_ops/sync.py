@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from pippa_contract import verbs
-from pippa_ops.errors import RemoteCommandFailed, UsageError
+from pippa_ops.errors import HostUnreachable, RemoteCommandFailed, UsageError
 from pippa_ops.hosts.inventory import HostSpec
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Transport, read_to_end
@@ -350,8 +350,15 @@ def sync(
         "zstd": zstd,
     }
     with verbs.sync_apply(agent, request) as proc:
+
+        def write(data: bytes) -> None:
+            try:
+                proc.write(data)
+            except OSError as e:  # a dropped connection, a connection keeper that died
+                raise HostUnreachable(f"{spec.name}: lost the connection mid-sync ({e}); sync again") from e
+
         try:
-            sent_bytes = _send_stream(repo, todo.send, proc.write, progress, zstd)
+            sent_bytes = _send_stream(repo, todo.send, write, progress, zstd)
         except BaseException:
             # End the stream instead of killing: the host's tar sees a truncated archive and fails,
             # nothing is moved into place, and the agent removes the stage.
@@ -362,6 +369,8 @@ def sync(
         proc.close_stdin()
         out = read_to_end(proc)
         status = proc.wait(600)
+        if status != 0 and proc.connection_lost():
+            raise HostUnreachable(f"{spec.name}: lost the connection mid-sync; sync again")
         if status != 0:
             raise RemoteCommandFailed(f"{spec.name}: sync failed on the host: {proc.stderr_text().strip()}")
         agent_client.parse_answer(transport, "sync", out)

@@ -11,9 +11,9 @@ import time
 from pippa_agent.alerts.files import first_line, load_config, read_json, read_text, tail_lines
 from pippa_contract import rundir as rd
 from pippa_contract import states
-from pippa_contract.advice import after_failed_start, started_training
+from pippa_contract.advice import after_disk_full, after_failed_start, started_training
 from pippa_contract.alerts import cost_so_far, run_gpus
-from pippa_contract.failures import label
+from pippa_contract.failures import DISK_FULL, label
 from pippa_contract.metrics import header_max_steps
 from pippa_contract.records import read_record
 from pippa_contract.runfacts import reason_line
@@ -109,16 +109,36 @@ def run_event(run_dir: str, state: str | None = None, reason: str | None = None)
         "cost": cost_so_far(elapsed, per_host, per_gpu, run_gpus(command), cfg.get("gpus")),
         "currency": cfg.get("currency"),  # config.json from `pippa up` ("$" where it has none)
         "wandb": wandb.get("url"),
-        "look": _look(run_id, host, state, meta, end, any_step, reason),
+        "look": _look(run_id, host, state, meta, end, any_step, reason, attempts[-1] if attempts else {}),
         "time": time.time(),
     }
 
 
+def ended_disk_full(run_dir: str) -> bool:
+    """Whether the run's last attempt ended ``disk-full``: its own message names the path and the free
+    space, so a full disk sends that one alert, not a ``disk low`` one beside it."""
+    doc = read_record(os.path.join(os.path.expanduser(run_dir), rd.ATTEMPTS_JSON))
+    attempts = doc.get("attempts") if isinstance(doc, dict) else None
+    last = attempts[-1] if isinstance(attempts, list) and attempts else None
+    return isinstance(last, dict) and last.get("class") == DISK_FULL
+
+
 def _look(
-    run_id: str, host: str, state: str, meta: dict[str, Any], end: Any, steps: bool, reason: Any
+    run_id: str,
+    host: str,
+    state: str,
+    meta: dict[str, Any],
+    end: Any,
+    steps: bool,
+    reason: Any,
+    last: dict[str, Any],
 ) -> str:
-    """``pippa logs RUN --host H``; for a recipe run that failed before its first step, what to fix and the
-    command that runs it again (pippa_contract.advice: a resume would meet the same cause)."""
+    """``pippa logs RUN --host H``; for a run ended by a full disk, what to free and the resume; for a
+    recipe run that failed before its first step, what to fix and the command that runs it again
+    (pippa_contract.advice: a resume would meet the same cause)."""
+    if state == states.FAILED and last.get("class") == DISK_FULL:
+        said = last.get("reason")
+        return after_disk_full(str(said) if said else None, run_id, host)
     recipe = meta.get("recipe")
     if state == states.FAILED and isinstance(recipe, str) and not started_training(end, steps):
         command = str(meta.get("command") or "")

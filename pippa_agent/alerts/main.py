@@ -12,7 +12,7 @@ import os
 import time
 
 from pippa_agent.alerts.deliver import detach, emit
-from pippa_agent.alerts.events import host_event, run_event
+from pippa_agent.alerts.events import ended_disk_full, host_event, run_event
 from pippa_agent.alerts.files import here, load_config, read_json, secret_target, secret_values, tail_lines
 from pippa_agent.alerts.watch import check_disk, watch_ensure, watch_main, watch_stop, watcher_running
 from pippa_contract import states
@@ -49,6 +49,7 @@ def status() -> dict[str, Any]:
         "idle_alert_s": cfg.get("idle_alert_s"),
         "idle_s": now - idle_since if isinstance(idle_since, (int, float)) else None,
         "utilization": st.get("utilization"),
+        "nvidia_smi": st.get("nvidia_smi") if running else None,  # what the watcher's PATH finds
         "failures": failures,
         "last_failure": last_failure,
         "cost_per_hour": cfg.get("cost_per_hour"),
@@ -98,7 +99,8 @@ def main(argv: list[str]) -> int:
         event = run_event(args.run_dir, args.state, args.reason)
         if event["state"] in (states.RUNNING, states.STOPPED) and args.state is None:
             return 0  # a stop is the user's own doing; nothing to tell
-        check_disk(os.path.dirname(os.path.abspath(os.path.expanduser(args.run_dir))), {})
+        if not ended_disk_full(args.run_dir):  # one alert for a full disk: the run's own
+            check_disk(os.path.dirname(os.path.abspath(os.path.expanduser(args.run_dir))), {})
         result = emit(event)
         if not args.detach:
             print(json.dumps(result))

@@ -2,7 +2,11 @@
 alerts are configured (config.json's ``fault_watch``) and a run is active: once per GPU fault it did not
 start with (a new Xid in the kernel log, new uncorrectable ECC errors, a failed row remap:
 pippa_agent.doctor.watch). With ``idle_alert``: once when every GPU idles with no pippa run, once when
-busy again."""
+busy again. It records the PATH it was started with, the host entry's ``env`` it applied and the
+nvidia-smi that PATH finds (watch.json): ``watch-ensure`` (each ``pippa up``) replaces a watcher started
+with another PATH or ``env`` (pippa_agent.alerts.watchenv), so a host whose login environment gained
+nvidia-smi, or whose entry's env changed, is watched with it, and ``pippa hosts`` says whether the
+watcher sees one."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from pippa_agent.alerts.events import host_event, run_event
 from pippa_agent.alerts.files import here, load_config, read_json, read_text, secret_values, write_json
 from pippa_agent.alerts.heartbeat import Heartbeat, heartbeat_of
 from pippa_agent.alerts.stopper import Stopper, stopper_of
+from pippa_agent.alerts.watchenv import differs, entry_env, environment, take_entry_env
 from pippa_agent.zipapp import program_file
 from pippa_contract import rundir as rd
 from pippa_contract.alerts import DEFAULT_IDLE_THRESHOLD, format_elapsed
@@ -254,7 +259,10 @@ def watch_main() -> int:
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     started = time.time()
-    write_json(here(WATCH_STATE), {"pid": os.getpid(), "started": started})  # before the first, slow sample
+    entry = take_entry_env(load_config())  # the host entry's env (pippa up), for us and what we run
+    write_json(
+        here(WATCH_STATE), {"pid": os.getpid(), "started": started, **environment(entry)}
+    )  # before the first sample
     cfg_mtime = None
     watch = IdleWatch(1200.0, DEFAULT_IDLE_THRESHOLD)
     idle_on, faults_on, fault_poll = False, False, None
@@ -312,6 +320,7 @@ def watch_main() -> int:
             "active_run": run,
             "idle_since": watch.idle_since,
             "alerted": watch.alerted,
+            **environment(entry),
         }
         write_json(here(WATCH_STATE), state)
         wait = poll_interval(watch.idle_s) if idle_on else health_every
@@ -326,7 +335,11 @@ def watch_main() -> int:
 
 
 def watch_ensure() -> dict[str, Any]:
-    """Start the watcher unless one runs (idempotent); its pid."""
+    """Start the watcher unless one runs with this process's PATH and the host entry's ``env``
+    (idempotent); its pid. One started with another (a login environment or an entry's env changed
+    since, an earlier version's) is stopped first (``watchenv.differs``)."""
+    if watcher_running() and differs(read_json(here(WATCH_STATE)), load_config()):
+        watch_stop()
     if not watcher_running():
         program = program_file()
         if program is None:
@@ -339,6 +352,7 @@ def watch_ensure() -> dict[str, Any]:
             start_new_session=True,
             close_fds=True,
             cwd="/",
+            env={**os.environ, **entry_env(load_config())},  # the host entry's env, as a run's cmd.sh has it
         )
     deadline = time.time() + 10
     while time.time() < deadline:

@@ -6,7 +6,8 @@
 - ``conclude``: the attempt's failure class (pippa_contract.failures, from the facts that
   pippa_agent.attempt_facts gathers) and the retry by class (pippa_contract.retry), both recorded in
   the attempt;
-- ``attempt_of``: ``attempt 2/4``, where the count grows with the retries that spend no budget.
+- ``attempt_of``: ``attempt 2/4``, where the count grows with the retries that spend no budget;
+- ``group_verdict``: in a run over several hosts, the failure every rank takes for a failed attempt.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 
 from pippa_agent import attempt_facts as af
 from pippa_agent import forensics
+from pippa_agent.supervise.group import Group, first_line, peer_lost
 from pippa_contract import failures as fc
 from pippa_contract import retry as rp
 from pippa_contract import rundir as rd
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 STALL_CHECK_S = 5.0  # how often a derived threshold is read again from metrics.jsonl
+GROUP_WAIT_S = 30.0  # in a group: how long an ended attempt waits for the hub's word on the first failure
 
 
 class StallWatch:
@@ -137,3 +140,22 @@ def fault_offer(run_dir: str, command: str, attempt: dict[str, Any]) -> str:
     if rest is None:
         return ""
     return f"; GPU {index} faulted, on the other GPUs: pippa resume {os.path.basename(run_dir)} --gpus {rest}"
+
+
+def group_verdict(
+    group: Group | None, run_dir: str, attempt: dict[str, Any], code: int, outcome: str, stopped: bool
+) -> fc.Verdict | None:
+    """In a group (a run over several hosts), the verdict every rank takes for a failed attempt: the
+    failure the hub judged first (this rank's own, reported now, may be it); None otherwise."""
+    if group is None or stopped or (code == 0 and outcome != STALLED):
+        return None
+    n = attempt["attempt"]
+    if group.first(n) is None and outcome != STALLED:  # a stall was reported when it was seen
+        own = af.verdict(run_dir, attempt, code)
+        tail = af.log_tail(os.path.join(run_dir, rd.OUTPUT_LOG), int(attempt.get("log_offset") or 0))
+        group.report(n, own.cls, own.reason, float(attempt["end"]), peer_lost("\n".join(tail)))
+    first = group.wait_first(n, GROUP_WAIT_S)
+    if first is None:
+        return None  # the hub is out of reach: this rank's own verdict
+    attempt["first_failed"] = {"rank": first["rank"], "host": first["host"]}
+    return fc.Verdict(first["class"], first_line(first, with_class=False))

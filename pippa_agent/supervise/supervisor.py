@@ -26,19 +26,26 @@ go on to the job, which saves and ends ``timelimit`` / ``preempted``, not retrie
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
 
 from pippa_agent import attempt_facts as af
 from pippa_agent import forensics
 from pippa_agent.supervise import jobtree
+from pippa_agent.supervise.alert import alert as send_alert
 from pippa_agent.supervise.budget import Budget, price_s, save_time, step_span
-from pippa_agent.supervise.ending import StallWatch, attempt_of, capture, conclude, fault_offer, saving
+from pippa_agent.supervise.ending import (
+    StallWatch,
+    attempt_of,
+    capture,
+    conclude,
+    fault_offer,
+    group_verdict,
+    saving,
+)
 from pippa_agent.supervise.files import (
     POLL_S,
     child_setup,
@@ -49,8 +56,7 @@ from pippa_agent.supervise.files import (
     say,
     stalled_for,
 )
-from pippa_agent.supervise.group import Group, first_line, group_of, peer_lost
-from pippa_agent.zipapp import program_file
+from pippa_agent.supervise.group import Group, first_line, group_of
 from pippa_contract import diskspace as disk
 from pippa_contract import exitcodes as ec
 from pippa_contract import failures as fc
@@ -67,14 +73,12 @@ from pippa_contract.attempts import (
     policy_of,
 )
 from pippa_contract.checkpoint_check import CHECKED_ENV, pick
-from pippa_contract.hostdirs import ALERTS_CONFIG, ALERTS_DIR
 from pippa_contract.records import attempts_from_log, read_record, write_record
 
 # supervisor events told as they happen (the run's end is told by cmd.sh's run-end line): exactly one
 # per retry ("retrying" carries the attempt, class, reason and backoff), and one when the run is lost
 MID_RUN_ALERTS = {"retrying": "retrying", "lost": "lost", "budget": "budget"}
 KILL_WAIT_S = 5.0  # after a hang-up: how long the job gets before SIGKILL
-GROUP_WAIT_S = 30.0  # in a group: how long an ended attempt waits for the hub's word on the first failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -138,18 +142,7 @@ class Supervisor:
                     return
 
     def alert(self, state: str) -> None:
-        """Tell PIPPA_NOTIFY (when ``pippa up`` set alerts up) in the background, through this same
-        host program's ``alerts``: the run's end is told by cmd.sh; these are the events in between.
-        The reason is read from the run's files by the alerts program (redacted there), never argv."""
-        program = program_file()
-        alerts_on = os.path.isfile(os.path.join(os.path.expanduser(ALERTS_DIR), ALERTS_CONFIG))
-        if program is None or not alerts_on:
-            return
-        argv = [sys.executable or "python3", "-S", "-I", program, "alerts", "event", "--run-dir",
-                self.run_dir, "--state", state, "--detach"]  # fmt: skip
-        with contextlib.suppress(OSError):
-            subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        send_alert(self.run_dir, state)
 
     # -- attempts ----------------------------------------------------------------------------------
     def stop_requested(self) -> bool:
@@ -181,17 +174,28 @@ class Supervisor:
             drain_output(self.log)
             stopped = outcome == STOPPED or self.stop_requested()
             verdict, decision = conclude(
-                self.run_dir, self.doc, attempt, code, outcome, policy=self.policy,
-                recipe=self.recipe is not None, stopped=stopped,
-                oom_kills_before=self.oom_kills_before, pid=self.child.pid if self.child else None,
-                group=self.group_verdict(attempt, code, outcome, stopped),
-            )  # fmt: skip
+                self.run_dir,
+                self.doc,
+                attempt,
+                code,
+                outcome,
+                policy=self.policy,
+                recipe=self.recipe is not None,
+                stopped=stopped,
+                oom_kills_before=self.oom_kills_before,
+                pid=self.child.pid if self.child else None,
+                group=group_verdict(self.group, self.run_dir, attempt, code, outcome, stopped),
+            )
             attempt["checked_at"] = time.time()  # its checks ended (the ledger's health part)
             if self.budget.hit:  # ended at its budget, its checkpoint saved: never retried
                 verdict = fc.Verdict(fc.BUDGET, f"budget reached: {self.budget.said(self.doc, time.time())}")
                 attempt.update(verdict.to_json())
-                attempt["decision"] = {"retry": False, "spends": None, "why": "its budget is spent",
-                                       "batch": None}  # fmt: skip
+                attempt["decision"] = {
+                    "retry": False,
+                    "spends": None,
+                    "why": "its budget is spent",
+                    "batch": None,
+                }
                 self.doc["gave_up"] = True
                 self.emit("gave_up", f"attempt {n} ended at its budget (exit {code}): not retried")
                 return code or 1
@@ -206,9 +210,13 @@ class Supervisor:
                 final = verdict.cls in (fc.CONFIG, fc.DIVERGED, fc.GPU_FAULT)
                 self.doc["gave_up"] = n > 1 or final
                 quiet = n == 1 and not final and verdict.cls != fc.OOM  # a single attempt, nothing asked
-                self.emit("diverged" if verdict.cls == fc.DIVERGED else "gave_up",
-                          None if quiet else f"{of} {said} (exit {code}): {decision.why}"
-                          + fault_offer(self.run_dir, self.command, attempt))  # fmt: skip
+                self.emit(
+                    "diverged" if verdict.cls == fc.DIVERGED else "gave_up",
+                    None
+                    if quiet
+                    else f"{of} {said} (exit {code}): {decision.why}"
+                    + fault_offer(self.run_dir, self.command, attempt),
+                )
                 return ec.tree_exit(verdict.cls, code)
             if decision.batch is not None:
                 self.doc["overrides"] = decision.set_args()
@@ -272,8 +280,9 @@ class Supervisor:
         status and outcome (a divergence is the classifier's to see: pippa_contract.failures)."""
         child = self.child
         assert child is not None
-        stall = StallWatch(self.policy["stall_timeout_s"], self.recipe is not None, self.metrics,
-                           attempt["start"])  # fmt: skip
+        stall = StallWatch(
+            self.policy["stall_timeout_s"], self.recipe is not None, self.metrics, attempt["start"]
+        )
         stalled = False
         while True:
             try:
@@ -295,8 +304,11 @@ class Supervisor:
                 if self.group is not None:  # the other ranks end theirs (and their SIGCONT lets all save)
                     self.group.report(attempt["attempt"], fc.STALLED, attempt["reason"], time.time(), True)
                 where = capture(self.run_dir, attempt, child.pid)
-                self.emit("stalled", f"attempt {attempt['attempt']} stalled: {attempt['reason']}; ending it "
-                          f"(what it was doing: {where}/)")  # fmt: skip
+                self.emit(
+                    "stalled",
+                    f"attempt {attempt['attempt']} stalled: {attempt['reason']}; ending it "
+                    f"(what it was doing: {where}/)",
+                )
                 rc = self.end_child(self.policy["grace_s"])
                 break
             due = self.budget.check(self.doc, time.time(), self.run_dir)
@@ -315,24 +327,6 @@ class Supervisor:
         if self.stopping:
             return code, STOPPED
         return code, COMPLETED if code == 0 else FAILED
-
-    def group_verdict(
-        self, attempt: dict[str, Any], code: int, outcome: str, stopped: bool
-    ) -> fc.Verdict | None:
-        """In a group (a run over several hosts), the verdict every rank takes for a failed attempt: the
-        failure the hub judged first (this rank's own, reported now, may be it); None otherwise."""
-        if self.group is None or stopped or (code == 0 and outcome != STALLED):
-            return None
-        n = attempt["attempt"]
-        if self.group.first(n) is None and outcome != STALLED:  # a stall was reported when it was seen
-            own = af.verdict(self.run_dir, attempt, code)
-            tail = af.log_tail(self.log, int(attempt.get("log_offset") or 0))
-            self.group.report(n, own.cls, own.reason, float(attempt["end"]), peer_lost("\n".join(tail)))
-        first = self.group.wait_first(n, GROUP_WAIT_S)
-        if first is None:
-            return None  # the hub is out of reach: this rank's own verdict
-        attempt["first_failed"] = {"rank": first["rank"], "host": first["host"]}
-        return fc.Verdict(first["class"], first_line(first, with_class=False))
 
     def end_child(self, grace_s: float) -> int:
         assert self.child is not None
@@ -381,8 +375,11 @@ class Supervisor:
         stopped = self.stop_requested()
         for a in self.doc["attempts"]:
             if a.get("outcome") == RUNNING:
-                a.update(end=time.time(), outcome=STOPPED if stopped else LOST,
-                         reason=f"the session ended (signal {signum})")  # fmt: skip
+                a.update(
+                    end=time.time(),
+                    outcome=STOPPED if stopped else LOST,
+                    reason=f"the session ended (signal {signum})",
+                )
                 a["class"] = fc.STOPPED if stopped else fc.LOST
         self.doc["next_at"] = None
         if stopped:

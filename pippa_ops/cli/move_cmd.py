@@ -12,6 +12,7 @@ from pippa_ops.hosts.connect import connect
 from pippa_ops.repo import pulled_runs_dir
 from pippa_ops.runs.launching.schedulers import scheduler_for
 from pippa_ops.runs.moving.move import move_run
+from pippa_ops.runs.moving.whole import run_whole
 
 
 def move_and_resume(
@@ -31,7 +32,9 @@ def move_and_resume(
         raise UsageError("--on moves the run as it was: resume it there with --set afterwards")
     if follow:
         raise UsageError("--on does not follow: pippa logs RUN --host HOST -f afterwards")
-    r = move_run(name, to_host, host=host, runs_root=pulled_runs_dir(runs_dir))
+    root = pulled_runs_dir(runs_dir)
+    # in a process of its own that a kill -9 of this one leaves to finish: moved and resumed, or not moved
+    r = run_whole(lambda: move_run(name, to_host, host=host, runs_root=root))
     src = r.from_host if r.source == "host" else f"the copy in {r.source}"
     typer.echo(
         f"moved {r.run_id} from {src} to {r.to_host}: {r.files} files, {r.bytes / 1e6:.1f} MB "

@@ -10,6 +10,8 @@ changed on disk (the child would run old code), refusing that request so the cli
 
 A request: the client's argv, cwd, environment and umask, with its fds 0-2. The answer ``A`` (or ``!``
 with why); the client's go-ahead; then the child sends ``S`` (its pid, for signals) and ``X`` (status).
+The client sends nothing after its go-ahead, so the end of its connection before ``X`` is its death
+(``kill -9``): the child then hangs up, as a cold command does when its terminal goes (``_watch_client``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import select
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -238,7 +241,9 @@ def _accept(conn: socket.socket, listener: socket.socket, stamps: dict[str, int]
 def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], group: Any) -> None:
     """Become the client's ``pippa``: its stdio, cwd, environment, umask, argv; then the app's main."""
     code = 1
+    done = threading.Event()  # set once the command ended: a client that leaves then is no hang-up
     try:
+        os.setpgid(0, 0)  # its own process group: a hang-up reaches what it started, never the warm process
         conn.settimeout(None)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a Python's start
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
@@ -256,6 +261,7 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], group: 
         sys.argv = [str(request["argv0"]), *request["argv"]]
         sys.path[0] = str(request["path"][0])  # the client's script directory (or "" for -c)
         conn.sendall(wire.json_frame(wire.STARTED, {"pid": os.getpid()}))
+        _watch_client(conn, done)
         from pippa_ops.cli.typer_app import main
 
         try:
@@ -269,6 +275,7 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], group: 
             traceback.print_exc()
             code = 1
     finally:
+        done.set()
         with contextlib.suppress(BaseException):
             sys.stdout.flush()
             sys.stderr.flush()
@@ -285,6 +292,23 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], group: 
     # for the hosts it used, which prints nothing); the warm process's own cleanup is skipped in a
     # child (``main``).
     raise SystemExit(code)
+
+
+def _watch_client(conn: socket.socket, done: threading.Event) -> None:
+    """When the client's connection ends before the command does (the client was killed: nothing else
+    closes it early), SIGHUP to this child's process group: the command and what it started (a sync's
+    packers) end as a cold command's do when its terminal hangs up; a command that must finish whole
+    ignores SIGHUP for that part (``pippa_ops.runs.move``)."""
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            while conn.recv(1 << 12):
+                pass
+        if not done.is_set():
+            with contextlib.suppress(OSError):
+                os.killpg(os.getpgrp(), signal.SIGHUP)
+
+    threading.Thread(target=watch, name="client-watch", daemon=True).start()
 
 
 def _stdio() -> None:

@@ -51,6 +51,7 @@ def host_config(
         "heartbeat": spec.heartbeat,
         **stop_config(spec.stop, spec.stop_when, spec.stop_notice),
         "daily_budget": spec.daily_budget,
+        "env": dict(spec.env),  # the entry's env (non-secret), for the watcher as cmd.sh has it for runs
     }
 
 
@@ -177,7 +178,8 @@ def status_line(status: dict[str, Any]) -> str:
         idle = status.get("idle_s")
         since = f", GPUs idle {format_elapsed(idle)}" if isinstance(idle, int | float) else ""
         what = "idle watch" if status.get("idle_alert_s") else "GPU watch"
-        parts.append(f"{what} pid {status['watcher']}{since}")
+        sees = "" if status.get("nvidia_smi") else ", no nvidia-smi on its PATH"  # blind to the GPUs
+        parts.append(f"{what} pid {status['watcher']}{since}{sees}")
     stop = status.get("stop")
     if isinstance(stop, dict) and stop.get("when"):
         parts.append(stop_text(stop))

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import pytest
 
+from pippa_contract import advice, retry, stacks, stall
 from pippa_contract import failures as fc
-from pippa_contract import retry, stacks, stall
 
 ROOT = "/home/ml/proj"
 SITE = "/home/ml/proj/.venv/lib/python3.11/site-packages"
@@ -267,6 +267,25 @@ def test_a_full_disk_is_disk_full_naming_the_path_and_the_free_space() -> None:
     assert fc.classify(fc.AttemptFacts(exit_code=0, log_tail=tb)).cls == "completed"
     assert fc.classify(fc.AttemptFacts(exit_code=130, log_tail=tb, stopped=True)).cls == "stopped"
     assert "disk-full" in fc.CLASSES and "disk-full" in fc.FINAL
+
+
+def test_the_advice_for_a_full_disk_names_what_to_free_and_the_resume() -> None:
+    ours = "writing /data/runs/r/metrics.jsonl: No space left on device (0 B free on /data)"
+    assert advice.after_disk_full(ours, "r1", "h1") == (
+        "free space on h1 (0 B free on /data; it was writing /data/runs/r/metrics.jsonl): ended runs "
+        "(pippa prune --older-than 7d --host h1, pippa rm RUN), fewer checkpoints (checkpoint.keep); "
+        "then pippa resume r1 --host h1"
+    )
+    quota = "OSError: [Errno 122] Disk quota exceeded: '/home/u/runs/r/x' (free space unknown on /home)"
+    said = advice.after_disk_full(quota, "r1", "h1")
+    assert said.startswith(
+        "free space on h1 (free space unknown on /home; it was writing /home/u/runs/r/x): "
+    )
+    seen = advice.after_disk_full("no space left on the run directory (12 KB free on /data)", "r1", "h1")
+    assert seen.startswith("free space on h1 (12 KB free on /data): ended runs")
+    bare = advice.after_disk_full(None, "r1", "h1")
+    assert bare.startswith("free space on h1 (the run directory's disk on h1): ")
+    assert bare.endswith("; then pippa resume r1 --host h1") and "pippa run" not in bare
 
 
 # --- the suspect of a hang ------------------------------------------------------------------------

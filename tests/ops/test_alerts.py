@@ -512,3 +512,31 @@ def test_up_replaces_the_alerts_program_a_previous_up_installed_and_stops_its_wa
         assert msg.fields["state"] == "failed"
     finally:
         subprocess.run(["rm", "-rf", str(run_dir.parent)], check=True)
+
+
+def test_pippa_up_gives_the_watcher_the_host_entrys_env_and_restarts_it_when_that_changes(
+    client_env, ssh_hosts, repo, restore_host
+) -> None:
+    h = restore_host(ssh_hosts[3])
+    env = client_env.env
+
+    def environ(pid: int) -> dict[str, str]:
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        return dict(x.decode().split("=", 1) for x in raw if b"=" in x)
+
+    def up() -> int:
+        p = pippa(env, repo, "up", h.name, "--json")
+        assert p.returncode == 0, p.stderr
+        pid = json.loads(p.stdout)["alerts"]["watcher"]
+        assert isinstance(pid, int), p.stdout
+        return pid
+
+    configure(client_env, h.name, 'secrets = []\nidle_alert = "1h"\nenv = { CUDA_VISIBLE_DEVICES = "0" }\n')
+    first = up()
+    assert environ(first)["CUDA_VISIBLE_DEVICES"] == "0"
+    assert up() == first  # the same entry: the same watcher
+    inv = client_env.personal_inventory
+    inv.write_text(inv.read_text().replace('CUDA_VISIBLE_DEVICES = "0"', 'CUDA_VISIBLE_DEVICES = "1"'))
+    second = up()
+    assert second != first and environ(second)["CUDA_VISIBLE_DEVICES"] == "1"
+    wait_until(lambda: not Path(f"/proc/{first}").exists())

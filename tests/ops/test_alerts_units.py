@@ -196,3 +196,14 @@ def test_priced_reads_the_host_gpu_count_only_when_a_share_needs_it() -> None:
     out = priced(HostSpec(name="h", cost_per_hour=3.0), HostRuns(host="h", now=0.0, runs=(rec, half)), gpus)
     assert [r.cost for r in out.runs] == [6.0, 3.0] and asked == [1]
     assert priced(HostSpec(name="h"), runs, gpus).runs[0].cost is None
+
+
+def test_the_host_config_carries_the_entry_env_for_the_watcher() -> None:
+    from pippa_ops.provision.alerts import host_config
+
+    spec = HostSpec(name="x", env={"CUDA_VISIBLE_DEVICES": "0,1", "HF_HOME": "/data/hf"})
+    assert host_config(spec, "~/pippa", 2, "python3")["env"] == {
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "HF_HOME": "/data/hf",
+    }
+    assert host_config(HostSpec(name="y"), "~/pippa", 0, "python3")["env"] == {}

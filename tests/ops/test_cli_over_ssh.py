@@ -509,3 +509,16 @@ def test_a_stop_that_saved_names_the_checkpoint_and_resume_continues_from_it(cli
     assert r.stdout.startswith(f"resumed {run_id} from runs/{run_id}/checkpoints/{match[1]}\n")
     _wait_for(lambda: rec()["state"] == "running", timeout=120)
     assert pippa(env, repo, "stop", run_id, "--host", host.name, "--grace", "120").returncode == 0
+
+
+def test_logs_follow_of_a_run_that_has_printed_nothing_yet_waits_for_its_output(
+    client_env, host, repo
+) -> None:
+    """``pippa logs RUN -f`` right after the start of a run that prints nothing for a while follows it
+    to its end (its output, then its exit code), as for a run that has output already."""
+    env = client_env.env
+    run_id = _started(
+        pippa(env, repo, "run", "--host", host.name, "--cmd", "sleep 3; echo late; exit 4").stdout
+    )
+    r = pippa(env, repo, "logs", run_id, "--host", host.name, "-f")
+    assert (r.returncode, r.stdout, r.stderr) == (4, "late\n", "")

@@ -208,3 +208,31 @@ def test_an_infrastructure_retry_says_its_attempt_and_backoff_as_the_log_does(ca
     out = capsys.readouterr().out
     assert "resumed r1 in session s (attempt 2/2, no checkpoint: from step 0)" in out
     assert "resumed r2 in session t (attempt 2/3, from checkpoint-40)" in out and "with --resume" not in out
+
+
+def test_a_run_ended_by_a_full_disk_before_its_first_step_is_told_what_to_free_and_to_resume() -> None:
+    from pippa_ops.runs.records.listing import host_runs
+
+    reason = "writing /data/pippa/runs/r/metrics.jsonl: No space left on device (0 B free on /data)"
+    full = {"attempt": 1, "exit_code": 1, "outcome": "failed", "class": "disk-full", "reason": reason}
+    raw = {
+        "run_id": "20261126-120000-tiny-ab12",
+        "meta": {"recipe": "tiny", "command": "python -m training_core.launch tiny", "session": "s"},
+        "exit_code": "1",
+        "steps": [],
+        "end": {
+            "type": "end",
+            "status": "failed",
+            "step": 0,
+            "at_start": True,
+            "error": "disk full: " + reason,
+        },
+        "attempts": {"max_attempts": 1, "attempts": [full]},
+    }
+    (rec,) = host_runs("h100-a", {"now": 2000.0, "runs": [raw]}).runs
+    assert rec.failed_at_start and rec.attempts_doc is not None
+    assert explain(rec).next == (
+        "free space on h100-a (0 B free on /data; it was writing /data/pippa/runs/r/metrics.jsonl): "
+        "ended runs (pippa prune --older-than 7d --host h100-a, pippa rm RUN), "
+        "fewer checkpoints (checkpoint.keep); then pippa resume 20261126-120000-tiny-ab12 --host h100-a"
+    )

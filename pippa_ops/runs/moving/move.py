@@ -5,13 +5,15 @@ newest) streams from the old host's agent (``pull``) through the laptop into the
 (``receive_run``), file by file, each with the sha256 the laptop computed as it passed; the new host
 stages it and renames it into place only when all of it arrived whole. run.json then names the new host
 and its own command line (its python, its ``remote_dir``), the old host's directory gets ``moved_to``
-(``ps`` there says ``moved to HOST``), and the run resumes on the new host with ``--resume``.
+(``ps`` there says ``moved to HOST``), and the run resumes on the new host with ``--resume``. From the
+end of the stream on (the new host's point of no return) to the resume, no stop cuts it (``whole``).
 When the old host cannot be reached, the run moves from the copy ``pippa pull RUN --checkpoints`` left
 on the laptop (``runs/<host>/<run-id>/``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shlex
 import time
@@ -37,6 +39,7 @@ from pippa_ops.runs.launching.launch import LaunchResult, resume
 from pippa_ops.runs.launching.script import recipe_job
 from pippa_ops.runs.moving.locate import all_hosts, locate
 from pippa_ops.runs.moving.pull import PART
+from pippa_ops.runs.moving.whole import stops_held
 from pippa_ops.runs.records.listing import RunRecord, list_runs
 from pippa_ops.transport import agent_client
 from pippa_ops.transport.base import Process, Transport, read_to_end
@@ -147,9 +150,11 @@ def _receive_into(
     files: list[list[Any]],
     meta: dict[str, Any],
     chunks: Any,
+    landing: contextlib.ExitStack[bool | None] | None = None,
 ) -> int:
     """Stream ``files`` into the new host's ``receive_run``; the bytes sent. Any failure on the way
-    closes the stream short, so the new host drops its stage."""
+    closes the stream short, so the new host drops its stage; once the whole stream went, ``landing``
+    holds the stops off (the copy lands: the run must be resumed)."""
     request: ReceiveRunRequest = {
         "remote_dir": spec.remote_dir,
         "run_id": run_id,
@@ -164,6 +169,8 @@ def _receive_into(
             read_to_end(proc)
             proc.wait(30)
             raise
+        if landing is not None:
+            landing.enter_context(stops_held())
         proc.close_stdin()
         out = read_to_end(proc)
         agent_client.check_stream(transport, "receive_run", proc, proc.wait(600))
@@ -177,6 +184,7 @@ def _from_host(
     old: HostSpec,
     dest: tuple[HostSpec, Transport],
     meta: dict[str, Any],
+    landing: contextlib.ExitStack[bool | None],
 ) -> tuple[int, int]:
     """Stream the run from its old host through here into the new one; (files, bytes)."""
     remote = rd.RunDir(old.remote_dir, rec.run_id).path
@@ -203,7 +211,7 @@ def _from_host(
             while size and (data := _frame(src)):
                 yield data
 
-        sent = _receive_into(dest[1], dest[0], rec.run_id, files, meta, chunks)
+        sent = _receive_into(dest[1], dest[0], rec.run_id, files, meta, chunks, landing)
     return len(files), sent
 
 
@@ -226,7 +234,7 @@ def move_run(
                 f"{e}; no pulled copy of {name} here either (pippa pull {name} --checkpoints)"
             ) from e
     spec2, tr2 = connect(to_host)
-    with tr2:
+    with tr2, contextlib.ExitStack() as landing:
         if rec is not None:
             if rec.host == to_host:
                 raise UsageError(f"run {rec.run_id} is on {to_host} already: use pippa resume {rec.run_id}")
@@ -247,7 +255,7 @@ def move_run(
             meta = {**_meta(rec.command, rec.recipe, rec.run_id, rec.host, spec2), **(extra or {})}
             old, tr1 = connect(rec.host)
             with tr1:
-                n, sent = _from_host(rec, tr1, old, (spec2, tr2), meta)
+                n, sent = _from_host(rec, tr1, old, (spec2, tr2), meta, landing)
                 verbs.write_file(
                     agent_client.Once(tr1),
                     rd.RunDir(old.remote_dir, rec.run_id).path + "/" + rd.MOVED_TO,
@@ -255,7 +263,7 @@ def move_run(
                 )
             run_id, from_host, source = rec.run_id, rec.host, "host"
         else:
-            run_id, from_host, n, sent, source = _move_copy(name, runs_root, spec2, tr2, extra or {})
+            run_id, from_host, n, sent, source = _move_copy(name, runs_root, spec2, tr2, extra or {}, landing)
         launched = resume(spec2, tr2, run_id)
     return MoveResult(run_id, from_host, to_host, source, n, sent, time.monotonic() - t0, launched)
 
@@ -269,7 +277,12 @@ def _meta(command: str, recipe: str, run_id: str, from_host: str, spec: HostSpec
 
 
 def _move_copy(
-    run_id: str, runs_root: Path, spec: HostSpec, transport: Transport, extra: dict[str, Any]
+    run_id: str,
+    runs_root: Path,
+    spec: HostSpec,
+    transport: Transport,
+    extra: dict[str, Any],
+    landing: contextlib.ExitStack[bool | None],
 ) -> tuple[str, str, int, int, str]:
     """Move the laptop's pulled copy of ``run_id`` (its old host unreachable or gone)."""
     import json
@@ -284,5 +297,7 @@ def _move_copy(
         raise NotResumable(f"the copy {copy} has no checkpoint: pippa pull {run_id} --checkpoints first")
     files = _copy_files(copy)
     new = {**_meta(str(meta.get("command") or ""), recipe, run_id, copy.parent.name, spec), **extra}
-    sent = _receive_into(transport, spec, run_id, files, new, lambda rel: _chunks_of_file(copy / rel))
+    sent = _receive_into(
+        transport, spec, run_id, files, new, lambda rel: _chunks_of_file(copy / rel), landing
+    )
     return run_id, copy.parent.name, len(files), sent, str(copy)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pippa_contract import failures as fc
-from pippa_contract.advice import after_failed_start
+from pippa_contract.advice import after_disk_full, after_failed_start
 from pippa_contract.alerts import healthy_gpus
 from pippa_ops.runs.records.listing import RunRecord
 
@@ -111,10 +111,7 @@ def next_command(rec: RunRecord, last: AttemptWhy) -> str:
             return f"pippa resume {where} --gpus {rest}   (GPU {last.gpu_index} faulted; or --on OTHER_HOST)"
         return f"pippa resume {rec.run_id} --on OTHER_HOST   (a GPU fault: not on {rec.host})"
     if last.cls == fc.DISK_FULL:
-        return (
-            f"free space on {rec.host} (ended runs: pippa prune --older-than 7d --host {rec.host}, "
-            f"pippa rm RUN; fewer checkpoints: checkpoint.keep), then pippa resume {where}"
-        )
+        return after_disk_full(last.reason, rec.run_id, rec.host)
     if rec.failed_at_start and rec.recipe:  # a resume restarts from step 0 and meets the same cause
         return after_failed_start(last.reason or rec.error, rec.recipe, rec.command, rec.host)
     if last.cls == fc.CONFIG:

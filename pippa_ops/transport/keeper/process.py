@@ -145,8 +145,14 @@ class KeeperProcess(Process):
         if self._status is not None or self._killed:
             raise OSError("Socket is closed")
         view = memoryview(data)
-        for i in range(0, len(view), wire.CHUNK):
-            self._c.send(wire.frame(wire.STDIN, bytes(view[i : i + wire.CHUNK])))
+        try:
+            for i in range(0, len(view), wire.CHUNK):
+                self._c.send(wire.frame(wire.STDIN, bytes(view[i : i + wire.CHUNK])))
+        except OSError as e:
+            # The keeper went away (killed, crashed): its socket's EPIPE, passed on as it is, reads to
+            # click as this process's own closed stdout, and the command exits 1 with nothing said.
+            self._lost = True
+            raise ConnectionError(f"the connection keeper went away ({e.strerror or e})") from None
 
     def close_stdin(self) -> None:
         if self._stdin_closed or self._status is not None:
