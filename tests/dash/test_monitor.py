@@ -196,3 +196,46 @@ def test_the_dashboard_draws_gpu_gpu_the_one_gpu_type_and_indexes_unnumbered_one
     g = gpu.Gpu(None, "T4", 50.0, 10.0, 40.0)
     s = apply(HostState("h"), GpuSampled("h", (indexed(g, 3),), 1.0))
     assert s.gpus is not None and s.gpus[0].reading.index == 3 and s.gpus[0].mem_history == (25.0,)
+
+
+def test_a_host_out_of_view_restarts_its_gpu_stream_slower_on_the_same_link(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """set_visible(False): the feed (a task on the loop) ends nvidia-smi's loop and starts it at the slow
+    rate on the same connection (the host never reads down); back in view: the full rate again."""
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(fake_smi.script(gpus=1))
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    (tmp_path / "repo").mkdir()
+    events: list[object] = []
+    mon = HostMonitor(local_spec(tmp_path / "repo"), interval_s=1.0, runs_every_s=0.5)
+
+    def loops() -> list[str]:
+        out = subprocess.run(["pgrep", "-af", str(bin_dir)], capture_output=True, text=True).stdout
+        return sorted(line.split(" -l ")[-1] for line in out.splitlines() if " -l " in line)
+
+    def until(pred, what: str) -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + 20
+        while not pred():
+            assert time.monotonic() < deadline, f"{what}; nvidia-smi loops: {loops()}"
+            time.sleep(0.1)
+
+    ended = monitor_loop.start(mon, events.append)
+    try:
+        until(lambda: any(isinstance(e, GpuSampled) and e.gpus for e in events), "a first sample")
+        until(lambda: loops() == ["1"], "nvidia-smi -l 1")
+        mon.set_visible(False)
+        until(lambda: loops() == ["8"], "only nvidia-smi -l 8 once out of view")
+        assert mon.interval_s == 8.0 and mon.runs_every_s == 15.0
+        mon.set_visible(True)
+        until(lambda: loops() == ["1"], "only nvidia-smi -l 1 back in view")
+        links = [e.link for e in events if isinstance(e, LinkChanged)]
+        assert "down" not in links, f"the link stayed up through both restarts: {links}"
+    finally:
+        mon.close()
+    assert ended.wait(10), "close() ends the monitor's loops"
+    until(lambda: loops() == [], "no nvidia-smi left after close()")

@@ -50,12 +50,16 @@ def test_follow_survives_a_dropped_connection_without_losing_or_repeating_output
 
 
 def test_logs_follow_and_the_dashboard_wait_by_one_retry_schedule() -> None:
+    from pippa_ops.monitor import gpu_feed
     from pippa_ops.monitor import host as monitor
     from pippa_ops.runs.records import follow
     from pippa_ops.transport import retry
 
     assert [retry.retry_delay(a) for a in (0, 1, 5, 99)] == [1.0, 2.0, 30.0, 30.0]
     assert not hasattr(monitor, "BACKOFF_S") and follow.RECONNECT_BACKOFF_S is retry.RECONNECT_BACKOFF_S
+    assert (
+        gpu_feed.retry_delay is retry.retry_delay
+    )  # the monitor's reconnects (its GPU feed supervises the link)
 
 
 def test_an_agent_cut_off_before_it_answers_is_an_unreachable_host(ssh_hosts, ssh_env) -> None:
