@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -258,3 +259,19 @@ def client_env(ssh_world: sshd.World, tmp_path: Path) -> ClientEnv:
 def ssh_env(client_env: ClientEnv, monkeypatch: pytest.MonkeyPatch) -> ClientEnv:
     client_env.apply(monkeypatch)
     return client_env
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs of the test's own (root only), unmounted after it: a disk a test can fill."""
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    p = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
+    if p.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {p.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)

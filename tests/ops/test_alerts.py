@@ -422,22 +422,6 @@ def test_wait_notify_also_sends_to_pippa_notify_set_on_the_laptop(client_env, ss
     assert TOKEN not in post.body.decode() + waited.stdout + waited.stderr
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs of the test's own (root only), unmounted after it."""
-    mnt = tmp_path / "fs"
-    mnt.mkdir()
-    p = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True
-    )
-    if p.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {p.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
-
-
 def test_a_run_ending_on_a_nearly_full_disk_also_says_so(tmp_path, small_fs, hook) -> None:
     """The host program itself, on this machine (the SSH path is the tests above): a run on a file
     system with under 5% free sends its own message and a ``disk low`` one."""
