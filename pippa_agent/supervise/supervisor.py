@@ -266,9 +266,10 @@ class Supervisor:
         env = {**os.environ, **forensics.flight_recorder_env(self.run_dir, n)} if self.recipe else None
         if env is not None and step is not None:  # checked above: the trainer need not hash it again
             env[CHECKED_ENV] = rd.checkpoint_name(step)
-        # A recipe's line is one simple command (pippa_ops.runs.script): exec'd, the trainer is the child
-        # and its exit status the attempt's. Under a waiting sh, a Ctrl-C that came during the last step
-        # read as 130 (sh dies of the SIGINT it was sent) though the trainer saved that step and exited 0.
+        # A recipe's line is one simple command (pippa_ops.runs.launching.script): exec'd, the trainer
+        # is the child and its exit status the attempt's. Under a waiting sh, a Ctrl-C that came during the
+        # last step read as 130 (sh dies of the SIGINT it was sent) though the trainer saved that step and
+        # exited 0.
         argv = ["sh", "-c", f"exec {line}" if self.recipe is not None else line]
         self.child = subprocess.Popen(argv, preexec_fn=self.setup, env=env)
         if self.stopping:  # Ctrl-C came while it started

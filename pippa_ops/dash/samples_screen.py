@@ -1,6 +1,6 @@
 """``pippa dash``'s samples screen (key ``w``): what the selected run's model wrote, a step at a time.
 
-The screen shows the blocks ``pippa samples`` prints (``pippa_ops.runs.samples``: escaped, wrapped to
+The screen shows the blocks ``pippa samples`` prints (``pippa_ops.runs.reading.samples``: escaped, wrapped to
 the screen), newest sampled step first; ``p``/``n`` go to the previous/next sampled step, ``b``/``x``
 order the rows best or worst first, ``o`` back to the batch's order. Each fetch is one agent request
 in a thread worker (``fetch``, given by the app: the host monitor's ``samples``); the widgets never

@@ -298,7 +298,7 @@ def _watch_client(conn: socket.socket, done: threading.Event) -> None:
     """When the client's connection ends before the command does (the client was killed: nothing else
     closes it early), SIGHUP to this child's process group: the command and what it started (a sync's
     packers) end as a cold command's do when its terminal hangs up; a command that must finish whole
-    ignores SIGHUP for that part (``pippa_ops.runs.move``)."""
+    ignores SIGHUP for that part (``pippa_ops.runs.moving.move``)."""
 
     def watch() -> None:
         with contextlib.suppress(OSError):
