@@ -238,6 +238,25 @@ def stream_row(line: bytes) -> tuple[Gpu, int | None] | None:
     return _gpu_from(dict(zip(STREAM_FIELDS, row[0], strict=False))), None if count is None else int(count)
 
 
+class Samples:
+    """The streaming query's lines gathered into samples (one GPU list per interval), for the blocking
+    reader here and the dashboard's reader on its loop alike."""
+
+    def __init__(self) -> None:
+        self._batch: list[Gpu] = []
+
+    def add(self, line: bytes) -> list[Gpu] | None:
+        """The whole sample this line completes, else None (a partial one, or not a row)."""
+        row = stream_row(line)
+        if row is None:
+            return None
+        self._batch.append(row[0])
+        if row[1] is not None and len(self._batch) < row[1]:
+            return None
+        sample, self._batch = self._batch, []
+        return sample
+
+
 class GpuStream:
     """nvidia-smi's own loop on one channel; ``samples()`` yields a GPU list per interval.
 
@@ -259,7 +278,7 @@ class GpuStream:
             if self._closed:
                 return
             proc = self._proc = self.transport.start(join(query_argv(self.interval_s, STREAM_FIELDS)))
-        batch: list[Gpu] = []
+        samples = Samples()
         try:
             while True:
                 proc.set_deadline(time.monotonic() + self.stall_s)
@@ -271,13 +290,8 @@ class GpuStream:
                     raise HostUnreachable(f"{self.transport.name}: no answer for {self.stall_s:.0f}s") from e
                 if not line:
                     break
-                row = stream_row(line)
-                if row is None:
-                    continue
-                batch.append(row[0])
-                if row[1] is None or len(batch) >= row[1]:
-                    yield batch
-                    batch = []
+                if (sample := samples.add(line)) is not None:
+                    yield sample
             if self._closed:
                 return  # ended by close(), not by nvidia-smi: its exit status says nothing
             code = proc.wait(10)

@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 
 from pippa_ops.errors import HostUnreachable
-from pippa_ops.gpu import STREAM_FIELDS, Gpu, query_argv, stream_row
+from pippa_ops.gpu import STREAM_FIELDS, Gpu, Samples, query_argv
 from pippa_ops.monitor.link import LOST, Emit, Link, blocking, reason_of
 from pippa_ops.monitor.state import GpuSampled, LinkChanged
 from pippa_ops.transport import aread
@@ -116,7 +116,7 @@ class GpuFeed:
         """Emit each sample until the stream ends; whether any came. Raises HostUnreachable when the
         host is silent for ``stall_s``, ToolMissing when it has no nvidia-smi."""
         lines = aread.Lines(proc, self.stall_s)
-        batch: list[Gpu] = []
+        samples = Samples()
         got = False
         while True:
             try:
@@ -125,15 +125,10 @@ class GpuFeed:
                 raise HostUnreachable(f"{host}: no answer for {self.stall_s:.0f}s") from e
             if not line:
                 break
-            row = stream_row(line)
-            if row is None:
-                continue
-            batch.append(row[0])
-            if row[1] is None or len(batch) >= row[1]:
+            if (sample := samples.add(line)) is not None:
                 got = True
-                readings = tuple(indexed(g, i) for i, g in enumerate(batch))
+                readings = tuple(indexed(g, i) for i, g in enumerate(sample))
                 emit(GpuSampled(host, readings, time.time()))
-                batch = []
         code = await blocking(proc.wait, 10)
         if code == 127:  # gpu.GpuStream raises ToolMissing here; the panel says it in a line
             self._no_gpu = "no GPU (nvidia-smi not found)"
