@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -69,3 +70,63 @@ def timed_cpu(
         raise SystemExit(f"{' '.join(argv)} failed: {p.stderr}")
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     return elapsed, cpu, p.stdout
+
+
+def gpu_host_and_repo(world: sshd.World, tmp: Path, env_drop: tuple[str, ...]) -> tuple[dict[str, str], Path]:
+    """The world's first host given a fake nvidia-smi (2 GPUs); a private client home under ``tmp`` and
+    its env (less ``env_drop``, a runtime dir and bytecode cache under ``tmp``: neither tree is written);
+    a committed one-file repo to run from."""
+    h = world.hosts[0]
+    sys.path.insert(0, str(ROOT / "tests" / "dash"))
+    import fake_smi
+
+    h.install_bin("nvidia-smi", fake_smi.script(gpus=2, python=h.python))
+    env = {
+        k: v
+        for k, v in client_copy(world, tmp / "client").items()
+        if k not in ("SSH_AUTH_SOCK", "PYTHONDONTWRITEBYTECODE", *env_drop)
+    }
+    env.update(PIPPA_RUNTIME_DIR=str(tmp / "run"), PYTHONPYCACHEPREFIX=str(tmp / "pycache"))
+    repo = tmp / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text("x = 1\n")
+    commit_all(repo)
+    return env, repo
+
+
+Samples = dict[tuple[str, str], list[float]]
+
+
+def alternate(
+    ways: dict[str, list[str]], argvs: list[list[str]], env: dict[str, str], repo: Path, repeat: int
+) -> tuple[Samples, Samples, list[float]]:
+    """Each command by each pippa (``ways``: name -> the argv before the command), ``repeat``
+    rounds, which goes first swapping every round (the second of a pair ran measurably slower): wall
+    and CPU seconds per (command, way), and ``python -c pass``'s wall per round."""
+    times: Samples = {}
+    cpus: Samples = {}
+    bare = []
+    for i in range(repeat):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        bare.append(time.perf_counter() - t0)
+        order = list(ways.items()) if i % 2 == 0 else list(reversed(ways.items()))
+        for argv in argvs:
+            for way, pippa in order:
+                wall, cpu, _ = timed_cpu([*pippa, *argv], env, repo)
+                times.setdefault((" ".join(argv), way), []).append(wall)
+                cpus.setdefault((" ".join(argv), way), []).append(cpu)
+    return times, cpus, bare
+
+
+def print_ratios(title: str, argvs: list[list[str]], times: Samples, cpus: Samples, goal: str = "") -> None:
+    """Per command: the medians of wall and CPU, the baseline's and this one's, and their ratios."""
+    print(title)
+    for argv in argvs:
+        k = " ".join(argv)
+        b, t = statistics.median(times[(k, "baseline")]), statistics.median(times[(k, "this")])
+        bc, tc = statistics.median(cpus[(k, "baseline")]), statistics.median(cpus[(k, "this")])
+        print(
+            f"  {k:24} wall baseline {b:.3f}   this {t:.3f}   {t / b:.2f}x"
+            f"   cpu baseline {bc:.3f}   this {tc:.3f}   {tc / bc:.2f}x{goal}"
+        )

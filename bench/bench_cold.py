@@ -28,10 +28,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _common import PIPPA, ROOT, commit_all, start_world, timed_cpu
+from _common import PIPPA, ROOT, alternate, gpu_host_and_repo, print_ratios, start_world, timed_cpu
 
 COMMANDS = (["ps", "--host", "H"], ["sync", "H"])
 
@@ -96,57 +95,20 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bc"))
     try:
         h = world.hosts[0]
-        sys.path.insert(0, str(ROOT / "tests" / "dash"))
-        import fake_smi
-
-        h.install_bin("nvidia-smi", fake_smi.script(gpus=2, python=h.python))
-        client = tmp / "client"
-        subprocess.run(["cp", "-a", str(world.client_template), str(client)], check=True)
-        import sshd
-
-        env = {
-            k: v
-            for k, v in sshd.client_subprocess_env(client).items()
-            if k not in ("SSH_AUTH_SOCK", "PYTHONDONTWRITEBYTECODE")
-        }
-        env.update(
-            PIPPA_NO_REUSE="1", PIPPA_RUNTIME_DIR=str(tmp / "run"), PYTHONPYCACHEPREFIX=str(tmp / "pyc")
-        )
-        repo = tmp / "repo"
-        repo.mkdir()
-        (repo / "a.py").write_text("x = 1\n")
-        commit_all(repo)
+        env, repo = gpu_host_and_repo(world, tmp, env_drop=())
+        env["PIPPA_NO_REUSE"] = "1"
         baseline = args.baseline or _launcher(args.baseline_tree.resolve(), tmp / "pippa-baseline")
-        ways = {"baseline": baseline, "this": PIPPA}
+        ways = {"baseline": [baseline, "--no-reuse"], "this": [PIPPA, "--no-reuse"]}
         argvs = [[h.alias if a == "H" else a for a in c] for c in COMMANDS]
         for pippa in ways.values():
             for argv in argvs:
-                timed_cpu([pippa, "--no-reuse", *argv], env, repo)  # the host has its bundle and tree
-        times: dict[tuple[str, str], list[float]] = {}
-        cpus: dict[tuple[str, str], list[float]] = {}
-        bare = []
-        for i in range(args.repeat):
-            t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-c", "pass"], check=True)
-            bare.append(time.perf_counter() - t0)
-            order = list(ways.items()) if i % 2 == 0 else list(reversed(ways.items()))
-            for argv in argvs:
-                for way, pippa in order:
-                    wall, cpu, _ = timed_cpu([pippa, "--no-reuse", *argv], env, repo)
-                    times.setdefault((" ".join(argv), way), []).append(wall)
-                    cpus.setdefault((" ".join(argv), way), []).append(cpu)
-        print(
+                timed_cpu([*pippa, *argv], env, repo)  # the host has its bundle and tree
+        times, cpus, bare = alternate(ways, argvs, env, repo, args.repeat)
+        title = (
             f"\ncold direct commands on loopback (--no-reuse), medians of {args.repeat} (seconds); "
             f"python -c pass: {statistics.median(bare):.3f}"
         )
-        for argv in argvs:
-            k = " ".join(argv)
-            b, t = statistics.median(times[(k, "baseline")]), statistics.median(times[(k, "this")])
-            bc, tc = statistics.median(cpus[(k, "baseline")]), statistics.median(cpus[(k, "this")])
-            print(
-                f"  {k:24} wall baseline {b:.3f}   this {t:.3f}   {t / b:.2f}x"
-                f"   cpu baseline {bc:.3f}   this {tc:.3f}   {tc / bc:.2f}x   (goal <= 1.1x)"
-            )
+        print_ratios(title, argvs, times, cpus, goal="   (goal <= 1.1x)")
         if args.baseline_tree:
             split({"baseline": args.baseline_tree.resolve(), "this": ROOT}, h.alias, env, repo, args.repeat)
         print(json.dumps({"load": os.getloadavg()[0]}))

@@ -20,12 +20,11 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import PIPPA, ROOT, commit_all, start_world, timed, timed_cpu
+from _common import PIPPA, alternate, gpu_host_and_repo, print_ratios, start_world, timed
 
 COMMANDS = (
     ["ps", "--host", "H"],
@@ -47,57 +46,20 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bi"))
     try:
         h = world.hosts[0]
-        sys.path.insert(0, str(ROOT / "tests" / "dash"))
-        import fake_smi
-
-        h.install_bin("nvidia-smi", fake_smi.script(gpus=2, python=h.python))
-        client = tmp / "client"
-        subprocess.run(["cp", "-a", str(world.client_template), str(client)], check=True)
-        import sshd
-
-        env = {
-            k: v
-            for k, v in sshd.client_subprocess_env(client).items()
-            if k not in ("SSH_AUTH_SOCK", "PIPPA_NO_REUSE", "PYTHONDONTWRITEBYTECODE")
-        }
-        env.update(PIPPA_RUNTIME_DIR=str(tmp / "run"), PYTHONPYCACHEPREFIX=str(tmp / "pycache"))
-        repo = tmp / "repo"
-        repo.mkdir()
-        (repo / "a.py").write_text("x = 1\n")
-        commit_all(repo)
+        env, repo = gpu_host_and_repo(world, tmp, env_drop=("PIPPA_NO_REUSE",))
         timed([PIPPA, "run", "--no-wait", "--host", h.alias, "-n", "src", "--cmd", "seq 1 50"], env, repo)
-        ways = {"baseline": args.baseline, "this": PIPPA}
+        ways = {"baseline": [args.baseline], "this": [PIPPA]}
         argvs = [[h.alias if a == "H" else a for a in c] for c in COMMANDS]
         for pippa in ways.values():
             for argv in argvs:
-                subprocess.run([pippa, *argv], env=env, cwd=repo, capture_output=True, timeout=120)
+                subprocess.run([*pippa, *argv], env=env, cwd=repo, capture_output=True, timeout=120)
         time.sleep(3)  # the keepers connected, the warm process started
-        times: dict[tuple[str, str], list[float]] = {}
-        cpus: dict[tuple[str, str], list[float]] = {}
-        bare = []
-        for i in range(args.repeat):
-            t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-c", "pass"], check=True)
-            bare.append(time.perf_counter() - t0)
-            # which pippa goes first swaps every round: the second of a pair ran measurably slower
-            order = list(ways.items()) if i % 2 == 0 else list(reversed(ways.items()))
-            for argv in argvs:
-                for way, pippa in order:
-                    wall, cpu, _ = timed_cpu([pippa, *argv], env, repo)
-                    times.setdefault((" ".join(argv), way), []).append(wall)
-                    cpus.setdefault((" ".join(argv), way), []).append(cpu)
-        print(
+        times, cpus, bare = alternate(ways, argvs, env, repo, args.repeat)
+        title = (
             f"\nwarm commands on loopback, medians of {args.repeat} (seconds); python -c pass: "
             f"{statistics.median(bare):.3f}"
         )
-        for argv in argvs:
-            k = " ".join(argv)
-            b, t = statistics.median(times[(k, "baseline")]), statistics.median(times[(k, "this")])
-            bc, tc = statistics.median(cpus[(k, "baseline")]), statistics.median(cpus[(k, "this")])
-            print(
-                f"  {k:24} wall baseline {b:.3f}   this {t:.3f}   {t / b:.2f}x"
-                f"   cpu baseline {bc:.3f}   this {tc:.3f}   {tc / bc:.2f}x"
-            )
+        print_ratios(title, argvs, times, cpus)
         print(json.dumps({"load": os.getloadavg()[0]}))
     finally:
         world.close()
